@@ -1,0 +1,48 @@
+"""The ``grpo`` command: one entry point, one sub-command per job.
+
+``grpo train`` (the trainer), ``grpo eval`` (benchmark suites), ``grpo envs`` (the environment
+registry), ``grpo plot`` (curves of a run). Each sub-command lives with the code it drives and
+exposes ``main(argv) -> int``; this module only dispatches, so that ``grpo envs list`` does not
+import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+#: sub-command -> (module exposing ``main(argv: list[str]) -> int``, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("grpo_train.train_cli", "train a model with GRPO (no arguments: the embedded default)"),
+    "eval": ("grpo_train.eval.cli", "evaluate a model on benchmark suites; `grpo eval compare A B`"),
+    "envs": ("grpo_envs.cli", "list, show and score registered environments"),
+    "plot": ("grpo_train.plot", "draw PNG curves of a run folder"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: grpo COMMAND [options]", "", "commands:"]
+    lines += [f"  {name:<6} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "`grpo COMMAND --help` shows a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch ``grpo COMMAND ...`` to the command's module."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        # The quick start: `grpo` alone behaves like `grpo train` with the embedded default.
+        args = ["train"]
+    if args[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    command, rest = args[0], args[1:]
+    if command not in COMMANDS:
+        print(f"grpo: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[command][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
