@@ -3,6 +3,12 @@
 The trainer tokenizes prompts itself (chat template, length checks) and hands the engine token ids;
 the engine returns ``n`` sampled completions per prompt with the sampling logprob of every token,
 and can load new weights from the trainer after each update.
+
+What "sampling logprob" means, identically in both engines: the log-probability of the token under
+the distribution it was drawn from, i.e. ``log_softmax(top_k_top_p(logits / temperature))``
+(vLLM's ``logprobs_mode="processed_logprobs"``); with ``temperature == 0`` (greedy) it is the plain
+``log_softmax(logits)``. With ``top_p == 1`` and top-k off this equals the trainer's
+``log_softmax(logits / temperature)``, so the two can be compared for importance sampling.
 """
 
 from __future__ import annotations
@@ -28,9 +34,28 @@ class SamplingConfig:
     top_p: float = 1.0
     """Nucleus sampling threshold."""
     top_k: int = -1
-    """Top-k sampling (-1: off)."""
+    """Top-k sampling (-1 or 0: off)."""
     seed: int | None = None
     """Seed for the sampler; None draws from the engine's generator."""
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"SamplingConfig.n must be >= 1 (the group size), got {self.n}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"SamplingConfig.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(
+                f"SamplingConfig.temperature must be >= 0 (0 = greedy), got {self.temperature}"
+            )
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingConfig.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < -1:
+            raise ValueError(f"SamplingConfig.top_k must be -1 (off) or >= 1, got {self.top_k}")
+
+    @property
+    def greedy(self) -> bool:
+        """True when ``temperature == 0``: every completion is the argmax continuation."""
+        return self.temperature == 0
 
 
 @dataclass(frozen=True)
@@ -39,9 +64,11 @@ class Completion:
 
     prompt_index: int
     text: str
+    """The decoded completion without special tokens (no trailing EOS)."""
     token_ids: tuple[int, ...]
+    """Sampled token ids; when ``finish_reason == 'stop'`` the last one is the EOS token."""
     logprobs: tuple[float, ...]
-    """Sampling logprob of each token in ``token_ids`` under the engine's weights."""
+    """Sampling logprob of each token in ``token_ids`` under the engine's weights (see module doc)."""
     finish_reason: Literal["stop", "length"]
 
     @property
@@ -54,6 +81,8 @@ class RolloutEngine(Protocol):
     """What the trainer and evaluation need from a generation backend."""
 
     name: str
+    last_sync_seconds: float
+    """Wall time of the latest ``sync_weights`` call (0.0 before the first one)."""
 
     def generate(
         self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig
@@ -68,3 +97,31 @@ class RolloutEngine(Protocol):
     def close(self) -> None:
         """Free the engine's processes and memory."""
         ...
+
+
+def check_prompts(
+    prompt_token_ids: Sequence[Sequence[int]], vocab_size: int, max_prompt_tokens: int | None = None
+) -> list[list[int]]:
+    """Validate prompts before they reach a backend; return them as lists of ints.
+
+    Raises ``ValueError`` naming the offending prompt for an empty prompt, a token id outside
+    ``[0, vocab_size)``, or a prompt longer than ``max_prompt_tokens`` (the engine's context minus
+    the completion budget), instead of a failure deep inside the model.
+    """
+    prompts: list[list[int]] = []
+    for i, ids in enumerate(prompt_token_ids):
+        if isinstance(ids, str):
+            raise TypeError(f"prompt {i} is a string; engines take token ids (tokenize first)")
+        row = [int(t) for t in ids]
+        if not row:
+            raise ValueError(f"prompt {i} is empty")
+        bad = [t for t in row if not 0 <= t < vocab_size]
+        if bad:
+            raise ValueError(f"prompt {i} has token ids outside [0, {vocab_size}): {bad[:5]}")
+        if max_prompt_tokens is not None and len(row) > max_prompt_tokens:
+            raise ValueError(
+                f"prompt {i} has {len(row)} tokens but the engine allows {max_prompt_tokens} "
+                "(its max_model_len minus max_new_tokens); truncate prompts or raise max_model_len"
+            )
+        prompts.append(row)
+    return prompts

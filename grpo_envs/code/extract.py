@@ -1,0 +1,170 @@
+"""Pull a runnable Python program out of a model's completion.
+
+Models answer in three shapes: a fenced Markdown block (often after prose or a ``<think>``
+section), bare code, or, for HumanEval-style prompts, the continuation of a function body. The
+extractors here are pure functions that return ``None`` when no code that Python can parse is
+found; the environments turn that into ``Outcome.UNPARSABLE``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from dataclasses import dataclass
+from enum import StrEnum
+
+#: Fence info strings accepted as Python; an untagged fence counts too (models often omit it).
+PYTHON_TAGS = frozenset({"", "python", "python3", "py", "py3", "python 3"})
+
+# An opening fence (``` or ~~~, 3 or more), its info string, the body, and the matching close or
+# the end of the text (a generation cut off by max_tokens leaves the last block unterminated).
+_FENCE_RE = re.compile(
+    r"^[ \t]{0,3}(?P<fence>`{3,}|~{3,})[ \t]*(?P<tag>[^\n`]*)\n"
+    r"(?P<body>.*?)(?:^[ \t]{0,3}(?P=fence)[ \t]*$|\Z)",
+    re.DOTALL | re.MULTILINE,
+)
+_THINK_END = "</think>"
+# Lines that can start a program; used to cut prose off bare code.
+_CODE_START_RE = re.compile(r"^(def |async def |class |import |from \S+ import |@)")
+#: Completions longer than this are not searched line by line for bare code (bounds the work).
+MAX_BARE_LINES = 400
+
+
+class ExtractionMethod(StrEnum):
+    """Where the program came from; logged in ``Score.details``."""
+
+    FENCED = "fenced"  # a fenced Markdown block
+    BARE = "bare"  # the completion (or a part of it) is code without fences
+    CONTINUATION = "continuation"  # HumanEval: prompt + completion continues the function body
+    FULL_FUNCTION = "full_function"  # HumanEval: the model rewrote the whole function
+
+
+@dataclass(frozen=True)
+class ExtractedCode:
+    """A program that parses, and how it was found."""
+
+    code: str
+    method: ExtractionMethod
+
+
+def parses(code: str) -> bool:
+    """Whether ``code`` compiles as a Python module (nothing is executed).
+
+    ``compile`` rather than ``ast.parse``: the parser accepts code the compiler rejects, e.g. a
+    ``return`` outside a function (a body-only completion pasted at the top level).
+    """
+    try:
+        # SyntaxWarning (e.g. invalid escape sequences in model code) is not our concern here.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(code, "<completion>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError):
+        # ValueError: NUL bytes; OverflowError: huge literals; MemoryError / RecursionError:
+        # pathologically nested input.
+        return False
+    return True
+
+
+def defined_functions(code: str) -> frozenset[str]:
+    """Names of the functions defined at the top level of ``code`` (empty if it does not parse)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return frozenset()
+    return frozenset(
+        node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    )
+
+
+def strip_reasoning(completion: str) -> str:
+    """Return the text after the last ``</think>`` (reasoning models put drafts before it)."""
+    _, sep, tail = completion.rpartition(_THINK_END)
+    return tail if sep else completion
+
+
+def fenced_blocks(text: str) -> list[str]:
+    """Bodies of the fenced blocks tagged as Python (or untagged), in order of appearance."""
+    blocks = []
+    for match in _FENCE_RE.finditer(text):
+        tag = match.group("tag").strip().lower()
+        if tag in PYTHON_TAGS:
+            blocks.append(match.group("body"))
+    return blocks
+
+
+def _bare_code(text: str) -> str | None:
+    """Return the whole text if it parses, else the largest parsing run of code-like lines."""
+    stripped = text.strip("\n")
+    if stripped.strip() and parses(stripped):
+        return stripped
+    lines = stripped.split("\n")
+    if len(lines) > MAX_BARE_LINES:
+        return None
+    for start, line in enumerate(lines):
+        if not _CODE_START_RE.match(line):
+            continue
+        # Drop trailing prose one line at a time; the first end that parses wins (largest).
+        for end in range(len(lines), start, -1):
+            candidate = "\n".join(lines[start:end])
+            if parses(candidate):
+                return candidate
+        return None  # the first code-looking line starts no parsable program
+    return None
+
+
+def extract_code(completion: str, entry_point: str | None = None) -> ExtractedCode | None:
+    r"""Extract the program from a completion.
+
+    Rules, in order: text before the last ``</think>`` is ignored; among fenced Python blocks that
+    parse, the last one defining ``entry_point`` wins, else the last one; without fenced blocks the
+    completion itself (or its largest code-looking part) is used if it parses. ``None`` means no
+    parsable code was found.
+
+    >>> extract_code("Here:\\n```python\\ndef f():\\n    return 1\\n```\\nDone.").code
+    'def f():\\n    return 1\\n'
+    >>> extract_code("I don't know.") is None
+    True
+    """
+    text = strip_reasoning(completion)
+    blocks = [b for b in fenced_blocks(text) if b.strip() and parses(b)]
+    if blocks:
+        if entry_point is not None:
+            defining = [b for b in blocks if entry_point in defined_functions(b)]
+            if defining:
+                return ExtractedCode(defining[-1], ExtractionMethod.FENCED)
+        return ExtractedCode(blocks[-1], ExtractionMethod.FENCED)
+    if fenced_blocks(text):
+        return None  # the model fenced its code and none of it parses: do not guess from prose
+    bare = _bare_code(text)
+    return ExtractedCode(bare, ExtractionMethod.BARE) if bare is not None else None
+
+
+def extract_humaneval_program(
+    completion: str, prompt_code: str, entry_point: str
+) -> ExtractedCode | None:
+    """Build the program of a HumanEval-style task: prompt + completion, or a full function.
+
+    ``prompt_code`` is the function signature and docstring the model was asked to complete. If the
+    extracted code defines ``entry_point`` itself, the program is the prompt followed by that code
+    (the prompt keeps its imports and helper functions; the model's definition replaces the stub).
+    Otherwise the completion is taken as the continuation of the prompt's function body (the
+    original HumanEval protocol). ``None`` if neither parses.
+    """
+    extracted = extract_code(completion, entry_point)
+    if extracted is not None and entry_point in defined_functions(extracted.code):
+        program = f"{prompt_code.rstrip()}\n\n\n{extracted.code}"
+        if parses(program):
+            return ExtractedCode(program, ExtractionMethod.FULL_FUNCTION)
+    body = strip_reasoning(completion)
+    continued = prompt_code + body
+    if body.strip() and parses(continued):
+        return ExtractedCode(continued, ExtractionMethod.CONTINUATION)
+    # A fenced block holding only the body (indented code under the prompt's signature).
+    for block in reversed(fenced_blocks(body)):
+        continued = prompt_code + block
+        if block.strip() and parses(continued):
+            return ExtractedCode(continued, ExtractionMethod.CONTINUATION)
+    return None

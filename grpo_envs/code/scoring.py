@@ -1,0 +1,486 @@
+"""Shared scoring machinery of the code environments: tasks, jobs, verdicts, rewards.
+
+Every code environment turns a sample into a ``CodeTask`` (trusted tests, trusted setup code, an
+optional reference solution) and a completion into a program; ``CodeEnvironment`` runs the
+programs through the sandbox's trusted-verdict path (``sandbox.Sandbox.run_tests_many``: the
+parent process, not the untrusted program, decides pass/fail) and maps each ``TestReport`` to a
+``Score``.
+
+Per-test time limits follow EvalPlus: ``max(4 s, 4 x the reference solution's runtime)``
+(EvalPlus, ``evalplus/evaluate.py``, ``min_time_limit`` and ``gt_time_limit_factor``); the
+reference is run once per task and the limit cached.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import logging
+import os
+import threading
+import time
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from grpo_envs.base import Environment, completion_text
+from grpo_envs.code.extract import ExtractedCode
+from grpo_envs.types import Component, Outcome, Sample, Scalar, Score
+
+if TYPE_CHECKING:  # the sandbox is imported lazily: loading datasets must not start it
+    from sandbox import CallTest, IOTest, Sandbox, TestJob, TestReport
+
+log = logging.getLogger(__name__)
+
+#: Characters of a failing test's detail kept in ``Score.details``.
+DETAIL_CHARS = 300
+#: Jobs are not started with less time than this left in the batch budget (start-up alone
+#: takes a good part of it); they score ``timeout`` instead.
+MIN_JOB_S = 0.5
+
+
+class RewardMode(StrEnum):
+    """How test results become a reward."""
+
+    BINARY = "binary"  # 1.0 if every test passes, else 0.0 (the HumanEval/pass@k convention)
+    FRACTION = "fraction"  # the fraction of tests passed (partial credit)
+
+
+@dataclass(frozen=True)
+class CodeConfig:
+    """Scoring options shared by the code environments (each may be overridden in ``make``)."""
+
+    reward: RewardMode = RewardMode.BINARY
+    """``binary`` (all tests pass) or ``fraction`` (share of tests passed)."""
+    min_test_timeout_s: float = 4.0
+    """Floor of the per-test time limit (EvalPlus: 4 s)."""
+    reference_time_factor: float = 4.0
+    """Per-test limit = max(floor, factor x reference runtime) (EvalPlus: 4)."""
+    default_test_timeout_s: float = 4.0
+    """Per-test limit for tasks without a (working) reference solution."""
+    calibrate: bool = True
+    """Run each task's reference solution once to set its time limit; False uses the default."""
+    max_job_s: float = 60.0
+    """Wall-clock cap on one completion's whole run, all its tests together."""
+    memory_mb: int = 1024
+    """Memory limit of the untrusted program."""
+    batch_timeout_s: float = 600.0
+    """Bound on one ``score_batch`` call; items not started in time score ``timeout``."""
+    workers: int | None = None
+    """Sandbox worker processes (None: one per CPU)."""
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "reward", RewardMode(self.reward))
+        except ValueError:
+            raise ValueError(
+                f"reward={self.reward!r} is not a reward mode; use one of "
+                f"{[m.value for m in RewardMode]}"
+            ) from None
+        for name in (
+            "min_test_timeout_s",
+            "default_test_timeout_s",
+            "max_job_s",
+            "batch_timeout_s",
+        ):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
+        if self.reference_time_factor < 1:
+            raise ValueError(
+                f"reference_time_factor={self.reference_time_factor} would fail the reference "
+                "itself; use >= 1 (EvalPlus uses 4)"
+            )
+        if self.memory_mb < 64:
+            raise ValueError(f"memory_mb={self.memory_mb} is too small for Python; use >= 64")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"workers must be >= 1 or None (one per CPU), got {self.workers}")
+
+    def with_overrides(self, overrides: Mapping[str, object]) -> CodeConfig:
+        """Return a copy with ``overrides`` applied; an unknown name fails, listing valid ones."""
+        valid = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(overrides) - valid)
+        if unknown:
+            raise TypeError(f"unknown code-environment option(s) {unknown}; valid: {sorted(valid)}")
+        return dataclasses.replace(self, **overrides)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class CodeTask:
+    """Everything needed to judge programs for one problem. All of it is trusted dataset content."""
+
+    key: str
+    """Stable id (the sample id); keys the reference-time cache."""
+    tests: tuple[CallTest, ...] | tuple[IOTest, ...]
+    entry_point: str | None = None
+    """The function the tests call (function-style tasks); None for stdin/stdout tasks."""
+    setup: str = ""
+    """Trusted code run in the verdict namespace before the tests (helpers, imports, ``check``)."""
+    reference: str | None = None
+    """A full program that passes the tests, used to calibrate the time limit."""
+
+
+_TEST_STATUS_OUTCOME = {
+    "passed": Outcome.PASSED,
+    "failed": Outcome.FAILED,
+    "timeout": Outcome.TIMEOUT,
+    "memory": Outcome.MEMORY,
+    "runtime_error": Outcome.RUNTIME_ERROR,
+    "output_limit": Outcome.RUNTIME_ERROR,  # flooding stdout is the program's fault
+    "sandbox_error": Outcome.SANDBOX_ERROR,
+}
+# How the untrusted program as a whole ended; only statuses that explain a failure are mapped.
+_PROGRAM_STATUS_OUTCOME = {
+    "timeout": Outcome.TIMEOUT,
+    "memory": Outcome.MEMORY,
+    "sandbox_error": Outcome.SANDBOX_ERROR,
+}
+
+
+def outcome_of(report: TestReport, n_tests: int) -> Outcome:
+    """Decide the outcome of a run: passed only if all ``n_tests`` tests ran and passed.
+
+    A sandbox failure wins (it is not the model's fault, and the trainer may drop such items);
+    then a program-wide timeout or memory kill; then the first failing test's status.
+    """
+    statuses = [str(r.status) for r in report.results]
+    if str(report.status) == "sandbox_error" or "sandbox_error" in statuses:
+        return Outcome.SANDBOX_ERROR
+    if len(statuses) == n_tests and n_tests > 0 and all(s == "passed" for s in statuses):
+        return Outcome.PASSED
+    program = _PROGRAM_STATUS_OUTCOME.get(str(report.status))
+    if program is not None:
+        return program
+    for status in statuses:
+        if status != "passed":
+            return _TEST_STATUS_OUTCOME.get(status, Outcome.SANDBOX_ERROR)
+    # Fewer results than tests and none failed: the program ended before serving them all.
+    return Outcome.RUNTIME_ERROR
+
+
+def score_report(
+    report: TestReport,
+    n_tests: int,
+    mode: RewardMode,
+    method: str,
+    timeout_s: float,
+) -> Score:
+    """Map a sandbox ``TestReport`` to a ``Score`` (reward, outcome, logged details)."""
+    outcome = outcome_of(report, n_tests)
+    passed = sum(1 for r in report.results if str(r.status) == "passed")
+    fraction = passed / n_tests if n_tests else 0.0
+    if outcome is Outcome.SANDBOX_ERROR:
+        reward = 0.0  # unknown, not the model's fault: no reward, and the outcome says so
+    elif mode is RewardMode.BINARY:
+        reward = 1.0 if outcome is Outcome.PASSED else 0.0
+    else:
+        reward = fraction
+    details: dict[str, Scalar] = {
+        "extraction": method,
+        "passed": passed,
+        "total": n_tests,
+        "program_status": str(report.status),
+        "wall_s": round(report.wall_s, 4),
+        "test_timeout_s": round(timeout_s, 3),
+        "isolation": "+".join(report.isolation),
+    }
+    failing = next((r for r in report.results if str(r.status) != "passed"), None)
+    if failing is not None:
+        details["first_failure"] = f"{failing.name}: {failing.status}: {failing.detail}"[
+            :DETAIL_CHARS
+        ]
+    return Score(
+        reward=reward,
+        outcome=outcome,
+        components=(
+            Component("tests", reward, 1.0),
+            Component("pass_fraction", fraction, 0.0),  # logged metric, no weight
+        ),
+        details=details,
+    )
+
+
+@dataclass(frozen=True)
+class Unrun:
+    """A job that produced no report: why, and the outcome its item gets."""
+
+    outcome: Outcome
+    reason: str
+
+
+class CodeEnvironment(Environment):
+    """Base of the code environments: sample -> ``CodeTask``, completion -> program, sandbox run.
+
+    Subclasses implement ``dataset``, ``task`` and ``extract``. By default every code environment
+    of a process shares one sandbox per worker count (``shared_sandbox``), started on the first
+    score (loading data never starts it) and closed at exit or by ``close_shared_sandboxes()``:
+    a mixture of code environments, or ``check_env``'s twin, then costs no extra worker pool.
+    Pass ``sandbox=`` to use your own (never closed here).
+    """
+
+    def __init__(
+        self,
+        config: CodeConfig | None = None,
+        *,
+        sandbox: Sandbox | None = None,
+        **overrides: Any,
+    ) -> None:
+        self.config = (config or CodeConfig()).with_overrides(overrides)
+        self._sandbox = sandbox
+        self._lock = threading.Lock()
+        self._test_timeouts: dict[str, float] = {}
+        #: Keys of tasks whose reference solution did not pass in the sandbox (data to inspect).
+        self.reference_failures: dict[str, str] = {}
+
+    # -- what subclasses provide ---------------------------------------------------------------
+
+    @abstractmethod
+    def task(self, sample: Sample) -> CodeTask:
+        """Build the trusted tests and setup for ``sample`` (ValueError on malformed metadata)."""
+
+    @abstractmethod
+    def extract(self, completion: str, task: CodeTask, sample: Sample) -> ExtractedCode | None:
+        """Extract the program to run for ``completion``; None when no parsable code is found."""
+
+    # -- scoring -------------------------------------------------------------------------------
+
+    def score(self, completion: str, sample: Sample | Mapping[str, object]) -> Score:
+        """Score one completion (see ``score_batch``)."""
+        return self.score_batch([completion], [sample])[0]
+
+    def score_batch(
+        self,
+        completions: Sequence[str],
+        samples: Sequence[Sample | Mapping[str, object]],
+        *,
+        workers: int | None = None,
+        timeout_s: float | None = None,
+    ) -> list[Score]:
+        """Score many completions concurrently on the sandbox's workers; results in input order.
+
+        Completions may be text or chat messages. Never raises for one bad item: malformed samples
+        score ``error``, code that cannot be extracted ``unparsable``. The whole call is bounded by
+        ``timeout_s`` (default ``config.batch_timeout_s``); items it leaves unrun score
+        ``timeout``. ``workers`` is accepted for the ``Environment`` signature and ignored: the
+        sandbox's worker pool (``config.workers``) sets the parallelism.
+        """
+        if len(completions) != len(samples):
+            raise ValueError(
+                f"got {len(completions)} completions for {len(samples)} samples; pass one sample "
+                "per completion (repeat a sample for several completions of one prompt)"
+            )
+        budget = self.config.batch_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + budget
+        scores: list[Score | None] = [None] * len(completions)
+        pending: list[tuple[int, CodeTask, ExtractedCode]] = []
+        for i, (completion, raw) in enumerate(zip(completions, samples)):
+            try:
+                sample = Sample.from_row(raw)
+                task = self.task(sample)
+            except (ValueError, TypeError, KeyError) as exc:
+                scores[i] = Score.failure(Outcome.ERROR, f"bad sample: {exc}"[:DETAIL_CHARS])
+                continue
+            text = completion_text(completion)
+            if text is None:
+                scores[i] = Score.failure(
+                    Outcome.UNPARSABLE, f"completion is not text (got {type(completion).__name__})"
+                )
+                continue
+            program = self.extract(text, task, sample)
+            if program is None:
+                scores[i] = Score.failure(Outcome.UNPARSABLE, "no parsable Python code found")
+                continue
+            pending.append((i, task, program))
+
+        if pending:
+            self._calibrate([task for _, task, _ in pending], deadline)
+            jobs = [self._job(task, program.code) for _, task, program in pending]
+            reports = self._run_bounded(jobs, deadline)
+            for (i, task, program), job, report in zip(pending, jobs, reports):
+                timeout = job.per_test_timeout_s or self.config.default_test_timeout_s
+                if isinstance(report, Unrun):
+                    scores[i] = Score.failure(
+                        report.outcome, report.reason, extraction=str(program.method)
+                    )
+                else:
+                    scores[i] = score_report(
+                        report, len(task.tests), self.config.reward, str(program.method), timeout
+                    )
+        return [s for s in scores if s is not None]
+
+    def reference_completion(self, sample: Sample) -> str | None:
+        """Return the reference solution as a fenced block (a completion that must pass)."""
+        return f"```python\n{sample.answer}\n```" if sample.answer else None
+
+    def calibrate(self, samples: Sequence[Sample | Mapping[str, object]]) -> dict[str, float]:
+        """Run the reference solutions of ``samples`` now (once each); returns key -> test limit."""
+        tasks = [self.task(Sample.from_row(s)) for s in samples]
+        self._calibrate(tasks, time.monotonic() + self.config.batch_timeout_s)
+        return {t.key: self.test_timeout(t) for t in tasks}
+
+    def test_timeout(self, task: CodeTask) -> float:
+        """The per-test time limit of ``task`` (calibrated if it was, else the default)."""
+        return self._test_timeouts.get(task.key, self.config.default_test_timeout_s)
+
+    # -- sandbox plumbing ----------------------------------------------------------------------
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """The sandbox: the one given, else the process's shared one (started on first use)."""
+        with self._lock:
+            if self._sandbox is None:
+                return shared_sandbox(self.config.workers)
+            return self._sandbox
+
+    def close(self) -> None:
+        """Forget the sandbox (a given one stays open; see ``close_shared_sandboxes``)."""
+        with self._lock:
+            self._sandbox = None
+
+    def __enter__(self) -> CodeEnvironment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, object]:
+        # Worker processes (dataloaders, verl's reward pool) get a copy without the live sandbox;
+        # they use their own process's shared one.
+        state = self.__dict__.copy()
+        state["_sandbox"] = None
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def _job(self, task: CodeTask, program: str, per_test_s: float | None = None) -> TestJob:
+        from sandbox import Limits, TestJob
+
+        per_test = per_test_s if per_test_s is not None else self.test_timeout(task)
+        # Whole-program wall limit: every test at its limit, plus start-up slack, capped.
+        total = min(self.config.max_job_s, per_test * max(1, len(task.tests)) + 2.0)
+        return TestJob(
+            program=program,
+            tests=task.tests,
+            entry_point=task.entry_point,
+            setup=task.setup,
+            limits=Limits(timeout_s=total, memory_mb=self.config.memory_mb),
+            per_test_timeout_s=per_test,
+            # Binary reward needs only the first failure; partial credit needs every test.
+            stop_on_first_failure=self.config.reward is RewardMode.BINARY,
+        )
+
+    def _run_bounded(self, jobs: Sequence[TestJob], deadline: float) -> list[TestReport | Unrun]:
+        """Run ``jobs`` in chunks so that the call ends near ``deadline``.
+
+        Each chunk's jobs get at most the time left as their wall limit, so a chunk of hanging
+        programs cannot overrun the budget; chunks are a few jobs per worker so that both cores
+        stay busy while a slow job runs. Jobs left when the time is spent, or lost to a sandbox
+        that raised, come back as ``Unrun``.
+        """
+        workers = self.config.workers or os.cpu_count() or 1
+        chunk = max(8, 4 * workers)
+        reports: list[TestReport | Unrun] = []
+        for start in range(0, len(jobs), chunk):
+            left = deadline - time.monotonic()
+            if left <= MIN_JOB_S:
+                spent = Unrun(Outcome.TIMEOUT, "batch time budget spent before this item ran")
+                reports.extend([spent] * (len(jobs) - start))
+                break
+            batch = [_cap_job(job, left) for job in jobs[start : start + chunk]]
+            try:
+                got = self.sandbox.run_tests_many(batch)
+            except Exception as exc:  # a sandbox bug must cost these items, not the training run
+                log.exception("sandbox.run_tests_many raised on %d jobs", len(batch))
+                why = f"sandbox raised {type(exc).__name__}: {exc}"[:DETAIL_CHARS]
+                got = [Unrun(Outcome.SANDBOX_ERROR, why)] * len(batch)
+            if len(got) != len(batch):
+                why = f"sandbox returned {len(got)} reports for {len(batch)} jobs"
+                got = [Unrun(Outcome.SANDBOX_ERROR, why)] * len(batch)
+            reports.extend(got)
+        return reports
+
+    def _calibrate(self, tasks: Sequence[CodeTask], deadline: float) -> None:
+        """Measure the reference solution of each task not measured yet, in one parallel batch."""
+        if not self.config.calibrate:
+            return
+        todo: dict[str, CodeTask] = {}
+        for task in tasks:
+            if task.reference and task.key not in self._test_timeouts and task.key not in todo:
+                todo[task.key] = task
+        if not todo:
+            return
+        # The reference runs with generous limits and every test, so its runtime is comparable.
+        jobs = [
+            dataclasses.replace(
+                self._job(t, t.reference or "", per_test_s=self.config.max_job_s),
+                stop_on_first_failure=False,
+            )
+            for t in todo.values()
+        ]
+        reports = self._run_bounded(jobs, deadline)
+        for task, report in zip(todo.values(), reports):
+            limit = self.config.default_test_timeout_s
+            if isinstance(report, Unrun):
+                continue  # not run (time or sandbox trouble): retried next time
+            if report.all_passed and report.total == len(task.tests):
+                limit = max(
+                    self.config.min_test_timeout_s,
+                    self.config.reference_time_factor * report.wall_s,
+                )
+            else:
+                failing = next((r for r in report.results if str(r.status) != "passed"), None)
+                why = f"{failing.status}: {failing.detail}" if failing else str(report.status)
+                self.reference_failures[task.key] = why[:DETAIL_CHARS]
+                log.warning("reference solution of %s fails in the sandbox: %s", task.key, why)
+            self._test_timeouts[task.key] = limit
+
+
+_SHARED: dict[tuple[int, int | None], Sandbox] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_sandbox(workers: int | None = None) -> Sandbox:
+    """Return this process's sandbox with ``workers`` workers (started once, closed at exit).
+
+    Keyed by process id too: a forked child must not use its parent's pool (its pipes and threads
+    belong to the parent), so it starts its own.
+    """
+    key = (os.getpid(), workers)
+    with _SHARED_LOCK:
+        box = _SHARED.get(key)
+        if box is None:
+            from sandbox import Sandbox
+
+            if not _SHARED:
+                atexit.register(close_shared_sandboxes)
+            box = _SHARED[key] = Sandbox(workers=workers)
+        return box
+
+
+def close_shared_sandboxes() -> None:
+    """Close the shared sandboxes this process started (the next score starts a new one)."""
+    with _SHARED_LOCK:
+        mine = [k for k in _SHARED if k[0] == os.getpid()]
+        boxes = [_SHARED.pop(k) for k in mine]
+    for box in boxes:
+        try:
+            box.close()
+        except Exception:  # at exit, a half-closed pool must not mask the real error
+            log.exception("closing a shared sandbox failed")
+
+
+def _cap_job(job: TestJob, seconds: float) -> TestJob:
+    """``job`` with its wall-clock limits cut to at most ``seconds``."""
+    limits = job.limits
+    if limits is None or limits.timeout_s <= seconds:
+        return job
+    per_test = job.per_test_timeout_s
+    return dataclasses.replace(
+        job,
+        limits=dataclasses.replace(limits, timeout_s=seconds),
+        per_test_timeout_s=min(per_test, seconds) if per_test is not None else None,
+    )

@@ -1,0 +1,79 @@
+"""The built-in environments, registered by id (entry points are strings: nothing is imported).
+
+| id | what |
+| --- | --- |
+| ``math/gsm8k-v0`` | GSM8K word problems (local folder or hub) |
+| ``math/math500-v0`` | MATH-500 (local folder or hub) |
+| ``math/arithmetic-v0`` | procedural multi-step arithmetic, ``difficulty`` 1-5, ``task="add2"`` |
+| ``math/add2-v0`` | two two-digit numbers to add |
+| ``math/countdown-v0`` | reach a target with given numbers, ``difficulty`` 1-5 |
+| ``format/think-answer-v0`` | easy arithmetic rewarding the R1 ``<think>``/``<answer>`` format |
+| ``rg/<task>-v0`` | any reasoning-gym task (``rg/reasoning-gym-v0`` takes ``task=``) |
+| ``code/humaneval-v0``, ``code/mbpp-v0``, ``code/stdio-v0`` | code, scored in the sandbox |
+"""
+
+from __future__ import annotations
+
+from grpo_envs.registration import register, register_family, registry
+
+_BUILTIN: tuple[tuple[str, str, str, dict[str, object]], ...] = (
+    (
+        "math/gsm8k-v0",
+        "grpo_envs.envs.math_datasets:GSM8KEnv",
+        "GSM8K grade-school word problems ($GRPO_GSM8K_DIR or hub openai/gsm8k)",
+        {},
+    ),
+    (
+        "math/math500-v0",
+        "grpo_envs.envs.math_datasets:MATH500Env",
+        "MATH-500 competition problems ($GRPO_MATH500_DIR or hub HuggingFaceH4/MATH-500)",
+        {},
+    ),
+    (
+        "math/arithmetic-v0",
+        "grpo_envs.envs.arithmetic:ArithmeticEnv",
+        "procedural multi-step integer arithmetic (difficulty 1-5; task='add2')",
+        {},
+    ),
+    (
+        "math/add2-v0",
+        "grpo_envs.envs.arithmetic:ArithmeticEnv",
+        "What is 37 + 58? (two two-digit numbers)",
+        {"task": "add2"},
+    ),
+    (
+        "math/countdown-v0",
+        "grpo_envs.envs.countdown:CountdownEnv",
+        "reach a target with + - * / over given numbers (difficulty 1-5)",
+        {},
+    ),
+    (
+        "format/think-answer-v0",
+        "grpo_envs.envs.arithmetic:ArithmeticEnv",
+        "easy arithmetic, rewarding the R1 <think>/<answer> format",
+        {"difficulty": 1, "format": "think_answer", "format_weight": 1.0},
+    ),
+    (
+        "rg/reasoning-gym-v0",
+        "grpo_envs.envs.reasoning_gym:ReasoningGymEnv",
+        "any reasoning-gym task: task='leg_counting', ...",
+        {"task": "leg_counting"},
+    ),
+    ("code/humaneval-v0", "grpo_envs.code:HumanEvalEnv", "HumanEval, run in the sandbox", {}),
+    ("code/mbpp-v0", "grpo_envs.code:MBPPEnv", "MBPP, run in the sandbox", {}),
+    ("code/stdio-v0", "grpo_envs.code:StdioEnv", "stdin/stdout programs, run in the sandbox", {}),
+)
+
+
+def register_builtin() -> None:
+    """Register the built-in ids (idempotent: already-registered ids are left alone)."""
+    for env_id, entry_point, description, defaults in _BUILTIN:
+        if env_id not in registry:
+            register(env_id, entry_point, description=description, **defaults)
+    from grpo_envs.registration import _families
+
+    if "rg" not in _families:
+        register_family("rg", "grpo_envs.envs.reasoning_gym:ReasoningGymEnv", param="task")
+
+
+register_builtin()

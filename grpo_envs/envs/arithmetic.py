@@ -1,0 +1,110 @@
+r"""``math/arithmetic-v0``: procedural multi-step integer arithmetic, offline and deterministic.
+
+Tasks:
+- ``chain`` (default): ``difficulty`` 1-5 sets the number of operands and their digits (see
+  ``LEVELS``); operators ``+ - *`` with the usual precedence.
+- ``add2``: two two-digit numbers, "What is 37 + 58? Give the final answer as \boxed{N}."
+  (also registered as ``math/add2-v0``).
+
+Scored by exact integer comparison of the final ``\boxed{}`` / ``<answer>`` content.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+from grpo_envs.base import SingleTurnEnv
+from grpo_envs.envs._common import (
+    Problem,
+    extra_components,
+    instruction,
+    integer_correctness,
+    problem_sample,
+    procedural_split,
+    reference_answer,
+)
+from grpo_envs.envs._expr import safe_eval
+from grpo_envs.rubric import RewardComponent, Rubric
+from grpo_envs.types import Sample
+
+#: difficulty -> (number of operands, max digits per operand)
+LEVELS: dict[int, tuple[int, int]] = {1: (2, 1), 2: (3, 2), 3: (4, 2), 4: (5, 3), 5: (6, 3)}
+TASKS = ("chain", "add2")
+
+
+def add2_problem(rng: random.Random) -> Problem:
+    """Two two-digit numbers to add."""
+    a, b = rng.randint(10, 99), rng.randint(10, 99)
+    return Problem(f"What is {a} + {b}?", str(a + b), {"task": "add2", "operands": [a, b]})
+
+
+def chain_problem(rng: random.Random, difficulty: int) -> Problem:
+    """Return a chain of ``+ - *`` over operands of up to ``LEVELS[difficulty]`` digits."""
+    operands, digits = LEVELS[difficulty]
+    parts = [str(rng.randint(1, 10**digits - 1))]
+    for _ in range(operands - 1):
+        op = rng.choice("++-*")
+        # A single-digit multiplier keeps products in a range a small model can check by hand.
+        operand = rng.randint(2, 9) if op == "*" else rng.randint(1, 10**digits - 1)
+        parts += [op, str(operand)]
+    expr = " ".join(parts)
+    value = safe_eval(expr).value
+    return Problem(f"What is {expr}?", str(int(value)), {"task": "chain", "difficulty": difficulty})
+
+
+class ArithmeticEnv(SingleTurnEnv):
+    """Procedural arithmetic; train and test questions are disjoint (see ``is_held_out``)."""
+
+    def __init__(
+        self,
+        task: str = "chain",
+        difficulty: int = 2,
+        seed: int = 0,
+        train_size: int = 5000,
+        test_size: int = 500,
+        format: str = "none",
+        format_weight: float = 0.0,
+    ) -> None:
+        """Configure the generator.
+
+        Args:
+            task: ``chain`` or ``add2``.
+            difficulty: 1-5 for ``chain`` (ignored by ``add2``).
+            seed: the data seed; problem i of a split is a function of (seed, split, i).
+            train_size: number of rows of the train split.
+            test_size: number of rows of the test split.
+            format: ``none``, ``boxed`` or ``think_answer``: the answer format the prompt asks for
+                and the format component added to the rubric.
+            format_weight: that component's weight (0: logged only).
+        """
+        super().__init__()
+        if task not in TASKS:
+            raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
+        if difficulty not in LEVELS:
+            raise ValueError(f"difficulty must be one of {sorted(LEVELS)}, got {difficulty}")
+        self.task, self.difficulty, self.seed, self.format = task, difficulty, seed, format
+        self.sizes = {"train": train_size, "test": test_size}
+        self.rubric = Rubric(
+            [
+                RewardComponent("correct", 1.0, integer_correctness),
+                *extra_components(format, format_weight),
+            ]
+        )
+
+    def _generate(self, rng: random.Random) -> Problem:
+        if self.task == "add2":
+            return add2_problem(rng)
+        return chain_problem(rng, self.difficulty)
+
+    def load_split(self, split: str) -> Iterator[Sample]:
+        """Return generated problems for ``split``."""
+        suffix = instruction(self.format)
+        for index, problem in procedural_split(
+            self._generate, seed=self.seed, split=split, size=self.sizes[split]
+        ):
+            yield problem_sample(split, index, problem, suffix)
+
+    def reference_completion(self, sample: Sample) -> str:
+        """Return the gold answer in the requested format."""
+        return reference_answer(self.format, sample.answer)

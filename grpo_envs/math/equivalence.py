@@ -1,0 +1,395 @@
+r"""Decide whether two parsed answers are mathematically the same.
+
+``compare`` walks the two trees from ``normalize`` (sets unordered, tuples/intervals ordered with
+their brackets, matrices by shape, equations up to a constant factor) and asks a ``Comparator`` about
+the leaves. Two comparators:
+
+* ``FastComparator``: plain numbers with exact ``Fraction`` arithmetic and identical strings.
+  Cannot hang, so it runs in the caller's process; raises ``NeedsSymbolic`` when unsure.
+* ``SymbolicComparator``: sympy (LaTeX via latex2sympy2_extended). Only ever runs inside a
+  killable worker process (``pool``), because sympy can take unbounded time on inputs such as
+  ``9^{9^{9^9}}``.
+
+The policy is "when unsure, say wrong": a reward model that calls a wrong answer right teaches the
+policy to produce it. So equality is only granted on proof (exact equality, ``simplify`` to 0, or
+agreement to 30 significant digits for constants) and never on a loose float tolerance, except for
+a decimal answer against a value that has no finite decimal expansion (relative 1e-6).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import re
+from fractions import Fraction
+from typing import TYPE_CHECKING, Protocol
+
+from grpo_envs.math.normalize import (
+    Choice,
+    Matrix,
+    Node,
+    Number,
+    Relation,
+    Scalar,
+    Seq,
+    Union,
+    is_words,
+    normalize_text,
+    numbers_equal,
+    parse_number,
+    tower_log10,
+)
+
+if TYPE_CHECKING:
+    import sympy
+
+
+class NeedsSymbolic(Exception):
+    """The fast comparator cannot decide; the pair must go to a sympy worker."""
+
+
+class Comparator(Protocol):
+    """Equality of leaves: scalars and relations."""
+
+    def scalar(self, gold: Scalar, pred: Scalar) -> bool:
+        """Whether two scalar answers are equal."""
+        ...
+
+    def relation(self, gold: Relation, pred: Relation) -> bool:
+        """Whether two relations (equations, inequalities) are equivalent."""
+        ...
+
+
+# --- tree walk ------------------------------------------------------------------------------
+
+_SIMPLE_NAME = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?$|^\\[a-z]+$")
+
+
+def compare(gold: Node, pred: Node, cmp: Comparator) -> bool:
+    """Whether ``pred`` answers ``gold``; ``cmp`` decides the leaves."""
+    if isinstance(gold, Choice) or isinstance(pred, Choice):
+        return isinstance(gold, Choice) and isinstance(pred, Choice) and gold.letter == pred.letter
+    if isinstance(gold, Scalar) and isinstance(pred, Scalar):
+        return cmp.scalar(gold, pred)
+    if isinstance(gold, Relation) and isinstance(pred, Relation):
+        return cmp.relation(gold, pred)
+    # "x = 5" answers "5" (and the reverse) when the left side is just a name.
+    if isinstance(pred, Relation) and not isinstance(gold, Relation):
+        return (
+            pred.op == "="
+            and bool(_SIMPLE_NAME.match(pred.lhs.text))
+            and compare(gold, pred.rhs, cmp)
+        )
+    if isinstance(gold, Relation):
+        return (
+            gold.op == "="
+            and bool(_SIMPLE_NAME.match(gold.lhs.text))
+            and compare(gold.rhs, pred, cmp)
+        )
+    if isinstance(gold, Seq) and isinstance(pred, Seq):
+        return _compare_seq(gold, pred, cmp)
+    if isinstance(gold, Union) and isinstance(pred, Union):
+        return _match_unordered(gold.parts, pred.parts, cmp)
+    if isinstance(gold, Matrix) or isinstance(pred, Matrix):
+        return _compare_matrix(gold, pred, cmp)
+    return False
+
+
+def _compare_seq(gold: Seq, pred: Seq, cmp: Comparator) -> bool:
+    if len(gold.items) != len(pred.items):
+        return False
+    kinds = {gold.kind, pred.kind}
+    if kinds == {"set", "tuple"}:
+        return False  # {1, 2} is not the point (1, 2)
+    if "tuple" in kinds:
+        if gold.kind == pred.kind == "tuple" and (gold.left, gold.right) != (pred.left, pred.right):
+            # (1, 2] vs (1, 2): the brackets carry meaning for pairs (intervals). For longer
+            # tuples, ( ) vs [ ] is notation only.
+            if len(gold.items) == 2 or not _same_bracket_family(gold, pred):
+                return False
+        return all(compare(g, p, cmp) for g, p in zip(gold.items, pred.items))
+    return _match_unordered(gold.items, pred.items, cmp)
+
+
+def _same_bracket_family(a: Seq, b: Seq) -> bool:
+    return a.left + a.right in ("()", "[]") and b.left + b.right in ("()", "[]")
+
+
+def _match_unordered(gold: tuple[Node, ...], pred: tuple[Node, ...], cmp: Comparator) -> bool:
+    """Every gold item matched by a distinct pred item (greedy; equality is transitive)."""
+    if len(gold) != len(pred):
+        return False
+    unused = list(pred)
+    for g in gold:
+        for k, p in enumerate(unused):
+            if compare(g, p, cmp):
+                del unused[k]
+                break
+        else:
+            return False
+    return True
+
+
+def _compare_matrix(gold: Node, pred: Node, cmp: Comparator) -> bool:
+    def flat(node: Node) -> tuple[tuple[int, int], tuple[Node, ...]] | None:
+        if isinstance(node, Matrix):
+            widths = {len(r) for r in node.rows}
+            if len(widths) != 1:
+                return None
+            return (len(node.rows), widths.pop()), tuple(c for r in node.rows for c in r)
+        if isinstance(node, Seq) and node.kind != "set":
+            return (0, len(node.items)), node.items  # a vector written as a tuple
+        return None
+
+    fg, fp = flat(gold), flat(pred)
+    if fg is None or fp is None:
+        return False
+    (gr, gc), gitems = fg
+    (pr, pc), pitems = fp
+    if isinstance(gold, Matrix) and isinstance(pred, Matrix):
+        if (gr, gc) != (pr, pc):
+            return False
+    elif len(gitems) != len(pitems) or 1 not in ((gr, gc) if gr else (pr, pc)):
+        return False  # only a row or column vector may be compared with a tuple
+    return all(compare(g, p, cmp) for g, p in zip(gitems, pitems))
+
+
+# --- fast, in-process comparator -------------------------------------------------------------
+
+
+def _number_candidates(s: Scalar) -> list[Number] | None:
+    n = parse_number(s.text)
+    if n is None:
+        return None
+    if s.percent:  # "50%" may be meant as 50 or as 0.5
+        return [n, Number(n.value / 100, n.decimal)]
+    return [n]
+
+
+class FastComparator:
+    """Exact comparison of plain numbers and identical strings; raises NeedsSymbolic otherwise."""
+
+    def scalar(self, gold: Scalar, pred: Scalar) -> bool:
+        """Equal as numbers (exactly) or as identical normalized text."""
+        if gold.text == pred.text:
+            return True
+        gn, pn = _number_candidates(gold), _number_candidates(pred)
+        if gn is not None and pn is not None:
+            return any(numbers_equal(a, b) for a in gn for b in pn)
+        # A plain number (at most 200 characters) cannot equal a power tower with more than a
+        # million digits; sympy would try to build that integer, so decide it here.
+        for num, other in ((gn, pred), (pn, gold)):
+            if num is not None:
+                size = tower_log10(other.text)
+                if size is not None and size > 1e6:
+                    return False
+        g_words, p_words = is_words(gold.text), is_words(pred.text)
+        if g_words or p_words:
+            if g_words and p_words:
+                return normalize_text(gold.text) == normalize_text(pred.text)
+            if gn is not None or pn is not None:
+                return False  # a number against a sentence
+        raise NeedsSymbolic
+
+    def relation(self, gold: Relation, pred: Relation) -> bool:
+        """Equal sides after orienting both relations the same way, else ask sympy."""
+        g, p = _orient(gold), _orient(pred)
+        if g.op != p.op:
+            return False
+        if g.lhs.text == p.lhs.text and g.op == "=" and _SIMPLE_NAME.match(g.lhs.text):
+            return self.scalar(g.rhs, p.rhs)  # x = 0.5 vs x = 1/2
+        if (g.lhs.text, g.rhs.text) == (p.lhs.text, p.rhs.text):
+            return True
+        if g.op in ("=", "!=") and (g.lhs.text, g.rhs.text) == (p.rhs.text, p.lhs.text):
+            return True
+        raise NeedsSymbolic
+
+
+def _orient(rel: Relation) -> Relation:
+    """Write > and >= as < and <= with the sides swapped."""
+    if rel.op == ">":
+        return Relation("<", rel.rhs, rel.lhs)
+    if rel.op == ">=":
+        return Relation("<=", rel.rhs, rel.lhs)
+    return rel
+
+
+# --- sympy comparator (runs in worker processes only) ----------------------------------------
+
+# The numeric agreement (relative) that counts as equality for constant expressions evaluated at
+# 50 significant digits: far beyond any pair of distinct answers a math problem has.
+_EXACT_REL = 1e-30
+# A decimal answer against a value with no finite decimal expansion (1/3, sqrt(2), pi).
+_DECIMAL_REL = 1e-6
+_LETTER_RUN = re.compile(r"[A-Za-z]{3,}")
+_COMMAND = re.compile(r"\\[A-Za-z]+")
+
+
+@functools.lru_cache(maxsize=4096)
+def to_sympy(text: str) -> tuple[sympy.Expr, bool] | None:
+    """Parse one scalar with latex2sympy2_extended: (expression, had a decimal literal), or None.
+
+    Text (a run of 3+ letters outside LaTeX commands, e.g. "Monday") is not parsed: latex2sympy
+    would read it as the product M*o*n*d*a*y, which equals "Dynamo".
+    """
+    import sympy
+    from latex2sympy2_extended.latex2sympy2 import ConversionConfig, latex2sympy
+    from latex2sympy2_extended.math_normalization import NormalizationConfig
+
+    if _LETTER_RUN.search(_COMMAND.sub(" ", text)):
+        return None
+    try:
+        expr = latex2sympy(
+            text,
+            normalization_config=NormalizationConfig(
+                basic_latex=True, units=False, malformed_operators=True, nits=False, boxed="none"
+            ),
+            conversion_config=ConversionConfig(lowercase_symbols=False),
+        )
+    except Exception:  # latex2sympy raises bare Exception on syntax errors
+        return None
+    if not isinstance(expr, sympy.Expr) or isinstance(expr, sympy.Tuple):
+        return None
+    floats = expr.atoms(sympy.Float)
+    if floats:
+        # 0.333 -> 333/1000 exactly, from its decimal string (not from the binary float).
+        expr = expr.xreplace({f: sympy.Rational(str(f)) for f in floats})
+    return expr, bool(floats)
+
+
+def _numeric(expr: sympy.Expr) -> sympy.Expr | None:
+    """The value of a constant expression to 50 digits, or None when it has none.
+
+    Kept as a sympy (mpmath) number: a Python float would underflow ``1/2006!`` to 0.
+    """
+    import sympy
+
+    val = expr.evalf(50)
+    if not val.is_number or val.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+        return None
+    return val
+
+
+def _terminating(expr: sympy.Expr) -> bool:
+    """Whether a constant expression is a rational with a finite decimal expansion."""
+    import sympy
+
+    try:
+        val = expr if expr.is_Rational else sympy.nsimplify(expr)
+    except Exception:  # nsimplify gives up with assorted errors; then it is not a known rational
+        return False
+    return isinstance(val, sympy.Rational) and _denominator_terminates(int(val.q))
+
+
+def _denominator_terminates(q: int) -> bool:
+    for p in (2, 5):
+        while q % p == 0:
+            q //= p
+    return q == 1
+
+
+def _close(a: sympy.Expr, b: sympy.Expr, rel: float) -> bool:
+    """|a - b| <= rel * max(|a|, |b|), evaluated in arbitrary precision."""
+    import sympy
+
+    diff = sympy.Abs(a - b).evalf(50)
+    scale = sympy.Max(sympy.Abs(a), sympy.Abs(b)).evalf(50)
+    if diff == 0:
+        return True
+    result = diff <= sympy.Float(rel, 50) * scale
+    return bool(result) if isinstance(result, sympy.logic.boolalg.BooleanAtom) else False
+
+
+def exprs_equal(gold: tuple[sympy.Expr, bool], pred: tuple[sympy.Expr, bool]) -> bool:
+    """Equality of two parsed scalars under the module's policy."""
+    import sympy
+
+    (ge, g_dec), (pe, p_dec) = gold, pred
+    if ge == pe:
+        return True
+    symbols = ge.free_symbols | pe.free_symbols
+    if not symbols:
+        gv, pv = _numeric(ge), _numeric(pe)
+        if gv is None or pv is None:
+            return bool(sympy.simplify(ge - pe) == 0)
+        if _close(gv, pv, _EXACT_REL):
+            return True
+        # Only a decimal against a non-terminating value gets the loose tolerance.
+        if (p_dec and not _terminating(ge)) or (g_dec and not _terminating(pe)):
+            return _close(gv, pv, _DECIMAL_REL)
+        return False
+    if ge.free_symbols != pe.free_symbols:
+        return False
+    if not _probe_agrees(ge, pe, symbols):
+        return False
+    return bool(sympy.simplify(ge - pe) == 0) or bool(sympy.expand(ge - pe) == 0)
+
+
+def _probe_agrees(ge: sympy.Expr, pe: sympy.Expr, symbols: set[sympy.Symbol]) -> bool:
+    """Quick rejection: evaluate both at a few fixed pseudo-random points."""
+    rng = random.Random(1234)
+    for _ in range(3):
+        point = {s: sympy_rational(rng.randint(11, 97), rng.randint(7, 13)) for s in symbols}
+        gv, pv = _numeric(ge.subs(point)), _numeric(pe.subs(point))
+        if gv is None or pv is None:
+            continue  # a pole or a complex branch: no evidence either way
+        if not _close(gv, pv, 1e-9):
+            return False
+    return True
+
+
+def sympy_rational(p: int, q: int) -> sympy.Rational:
+    """A sympy Rational (imported lazily)."""
+    import sympy
+
+    return sympy.Rational(p, q)
+
+
+class SymbolicComparator(FastComparator):
+    """Sympy-backed comparator: the fast checks first, then latex2sympy + sympy."""
+
+    def scalar(self, gold: Scalar, pred: Scalar) -> bool:
+        """Equal numbers, equal text, or sympy-equivalent expressions."""
+        try:
+            return super().scalar(gold, pred)
+        except NeedsSymbolic:
+            pass
+        gs, ps = to_sympy(gold.text), to_sympy(pred.text)
+        if gs is None or ps is None:
+            return normalize_text(gold.text) == normalize_text(pred.text)
+        for g in _percent_variants(gs, gold.percent):
+            for p in _percent_variants(ps, pred.percent):
+                if exprs_equal(g, p):
+                    return True
+        return False
+
+    def relation(self, gold: Relation, pred: Relation) -> bool:
+        """Equivalent relations: lhs - rhs proportional (positively for inequalities)."""
+        try:
+            return super().relation(gold, pred)
+        except NeedsSymbolic:
+            pass
+        import sympy
+
+        g, p = _orient(gold), _orient(pred)
+        sides = [to_sympy(x.text) for x in (g.lhs, g.rhs, p.lhs, p.rhs)]
+        if any(x is None for x in sides):
+            return False
+        gl, gr, pl, pr = (x[0] for x in sides if x is not None)
+        dg, dp = gl - gr, pl - pr
+        if dg.free_symbols != dp.free_symbols or dp == 0:
+            return False
+        ratio = sympy.simplify(dg / dp)
+        if ratio.free_symbols or ratio == 0 or not ratio.is_number:
+            return False
+        return bool(ratio.is_positive) if g.op in ("<", "<=") else bool(ratio.is_nonzero)
+
+
+def _percent_variants(
+    parsed: tuple[sympy.Expr, bool], percent: bool
+) -> list[tuple[sympy.Expr, bool]]:
+    if not percent:
+        return [parsed]
+    import sympy
+
+    return [parsed, (parsed[0] / sympy.Integer(100), parsed[1])]

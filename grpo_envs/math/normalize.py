@@ -1,0 +1,528 @@
+r"""Turn an extracted answer string into a small typed tree the comparator can walk.
+
+Pure Python (no sympy) so it runs in the caller's process: the structure of an answer -- a set, a
+tuple, an interval, a matrix, an equation, a multiple-choice letter -- is decided here from the
+brackets, and only the scalar leaves go to sympy. Deciding structure ourselves (instead of trusting
+latex2sympy's guess) is what keeps ``(2,1)`` a tuple: latex2sympy reads it as the open interval
+(2, 1), which is empty, and every empty interval equals every other one -- a false positive.
+
+Every function here is linear in the input, and inputs are capped (``MAX_ANSWER_CHARS`` in
+``extract``, ``MAX_DEPTH`` and ``MAX_ITEMS`` below).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+#: Bracket nesting deeper than this is not a plausible final answer (and would make recursive
+#: parsers slow): the answer is judged wrong without parsing.
+MAX_DEPTH = 24
+#: Sets/tuples/matrices with more elements than this are judged wrong without comparing.
+MAX_ITEMS = 64
+
+
+class AnswerTooComplex(ValueError):
+    """The answer is nested too deeply or has too many parts to be compared safely."""
+
+
+# --- tree -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """One expression: a number, a LaTeX formula or text. ``percent``: it ended in a % sign."""
+
+    text: str
+    percent: bool = False
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A multiple-choice letter, upper-cased."""
+
+    letter: str
+
+
+@dataclass(frozen=True)
+class Seq:
+    """A bracketed or comma-separated group.
+
+    ``kind``: "set" (``\{..\}``, unordered), "list" (bare commas or "or": unordered solutions),
+    "tuple" (ordered; also intervals, whose brackets are in ``left``/``right``).
+    """
+
+    kind: str
+    items: tuple[Node, ...]
+    left: str = ""
+    right: str = ""
+
+
+@dataclass(frozen=True)
+class Union:
+    r"""Intervals joined by ``\cup`` (order does not matter)."""
+
+    parts: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A matrix: rows of scalars."""
+
+    rows: tuple[tuple[Node, ...], ...]
+
+
+@dataclass(frozen=True)
+class Relation:
+    """``lhs op rhs`` with op one of = < > <= >= !=."""
+
+    op: str
+    lhs: Scalar
+    rhs: Scalar
+
+
+Node = Scalar | Choice | Seq | Union | Matrix | Relation
+
+
+# --- string clean-up ------------------------------------------------------------------------
+
+_UNICODE = {
+    "−": "-",
+    "–": "-",
+    "×": "\\times ",
+    "·": "\\cdot ",
+    "÷": "\\div ",
+    "π": "\\pi ",
+    "∞": "\\infty ",
+    "√": "\\sqrt",
+    "≤": "\\le ",
+    "≥": "\\ge ",
+    "≠": "\\ne ",
+    "±": "\\pm ",
+    "°": "^\\circ",
+    "∪": "\\cup ",
+    "\u00a0": " ",
+}
+_SPACING = re.compile(r"(?<!\\)\\[,;:! ]|\\quad|\\qquad|\\displaystyle|\\limits|~")
+_LEFT_RIGHT = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big)\s*(?=[()\[\]|.]|\\[{}|])")
+_LEFT_RIGHT_DOT = re.compile(r"\\(?:left|right)\.")
+_FRAC_VARIANTS = re.compile(r"\\[dt]frac")
+_TEXT_CMD = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname|mathit|rm)\s*\{")
+_DEGREE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree")
+_DOLLAR = re.compile(r"\\\$|\$")
+_THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_ASCII_FUNCS = re.compile(r"(?<![\\A-Za-z])(sqrt|pi|sin|cos|tan|log|ln|exp|infty|cdot)(?![A-Za-z])")
+_CHOICE = re.compile(r"^\(?\s*([A-J])\s*\)?(?:\s*[).:]\s*.*|\s+.*)?$", re.DOTALL)
+_WORDS_ONLY = re.compile(r"^[A-Za-z][A-Za-z' -]*$")
+_SPACED_DIGITS = re.compile(r"(?<=\d)(?:\\,|\{,\}|\s)(?=\d{3}(?!\d))")
+_KNOWN_UNITS = {
+    "cm", "m", "km", "mm", "kg", "g", "mg", "lb", "lbs", "oz", "ft", "in", "inch", "inches",
+    "feet", "foot", "yd", "yards", "mi", "miles", "mile", "meters", "meter", "s", "sec",
+    "seconds", "second", "min", "minutes", "minute", "h", "hr", "hrs", "hours", "hour", "days",
+    "day", "weeks", "week", "years", "year", "months", "month", "dollars", "dollar", "cents",
+    "cent", "units", "unit", "degrees", "degree", "mph", "l", "ml", "liters", "litres", "sq",
+    "square", "cubic", "percent", "points", "pounds", "people", "students", "apples",
+}  # fmt: skip
+
+
+def _unwrap_text_commands(s: str) -> str:
+    r"""``\text{ cm}`` -> `` cm ``: keep the content, drop the command and its braces."""
+    for _ in range(8):  # bounded: each pass removes at least one command
+        m = _TEXT_CMD.search(s)
+        if m is None:
+            break
+        start, depth, j = m.end(), 1, m.end()
+        while j < len(s) and depth:
+            if s[j] == "{":
+                depth += 1
+            elif s[j] == "}":
+                depth -= 1
+            j += 1
+        inner = s[start : j - 1] if depth == 0 else s[start:]
+        s = s[: m.start()] + " " + inner + " " + s[j:]
+    return s
+
+
+def clean(answer: str) -> str:
+    r"""Normalize LaTeX spelling without changing meaning.
+
+    Drops ``$``/``\(``/``\[`` delimiters, ``\left``/``\right``, spacing commands, ``\text{}``
+    wrappers, degree signs, dollar signs and a final full stop; ``\dfrac`` -> ``\frac``; ascii
+    ``sqrt(2)``/``pi`` -> LaTeX.
+
+    >>> clean(r"$\dfrac{1}{2}\text{ cm}$.")
+    '\\frac{1}{2} cm'
+    """
+    s = answer.strip()
+    for src, dst in _UNICODE.items():
+        s = s.replace(src, dst)
+    for open_, close in (("\\[", "\\]"), ("\\(", "\\)")):
+        s = s.replace(open_, " ").replace(close, " ")
+    s = _SPACED_DIGITS.sub("", s)  # 1\,000 / 1{,}000 / "1 000" -> 1000
+    s = s.replace("{,}", ",")
+    s = _LEFT_RIGHT_DOT.sub("", s)
+    s = _LEFT_RIGHT.sub("", s)
+    s = _SPACING.sub(" ", s)
+    s = _FRAC_VARIANTS.sub(r"\\frac", s)
+    s = _DEGREE.sub("", s)
+    s = _DOLLAR.sub("", s)
+    s = _unwrap_text_commands(s)
+    s = s.replace("\\%", "%")
+    s = _ASCII_FUNCS.sub(r"\\\1", s)
+    s = _fix_sqrt_parens(s)
+    s = " ".join(s.split())
+    s = s.rstrip(".").strip()
+    while s.startswith("{") and _matching(s, 0) == len(s) - 1:
+        s = s[1:-1].strip()
+    return s
+
+
+def _fix_sqrt_parens(s: str) -> str:
+    r"""``\sqrt(2)`` -> ``\sqrt{2}``: latex2sympy cannot read the former (Math-Verify's
+    ``4\sqrt(2) == 4`` false positive comes from mis-reading it).
+    """  # noqa: D205
+    out = []
+    i = 0
+    while True:
+        k = s.find("\\sqrt", i)
+        if k < 0:
+            out.append(s[i:])
+            break
+        j = k + 5
+        while j < len(s) and s[j] == " ":
+            j += 1
+        if j < len(s) and s[j] == "(":
+            end = _matching(s, j)
+            if end > 0:
+                out.append(s[i:k] + "\\sqrt{" + s[j + 1 : end] + "}")
+                i = end + 1
+                continue
+        out.append(s[i:j])
+        i = j
+    return "".join(out)
+
+
+_UNIT_WORD = re.compile(r"\s+([A-Za-z]+\.?)\s*(?:\^\s*\{?\d\}?)?$")
+_GLUED_UNIT = re.compile(r"(?<=\d)(cm|mm|km|kg|mg|ft|m|g|s|h|min|hr|hrs)(?:\^\s*\{?\d\}?)?$")
+
+
+def strip_units(s: str) -> str:
+    """Drop trailing unit words ("12 dollars", "5 cm^2", "6\\pi square units", "5cm").
+
+    Only when what remains still looks like math (has a digit or a LaTeX command), so a text
+    answer such as "no solution" is left alone. A single letter is a unit only if it is a known
+    one ("5 m"), since "2 x" is more likely a product.
+    """
+    for _ in range(4):
+        m = _UNIT_WORD.search(s)
+        if m is None:
+            break
+        word = m.group(1).rstrip(".").lower()
+        head = s[: m.start()].rstrip()
+        if len(word) < 2 and word not in _KNOWN_UNITS:
+            break
+        if not re.search(r"\d|\\[A-Za-z]", head) or head.endswith(("\\", "^", "_")):
+            break
+        s = head
+    m = _GLUED_UNIT.search(s)
+    if m and re.fullmatch(r"[-+]?[\d.,]+", s[: m.start()]):
+        s = s[: m.start()]
+    return s
+
+
+def _matching(s: str, i: int) -> int:
+    """Index of the bracket closing the one at ``i`` (any of ([{ closes with any of )]}), or -1."""
+    depth = 0
+    for j in range(i, len(s)):
+        ch = s[j]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return j
+    return -1
+
+
+def max_depth(s: str) -> int:
+    """Deepest bracket nesting in ``s``."""
+    depth = best = 0
+    for ch in s:
+        if ch in "([{":
+            depth += 1
+            best = max(best, depth)
+        elif ch in ")]}":
+            depth -= 1
+    return best
+
+
+def split_top(s: str, seps: tuple[str, ...]) -> list[str]:
+    """Split ``s`` on any of ``seps`` at bracket depth 0 (escaped ``\\{`` counts as a bracket)."""
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    i = 0
+    n = len(s)
+    while i < n:
+        ch = s[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif depth == 0:
+            for sep in seps:
+                if s.startswith(sep, i):
+                    # "\le" must not match inside "\left"; command separators need a non-letter next.
+                    nxt = s[i + len(sep) : i + len(sep) + 1]
+                    if sep[-1].isalpha() and nxt.isalpha():
+                        continue
+                    parts.append(s[start:i])
+                    i += len(sep)
+                    start = i
+                    break
+            else:
+                i += 1
+                continue
+            continue
+        i += 1
+    parts.append(s[start:])
+    return parts
+
+
+# --- numbers --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Number:
+    """An exactly parsed number. ``decimal``: written with a decimal point (maybe rounded)."""
+
+    value: Fraction
+    decimal: bool
+
+
+_INT_OR_DEC = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)$")
+_SLASH = re.compile(r"^([+-]?)\s*(\d+)\s*/\s*(\d+)$")
+_FRAC = re.compile(r"^([+-]?)\s*\\frac\s*(?:\{\s*([+-]?\d+)\s*\}|(\d))\s*(?:\{\s*([+-]?\d+)\s*\}|(\d))$")
+_MIXED = re.compile(r"^([+-]?)\s*(\d+)\s*(?:\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|\s(\d+)\s*/\s*(\d+))$")
+_SCI = re.compile(r"^([+-]?\d+(?:\.\d+)?)\s*(?:\\times|\\cdot|\*)\s*10\s*\^\s*\{?\s*([+-]?\d{1,3})\s*\}?$")
+
+
+def parse_number(s: str) -> Number | None:
+    r"""Parse a plain number exactly, or return None (then the caller asks sympy).
+
+    Handles integers, decimals, thousands separators, ``a/b``, ``\frac{a}{b}``, ``\frac12``,
+    mixed numbers (``3\frac{1}{2}``, ``3 1/2``) and ``1.5\times 10^{3}``. Never evaluates anything
+    unbounded (the exponent of 10 is at most three digits).
+
+    >>> parse_number("1,234.5").value
+    Fraction(2469, 2)
+    >>> parse_number(r"2\frac{1}{4}").value
+    Fraction(9, 4)
+    """
+    s = s.strip()
+    if not s or len(s) > 200:
+        return None
+    if _THOUSANDS.match(s):
+        s = s.replace(",", "")
+    if _INT_OR_DEC.match(s):
+        return Number(Fraction(s), "." in s)
+    m = _SLASH.match(s)
+    if m:
+        den = int(m.group(3))
+        if den == 0:
+            return None
+        v = Fraction(int(m.group(2)), den)
+        return Number(-v if m.group(1) == "-" else v, False)
+    m = _FRAC.match(s)
+    if m:
+        num = int(m.group(2) or m.group(3))
+        den = int(m.group(4) or m.group(5))
+        if den == 0:
+            return None
+        v = Fraction(num, den)
+        return Number(-v if m.group(1) == "-" else v, False)
+    m = _MIXED.match(s)
+    if m:
+        whole = int(m.group(2))
+        num = int(m.group(3) or m.group(5))
+        den = int(m.group(4) or m.group(6))
+        if den == 0 or num >= den:
+            return None  # "3 5/2" is not a mixed number; let sympy read it as a product
+        v = whole + Fraction(num, den)
+        return Number(-v if m.group(1) == "-" else v, False)
+    m = _SCI.match(s)
+    if m:
+        mant = Fraction(m.group(1))
+        return Number(mant * Fraction(10) ** int(m.group(2)), "." in m.group(1))
+    return None
+
+
+_TOWER_BASE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*")
+
+
+def tower_log10(s: str) -> float | None:
+    """log10 of a literal power tower such as ``9^{9^{9^9}}`` without evaluating it, else None.
+
+    Used to reject, in microseconds, a plain-number gold against an expression too large to
+    compute (sympy would try to build the exact integer). Returns ``inf`` when even the
+    logarithm overflows a float.
+    """
+    s = s.strip()
+    m = _TOWER_BASE.match(s)
+    if m is None or m.end() == len(s) or s[m.end()] != "^":
+        return None
+    base = float(m.group(1))
+    rest = s[m.end() + 1 :].strip()
+    if rest.startswith("{") and _matching(rest, 0) == len(rest) - 1:
+        rest = rest[1:-1]
+    if re.fullmatch(r"\s*\d+(?:\.\d+)?\s*", rest):
+        exponent_log10 = math.log10(float(rest)) if float(rest) > 0 else -math.inf
+    elif re.fullmatch(r"\d", rest[:1] or "x"):
+        inner = tower_log10(rest)
+        if inner is None:
+            return None
+        exponent_log10 = inner
+    else:
+        return None
+    if base <= 1:
+        return None  # 1^x and 0^x are small; let sympy handle them
+    # log10(base^e) = e * log10(base) = 10^exponent_log10 * log10(base)
+    if exponent_log10 > 300:
+        return math.inf
+    return (10.0**exponent_log10) * math.log10(base)
+
+
+def terminates(x: Fraction) -> bool:
+    """True when ``x`` has a finite decimal expansion (denominator only has factors 2 and 5)."""
+    d = x.denominator
+    for p in (2, 5):
+        while d % p == 0:
+            d //= p
+    return d == 1
+
+
+def numbers_equal(a: Number, b: Number, rel_tol: Fraction = Fraction(1, 10**6)) -> bool:
+    """Exact equality, with a relative tolerance only for a decimal against a non-terminating value.
+
+    ``0.3333333`` matches ``1/3`` (relative error 1e-7), ``0.33`` does not (1e-2), and two values
+    that both have finite decimal expansions must match exactly (1000001.0 is not 1000000).
+    """
+    if a.value == b.value:
+        return True
+    for dec, other in ((a, b), (b, a)):
+        if dec.decimal and not terminates(other.value):
+            return abs(dec.value - other.value) <= rel_tol * abs(other.value)
+    return False
+
+
+# --- structure ------------------------------------------------------------------------------
+
+_MATRIX = re.compile(r"^\\begin\{([pbvBV]?matrix|array)\}(?:\{[^}]*\})?(.*)\\end\{\1\}$", re.DOTALL)
+_REL_OPS = ("\\leq", "\\geq", "\\neq", "\\le", "\\ge", "\\ne", "<=", ">=", "!=", "=", "<", ">")
+_REL_CANON = {"\\leq": "<=", "\\le": "<=", "\\geq": ">=", "\\ge": ">=", "\\neq": "!=", "\\ne": "!="}
+_OR = re.compile(r"\s+(?:or|and)\s+")
+
+
+def parse_answer(raw: str, *, choice: bool = False) -> Node:
+    """Parse an extracted answer into a tree. ``choice``: read a leading A-J letter as an option.
+
+    Raises:
+        AnswerTooComplex: nesting deeper than ``MAX_DEPTH`` or more than ``MAX_ITEMS`` parts.
+    """
+    s = clean(raw)
+    if max_depth(s) > MAX_DEPTH:
+        raise AnswerTooComplex(f"bracket nesting deeper than {MAX_DEPTH}")
+    if choice:
+        m = _CHOICE.match(s)
+        if m:
+            return Choice(m.group(1))
+    return _parse(s, 0)
+
+
+def gold_choice(raw: str) -> str | None:
+    """The letter when a gold answer is a bare multiple-choice option ("B", "(B)", "B)")."""
+    s = clean(raw)
+    m = re.match(r"^\(?\s*([A-J])\s*\)?$", s)
+    return m.group(1) if m else None
+
+
+def _parse(s: str, level: int) -> Node:
+    s = s.strip()
+    m = _MATRIX.match(s)
+    if m:
+        rows = [r for r in re.split(r"\\\\", m.group(2)) if r.strip()]
+        if len(rows) > MAX_ITEMS:
+            raise AnswerTooComplex("matrix too large")
+        cells = tuple(tuple(_parse(c, level + 1) for c in r.split("&")) for r in rows)
+        return Matrix(cells)
+    unions = split_top(s, ("\\cup",))
+    if len(unions) > 1:
+        if len(unions) > MAX_ITEMS:
+            raise AnswerTooComplex("too many intervals")
+        return Union(tuple(_parse(u, level + 1) for u in unions))
+    if not (s.startswith("(") or s.startswith("[") or s.startswith("\\{")) or _matching(s, 0) != len(
+        s
+    ) - 1:
+        # Bare comma list / "or" list (solutions), unless it is a thousands-separated number.
+        if not _THOUSANDS.match(s):
+            parts = split_top(s, (",", ";"))
+            if len(parts) == 1 and level == 0:
+                parts = _OR.split(s)
+            if len(parts) > 1:
+                if len(parts) > MAX_ITEMS:
+                    raise AnswerTooComplex("too many elements")
+                return Seq("list", tuple(_parse(p, level + 1) for p in parts if p.strip()))
+    # Brackets enclosing the whole answer.
+    if s.startswith("\\{") and s.endswith("\\}"):
+        items = split_top(s[2:-2], (",", ";"))
+        if len(items) > MAX_ITEMS:
+            raise AnswerTooComplex("too many elements")
+        return Seq("set", tuple(_parse(p, level + 1) for p in items if p.strip()))
+    if s[:1] in "([" and _matching(s, 0) == len(s) - 1:
+        items = split_top(s[1:-1], (",",))
+        if len(items) > 1:
+            if len(items) > MAX_ITEMS:
+                raise AnswerTooComplex("too many elements")
+            return Seq("tuple", tuple(_parse(p, level + 1) for p in items), s[0], s[-1])
+        if s[0] == "(":
+            return _parse(s[1:-1], level + 1)
+    # Plus-minus: a \pm b is the set {a + b, a - b}.
+    if "\\pm" in s or "\\mp" in s:
+        plus = s.replace("\\pm", "+").replace("\\mp", "-")
+        minus = s.replace("\\pm", "-").replace("\\mp", "+")
+        return Seq("set", (_scalar(plus), _scalar(minus)))
+    sides = split_top(s, _REL_OPS)
+    if len(sides) == 2:
+        op = _relation_op(s, sides[0])
+        return Relation(op, _scalar(sides[0]), _scalar(sides[1]))
+    return _scalar(s)
+
+
+def _relation_op(s: str, lhs: str) -> str:
+    rest = s[len(lhs) :]
+    for op in _REL_OPS:
+        if rest.startswith(op):
+            return _REL_CANON.get(op, op)
+    return "="
+
+
+def _scalar(s: str) -> Scalar:
+    s = s.strip()
+    percent = s.endswith("%")
+    if percent:
+        s = s[:-1].strip()
+    s = strip_units(s)
+    s = re.sub(r"^\+", "", s).replace("+-", "-").replace("--", "+")
+    return Scalar(s, percent)
+
+
+def is_words(s: str) -> bool:
+    """True for a text answer ("Monday", "no solution"): letters only, a word of 3+ letters."""
+    return bool(_WORDS_ONLY.match(s)) and bool(re.search(r"[A-Za-z]{3,}", s))
+
+
+def normalize_text(s: str) -> str:
+    """Case- and spacing-insensitive form of a text answer."""
+    return re.sub(r"[\s'.-]+", "", s).lower()

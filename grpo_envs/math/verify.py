@@ -1,0 +1,179 @@
+"""``verify`` / ``verify_batch``: is a completion's final answer equal to the gold answer?
+
+The pipeline per item: extract the gold answer and the completion's answer (``extract``), parse
+both into typed trees (``normalize``), compare in-process with exact number arithmetic
+(``FastComparator``), and only when that cannot decide, send the pair to a killable sympy worker
+(``pool``) with a timeout. Nothing here raises on bad input: every failure is an ``Outcome``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from grpo_envs.math.equivalence import FastComparator, NeedsSymbolic, compare
+from grpo_envs.math.extract import extract_answer, gold_answer
+from grpo_envs.math.normalize import AnswerTooComplex, Choice, Node, gold_choice, parse_answer
+from grpo_envs.math.pool import ReplyStatus, WorkerReply, default_workers, get_pool
+from grpo_envs.types import Outcome
+
+
+@dataclass(frozen=True)
+class MathResult:
+    """The verdict on one completion.
+
+    ``correct``: the extracted answer equals the gold answer. ``extracted``: the answer found in the
+    completion (None when there was none). ``outcome``: CORRECT, WRONG, UNPARSABLE (no answer
+    found), TIMEOUT (the comparison ran out of time; counted as not correct) or ERROR (bad gold or
+    a scorer failure). ``detail``: a short reason for logs.
+    """
+
+    correct: bool
+    extracted: str | None
+    outcome: Outcome
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """An item the fast path could not decide: goes to a sympy worker."""
+
+    gold: Node
+    pred: Node
+    extracted: str
+
+
+_FAST = FastComparator()
+
+
+@functools.lru_cache(maxsize=8192)
+def _gold_node(gold: str) -> Node | str:
+    """The parsed gold answer, or an error message (cached: GRPO scores each gold G times)."""
+    answer = gold_answer(gold)
+    if answer is None:
+        return "the gold answer is empty or has no final answer"
+    letter = gold_choice(answer)
+    if letter is not None:
+        return Choice(letter)
+    try:
+        return parse_answer(answer)
+    except AnswerTooComplex as exc:
+        return f"the gold answer is too complex: {exc}"
+
+
+def _prepare(gold: str, completion: str, strict: bool) -> MathResult | _Pending:
+    if not isinstance(gold, str) or not isinstance(completion, str):
+        return MathResult(
+            False,
+            None,
+            Outcome.ERROR,
+            f"gold and completion must be str, got {type(gold).__name__} and "
+            f"{type(completion).__name__}",
+        )
+    gold_node = _gold_node(gold)
+    if isinstance(gold_node, str):
+        return MathResult(False, None, Outcome.ERROR, gold_node)
+    extracted = extract_answer(completion, strict=strict)
+    if extracted is None:
+        return MathResult(False, None, Outcome.UNPARSABLE, "no final answer found")
+    try:
+        pred = parse_answer(extracted, choice=isinstance(gold_node, Choice))
+    except AnswerTooComplex as exc:
+        return MathResult(False, extracted, Outcome.WRONG, str(exc))
+    try:
+        equal = compare(gold_node, pred, _FAST)
+    except NeedsSymbolic:
+        return _Pending(gold_node, pred, extracted)
+    return _verdict(equal, extracted, "exact")
+
+
+def _verdict(equal: bool, extracted: str, how: str) -> MathResult:
+    if equal:
+        return MathResult(True, extracted, Outcome.CORRECT, how)
+    return MathResult(False, extracted, Outcome.WRONG, how)
+
+
+def _finish(pending: _Pending, reply: WorkerReply) -> MathResult:
+    if reply.status is ReplyStatus.OK:
+        return _verdict(reply.equal, pending.extracted, "sympy")
+    outcome = Outcome.TIMEOUT if reply.status is ReplyStatus.TIMEOUT else Outcome.ERROR
+    return MathResult(False, pending.extracted, outcome, reply.detail)
+
+
+def _safe_prepare(gold: str, completion: str, strict: bool) -> MathResult | _Pending:
+    try:
+        return _prepare(gold, completion, strict)
+    except Exception as exc:  # a bug here must cost one sample, not the training run
+        return MathResult(False, None, Outcome.ERROR, f"{type(exc).__name__}: {exc}"[:300])
+
+
+def verify(gold: str, completion: str, timeout_s: float = 5.0, *, strict: bool = False) -> MathResult:
+    r"""Check the final answer of ``completion`` against ``gold``.
+
+    Args:
+        gold: the gold answer: a bare answer (``"72"``, ``"\frac{1}{2}"``), a GSM8K solution
+            ending in ``#### 72``, or a solution with a ``\boxed{}`` answer.
+        completion: the model's text.
+        timeout_s: the most seconds of sympy work this item may use; safe from any thread.
+        strict: accept only ``<answer>`` tags, ``\boxed{}`` or ``#### N`` (see ``extract``).
+
+    Returns:
+        A ``MathResult``; never raises on bad input.
+
+    >>> verify("#### 1,000", "So the total is $1000.").correct
+    True
+    >>> verify("0.5", "The answer is 1/3.").outcome.value
+    'wrong'
+    """
+    prepared = _safe_prepare(gold, completion, strict)
+    if isinstance(prepared, MathResult):
+        return prepared
+    return _finish(prepared, get_pool().compare(prepared.gold, prepared.pred, timeout_s))
+
+
+def verify_batch(
+    golds: Sequence[str],
+    completions: Sequence[str],
+    timeout_s: float = 5.0,
+    *,
+    strict: bool = False,
+    workers: int | None = None,
+) -> list[MathResult]:
+    """``verify`` over aligned lists, with the sympy items spread over ``workers`` processes.
+
+    Plain-number items are decided in this process (microseconds each); the rest run concurrently
+    in the worker pool, each within ``timeout_s``. ``workers`` defaults to the usable CPU count.
+
+    Raises:
+        ValueError: ``golds`` and ``completions`` differ in length (a caller bug).
+    """
+    if len(golds) != len(completions):
+        raise ValueError(
+            f"verify_batch needs one gold per completion, got {len(golds)} golds and "
+            f"{len(completions)} completions"
+        )
+    n_workers = workers if workers is not None else default_workers()
+    if n_workers < 1:
+        raise ValueError(f"workers must be >= 1, got {n_workers}")
+    results: list[MathResult | None] = []
+    pending: list[tuple[int, _Pending]] = []
+    for i, (gold, completion) in enumerate(zip(golds, completions)):
+        prepared = _safe_prepare(gold, completion, strict)
+        if isinstance(prepared, _Pending):
+            pending.append((i, prepared))
+            results.append(None)
+        else:
+            results.append(prepared)
+    if pending:
+        pool = get_pool(n_workers)
+
+        def run(item: tuple[int, _Pending]) -> tuple[int, MathResult]:
+            i, p = item
+            return i, _finish(p, pool.compare(p.gold, p.pred, timeout_s))
+
+        with ThreadPoolExecutor(max_workers=min(n_workers, len(pending))) as executor:
+            for i, result in executor.map(run, pending):
+                results[i] = result
+    return [r if r is not None else MathResult(False, None, Outcome.ERROR, "not scored") for r in results]

@@ -1,0 +1,279 @@
+"""The environment registry: ``register``, ``make``, ``spec``, ``list_envs``.
+
+Modelled on Gymnasium's ``envs/registration.py``: a plain ``dict[str, EnvSpec]``, versioned ids
+``namespace/name-vN``, lazy ``"module:attr"`` entry points (so listing environments imports none of
+them), and errors that say what *is* registered. Two additions:
+
+- ``make("some.module:ns/name-v0")`` imports ``some.module`` first (it registers its environments on
+  import), as Gymnasium does;
+- installed packages are discovered through the ``grpo_envs`` entry-point group (see
+  ``load_plugins``), and a *family* (``register_family``) resolves ids like ``rg/leg_counting-v0`` to
+  one entry point with ``task="leg_counting"``, so a wrapper over 100+ generated tasks needs no
+  100 registrations.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import re
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from importlib import metadata
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from grpo_envs.base import Environment
+
+#: ``namespace/name-vN``: namespace and name are words (letters, digits, ``_ . -``), N an integer.
+ID_PATTERN = re.compile(r"^(?P<namespace>[\w.-]+)/(?P<name>[\w.-]+?)-v(?P<version>\d+)$")
+
+#: The entry-point group that third-party packages use to register environments. Each entry point
+#: is a module (importing it registers) or a callable taking no arguments (calling it registers).
+ENTRY_POINT_GROUP = "grpo_envs"
+
+EnvFactory = Callable[..., "Environment"]
+
+
+class RegistryError(KeyError):
+    """An unknown, malformed or duplicate environment id (a KeyError with a readable message)."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; print it plainly instead.
+        return str(self.args[0]) if self.args else ""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """How to build one registered environment.
+
+    Attributes:
+        id: ``namespace/name-vN``.
+        entry_point: ``"module:attr"`` (imported on ``make``) or the factory itself.
+        kwargs: default keyword arguments for the factory; ``make(id, **overrides)`` updates them.
+            Stored as sorted pairs so that the spec stays hashable and immutable.
+        description: one line for ``grpo envs list``.
+    """
+
+    id: str
+    entry_point: str | EnvFactory
+    kwargs: tuple[tuple[str, object], ...] = ()
+    description: str = ""
+
+    @property
+    def namespace(self) -> str:
+        """The part before ``/``."""
+        return _parse_id(self.id)[0]
+
+    @property
+    def name(self) -> str:
+        """The part between ``/`` and ``-vN``."""
+        return _parse_id(self.id)[1]
+
+    @property
+    def version(self) -> int:
+        """The ``N`` of ``-vN``."""
+        return _parse_id(self.id)[2]
+
+    @property
+    def defaults(self) -> dict[str, object]:
+        """The default keyword arguments as a fresh dict."""
+        return dict(self.kwargs)
+
+    @property
+    def module(self) -> str | None:
+        """The module of a string entry point (None for a callable one)."""
+        return self.entry_point.split(":", 1)[0] if isinstance(self.entry_point, str) else None
+
+    def with_kwargs(self, **overrides: object) -> EnvSpec:
+        """Return a copy whose defaults are updated with ``overrides``."""
+        merged = {**self.defaults, **overrides}
+        return replace(self, kwargs=tuple(sorted(merged.items())))
+
+    def load(self) -> EnvFactory:
+        """Import and return the factory (class or function) behind ``entry_point``."""
+        if not isinstance(self.entry_point, str):
+            return self.entry_point
+        module_name, _, attr = self.entry_point.partition(":")
+        if not module_name or not attr:
+            raise RegistryError(
+                f"{self.id}: entry point {self.entry_point!r} is not of the form 'module:attr'"
+            )
+        module = importlib.import_module(module_name)
+        try:
+            factory = getattr(module, attr)
+        except AttributeError as exc:
+            raise RegistryError(
+                f"{self.id}: module {module_name!r} has no attribute {attr!r}"
+            ) from exc
+        return factory  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class _Family:
+    """Ids ``namespace/<name>-vN`` not registered one by one: built by ``entry_point(param=name)``."""
+
+    namespace: str
+    entry_point: str | EnvFactory
+    param: str
+    version: int
+    kwargs: tuple[tuple[str, object], ...] = field(default=())
+
+
+#: The registry itself: id -> spec (insertion-ordered, as Gymnasium's).
+registry: dict[str, EnvSpec] = {}
+_families: dict[str, _Family] = {}
+_plugins_loaded = False
+
+
+def _parse_id(env_id: str) -> tuple[str, str, int]:
+    match = ID_PATTERN.match(env_id)
+    if match is None:
+        raise RegistryError(
+            f"malformed environment id {env_id!r}: expected 'namespace/name-vN', e.g. 'math/gsm8k-v0'"
+        )
+    return match["namespace"], match["name"], int(match["version"])
+
+
+def register(
+    id: str,
+    entry_point: str | EnvFactory,
+    *,
+    description: str = "",
+    **kwargs: object,
+) -> EnvSpec:
+    """Register an environment under ``id`` (``namespace/name-vN``).
+
+    Args:
+        id: the environment id; registering an id twice is an error (bump the version instead).
+        entry_point: ``"module:attr"`` (imported lazily by ``make``) or a factory callable.
+        description: one line shown by ``grpo envs list``.
+        **kwargs: default keyword arguments passed to the factory.
+
+    Returns:
+        The new ``EnvSpec``.
+    """
+    _parse_id(id)
+    if id in registry:
+        raise RegistryError(
+            f"environment {id!r} is already registered (entry point {registry[id].entry_point!r}); "
+            "register a new version (-vN+1) instead of overwriting it"
+        )
+    new = EnvSpec(id, entry_point, tuple(sorted(kwargs.items())), description)
+    registry[id] = new
+    return new
+
+
+def register_family(
+    namespace: str,
+    entry_point: str | EnvFactory,
+    *,
+    param: str = "task",
+    version: int = 0,
+    **kwargs: object,
+) -> None:
+    """Resolve any unregistered ``namespace/<name>-v<version>`` to ``entry_point(param=name)``.
+
+    Used for wrappers over a library of generated tasks (``rg/<task>-v0`` for reasoning-gym): ids are
+    materialised into the registry on first ``make``/``spec``, so they then show up in ``list_envs``.
+    """
+    if namespace in _families:
+        raise RegistryError(f"a family for namespace {namespace!r} is already registered")
+    _families[namespace] = _Family(
+        namespace, entry_point, param, version, tuple(sorted(kwargs.items()))
+    )
+
+
+def _from_family(env_id: str) -> EnvSpec | None:
+    match = ID_PATTERN.match(env_id)
+    if match is None or match["namespace"] not in _families:
+        return None
+    family = _families[match["namespace"]]
+    if int(match["version"]) != family.version:
+        return None
+    kwargs = {**dict(family.kwargs), family.param: match["name"]}
+    return register(env_id, family.entry_point, description=f"{family.namespace} task", **kwargs)
+
+
+def load_plugins(*, force: bool = False) -> list[str]:
+    """Import third-party environments advertised in the ``grpo_envs`` entry-point group.
+
+    Runs once (on the first ``list_envs``/``make``/``spec``); a broken plugin is reported with a
+    warning naming it and skipped, so that one bad package cannot hide every other environment.
+
+    Returns:
+        The names of the entry points that loaded.
+    """
+    global _plugins_loaded
+    if _plugins_loaded and not force:
+        return []
+    _plugins_loaded = True
+    loaded = []
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+            if callable(obj):
+                obj()
+            loaded.append(ep.name)
+        except Exception as exc:
+            warnings.warn(
+                f"grpo_envs plugin {ep.name!r} ({ep.value}) failed to load: "
+                f"{type(exc).__name__}: {exc}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    return loaded
+
+
+def _unknown(env_id: str) -> RegistryError:
+    close = difflib.get_close_matches(env_id, list(registry), n=5, cutoff=0.5)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    return RegistryError(
+        f"no environment {env_id!r} is registered.{hint} "
+        f"`grpo envs list` shows all {len(registry)} registered ids."
+    )
+
+
+def spec(env_id: str) -> EnvSpec:
+    """Return the ``EnvSpec`` registered as ``env_id`` (``"module:ns/name-vN"`` imports ``module`` first)."""
+    load_plugins()
+    if ":" in env_id:
+        module_name, env_id = env_id.split(":", 1)
+        importlib.import_module(module_name)
+    if env_id in registry:
+        return registry[env_id]
+    _parse_id(env_id)
+    found = _from_family(env_id)
+    if found is None:
+        raise _unknown(env_id)
+    return found
+
+
+def make(env_id: str | EnvSpec, **overrides: object) -> Environment:
+    """Build the environment registered as ``env_id`` with its defaults updated by ``overrides``.
+
+    The returned environment has ``env_id`` set and ``spec`` holding the exact arguments used, so
+    that ``make(env.spec)`` rebuilds an identical environment (``check_env`` relies on it).
+    """
+    base = env_id if isinstance(env_id, EnvSpec) else spec(env_id)
+    used = base.with_kwargs(**overrides)
+    factory = base.load()
+    try:
+        env = factory(**used.defaults)
+    except TypeError as exc:
+        raise TypeError(f"{base.id}: cannot build with arguments {used.defaults}: {exc}") from exc
+    env.env_id = base.id
+    env.spec = used
+    return env
+
+
+def list_envs(namespace: str | None = None) -> list[EnvSpec]:
+    """All registered specs (optionally of one namespace), sorted by id."""
+    load_plugins()
+    specs = sorted(registry.values(), key=lambda s: s.id)
+    return [s for s in specs if namespace is None or s.namespace == namespace]
+
+
+def families() -> Mapping[str, str]:
+    """Return registered families: namespace -> a usage hint (for ``grpo envs list``)."""
+    return {ns: f"{ns}/<{f.param}>-v{f.version}" for ns, f in _families.items()}

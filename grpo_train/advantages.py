@@ -1,0 +1,102 @@
+"""Group-relative advantages and group statistics: pure functions on a (P, G) reward tensor.
+
+``P`` prompts, ``G`` completions per prompt (the group). Every function here is checked against a
+hand computation in ``tests/grpo_train/test_advantages.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import torch
+
+
+class Estimator(StrEnum):
+    """How a completion's reward is turned into an advantage."""
+
+    GRPO = "grpo"
+    """``r - mean(group)`` (DeepSeekMath, arXiv:2402.03300), then scaled by ``ScaleRewards``."""
+    RLOO = "rloo"
+    """Leave-one-out baseline ``r_i - mean_{j != i} r_j`` (Ahmadian et al., arXiv:2402.14740)."""
+
+
+class ScaleRewards(StrEnum):
+    """What the centred rewards are divided by."""
+
+    GROUP = "group"
+    """The group's standard deviation (original GRPO)."""
+    BATCH = "batch"
+    """The standard deviation of all rewards in the batch (TRL's ``scale_rewards="batch"``)."""
+    NONE = "none"
+    """No division: Dr. GRPO (arXiv:2503.20783) argues the std normalisation biases the update
+    towards questions that are too easy or too hard."""
+
+
+def compute_advantages(
+    rewards: torch.Tensor,
+    estimator: Estimator | str = Estimator.GRPO,
+    scale_rewards: ScaleRewards | str = ScaleRewards.GROUP,
+    eps: float = 1e-4,
+) -> torch.Tensor:
+    """Advantages for a (P, G) reward tensor; returns (P, G).
+
+    GRPO: ``(r - mean_g) / (std_g + eps)`` with ``std_g`` the unbiased (n - 1) standard deviation
+    of the group, as TRL computes it (``torch.std``); with ``scale_rewards="batch"`` the std of all
+    ``P * G`` rewards, with ``"none"`` no division. RLOO: ``r_i - mean_{j != i} r_j``, which equals
+    ``G / (G - 1) * (r_i - mean_g)``, scaled the same way.
+
+    >>> compute_advantages(torch.tensor([[1.0, 0.0]]), scale_rewards="none")
+    tensor([[ 0.5000, -0.5000]])
+    """
+    if rewards.ndim != 2 or rewards.shape[1] < 2:
+        raise ValueError(
+            f"rewards must have shape (prompts, group) with group >= 2, got {tuple(rewards.shape)}"
+        )
+    if not torch.isfinite(rewards).all():
+        raise ValueError("rewards contain NaN or inf; score failures must be 0 with outcome error")
+    rewards = rewards.double()
+    group = rewards.shape[1]
+    centred = rewards - rewards.mean(dim=1, keepdim=True)
+    if Estimator(estimator) is Estimator.RLOO:
+        centred = centred * group / (group - 1)
+    scale = ScaleRewards(scale_rewards)
+    if scale is ScaleRewards.GROUP:
+        centred = centred / (rewards.std(dim=1, keepdim=True) + eps)
+    elif scale is ScaleRewards.BATCH:
+        centred = centred / (rewards.std() + eps)
+    return centred.float()
+
+
+def informative_groups(rewards: torch.Tensor, tol: float = 1e-6) -> torch.Tensor:
+    """A (P,) bool mask of groups whose rewards do not all agree.
+
+    A group where every completion got the same reward has zero advantage everywhere and gives no
+    gradient; DAPO's dynamic sampling (arXiv:2503.14476, section 3.2) drops such groups and refills
+    the batch from further prompts.
+    """
+    return (rewards.max(dim=1).values - rewards.min(dim=1).values) > tol
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """Summary statistics of a (P, G) reward tensor, for logging."""
+
+    reward_mean: float
+    reward_std: float
+    """Standard deviation over all rewards in the batch."""
+    group_std_mean: float
+    """Mean over groups of the in-group standard deviation."""
+    frac_zero_std: float
+    """Fraction of groups whose rewards all agree (no learning signal)."""
+
+
+def group_stats(rewards: torch.Tensor) -> GroupStats:
+    """Batch and in-group reward statistics of a (P, G) reward tensor."""
+    flat = rewards.double().flatten()
+    return GroupStats(
+        reward_mean=float(flat.mean()),
+        reward_std=float(flat.std()) if flat.numel() > 1 else 0.0,
+        group_std_mean=float(rewards.double().std(dim=1).mean()),
+        frac_zero_std=float((~informative_groups(rewards)).double().mean()),
+    )

@@ -1,0 +1,457 @@
+"""Training configuration: one frozen dataclass per concern, a docstring under every field.
+
+A run's configuration is layered: the dataclass defaults, then ``DEFAULT_PRESET`` (what
+``grpo train`` with no arguments runs), then a YAML file, then command-line overrides::
+
+    grpo train --config run.yaml --learning_rate 1e-6
+
+Field names are unique across sections, so YAML files may be flat (``learning_rate: 1e-6``) or
+sectioned (``optim: {learning_rate: 1e-6}``), and every field is a ``--flag``. Invalid values fail
+at start with the field name and the fix (``ConfigError``). The resolved configuration is saved in
+the run folder as ``config.yaml`` and can be passed back with ``--config``.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from functools import cache
+from pathlib import Path
+from typing import Literal, get_type_hints
+
+import yaml
+
+from grpo_train.advantages import Estimator, ScaleRewards
+from grpo_train.loss import LossType
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; the message names each bad field and how to fix it."""
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    """One training environment and its share of the prompts."""
+
+    id: str
+    """Registered environment id (``grpo envs list``), e.g. ``math/arithmetic-v0``."""
+    weight: float = 1.0
+    """Relative share of the prompts drawn from this environment."""
+    kwargs: Mapping[str, str | int | float | bool] = field(default_factory=dict)
+    """Keyword arguments for ``grpo_envs.make(id, **kwargs)`` (YAML only)."""
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """The model being trained."""
+
+    model: str = "default"
+    """HF hub id or local folder; ``default`` is the embedded SmolLM2-135M-Instruct."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Parameter dtype for training (float32 is the safe choice on CPU)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: less memory, about 30% more compute."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where prompts come from and how they are cut."""
+
+    env: tuple[EnvEntry, ...] = (EnvEntry("math/arithmetic-v0"),)
+    """Environment(s): an id, or ``id:weight,id:weight`` on the command line; a list in YAML."""
+    train_split: str = "train"
+    """Split that training prompts are drawn from."""
+    eval_split: str = "test"
+    """Held-out split for accuracy evaluation (greedy decoding)."""
+    eval_size: int = 64
+    """Held-out prompts evaluated per environment (the first ones of the split); 0 disables."""
+    max_prompt_length: int = 512
+    """Prompt tokens after the chat template; longer prompts keep their last tokens (warned)."""
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """How completions are sampled."""
+
+    engine: Literal["auto", "vllm", "hf"] = "auto"
+    """Rollout engine: ``vllm`` (colocated vllm.LLM), ``hf`` (model.generate), ``auto`` (vllm when
+    importable)."""
+    num_generations: int = 8
+    """Completions per prompt (the group size G); at least 2."""
+    prompts_per_step: int = 8
+    """Prompts per training step; a step trains on prompts_per_step x num_generations completions."""
+    max_completion_length: int = 256
+    """Maximum tokens per completion; longer ones are cut (finish reason 'length')."""
+    temperature: float = 1.0
+    """Sampling temperature for training rollouts (> 0); evaluation is greedy."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold for training rollouts."""
+    vllm_memory_fraction: float = 0.1
+    """vLLM's gpu_memory_utilization: fraction of GPU memory (of host RAM on CPU) it may hold."""
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """The GRPO objective and its variants."""
+
+    advantage_estimator: Estimator = Estimator.GRPO
+    """``grpo`` (reward minus group mean) or ``rloo`` (leave-one-out baseline)."""
+    scale_rewards: ScaleRewards = ScaleRewards.GROUP
+    """Divide centred rewards by the std of the ``group``, the ``batch``, or ``none`` (Dr. GRPO)."""
+    loss_type: LossType = LossType.DAPO
+    """Aggregation: ``grpo`` (per-sequence mean), ``dr_grpo`` (sum / max length), ``dapo``
+    (token mean over the batch)."""
+    mu: int = 1
+    """Optimizer updates per generated batch (num_iterations); > 1 reuses rollouts with clipping."""
+    beta: float = 0.0
+    """KL coefficient to the initial policy (k3 estimator); 0 loads no reference model."""
+    epsilon_low: float = 0.2
+    """Lower clip range: the ratio is clipped below at 1 - epsilon_low."""
+    epsilon_high: float = 0.28
+    """Upper clip range (DAPO clip-higher: larger than epsilon_low)."""
+    is_correction: bool = True
+    """Truncated importance sampling for the gap between engine and trainer logprobs."""
+    is_cap: float = 3.0
+    """Cap of the truncated importance weight (TRL's default is 3.0)."""
+    mask_truncated: bool = False
+    """Exclude completions cut at max_completion_length from the loss (DAPO overlong filtering)."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: drop groups whose rewards all agree, refill from further prompts."""
+    dynamic_sampling_rounds: int = 3
+    """Extra generation rounds allowed per step to refill dropped groups."""
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """The optimizer (AdamW) and its schedule."""
+
+    learning_rate: float = 1e-6
+    """Peak learning rate."""
+    lr_scheduler: Literal["constant", "linear", "cosine"] = "constant"
+    """Schedule after warmup: constant, linear decay to 0, or cosine decay to 0."""
+    warmup_steps: int = 0
+    """Optimizer updates with a linear warmup from 0 to the peak rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    adam_beta1: float = 0.9
+    """AdamW beta1."""
+    adam_beta2: float = 0.99
+    """AdamW beta2."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this value (0 disables clipping)."""
+    micro_batch_tokens: int = 8192
+    """Token budget per forward/backward micro-batch (rows x padded length); bounds memory."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Run length, seeding, outputs, checkpoints and logging."""
+
+    max_steps: int = 100
+    """Training steps (each: generate, score, mu optimizer updates)."""
+    seed: int = 0
+    """Seed for prompt order, sampling and initialisation; a run is reproducible on CPU."""
+    output_dir: str = "runs/grpo"
+    """Run folder: config.yaml, metrics.jsonl, samples.jsonl, tensorboard/, checkpoints/, plots/."""
+    resume: str = ""
+    """Resume from ``latest`` (the newest checkpoint in output_dir) or a checkpoint folder."""
+    save_every: int = 50
+    """Save a checkpoint every N steps (and at the end); 0 saves only at the end."""
+    keep_last: int = 2
+    """Checkpoints to keep; older ones are deleted."""
+    eval_every: int = 0
+    """Evaluate held-out accuracy every N steps (always before and after training); 0: only then."""
+    log_every_samples: int = 10
+    """Write sample completions to samples.jsonl every N steps; 0 disables."""
+    max_bad_steps: int = 3
+    """Abort after this many consecutive steps with a NaN/inf loss or gradient (skipped)."""
+    wandb: bool = False
+    """Also log to Weights & Biases (needs the wandb package)."""
+    wandb_project: str = "grpo-kit"
+    """W&B project name."""
+    progress: bool = True
+    """Show a progress bar with ETA."""
+
+
+SECTIONS: dict[str, type] = {
+    "policy": PolicyConfig,
+    "data": DataConfig,
+    "rollout": RolloutConfig,
+    "algorithm": AlgorithmConfig,
+    "optim": OptimConfig,
+    "run": RunConfig,
+}
+
+#: What ``grpo train`` runs with no arguments: the embedded SmolLM2-135M-Instruct on two-digit
+#: addition, on CPU. The single place to tune the out-of-the-box run; flat field -> value.
+DEFAULT_PRESET: Mapping[str, object] = {
+    "model": "default",
+    "env": [{"id": "math/arithmetic-v0", "kwargs": {"task": "add2"}}],
+    "engine": "auto",
+    "num_generations": 8,
+    "prompts_per_step": 8,
+    "max_prompt_length": 256,
+    "max_completion_length": 64,
+    "temperature": 1.0,
+    "learning_rate": 2e-6,
+    "max_steps": 30,
+    "eval_size": 50,
+    "save_every": 10,
+    "output_dir": "runs/grpo-default",
+}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The whole configuration of a training run."""
+
+    policy: PolicyConfig = PolicyConfig()
+    data: DataConfig = DataConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    optim: OptimConfig = OptimConfig()
+    run: RunConfig = RunConfig()
+
+    def __post_init__(self) -> None:
+        problems = _validate(self)
+        if problems:
+            raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+    @classmethod
+    def from_flat(cls, values: Mapping[str, object], base: TrainConfig | None = None) -> TrainConfig:
+        """A config from ``{field: value}`` (values may be strings from the command line)."""
+        owners = field_owners()
+        unknown = [k for k in values if k not in owners]
+        if unknown:
+            raise ConfigError(
+                f"unknown config field(s) {unknown}; `grpo train --help` lists them all"
+            )
+        problems: list[str] = []
+        sections = {name: getattr(base or cls(), name) for name in SECTIONS}
+        for section_name, section in sections.items():
+            changes: dict[str, object] = {}
+            for f in fields(section):
+                if f.name in values:
+                    try:
+                        changes[f.name] = coerce(f.name, values[f.name], field_types()[f.name])
+                    except (TypeError, ValueError) as err:
+                        problems.append(str(err))
+            sections[section_name] = dataclasses.replace(section, **changes)
+        if problems:
+            raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+        return cls(**sections)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, base: TrainConfig | None = None) -> TrainConfig:
+        """Load a flat or sectioned YAML file over ``base`` (default: the dataclass defaults)."""
+        try:
+            raw = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as err:
+            raise ConfigError(f"cannot read config file {path}: {err}") from err
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"{path}: expected a mapping of field: value, got {type(raw).__name__}")
+        flat: dict[str, object] = {}
+        for key, value in raw.items():
+            if key in SECTIONS and isinstance(value, Mapping):
+                flat.update(value)
+            else:
+                flat[str(key)] = value
+        return cls.from_flat(flat, base)
+
+    def to_dict(self) -> dict[str, dict[str, object]]:
+        """The sectioned, YAML-ready form (enums as strings, env entries as mappings)."""
+        return {name: {k: _plain(v) for k, v in flat_items(getattr(self, name))} for name in SECTIONS}
+
+    def to_yaml(self) -> str:
+        """YAML text that ``from_yaml`` reads back to an equal config."""
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def save(self, path: str | Path) -> None:
+        """Write ``to_yaml()`` to ``path``."""
+        Path(path).write_text(self.to_yaml())
+
+
+def preset_config() -> TrainConfig:
+    """The embedded default run: the dataclass defaults overlaid with ``DEFAULT_PRESET``."""
+    return TrainConfig.from_flat(DEFAULT_PRESET)
+
+
+def flat_items(section: object) -> Iterator[tuple[str, object]]:
+    """``(field, value)`` pairs of one section dataclass."""
+    for f in fields(section):  # type: ignore[arg-type]
+        yield f.name, getattr(section, f.name)
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, EnvEntry):
+        return {"id": value.id, "weight": value.weight, "kwargs": dict(value.kwargs)}
+    if isinstance(value, str):  # StrEnum members become plain strings
+        return str(value)
+    return value
+
+
+@cache
+def field_owners() -> dict[str, str]:
+    """Every field name -> the section it belongs to."""
+    owners: dict[str, str] = {}
+    for section, cls in SECTIONS.items():
+        for f in fields(cls):
+            if f.name in owners:  # pragma: no cover - guarded by a test
+                raise AssertionError(f"field {f.name} appears in two sections")
+            owners[f.name] = section
+    return owners
+
+
+@cache
+def field_types() -> dict[str, object]:
+    """Every field name -> its resolved type annotation."""
+    out: dict[str, object] = {}
+    for cls in SECTIONS.values():
+        out.update(get_type_hints(cls))
+    return out
+
+
+@cache
+def field_docs() -> dict[str, str]:
+    """Every field name -> the docstring written under it (read from the source with ``ast``)."""
+    docs: dict[str, str] = {}
+    for cls in SECTIONS.values():
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        body = tree.body[0].body  # type: ignore[attr-defined]
+        for node, nxt in zip(body, body[1:]):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)
+            ):
+                docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def coerce(name: str, value: object, annotation: object) -> object:
+    """Convert ``value`` (a YAML value or a command-line string) to the field's type."""
+    origin = typing.get_origin(annotation)
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        if str(value).strip().lower() in _TRUE | _FALSE:
+            return str(value).strip().lower() in _TRUE
+        raise ValueError(f"{name}: expected true or false, got {value!r}")
+    if annotation in (int, float):
+        if isinstance(value, bool):
+            raise ValueError(f"{name}: expected a number, got {value!r}")
+        try:
+            number = float(value) if annotation is float else int(str(value))  # type: ignore[arg-type]
+        except ValueError:
+            raise ValueError(f"{name}: expected {annotation.__name__}, got {value!r}") from None  # type: ignore[union-attr]
+        return number
+    if annotation is str:
+        return str(value)
+    if origin is Literal:
+        allowed = typing.get_args(annotation)
+        if value not in allowed:
+            raise ValueError(f"{name}: {value!r} is not one of {list(allowed)}")
+        return value
+    if isinstance(annotation, type) and issubclass(annotation, str):  # StrEnum
+        try:
+            return annotation(value)
+        except ValueError:
+            allowed_values = [m.value for m in annotation]  # type: ignore[attr-defined]
+            raise ValueError(f"{name}: {value!r} is not one of {allowed_values}") from None
+    if origin in (tuple, types.UnionType) or name == "env":
+        return parse_envs(value)
+    raise TypeError(f"{name}: unsupported field type {annotation}")  # pragma: no cover
+
+
+def parse_envs(value: object) -> tuple[EnvEntry, ...]:
+    """``id``, ``id:weight,id:weight``, or a YAML list of ids / ``{id, weight, kwargs}`` mappings."""
+    if isinstance(value, EnvEntry):
+        return (value,)
+    items: list[object]
+    if isinstance(value, str):
+        items = [part.strip() for part in value.split(",") if part.strip()]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        items = [value]
+    entries: list[EnvEntry] = []
+    for item in items:
+        if isinstance(item, EnvEntry):
+            entries.append(item)
+        elif isinstance(item, str):
+            env_id, _, weight = item.partition(":")
+            try:
+                entries.append(EnvEntry(env_id.strip(), float(weight) if weight else 1.0))
+            except ValueError:
+                raise ValueError(f"env: weight of {item!r} is not a number (use id:weight)") from None
+        elif isinstance(item, Mapping) and "id" in item:
+            extra = set(item) - {"id", "weight", "kwargs"}
+            if extra:
+                raise ValueError(f"env: unknown key(s) {sorted(extra)} in {dict(item)}; use id, weight, kwargs")
+            entries.append(
+                EnvEntry(str(item["id"]), float(item.get("weight", 1.0)), dict(item.get("kwargs") or {}))
+            )
+        else:
+            raise ValueError(f"env: cannot read {item!r}; give an id or a mapping with an 'id' key")
+    return tuple(entries)
+
+
+def _validate(cfg: TrainConfig) -> list[str]:
+    """Every problem with ``cfg`` as 'field: what is wrong; how to fix it'."""
+    p: list[str] = []
+    r, a, o, run, d = cfg.rollout, cfg.algorithm, cfg.optim, cfg.run, cfg.data
+
+    def need(ok: bool, message: str) -> None:
+        if not ok:
+            p.append(message)
+
+    need(bool(d.env), "env: no environment given; pass --env ID (see `grpo envs list`)")
+    for e in d.env:
+        need(bool(e.id), "env: an entry has an empty id")
+        need(e.weight > 0, f"env: weight of {e.id} is {e.weight}; weights must be > 0")
+    need(d.eval_size >= 0, f"eval_size: {d.eval_size} < 0; use 0 to disable evaluation")
+    need(d.max_prompt_length >= 1, f"max_prompt_length: {d.max_prompt_length}; must be >= 1")
+    need(
+        r.num_generations >= 2,
+        f"num_generations: {r.num_generations}; group-relative advantages need at least 2 "
+        "completions per prompt (8 is typical)",
+    )
+    need(r.prompts_per_step >= 1, f"prompts_per_step: {r.prompts_per_step}; must be >= 1")
+    need(r.max_completion_length >= 1, f"max_completion_length: {r.max_completion_length}; must be >= 1")
+    need(r.temperature > 0, f"temperature: {r.temperature}; training samples need > 0 (try 1.0)")
+    need(0 < r.top_p <= 1, f"top_p: {r.top_p}; must be in (0, 1]")
+    need(0 < r.vllm_memory_fraction < 1, f"vllm_memory_fraction: {r.vllm_memory_fraction}; must be in (0, 1)")
+    need(a.mu >= 1, f"mu: {a.mu}; must be >= 1 (1 = one update per batch)")
+    need(a.beta >= 0, f"beta: {a.beta}; must be >= 0 (0 disables the KL term)")
+    need(0 <= a.epsilon_low < 1, f"epsilon_low: {a.epsilon_low}; must be in [0, 1) (0.2 is usual)")
+    need(a.epsilon_high >= 0, f"epsilon_high: {a.epsilon_high}; must be >= 0 (0.28 for DAPO)")
+    need(a.is_cap >= 1, f"is_cap: {a.is_cap}; must be >= 1 (TRL uses 3.0)")
+    need(a.dynamic_sampling_rounds >= 0, f"dynamic_sampling_rounds: {a.dynamic_sampling_rounds}; must be >= 0")
+    need(o.learning_rate > 0, f"learning_rate: {o.learning_rate}; must be > 0 (1e-6 is typical)")
+    need(o.learning_rate < 1, f"learning_rate: {o.learning_rate} is far too large (1e-6 is typical)")
+    need(o.warmup_steps >= 0, f"warmup_steps: {o.warmup_steps}; must be >= 0")
+    need(o.max_grad_norm >= 0, f"max_grad_norm: {o.max_grad_norm}; must be >= 0 (0 disables)")
+    need(o.micro_batch_tokens >= 16, f"micro_batch_tokens: {o.micro_batch_tokens}; must be >= 16")
+    need(0 <= o.adam_beta1 < 1 and 0 <= o.adam_beta2 < 1, "adam_beta1/adam_beta2: must be in [0, 1)")
+    need(run.max_steps >= 0, f"max_steps: {run.max_steps}; must be >= 0")
+    need(run.save_every >= 0, f"save_every: {run.save_every}; must be >= 0 (0: only at the end)")
+    need(run.keep_last >= 1, f"keep_last: {run.keep_last}; keep at least 1 checkpoint")
+    need(run.eval_every >= 0, f"eval_every: {run.eval_every}; must be >= 0")
+    need(run.log_every_samples >= 0, f"log_every_samples: {run.log_every_samples}; must be >= 0")
+    need(run.max_bad_steps >= 1, f"max_bad_steps: {run.max_bad_steps}; must be >= 1")
+    need(bool(run.output_dir), "output_dir: empty; give a folder for the run")
+    return p

@@ -1,0 +1,263 @@
+"""``grpo eval``: evaluate a model on suites; ``grpo eval compare RUN_A RUN_B``: compare two runs.
+
+Examples::
+
+    grpo eval --model default --suite gsm8k --limit 100                 # greedy accuracy
+    grpo eval --model ./ckpt --suite humaneval,mbpp --n 8 --k 1,4,8     # pass@k, T = 0.8
+    grpo eval --suite my-math --suites_file suites.yaml --out runs/eval/a
+    grpo eval compare runs/eval/a runs/eval/b --png delta.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+from grpo_train.eval.passk import parse_ks
+
+if TYPE_CHECKING:
+    from grpo_train.eval.runner import ChatTokenizer
+
+logger = logging.getLogger(__name__)
+
+#: Codex (Chen et al. 2021) sampled at T = 0.8 for pass@k with large k; our default when n > 1.
+DEFAULT_SAMPLING_TEMPERATURE = 0.8
+
+
+@dataclass(frozen=True)
+class EvalArgs:
+    """Validated ``grpo eval`` arguments."""
+
+    model: str | None
+    suite: str
+    suites_file: str | None
+    n: int
+    ks: tuple[int, ...] | None
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int | None
+    limit: int | None
+    out: str | None
+    engine: str
+    dtype: str
+    split: str
+    batch_size: int
+    env_kwargs: Mapping[str, Mapping[str, object]]
+    progress: bool
+
+
+def _eval_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="grpo eval",
+        description="Evaluate a model on benchmark suites (`grpo eval compare A B` compares runs).",
+    )
+    p.add_argument(
+        "--model", default=None, help="HF id or local folder (default: SmolLM2-135M-Instruct)"
+    )
+    p.add_argument("--suite", default="gsm8k", help="comma-separated suite names or env ids")
+    p.add_argument("--suites_file", default=None, help="YAML file defining more suites")
+    p.add_argument("--n", type=int, default=1, help="completions per prompt (1: greedy accuracy)")
+    p.add_argument("--k", default=None, help="pass@k values, e.g. 1,4,8 (each <= n)")
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help=f"sampling temperature (default 0 for n=1, {DEFAULT_SAMPLING_TEMPERATURE} for n>1)",
+    )
+    p.add_argument("--top_p", type=float, default=1.0)
+    p.add_argument("--max_tokens", type=int, default=512, help="max new tokens per completion")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--limit", type=int, default=None, help="first N prompts of each environment")
+    p.add_argument(
+        "--out", default=None, help="run folder (default: eval_runs/<model>-<suite>-...)"
+    )
+    p.add_argument("--engine", default="auto", choices=("auto", "vllm", "hf"))
+    p.add_argument("--dtype", default="float32", help="weight dtype: float32, bfloat16, ...")
+    p.add_argument("--split", default="test")
+    p.add_argument("--batch_size", type=int, default=64, help="prompts per generate call")
+    p.add_argument(
+        "--env_kwargs",
+        default=None,
+        help="JSON {env_id: {kwarg: value}} passed to grpo_envs.make",
+    )
+    p.add_argument("--no_progress", action="store_true", help="no progress bar")
+    return p
+
+
+def parse_eval_args(argv: list[str]) -> EvalArgs:
+    """Parse and validate ``grpo eval`` options; ``ValueError`` says what to fix."""
+    ns = _eval_parser().parse_args(argv)
+    if ns.n < 1:
+        raise ValueError(f"--n must be >= 1, got {ns.n}")
+    temperature = ns.temperature
+    if temperature is None:
+        temperature = 0.0 if ns.n == 1 else DEFAULT_SAMPLING_TEMPERATURE
+    if temperature < 0:
+        raise ValueError(f"--temperature must be >= 0, got {temperature}")
+    if temperature == 0 and ns.n > 1:
+        raise ValueError(
+            f"--n {ns.n} with --temperature 0 samples the same greedy completion {ns.n} times; "
+            f"set --temperature (e.g. {DEFAULT_SAMPLING_TEMPERATURE}) or use --n 1"
+        )
+    ks = parse_ks(ns.k) if ns.k else None
+    if ks and ks[-1] > ns.n:
+        raise ValueError(
+            f"pass@{ks[-1]} needs at least {ks[-1]} samples per prompt: raise --n to >= {ks[-1]}"
+        )
+    if ns.max_tokens < 1:
+        raise ValueError(f"--max_tokens must be >= 1, got {ns.max_tokens}")
+    if ns.limit is not None and ns.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {ns.limit}")
+    if not 0 < ns.top_p <= 1:
+        raise ValueError(f"--top_p must be in (0, 1], got {ns.top_p}")
+    env_kwargs: dict[str, dict[str, object]] = {}
+    if ns.env_kwargs:
+        try:
+            raw = json.loads(ns.env_kwargs)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--env_kwargs is not valid JSON: {err}") from err
+        if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+            raise ValueError("--env_kwargs must be a JSON object {env_id: {kwarg: value}}")
+        env_kwargs = {str(k): dict(v) for k, v in raw.items()}
+    return EvalArgs(
+        model=ns.model,
+        suite=ns.suite,
+        suites_file=ns.suites_file,
+        n=ns.n,
+        ks=ks,
+        temperature=temperature,
+        top_p=ns.top_p,
+        max_tokens=ns.max_tokens,
+        seed=ns.seed,
+        limit=ns.limit,
+        out=ns.out,
+        engine=ns.engine,
+        dtype=ns.dtype,
+        split=ns.split,
+        batch_size=ns.batch_size,
+        env_kwargs=env_kwargs,
+        progress=not ns.no_progress,
+    )
+
+
+def default_out_dir(args: EvalArgs, model_path: str) -> Path:
+    """Name the run folder after the settings, so rerunning the same command resumes it."""
+    model = Path(model_path.rstrip("/")).name or "model"
+    parts = [
+        model,
+        args.suite,
+        args.split,
+        f"n{args.n}",
+        f"t{args.temperature:g}",
+        f"max{args.max_tokens}",
+    ]
+    name = "-".join(re.sub(r"[^A-Za-z0-9_.]+", "_", p) for p in parts)
+    return Path("eval_runs") / name
+
+
+def run_eval(args: EvalArgs) -> int:
+    """Build the engine and environments, evaluate, print the table."""
+    from transformers import AutoTokenizer
+
+    import grpo_envs
+    from grpo_train.eval.runner import EvalTask, evaluate
+    from grpo_train.eval.suites import load_suites_file, resolve_tasks
+    from grpo_train.models import resolve_model
+    from grpo_train.rollout import make_engine
+    from grpo_train.rollout.base import SamplingConfig
+
+    user_suites = load_suites_file(args.suites_file) if args.suites_file else None
+    registered = [getattr(spec, "id", spec) for spec in grpo_envs.list_envs()]
+    tasks = resolve_tasks(
+        args.suite, user_suites=user_suites, registered_env_ids=map(str, registered)
+    )
+    unknown_kw = set(args.env_kwargs) - {t.env_id for t in tasks}
+    if unknown_kw:
+        raise ValueError(f"--env_kwargs names env ids that are not evaluated: {sorted(unknown_kw)}")
+    envs = [
+        EvalTask(t.label, grpo_envs.make(t.env_id, **args.env_kwargs.get(t.env_id, {})))
+        for t in tasks
+    ]
+    model_path = resolve_model(args.model)
+    out = Path(args.out) if args.out else default_out_dir(args, model_path)
+    sampling = SamplingConfig(
+        n=args.n,
+        max_new_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+    )
+    tokenizer = cast("ChatTokenizer", AutoTokenizer.from_pretrained(model_path))
+    max_len = max(2048, args.max_tokens + 1024)  # vLLM context: room for long prompts
+    engine = make_engine(args.engine, model_path, dtype=args.dtype, max_model_len=max_len)
+    try:
+        summary = evaluate(
+            engine,
+            tokenizer,
+            envs,
+            split=args.split,
+            limit=args.limit,
+            sampling=sampling,
+            ks=args.ks,
+            out_dir=out,
+            batch_size=args.batch_size,
+            progress=args.progress,
+            model=args.model or model_path,
+        )
+    finally:
+        engine.close()
+    table = summary.table()
+    (out / "summary.md").write_text(table + "\n")
+    print(
+        f"\nmodel {args.model or model_path}  split {args.split}  n={args.n}  "
+        f"T={args.temperature:g}  max_tokens={args.max_tokens}  ({summary.num_generated} "
+        f"generated, {summary.num_reused} resumed, {summary.elapsed_s:.1f} s)\n"
+    )
+    print(table)
+    print(f"\nwrote {out}/samples.jsonl, {out}/summary.json")
+    return 0
+
+
+def run_compare(argv: list[str]) -> int:
+    """``grpo eval compare RUN_A RUN_B``."""
+    from grpo_train.eval.compare import compare_runs, compare_table, plot_deltas
+
+    p = argparse.ArgumentParser(
+        prog="grpo eval compare", description="Per-suite deltas B - A with CIs."
+    )
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    p.add_argument("--png", default="eval_compare.png", help="bar chart path")
+    p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    ns = p.parse_args(argv)
+    rows = compare_runs(
+        ns.run_a, ns.run_b, confidence=ns.confidence, resamples=ns.resamples, seed=ns.seed
+    )
+    print(compare_table(rows, Path(ns.run_a).name, Path(ns.run_b).name))
+    print(f"\n* the {100 * ns.confidence:g}% interval excludes 0")
+    png = plot_deltas(rows, ns.png, title=f"{Path(ns.run_b).name} - {Path(ns.run_a).name}")
+    print(f"wrote {png}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``grpo eval``; returns the exit status (2 on bad input)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args and args[0] == "compare":
+            return run_compare(args[1:])
+        return run_eval(parse_eval_args(args))
+    except ValueError as err:
+        print(f"grpo eval: error: {err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,129 @@
+"""Suites: named sets of environment ids, built in or defined in a user's YAML file.
+
+A ``--suite`` argument is a comma-separated list whose items are suite names (``gsm8k``, ``code``,
+a name from ``--suites_file``) or registered environment ids (``math/arithmetic-v0``). Each item
+expands to one or more ``Task`` s: the unit that gets its own row in the report.
+
+The YAML file maps names to env ids, either at the top level or under a ``suites:`` key::
+
+    suites:
+      my-math: [math/gsm8k-v0, math/arithmetic-v0]
+      quick: math/arithmetic-v0
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A named set of environment ids."""
+
+    name: str
+    env_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One environment evaluated as part of a suite; ``label`` names its row in reports."""
+
+    label: str
+    env_id: str
+    suite: str
+
+
+BUILTIN_SUITES: dict[str, Suite] = {
+    s.name: s
+    for s in (
+        Suite("gsm8k", ("math/gsm8k-v0",)),
+        Suite("math500", ("math/math500-v0",)),
+        Suite("humaneval", ("code/humaneval-v0",)),
+        Suite("mbpp", ("code/mbpp-v0",)),
+        Suite("math", ("math/gsm8k-v0", "math/math500-v0")),
+        Suite("code", ("code/humaneval-v0", "code/mbpp-v0")),
+    )
+}
+
+
+def load_suites_file(path: str | Path) -> dict[str, Suite]:
+    """Read user suites from a YAML file (see the module docstring for the format)."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError as err:
+        raise ValueError(f"--suites_file {str(path)!r} does not exist") from err
+    except yaml.YAMLError as err:
+        raise ValueError(f"--suites_file {str(path)!r} is not valid YAML: {err}") from err
+    if isinstance(raw, Mapping) and "suites" in raw:
+        raw = raw["suites"]
+    if not isinstance(raw, Mapping):
+        raise ValueError(
+            f"--suites_file {str(path)!r} must map suite names to env ids, e.g. "
+            "`suites: {my-math: [math/gsm8k-v0, math/arithmetic-v0]}`"
+        )
+    suites: dict[str, Suite] = {}
+    for name, value in raw.items():
+        env_ids = [value] if isinstance(value, str) else value
+        if (
+            not isinstance(env_ids, list)
+            or not env_ids
+            or not all(isinstance(e, str) for e in env_ids)
+        ):
+            raise ValueError(
+                f"suite {name!r} in {str(path)!r} must be an env id or a non-empty list of them, "
+                f"got {value!r}"
+            )
+        suites[str(name)] = Suite(str(name), tuple(env_ids))
+    return suites
+
+
+def resolve_tasks(
+    spec: str | Iterable[str],
+    *,
+    user_suites: Mapping[str, Suite] | None = None,
+    registered_env_ids: Iterable[str] = (),
+) -> list[Task]:
+    """Expand a ``--suite`` value into tasks, in order, without duplicates.
+
+    Items are looked up as user suites first (so a user can override a built-in name), then
+    built-in suites, then registered env ids. An unknown item raises ``ValueError`` listing close
+    matches. A suite with one env gets that env's row labelled by the suite name; a suite with
+    several labels each row ``suite:env_id``.
+    """
+    items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
+    items = [s for s in items if s]
+    if not items:
+        raise ValueError("--suite is empty; give suite names or env ids, e.g. gsm8k,humaneval")
+    suites = {**BUILTIN_SUITES, **(user_suites or {})}
+    registered = list(registered_env_ids)
+    tasks: list[Task] = []
+    seen: set[str] = set()
+    for item in items:
+        if item in suites:
+            suite = suites[item]
+            for env_id in suite.env_ids:
+                label = suite.name if len(suite.env_ids) == 1 else f"{suite.name}:{env_id}"
+                if env_id not in seen:
+                    tasks.append(Task(label=label, env_id=env_id, suite=suite.name))
+                    seen.add(env_id)
+        elif item in registered or ("/" in item and not registered):
+            # Without a registry listing (grpo_envs absent) an id-looking item is passed through;
+            # `grpo_envs.make` then gives its own error.
+            if item not in seen:
+                tasks.append(Task(label=item, env_id=item, suite=item))
+                seen.add(item)
+        else:
+            known = sorted(suites) + sorted(registered)
+            close = difflib.get_close_matches(item, known, n=3)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            raise ValueError(
+                f"unknown suite or env id {item!r}.{hint} Suites: {', '.join(sorted(suites))}; "
+                f"env ids: {', '.join(sorted(registered)) or '(none registered)'}"
+            )
+    return tasks

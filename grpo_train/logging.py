@@ -1,0 +1,158 @@
+"""Run logging: per-step metrics to JSONL and TensorBoard (and W&B when asked), sample completions,
+a progress bar with ETA, and peak memory.
+
+Metrics are flat ``{name: float}`` maps with ``/``-separated names (``reward/mean``,
+``time/generate``); ``grpo plot RUN_DIR`` reads ``metrics.jsonl`` back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import resource
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from grpo_train.config import TrainConfig
+
+logger = logging.getLogger("grpo_train")
+
+METRICS_FILE = "metrics.jsonl"
+SAMPLES_FILE = "samples.jsonl"
+
+
+@dataclass(frozen=True)
+class SampleRecord:
+    """One logged completion."""
+
+    step: int
+    env_id: str
+    sample_id: str
+    prompt: str
+    completion: str
+    reward: float
+    outcome: str
+    advantage: float
+    finish_reason: str
+
+
+def peak_memory_mb() -> float:
+    """Peak memory of this process in MiB: CUDA max allocated on GPU, max RSS on CPU."""
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    # ru_maxrss is in KiB on Linux (bytes on macOS).
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
+    """The per-step metric rows of a run (each has a ``step`` key)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class RunLogger:
+    """Writes a run's metrics and samples; one instance per run."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        config: TrainConfig,
+        *,
+        start_step: int = 0,
+        use_tensorboard: bool = True,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._metrics_path = self.run_dir / METRICS_FILE
+        # On resume, forget rows the interrupted run wrote after its checkpoint: they are redone.
+        if self._metrics_path.exists():
+            kept = [r for r in read_metrics(self.run_dir) if r.get("step", 0) <= start_step]
+            self._metrics_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        self._tb = None
+        if use_tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+            except ImportError:  # tensorboard is an optional extra
+                logger.warning("tensorboard is not installed; metrics go to %s only", METRICS_FILE)
+        self._wandb = None
+        if config.run.wandb:
+            try:
+                import wandb  # type: ignore[import-not-found]
+
+                self._wandb = wandb.init(
+                    project=config.run.wandb_project, dir=str(self.run_dir), config=config.to_dict()
+                )
+            except ImportError:
+                logger.warning("wandb=true but the wandb package is not installed: pip install wandb")
+        self._bar = None
+        if config.run.progress:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=config.run.max_steps, initial=start_step, desc="grpo", unit="step")
+
+    def log_step(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Append one step's metrics to every sink and advance the progress bar."""
+        row = {"step": step, **{k: _finite(v) for k, v in metrics.items()}}
+        with self._metrics_path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self._tb is not None:
+            for name, value in metrics.items():
+                if value is not None and math.isfinite(value):
+                    self._tb.add_scalar(name, value, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(dict(metrics), step=step)
+        if self._bar is not None:
+            shown = {k: metrics[k] for k in ("reward/mean", "eval/accuracy") if k in metrics}
+            self._bar.set_postfix({k.split("/")[0]: f"{v:.3f}" for k, v in shown.items()})
+            self._bar.update(1)
+
+    def log_eval(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Record an evaluation that is not attached to a training step row (before training)."""
+        row = {"step": step, **{k: _finite(v) for k, v in metrics.items()}}
+        with self._metrics_path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self._tb is not None:
+            for name, value in metrics.items():
+                self._tb.add_scalar(name, value, step)
+        if self._wandb is not None:
+            self._wandb.log(dict(metrics), step=step)
+
+    def log_samples(self, records: Sequence[SampleRecord]) -> None:
+        """Append sample completions to ``samples.jsonl``."""
+        with (self.run_dir / SAMPLES_FILE).open("a") as f:
+            for rec in records:
+                f.write(json.dumps(asdict(rec)) + "\n")
+
+    def write(self, message: str) -> None:
+        """Print a line without breaking the progress bar."""
+        if self._bar is not None:
+            self._bar.write(message)
+        else:
+            print(message, flush=True)
+
+    def close(self) -> None:
+        """Flush and close every sink."""
+        if self._bar is not None:
+            self._bar.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no NaN: non-finite values are written as null (and noted in the warning log)."""
+    return float(value) if value is not None and math.isfinite(value) else None

@@ -1,0 +1,241 @@
+"""The clipped GRPO objective and the per-token tensors it needs.
+
+``grpo_loss`` is a pure function of per-token tensors, tested against hand computations. The rest of
+the module builds those tensors: token-budget micro-batches of (prompt, completion) pairs, the
+policy's per-token log-probabilities and entropies, and the truncated importance-sampling weights
+that correct for the gap between the rollout engine's sampling log-probabilities and the trainer's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import torch
+
+
+class LossType(StrEnum):
+    """How per-token losses are aggregated into one scalar."""
+
+    GRPO = "grpo"
+    """Mean over each sequence's tokens, then mean over sequences (DeepSeekMath)."""
+    DR_GRPO = "dr_grpo"
+    """Sum over tokens divided by ``B * max_completion_length`` (Dr. GRPO, arXiv:2503.20783):
+    no per-sequence length normalisation, so long wrong answers are not favoured."""
+    DAPO = "dapo"
+    """Mean over all completion tokens of the batch (DAPO token-level loss, arXiv:2503.14476)."""
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    count = mask.sum()
+    return float((values * mask).sum() / count) if count > 0 else 0.0
+
+
+def grpo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    ref_logprobs: torch.Tensor | None = None,
+    beta: float = 0.0,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    loss_type: LossType | str = LossType.DAPO,
+    max_completion_length: int | None = None,
+    importance_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The clipped policy-gradient loss of GRPO, with optional k3 KL to a reference policy.
+
+    Shapes: ``logprobs``, ``old_logprobs``, ``ref_logprobs``, ``mask``, ``importance_weights``
+    are (B, T) per completion token; ``advantages`` is (B,). Per token, with
+    ``ratio = exp(logprobs - old_logprobs)``::
+
+        pg  = -min(ratio * A, clip(ratio, 1 - epsilon_low, 1 + epsilon_high) * A)
+        kl  = exp(ref - logprobs) - (ref - logprobs) - 1        # k3 estimator (Schulman, 2020)
+        per_token = importance_weight * pg + beta * kl
+
+    then aggregated by ``loss_type`` (see ``LossType``). ``epsilon_high > epsilon_low`` is DAPO's
+    clip-higher. ``importance_weights`` (default 1) is the truncated IS correction from
+    ``truncated_is_weights``.
+
+    With ``beta = 0`` and one update per batch (mu = 1) the ratio is exactly 1 and the loss value
+    is ``-mean(A)`` weighted by token counts, which is 0 when advantages are centred per group: the
+    gradient is not 0 (see grpo_train/README.md, "Why is the loss 0?").
+
+    Returns the scalar loss and float metrics: ``clip_frac_low`` (tokens with A < 0 whose ratio fell
+    below ``1 - epsilon_low``), ``clip_frac_high`` (A > 0, ratio above ``1 + epsilon_high``),
+    ``clip_frac`` (either), ``ratio_mean/min/max`` and ``kl`` (mean k3 over tokens; 0 without a
+    reference).
+    """
+    if logprobs.shape != old_logprobs.shape or logprobs.shape != mask.shape:
+        raise ValueError(
+            f"logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old_logprobs.shape)} and mask "
+            f"{tuple(mask.shape)} must have the same (B, T) shape"
+        )
+    if advantages.shape != logprobs.shape[:1]:
+        raise ValueError(f"advantages must have shape (B,) = {tuple(logprobs.shape[:1])}")
+    kind = LossType(loss_type)
+    if kind is LossType.DR_GRPO and not max_completion_length:
+        raise ValueError("loss_type='dr_grpo' needs max_completion_length (the token sum divisor)")
+    if beta > 0 and ref_logprobs is None:
+        raise ValueError("beta > 0 needs ref_logprobs (log-probabilities under the reference model)")
+
+    mask = mask.to(logprobs.dtype)
+    adv = advantages.to(logprobs.dtype).unsqueeze(1)  # (B, 1)
+    ratio = torch.exp(logprobs - old_logprobs)  # (B, T)
+    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    per_token = -torch.min(ratio * adv, clipped * adv)  # (B, T)
+    if importance_weights is not None:
+        per_token = per_token * importance_weights.detach()
+    kl = torch.zeros_like(per_token)
+    if ref_logprobs is not None and beta > 0:
+        delta = ref_logprobs - logprobs
+        kl = torch.exp(delta) - delta - 1
+        per_token = per_token + beta * kl
+
+    token_sum = (per_token * mask).sum(dim=1)  # (B,)
+    if kind is LossType.GRPO:
+        loss = (token_sum / mask.sum(dim=1).clamp(min=1)).mean()
+    elif kind is LossType.DR_GRPO:
+        loss = token_sum.sum() / (logprobs.shape[0] * float(max_completion_length or 1))
+    else:
+        loss = token_sum.sum() / mask.sum().clamp(min=1)
+
+    with torch.no_grad():
+        low = ((ratio < 1 - epsilon_low) & (adv < 0)).to(mask.dtype)
+        high = ((ratio > 1 + epsilon_high) & (adv > 0)).to(mask.dtype)
+        on = mask > 0
+        metrics = {
+            "clip_frac_low": _masked_mean(low, mask),
+            "clip_frac_high": _masked_mean(high, mask),
+            "clip_frac": _masked_mean(low + high, mask),
+            "ratio_mean": _masked_mean(ratio, mask),
+            "ratio_min": float(ratio[on].min()) if on.any() else 1.0,
+            "ratio_max": float(ratio[on].max()) if on.any() else 1.0,
+            "kl": _masked_mean(kl, mask),
+        }
+    return loss, metrics
+
+
+def loss_share(loss_type: LossType | str, mask: torch.Tensor, total_tokens: int, total_seqs: int) -> float:
+    """The weight of one micro-batch's ``grpo_loss`` in the loss of the whole batch.
+
+    Each aggregation is a mean over a unit (tokens for ``dapo``, sequences for ``grpo`` and
+    ``dr_grpo``), so summing ``share * micro_loss`` over micro-batches gives exactly the full-batch
+    loss, whatever the micro-batch split.
+    """
+    if LossType(loss_type) is LossType.DAPO:
+        return float(mask.sum()) / max(total_tokens, 1)
+    return mask.shape[0] / max(total_seqs, 1)
+
+
+def truncated_is_weights(
+    old_logprobs: torch.Tensor, sampling_logprobs: torch.Tensor, mask: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-token truncated importance weights ``min(exp(old - sampling), cap)``; (B, T) each.
+
+    The rollout engine samples with its own kernels (and precision), so its token log-probs differ
+    from the trainer's: the batch is slightly off-policy. Truncated importance sampling (Yao et al.,
+    "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training", 2025; TRL's
+    ``vllm_importance_sampling_cap``, verl's ``rollout_is``) reweights each token by the ratio of
+    the trainer's probability to the sampler's, capped so rare tokens cannot blow up the gradient.
+    Metrics: ``is_ratio_mean/min/max`` (before the cap) and ``is_capped_frac``.
+    """
+    ratio = torch.exp((old_logprobs - sampling_logprobs).detach())
+    on = mask > 0
+    metrics = {
+        "is_ratio_mean": _masked_mean(ratio, mask.to(ratio.dtype)),
+        "is_ratio_min": float(ratio[on].min()) if on.any() else 1.0,
+        "is_ratio_max": float(ratio[on].max()) if on.any() else 1.0,
+        "is_capped_frac": _masked_mean((ratio > cap).to(ratio.dtype), mask.to(ratio.dtype)),
+    }
+    return ratio.clamp(max=cap), metrics
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """Padded (prompt, completion) pairs for one forward pass.
+
+    Prompts are left-padded and completions right-padded, so every completion starts at column
+    ``P`` and the last ``C + 1`` logits cover all completion tokens.
+    """
+
+    rows: tuple[int, ...]
+    """Indices of these pairs in the full batch."""
+    input_ids: torch.Tensor  # (B, P + C)
+    attention_mask: torch.Tensor  # (B, P + C)
+    position_ids: torch.Tensor  # (B, P + C)
+    completion_ids: torch.Tensor  # (B, C)
+    completion_mask: torch.Tensor  # (B, C): 1 on real completion tokens
+
+
+def make_micro_batches(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    token_budget: int,
+    pad_id: int,
+) -> list[MicroBatch]:
+    """Split pairs into micro-batches whose padded size (rows x longest row) fits ``token_budget``.
+
+    Pairs are sorted by length first so that similar lengths share a micro-batch (less padding);
+    a pair longer than the budget gets a micro-batch of its own.
+    """
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(completions[i]))
+    groups: list[list[int]] = []
+    for i in order:
+        length = len(prompts[i]) + len(completions[i])
+        if groups and (len(groups[-1]) + 1) * length <= token_budget:
+            groups[-1].append(i)  # sorted ascending, so `length` is the new longest row
+        else:
+            groups.append([i])
+    return [_pad([prompts[i] for i in g], [completions[i] for i in g], tuple(g), pad_id) for g in groups]
+
+
+def _pad(
+    prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], rows: tuple[int, ...], pad_id: int
+) -> MicroBatch:
+    p_len = max(len(p) for p in prompts)
+    c_len = max(1, max(len(c) for c in completions))
+    batch = len(prompts)
+    ids = torch.full((batch, p_len + c_len), pad_id, dtype=torch.long)
+    attn = torch.zeros((batch, p_len + c_len), dtype=torch.long)
+    for b, (p, c) in enumerate(zip(prompts, completions)):
+        ids[b, p_len - len(p) : p_len] = torch.tensor(list(p), dtype=torch.long)
+        ids[b, p_len : p_len + len(c)] = torch.tensor(list(c), dtype=torch.long)
+        attn[b, p_len - len(p) : p_len + len(c)] = 1
+    # Left padding shifts positions: count them from the first real token, as HF generate does.
+    pos = (attn.cumsum(dim=1) - 1).clamp(min=0)
+    return MicroBatch(rows, ids, attn, pos, ids[:, p_len:], attn[:, p_len:])
+
+
+def token_logprobs(
+    model: torch.nn.Module, mb: MicroBatch, temperature: float = 1.0, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probability of each completion token under ``model``: (B, C), plus entropy (B, C).
+
+    Logits are divided by the sampling temperature so that they describe the distribution the
+    engine sampled from (as TRL does). Only the last ``C + 1`` positions' logits are materialised
+    (``logits_to_keep``), never the (B, P + C, V) tensor.
+    """
+    c_len = mb.completion_ids.shape[1]
+    out = model(
+        input_ids=mb.input_ids,
+        attention_mask=mb.attention_mask,
+        position_ids=mb.position_ids,
+        logits_to_keep=c_len + 1,
+        use_cache=False,
+    )
+    logits = out.logits[:, :-1, :].float()  # (B, C, V): position t predicts token t + 1
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    logz = torch.logsumexp(logits, dim=-1)  # (B, C)
+    picked = torch.gather(logits, -1, mb.completion_ids.unsqueeze(-1)).squeeze(-1)
+    logprobs = picked - logz
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            probs = torch.softmax(logits, dim=-1)
+            entropy = logz - (probs * logits).sum(dim=-1)
+    return logprobs, entropy

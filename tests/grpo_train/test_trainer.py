@@ -1,0 +1,229 @@
+import json
+import math
+import os
+import signal
+
+import pytest
+import torch
+
+from grpo_envs.types import Outcome
+from grpo_train.checkpoint import latest_checkpoint
+from grpo_train.config import TrainConfig
+from grpo_train.logging import read_metrics
+from grpo_train.loss import make_micro_batches, token_logprobs
+from grpo_train.trainer import PromptSampler, Trainer, TrainingAborted
+from toy_env import DigitEnv
+
+# Metrics that depend on wall time or memory, not on the computation.
+NON_DETERMINISTIC = ("time/", "tokens_per_s", "memory/")
+
+
+def make_config(model_path, out, **overrides):
+    values = {
+        "model": str(model_path),
+        "engine": "hf",
+        "num_generations": 8,
+        "prompts_per_step": 4,
+        "max_prompt_length": 64,
+        "max_completion_length": 4,
+        "learning_rate": 1e-2,
+        "max_steps": 2,
+        "output_dir": str(out),
+        "eval_size": 8,
+        "save_every": 0,
+        "progress": False,
+        "log_every_samples": 1,
+        "seed": 3,
+    }
+    values.update(overrides)
+    return TrainConfig.from_flat(values)
+
+
+def run(config, env=None):
+    trainer = Trainer(config, env=env or DigitEnv())
+    try:
+        return trainer, trainer.train()
+    finally:
+        trainer.close()
+
+
+def test_few_steps_change_every_parameter_and_write_metrics_and_checkpoint(tiny_model_path, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    before = AutoModelForCausalLM.from_pretrained(tiny_model_path).state_dict()
+    trainer, result = run(make_config(tiny_model_path, tmp_path))
+    after = trainer.model.state_dict()
+    unchanged = [k for k, v in trainer.model.named_parameters() if torch.equal(v.detach(), before[k])]
+    assert unchanged == []
+
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    for key in ("reward/mean", "group/frac_zero_std", "entropy", "clip_frac_low", "is_ratio_mean",
+                "length/clipped_frac", "grad_norm", "lr", "time/generate", "time/train",
+                "memory/peak_mb", "reward/component/digit", "reward/env/test/digit-v0"):
+        assert key in rows[1], key
+    assert rows[2]["eval/accuracy"] == result.accuracy_after
+    assert (tmp_path / "config.yaml").is_file()
+    assert (tmp_path / "tensorboard").is_dir()
+    samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 2 * 8 and {"completion", "reward", "advantage"} <= set(samples[0])
+
+    ckpt = latest_checkpoint(tmp_path)
+    assert ckpt == result.last_checkpoint and ckpt.name == "step-000002"
+    reloaded = AutoModelForCausalLM.from_pretrained(ckpt / "model").state_dict()
+    assert all(torch.equal(reloaded[k], v) for k, v in after.items())
+
+
+def _stop_after(trainer, step_to_stop):
+    """Send ourselves SIGTERM during step ``step_to_stop``: the handler saves and stops."""
+    original = trainer.train_step
+
+    def step(step, log):
+        metrics = original(step, log)
+        if step == step_to_stop:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return metrics
+
+    trainer.train_step = step
+
+
+def _deterministic(rows):
+    return [{k: v for k, v in r.items() if not k.startswith(NON_DETERMINISTIC)} for r in rows]
+
+
+def test_resume_after_sigterm_reproduces_the_uninterrupted_run(tiny_model_path, tmp_path):
+    full_dir, cut_dir = tmp_path / "full", tmp_path / "cut"
+    trainer, _ = run(make_config(tiny_model_path, full_dir, max_steps=4))
+    full_state = trainer.model.state_dict()
+
+    cut = Trainer(make_config(tiny_model_path, cut_dir, max_steps=4), env=DigitEnv())
+    _stop_after(cut, 2)
+    result = cut.train()
+    cut.close()
+    assert result.interrupted and result.steps == 2
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+    assert latest_checkpoint(cut_dir).name == "step-000002"
+
+    resumed, result = run(make_config(tiny_model_path, cut_dir, max_steps=4, resume="latest"))
+    assert resumed.start_step == 2 and result.steps == 4
+    assert _deterministic(read_metrics(cut_dir)) == _deterministic(read_metrics(full_dir))
+    assert all(torch.equal(resumed.model.state_dict()[k], v) for k, v in full_state.items())
+
+
+def test_toy_reward_rises_within_a_bounded_number_of_steps(tiny_model_path, tmp_path):
+    cfg = make_config(tiny_model_path, tmp_path, max_steps=12, prompts_per_step=8, eval_size=0)
+    run(cfg)
+    rewards = [r["reward/mean"] for r in read_metrics(tmp_path)]
+    first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
+    assert first < 0.2, rewards
+    assert last > 0.5 and last > first + 0.3, rewards
+
+
+def test_nan_loss_skips_updates_then_aborts_keeping_weights(tiny_model_path, tmp_path, monkeypatch):
+    import grpo_train.trainer as trainer_module
+
+    real = trainer_module.grpo_loss
+
+    def nan_loss(*args, **kwargs):
+        loss, metrics = real(*args, **kwargs)
+        return loss * float("nan"), metrics
+
+    monkeypatch.setattr(trainer_module, "grpo_loss", nan_loss)
+    trainer = Trainer(make_config(tiny_model_path, tmp_path, max_steps=5, max_bad_steps=2, eval_size=0),
+                      env=DigitEnv())
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    with pytest.raises(TrainingAborted, match="2 updates in a row"):
+        trainer.train()
+    trainer.close()
+    assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
+    rows = read_metrics(tmp_path)
+    assert len(rows) == 1 and rows[0]["loss"] is None  # step 1 logged (skipped), step 2 aborted
+
+
+class RaisingEnv(DigitEnv):
+    def score_batch(self, completions, samples, **kwargs):
+        raise RuntimeError("reward server down")
+
+
+def test_scoring_failures_score_zero_with_outcome_error_and_training_goes_on(tiny_model_path, tmp_path):
+    trainer, result = run(make_config(tiny_model_path, tmp_path, eval_size=0), env=RaisingEnv())
+    assert result.steps == 2
+    rows = read_metrics(tmp_path)
+    assert all(r["score/errors"] == 4 * 8 and r["reward/mean"] == 0.0 for r in rows)
+    samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert {s["outcome"] for s in samples} == {Outcome.ERROR.value}
+
+
+def test_dynamic_sampling_refills_groups_with_a_signal(tiny_model_path, tmp_path):
+    cfg = make_config(tiny_model_path, tmp_path, max_steps=1, eval_size=0, dynamic_sampling=True,
+                      dynamic_sampling_rounds=2, log_every_samples=0)
+    trainer, _ = run(cfg)
+    row = read_metrics(tmp_path)[0]
+    # At the random start ~5% of samples are rewarded, so most groups are uniform and get dropped.
+    assert row["group/frac_zero_std"] > 0
+    assert row["dynamic/rounds"] >= 1
+    assert row["dynamic/groups_kept"] <= 4
+    assert trainer.sampler.draws > 4  # refill prompts were drawn
+
+
+def test_kl_and_multiple_updates_per_batch(tiny_model_path, tmp_path):
+    cfg = make_config(tiny_model_path, tmp_path, beta=0.1, mu=2, loss_type="grpo", eval_size=0)
+    trainer, _ = run(cfg)
+    assert trainer.ref_model is not None
+    rows = read_metrics(tmp_path)
+    assert rows[1]["kl"] > 0  # the policy moved away from the reference in step 1
+    assert rows[0]["ratio_max"] != 1.0  # the second update saw a ratio != 1
+    assert Trainer is not None and math.isfinite(rows[1]["loss"])
+
+
+def test_no_reference_model_without_kl(tiny_model_path, tmp_path):
+    trainer = Trainer(make_config(tiny_model_path, tmp_path), env=DigitEnv())
+    assert trainer.ref_model is None
+    trainer.close()
+
+
+def test_padded_micro_batches_give_the_same_logprobs_as_single_sequences(tiny_model_path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path).eval()
+    prompts, completions = [[5, 6, 7, 8], [9]], [[10, 11], [12, 13, 14]]
+    (batch,) = make_micro_batches(prompts, completions, token_budget=100, pad_id=0)
+    with torch.no_grad():
+        padded, _ = token_logprobs(model, batch)
+        for k, row in enumerate(batch.rows):
+            (single,) = make_micro_batches([prompts[row]], [completions[row]], 100, 0)
+            alone, _ = token_logprobs(model, single)
+            n = len(completions[row])
+            torch.testing.assert_close(padded[k, :n], alone[0, :n], atol=1e-5, rtol=1e-5)
+
+
+def test_prompt_sampler_is_deterministic_weighted_and_resumable():
+    a = PromptSampler([5, 3], [3.0, 1.0], seed=1)
+    draws = [a.next() for _ in range(40)]
+    envs = [e for e, _ in draws]
+    assert 20 < envs.count(0) < 40  # weight 3:1
+    first_epoch = [r for e, r in draws if e == 1][:3]
+    assert sorted(first_epoch) == [0, 1, 2]  # each epoch is a permutation
+    b = PromptSampler([5, 3], [3.0, 1.0], seed=1)
+    for _ in range(17):
+        b.next()
+    c = PromptSampler([5, 3], [3.0, 1.0], seed=1, state=b.state())
+    assert [c.next() for _ in range(23)] == draws[17:]
+
+
+@pytest.mark.vllm
+def test_vllm_engine_few_steps_with_weight_sync(tiny_model_path, tmp_path):
+    pytest.importorskip("vllm")
+    from transformers import AutoModelForCausalLM
+
+    before = AutoModelForCausalLM.from_pretrained(tiny_model_path).state_dict()
+    trainer, result = run(make_config(tiny_model_path, tmp_path, engine="vllm", max_steps=3))
+    assert trainer.engine.name == "vllm"
+    unchanged = [k for k, v in trainer.model.named_parameters() if torch.equal(v.detach(), before[k])]
+    assert unchanged == []
+    rows = read_metrics(tmp_path)
+    # After each sync the engine samples from the trainer's weights: the importance ratio between
+    # trainer and engine logprobs stays near 1 (it would drift with stale engine weights).
+    for r in rows[2:]:
+        assert abs(r["is_ratio_mean"] - 1.0) < 0.02 and r["is_ratio_max"] < 1.5, r
+    assert latest_checkpoint(tmp_path) is not None
