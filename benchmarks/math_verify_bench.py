@@ -17,6 +17,7 @@ wrapped in ``$...$``, as its documentation shows; our verifier gets the raw gold
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import multiprocessing
 import sys
@@ -51,7 +52,9 @@ def load_cases(path: Path) -> list[Case]:
         for line in f:
             if line.strip():
                 d = json.loads(line)
-                cases.append(Case(d["id"], d["category"], d["gold"], d["completion"], bool(d["label"])))
+                cases.append(
+                    Case(d["id"], d["category"], d["gold"], d["completion"], bool(d["label"]))
+                )
     return cases
 
 
@@ -81,36 +84,49 @@ def run_math_verify(cases: list[Case], batched: bool, workers: int) -> Run:
 
     items = [(c.gold, c.completion) for c in cases]
     mv_one(("1", "1"))  # warm up its parser
-    t0 = time.perf_counter()
-    single = [mv_one(it) for it in items]
-    single_s = time.perf_counter() - t0
     batched_s = None
+    pooled: list[bool] = []
     if batched:
+        # Forked before the single-process run, so no cache it fills is inherited.
         ctx = multiprocessing.get_context("fork")
         with ctx.Pool(workers) as pool:
             pool.map(mv_one, [("1", "1")] * workers)  # warm
             t0 = time.perf_counter()
             pooled = pool.map(mv_one, items, chunksize=4)
             batched_s = time.perf_counter() - t0
-        if pooled != single:
-            diff = sum(a != b for a, b in zip(pooled, single))
-            print(f"note: math-verify pooled and single runs disagree on {diff} items (timeouts)")
+    t0 = time.perf_counter()
+    single = [mv_one(it) for it in items]
+    single_s = time.perf_counter() - t0
+    if batched and pooled != single:
+        diff = sum(a != b for a, b in zip(pooled, single))
+        print(f"note: math-verify pooled and single runs disagree on {diff} items (timeouts)")
     return Run("math-verify", single, single_s, batched_s)
 
 
 # --- ours ---------------------------------------------------------------------------------
 
 
+def _cold_start(workers: int) -> None:
+    """Fresh workers and empty caches, so no run profits from the previous one."""
+    from grpo_envs.math.pool import get_pool, shutdown_pool
+
+    # (the submodule, not the function of the same name that grpo_envs.math exports)
+    verify_module = importlib.import_module("grpo_envs.math.verify")
+    shutdown_pool()
+    verify_module._gold_node.cache_clear()
+    get_pool(workers).warm_up()
+
+
 def run_ours(cases: list[Case], batched: bool, workers: int, timeout_s: float) -> Run:
     from grpo_envs.math import verify, verify_batch
-    from grpo_envs.math.pool import get_pool
 
-    get_pool(workers).warm_up()
+    _cold_start(workers)
     t0 = time.perf_counter()
     single = [verify(c.gold, c.completion, timeout_s).correct for c in cases]
     single_s = time.perf_counter() - t0
     batched_s = None
     if batched:
+        _cold_start(workers)
         t0 = time.perf_counter()
         results = verify_batch(
             [c.gold for c in cases], [c.completion for c in cases], timeout_s, workers=workers
@@ -149,22 +165,37 @@ def rate(n: int, seconds: float | None) -> str:
 def print_table(cases: list[Case], runs: list[Run]) -> None:
     n = len(cases)
     cats = sorted({c.category for c in cases})
-    print(f"\n{n} cases ({sum(c.label for c in cases)} correct, {sum(not c.label for c in cases)} wrong); "
-          f"categories: {dict(Counter(c.category for c in cases))}\n")
-    header = f"{'verifier':<16}{'accuracy':>9}{'errors':>8}{'FP':>5}{'FN':>5}{'items/s 1p':>12}{'items/s 2p':>12}"
+    n_right = sum(c.label for c in cases)
+    print(
+        f"\n{n} cases ({n_right} correct, {n - n_right} wrong); "
+        f"categories: {dict(Counter(c.category for c in cases))}\n"
+    )
+    cols = ["accuracy", "errors", "FP", "FN", "items/s 1p", "items/s 2p"]
+    widths = [9, 8, 5, 5, 12, 12]
+    header = f"{'verifier':<16}" + "".join(f"{c:>{w}}" for c, w in zip(cols, widths))
     print(header)
     print("-" * len(header))
     for run in runs:
         m = score(cases, run.verdicts)
-        print(f"{run.name:<16}{m.accuracy:>9.3f}{m.false_pos + m.false_neg:>8}{m.false_pos:>5}{m.false_neg:>5}"
-              f"{rate(n, run.single_s):>12}{rate(n, run.batched_s):>12}")
-    print("\nerrors by category: " + "; ".join(
-        f"{run.name}: " + ", ".join(f"{c}={score(cases, run.verdicts).errors_by_category.get(c, 0)}" for c in cats)
-        for run in runs
-    ))
+        cells = [
+            f"{m.accuracy:.3f}",
+            m.false_pos + m.false_neg,
+            m.false_pos,
+            m.false_neg,
+            rate(n, run.single_s),
+            rate(n, run.batched_s),
+        ]
+        print(f"{run.name:<16}" + "".join(f"{c:>{w}}" for c, w in zip(cells, widths)))
+    for run in runs:
+        errs = score(cases, run.verdicts).errors_by_category
+        print(
+            f"errors by category, {run.name}: " + ", ".join(f"{c}={errs.get(c, 0)}" for c in cats)
+        )
     if len(runs) == 2 and runs[0].batched_s and runs[1].batched_s:
-        print(f"batched speed-up of {runs[0].name} over {runs[1].name}: "
-              f"{runs[1].batched_s / runs[0].batched_s:.1f}x")
+        print(
+            f"batched speed-up of {runs[0].name} over {runs[1].name}: "
+            f"{runs[1].batched_s / runs[0].batched_s:.1f}x"
+        )
 
 
 def print_errors(cases: list[Case], run: Run) -> None:

@@ -193,7 +193,7 @@ def compute_score(
 
 
 def to_verl_rows(env: Environment, split: str) -> list[dict[str, object]]:
-    """``env.dataset(split)`` in verl's parquet layout (data_source, prompt, reward_model, extra_info)."""
+    """Return ``env.dataset(split)`` as verl parquet rows (data_source, prompt, reward_model...)."""
     rows = []
     for row in env.dataset(split):
         rows.append(

@@ -76,7 +76,7 @@ class Environment(ABC):
 
     @abstractmethod
     def dataset(self, split: str = "train") -> datasets.Dataset:
-        """Return the rows of ``split`` (columns: id, prompt, answer, env_id, metadata; see ``Sample``)."""
+        """Return the rows of ``split`` (id, prompt, answer, env_id, metadata; see ``Sample``)."""
 
     @abstractmethod
     def score(self, completion: str, sample: Sample | Mapping[str, object]) -> Score:
@@ -115,7 +115,7 @@ class Environment(ABC):
         wanted = self.score_workers if workers is None else workers
         if wanted == 0 or "fork" not in mp.get_all_start_methods():
             return [self._safe_score(c, s) for c, s in zip(completions, samples)]
-        count = min(n, wanted if wanted is not None else (os.cpu_count() or 1))
+        count = min(n, wanted if wanted is not None else _usable_cpus())
         return run_bounded(
             lambda i: self._safe_score(completions[i], samples[i]), n, max(1, count), limit
         )
@@ -148,6 +148,13 @@ class Environment(ABC):
 
 
 # --- bounded process pool ---------------------------------------------------------------------
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (the affinity mask, which containers and taskset narrow)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 def _worker_loop(conn: Connection, fn: Callable[[int], Score]) -> None:
@@ -193,7 +200,7 @@ class _Worker:
 
 
 def run_bounded(fn: Callable[[int], Score], n: int, workers: int, timeout_s: float) -> list[Score]:
-    """``[fn(0), ..., fn(n-1)]`` over ``workers`` forked processes, each call bounded by ``timeout_s``.
+    """Return ``[fn(0), ..., fn(n-1)]`` from ``workers`` forked processes, each call time-bounded.
 
     Why not ``concurrent.futures.ProcessPoolExecutor``: it cannot stop one running task, so a hung
     item would hold its worker forever; here the worker is killed and replaced.
@@ -224,11 +231,12 @@ def run_bounded(fn: Callable[[int], Score], n: int, workers: int, timeout_s: flo
                     try:
                         index, score = worker.conn.recv()
                     except (EOFError, OSError):
+                        worker.process.join(timeout=1)  # reap it, so that the exit code is known
                         code = worker.process.exitcode
                         results[worker.index] = Score.failure(  # type: ignore[index]
                             Outcome.ERROR, f"scoring process died (exit code {code})"
                         )
-                        _replace(pool, worker, fn)
+                        _replace(pool, worker, fn, bool(pending))
                         continue
                     results[index] = score
                     start_next(worker)
@@ -236,7 +244,7 @@ def run_bounded(fn: Callable[[int], Score], n: int, workers: int, timeout_s: flo
                     results[worker.index] = Score.failure(  # type: ignore[index]
                         Outcome.TIMEOUT, f"scoring took longer than {timeout_s:g} s"
                     )
-                    _replace(pool, worker, fn)
+                    _replace(pool, worker, fn, bool(pending))
             for worker in pool:
                 if worker.index is None:
                     start_next(worker)
@@ -254,21 +262,43 @@ def run_bounded(fn: Callable[[int], Score], n: int, workers: int, timeout_s: flo
     ]
 
 
-def _replace(pool: list[_Worker], dead: _Worker, fn: Callable[[int], Score]) -> None:
+def _replace(pool: list[_Worker], dead: _Worker, fn: Callable[[int], Score], needed: bool) -> None:
     dead.kill()
     pool.remove(dead)
-    pool.append(_Worker(fn))
+    if needed:  # no fresh fork when nothing is left to score
+        pool.append(_Worker(fn))
 
 
 # --- the single-turn base ---------------------------------------------------------------------
 
 
 class SingleTurnEnv(Environment):
-    """A prompt in, one completion out, scored by a ``Rubric``.
+    r"""A prompt in, one completion out, scored by a ``Rubric``.
 
     Subclasses implement ``load_split(split) -> Iterable[Sample]`` (ids unique within the split,
     deterministic for the constructor arguments) and set ``self.rubric`` in ``__init__``. The base
-    caches each split as a ``datasets.Dataset`` stamped with ``env_id``.
+    caches each split as a ``datasets.Dataset`` stamped with ``env_id``. A complete environment::
+
+        class DoubleEnv(SingleTurnEnv):  # "What is 2 * n?"
+            def __init__(self, size: int = 100) -> None:
+                super().__init__()
+                self.size = size
+                self.rubric = Rubric(
+                    [RewardComponent("correct", 1.0, integer_correctness), boxed_component(0.0)]
+                )
+
+            def load_split(self, split: str) -> Iterator[Sample]:
+                offset = 0 if split == "train" else 10_000  # disjoint held-out numbers
+                for i in range(self.size):
+                    n = offset + i
+                    prompt = (Message("user", f"What is 2 * {n}? Answer in \\boxed{{}}."),)
+                    yield Sample(f"{split}-{i}", prompt, str(2 * n))
+
+        register("demo/double-v0", DoubleEnv)
+
+    (``integer_correctness`` is in ``grpo_envs.envs._common``, ``boxed_component`` in
+    ``grpo_envs.format``; ``tests/grpo_envs/test_base.py`` runs this example through
+    ``check_env``.)
     """
 
     rubric: Rubric
@@ -286,7 +316,7 @@ class SingleTurnEnv(Environment):
 
     @abstractmethod
     def load_split(self, split: str) -> Iterable[Sample]:
-        """Return the samples of ``split``; ``id`` unique within the split, prompt as chat messages."""
+        """Return the samples of ``split`` (ids unique within the split, chat-message prompts)."""
 
     def dataset(self, split: str = "train") -> datasets.Dataset:
         """Return the rows of ``split`` as a ``datasets.Dataset`` (built once, then cached)."""

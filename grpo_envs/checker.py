@@ -131,6 +131,7 @@ def check_env(
 def _check_scoring(env: Environment, rows: list[Sample], max_score_s: float) -> None:
     completions: list[object] = []
     samples: list[Sample] = []
+    single: list[Score] = []
     for row in rows:
         reference = env.reference_completion(row)
         if reference is not None:
@@ -143,6 +144,7 @@ def _check_scoring(env: Environment, rows: list[Sample], max_score_s: float) -> 
                 )
             completions.append(reference)
             samples.append(row)
+            single.append(score)
     for garbage in GARBAGE:
         start = time.monotonic()
         try:
@@ -163,7 +165,7 @@ def _check_scoring(env: Environment, rows: list[Sample], max_score_s: float) -> 
             raise _fail(env, f"garbage completion {str(garbage)[:40]!r} scored as a success")
         completions.append(garbage)
         samples.append(rows[0])
-    single = [env.score(c, s) for c, s in zip(completions, samples)]  # type: ignore[arg-type]
+        single.append(score)
     batch = env.score_batch(completions, samples)  # type: ignore[arg-type]
     if len(batch) != len(completions):
         raise _fail(env, f"score_batch returned {len(batch)} scores for {len(completions)} items")

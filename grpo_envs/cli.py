@@ -85,7 +85,7 @@ def _show(env_id: str, overrides: dict[str, object]) -> int:
 
 
 def _load_lines(path: Path) -> list[Mapping[str, object]]:
-    items = []
+    items: list[Mapping[str, object]] = []
     with path.open(encoding="utf-8") as fh:
         for number, line in enumerate(fh, 1):
             if not line.strip():

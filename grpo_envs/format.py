@@ -74,7 +74,7 @@ def answer_tag(completion: str) -> str | None:
 
 
 def last_boxed(completion: str) -> str | None:
-    r"""Return the content of the last ``\boxed{…}`` (or ``\fbox{…}``) with balanced braces, or None.
+    r"""Return the content of the last balanced ``\boxed{…}`` (or ``\fbox{…}``), or None.
 
     A brace scan rather than a regex because the content nests (``\boxed{\frac{1}{2}}``).
     """
@@ -90,7 +90,7 @@ def last_boxed(completion: str) -> str | None:
 
 
 def _braced_after(text: str, index: int) -> str | None:
-    """Return the content of the ``{…}`` group starting at ``text[index]`` (spaces allowed before it)."""
+    """Return the content of the ``{…}`` group at ``text[index]`` (after optional spaces)."""
     while index < len(text) and text[index] == " ":
         index += 1
     if index >= len(text) or text[index] != "{":

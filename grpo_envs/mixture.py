@@ -38,7 +38,7 @@ class EnvMetrics:
 
 
 def per_env_metrics(env_ids: Sequence[str], scores: Sequence[Score]) -> dict[str, EnvMetrics]:
-    """Group ``scores`` by the ``env_id`` of their samples; mean reward, accuracy, outcome counts."""
+    """Group ``scores`` by their samples' ``env_id``: mean reward, accuracy, outcome counts."""
     if len(env_ids) != len(scores):
         raise ValueError(f"{len(env_ids)} env ids for {len(scores)} scores")
     groups: dict[str, list[Score]] = defaultdict(list)
@@ -59,8 +59,9 @@ class MixtureEnv(Environment):
     """A weighted mixture of environments.
 
     ``dataset("train")`` draws ``size`` rows: each row's environment is drawn by weight with
-    ``Random(seed)``, and each environment's rows are consumed in a per-seed shuffled order (cycling,
-    with ``#k`` appended to repeated ids). Other splits are the concatenation of every member's split
+    ``Random(seed)``, and each environment's rows are consumed in a per-seed shuffled order
+    (cycling, with ``#k`` appended to repeated ids). Other splits are the concatenation of every
+    member's split
     (evaluation wants every row, and per-env metrics make the mix irrelevant there).
     """
 

@@ -2,14 +2,19 @@
 
 Modelled on Gymnasium's ``envs/registration.py``: a plain ``dict[str, EnvSpec]``, versioned ids
 ``namespace/name-vN``, lazy ``"module:attr"`` entry points (so listing environments imports none of
-them), and errors that say what *is* registered. Two additions:
+them), and errors that say what *is* registered. Additions:
 
-- ``make("some.module:ns/name-v0")`` imports ``some.module`` first (it registers its environments on
-  import), as Gymnasium does;
-- installed packages are discovered through the ``grpo_envs`` entry-point group (see
-  ``load_plugins``), and a *family* (``register_family``) resolves ids like ``rg/leg_counting-v0`` to
-  one entry point with ``task="leg_counting"``, so a wrapper over 100+ generated tasks needs no
-  100 registrations.
+- ``make("some.module:ns/name-v0")`` imports ``some.module`` first (it registers its environments
+  on import), as Gymnasium does;
+- installed packages are discovered through the ``grpo_envs`` entry-point group (``load_plugins``).
+  A package declares, in its pyproject.toml::
+
+      [project.entry-points.grpo_envs]
+      my_envs = "my_package.envs"          # a module that calls grpo_envs.register on import
+      # or "my_package.envs:register_all"  # a function that registers
+
+- a *family* (``register_family``) resolves ids like ``rg/leg_counting-v0`` to one entry point
+  with ``task="leg_counting"``, so a wrapper over 100+ generated tasks needs no 100 registrations.
 """
 
 from __future__ import annotations
@@ -111,7 +116,7 @@ class EnvSpec:
 
 @dataclass(frozen=True)
 class _Family:
-    """Ids ``namespace/<name>-vN`` not registered one by one: built by ``entry_point(param=name)``."""
+    """Ids ``namespace/<name>-vN`` not registered one by one: ``entry_point(param=name)``."""
 
     namespace: str
     entry_point: str | EnvFactory
@@ -130,7 +135,8 @@ def _parse_id(env_id: str) -> tuple[str, str, int]:
     match = ID_PATTERN.match(env_id)
     if match is None:
         raise RegistryError(
-            f"malformed environment id {env_id!r}: expected 'namespace/name-vN', e.g. 'math/gsm8k-v0'"
+            f"malformed environment id {env_id!r}: expected 'namespace/name-vN', "
+            "e.g. 'math/gsm8k-v0'"
         )
     return match["namespace"], match["name"], int(match["version"])
 
@@ -174,8 +180,9 @@ def register_family(
 ) -> None:
     """Resolve any unregistered ``namespace/<name>-v<version>`` to ``entry_point(param=name)``.
 
-    Used for wrappers over a library of generated tasks (``rg/<task>-v0`` for reasoning-gym): ids are
-    materialised into the registry on first ``make``/``spec``, so they then show up in ``list_envs``.
+    Used for wrappers over a library of generated tasks (``rg/<task>-v0`` for reasoning-gym):
+    ids are materialised into the registry on first ``make``/``spec``, then ``list_envs`` shows
+    them.
     """
     if namespace in _families:
         raise RegistryError(f"a family for namespace {namespace!r} is already registered")
@@ -235,7 +242,7 @@ def _unknown(env_id: str) -> RegistryError:
 
 
 def spec(env_id: str) -> EnvSpec:
-    """Return the ``EnvSpec`` registered as ``env_id`` (``"module:ns/name-vN"`` imports ``module`` first)."""
+    """Return the ``EnvSpec`` of ``env_id`` (``"module:ns/name-vN"`` imports ``module`` first)."""
     load_plugins()
     if ":" in env_id:
         module_name, env_id = env_id.split(":", 1)

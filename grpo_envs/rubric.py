@@ -1,4 +1,4 @@
-"""Declarative scoring: a ``Parser`` extracts, weighted ``RewardComponent``s judge, a ``Rubric`` sums.
+"""Declarative scoring: a Parser extracts, weighted RewardComponents judge, a Rubric sums.
 
 The split follows verifiers (parsers / rubrics / environments are separate pieces), typed, and
 without its silent failure modes: a parser that finds nothing yields ``Outcome.UNPARSABLE`` (not a
@@ -130,7 +130,7 @@ class Rubric:
         return {c.name: c.weight for c in self.components}
 
     def score(self, completion: str, sample: Sample) -> Score:
-        """Score ``completion`` for ``sample``; exceptions in a component become ``Outcome.ERROR``."""
+        """Score ``completion`` for ``sample``; a component that raises gives ``Outcome.ERROR``."""
         ctx = self._context(completion, sample)
         if isinstance(ctx, Score):
             return ctx
@@ -165,11 +165,11 @@ class Rubric:
             columns.append(column)
         scores: list[Score] = []
         position = 0
-        for ctx in contexts:
-            if isinstance(ctx, Score):
-                scores.append(ctx)
+        for item in contexts:
+            if isinstance(item, Score):
+                scores.append(item)
                 continue
-            scores.append(self._assemble(ctx, [column[position] for column in columns]))
+            scores.append(self._assemble(item, [column[position] for column in columns]))
             position += 1
         return scores
 

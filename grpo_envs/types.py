@@ -71,7 +71,7 @@ class Score:
         return self.outcome.is_success
 
     def component(self, name: str) -> Component:
-        """The component called ``name``; KeyError lists the ones that exist."""
+        """Return the component called ``name``; KeyError lists the ones that exist."""
         for comp in self.components:
             if comp.name == name:
                 return comp
@@ -79,11 +79,11 @@ class Score:
 
     @classmethod
     def failure(cls, outcome: Outcome, reason: str, **details: Scalar) -> Score:
-        """A zero-reward score for a scoring failure, with the reason kept for logs."""
+        """Return a zero-reward score for a scoring failure, with the reason kept for logs."""
         return cls(reward=0.0, outcome=outcome, details={"reason": reason, **details})
 
     def to_json(self) -> dict[str, JSONValue]:
-        """A JSON-ready dict (for per-sample JSONL files)."""
+        """Return a JSON-ready dict (for per-sample JSONL files)."""
         return {
             "reward": self.reward,
             "outcome": self.outcome.value,
@@ -123,17 +123,22 @@ class Sample:
             return row
         missing = [k for k in ("id", "prompt", "answer") if k not in row]
         if missing:
-            raise ValueError(f"dataset row lacks the column(s) {missing}; a row needs id, prompt, answer")
+            raise ValueError(
+                f"dataset row lacks the column(s) {missing}; a row needs id, prompt, answer"
+            )
         raw_prompt = row["prompt"]
         if isinstance(raw_prompt, str):
             prompt: tuple[Message, ...] = (Message("user", raw_prompt),)
         elif isinstance(raw_prompt, list | tuple):
             prompt = tuple(
-                m if isinstance(m, Message) else Message(str(m["role"]), str(m["content"]))  # type: ignore[index]
+                m if isinstance(m, Message) else Message(str(m["role"]), str(m["content"]))
                 for m in raw_prompt
             )
         else:
-            raise TypeError(f"prompt must be a string or a list of chat messages, got {type(raw_prompt).__name__}")
+            raise TypeError(
+                "prompt must be a string or a list of chat messages, "
+                f"got {type(raw_prompt).__name__}"
+            )
         meta = row.get("metadata") or {}
         if isinstance(meta, str):
             meta = json.loads(meta) if meta else {}
@@ -142,11 +147,11 @@ class Sample:
             prompt=prompt,
             answer=str(row["answer"]),
             env_id=str(row.get("env_id") or ""),
-            metadata=dict(meta),  # type: ignore[arg-type]
+            metadata=dict(meta),  # type: ignore[arg-type,call-overload]
         )
 
     def to_row(self) -> dict[str, object]:
-        """The dataset-row form (see the class docstring)."""
+        """Return the dataset-row form (see the class docstring)."""
         return {
             "id": self.id,
             "prompt": [{"role": m.role, "content": m.content} for m in self.prompt],

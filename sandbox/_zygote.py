@@ -389,6 +389,8 @@ class Child:
         self.error = ""
         self.status: int | None = None  # C's raw wait status once reaped
         self.cpu_s = 0.0
+        self.program_status: int | None = None  # the program's, reported by the run's init
+        self.program_cpu_s = 0.0
 
     def kill(self) -> None:
         """SIGKILL C and with it its whole PID namespace; harmless once it has exited."""
@@ -416,6 +418,9 @@ class Child:
                 self.layers = [str(x) for x in json.loads(body)]
             elif kind == b"E":
                 self.error = body.decode("utf-8", "replace")
+            elif kind == b"S":  # from the run's init: how the program (pid 2) ended
+                status, cpu = json.loads(body)
+                self.program_status, self.program_cpu_s = int(status), float(cpu)
 
     def close(self) -> None:
         """Kill and reap C if still needed, and close every fd held for it."""
@@ -453,10 +458,19 @@ def spawn(z: Zygote, spec: RunSpec, chan: int = -1) -> Child:
         os._exit(70)
     if pid < 0:
         raise OSError(errno.EAGAIN, "fork failed")
-    if pid == 0:  # C
+    if pid == 0:  # the run's init (with a PID namespace), else directly the program
         try:
             if pid_ns:
                 layers.append("pid_ns")
+                # As pid 1 of the namespace, the program would ignore default-action signals sent
+                # from inside it (its own SIGSEGV, SIGXCPU) and never reap orphans, so a minimal
+                # init stays pid 1 and the program runs as pid 2 (the tini / dumb-init pattern).
+                # Forking it first, before any setup work, means each page the setup touches is
+                # copied once, in the program, rather than once per process.
+                _set_pdeathsig()
+                program_pid = os.fork()
+                if program_pid != 0:
+                    _init(program_pid, ctl_c)
             keep = {out_w, err_w, ctl_c.fileno()} | ({chan} if chan >= 0 else set())
             if spec.network and z.host_net >= 0:
                 keep.add(z.host_net)
@@ -533,7 +547,7 @@ def _untrusted_child(
     ctl: socket.socket,
     chan: int,
 ) -> None:
-    """C: apply the remaining layers (as root), drop privileges, then run the program."""
+    """The program process: apply the layers (as root), drop privileges, run the program."""
     _set_pdeathsig()
     os.setsid()
     layers.append("session")
@@ -615,8 +629,9 @@ def _untrusted_child(
         _report_error(ctl, f"required isolation layers unavailable: {', '.join(missing)}")
         os._exit(125)
     ctl.send(b"L" + json.dumps(layers).encode())
+    ctl.close()
 
-    # Wire up fds 0-3 and drop everything else (the control socket included).
+    # Wire up fds 0-3 and drop everything else.
     staged = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (stdin_fd, out_w, err_w)]
     chan_staged = fcntl.fcntl(chan, fcntl.F_DUPFD, 100) if chan >= 0 else -1
     for target, fd in enumerate(staged):
@@ -632,6 +647,29 @@ def _untrusted_child(
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_DFL)
     _run_program(spec, chan_staged >= 0)
+
+
+def _init(program_pid: int, ctl: socket.socket) -> None:
+    """Pid 1 of the run: reap every process, report the program's status, then exit.
+
+    Trusted code that never runs the program; it stays root in the zygote's mount namespace, but
+    the program (another uid, seccomp, Landlock-scoped) can neither signal nor trace it. Its exit
+    tears the namespace down. The report only classifies the run (the program cannot reach this
+    unnamed socket: it closes its copy before running).
+    """
+    _close_all_except({ctl.fileno()})
+    status, cpu = 0, 0.0
+    while True:
+        try:
+            pid, wstatus, usage = os.wait4(-1, 0)
+        except ChildProcessError:
+            break
+        if pid == program_pid:
+            status, cpu = wstatus, usage.ru_utime + usage.ru_stime
+            break
+    with contextlib.suppress(OSError):
+        ctl.send(b"S" + json.dumps([status, cpu]).encode())
+    os._exit(0)
 
 
 def _run_program(spec: RunSpec, serve: bool) -> None:
@@ -831,7 +869,9 @@ def _classify(z: Zygote, sup: Supervisor, spec: RunSpec, oom_before: int) -> tup
     program's own) tells memory from other errors.
     """
     child = sup.child
-    status = child.status
+    status, cpu_s = child.status, child.cpu_s
+    if child.program_status is not None:  # with an init as pid 1: the program's own status
+        status, cpu_s = child.program_status, child.program_cpu_s
     if child.error:
         return "sandbox_error", child.error, 0
     if sup.killed_for == "output":
@@ -845,7 +885,7 @@ def _classify(z: Zygote, sup: Supervisor, spec: RunSpec, oom_before: int) -> tup
         return "memory", "killed by the memory cgroup (OOM)", code
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        if sig in (signal.SIGXCPU, signal.SIGKILL) and child.cpu_s >= spec.cpu_s - 0.05:
+        if sig in (signal.SIGXCPU, signal.SIGKILL) and cpu_s >= spec.cpu_s - 0.05:
             return "timeout", f"CPU limit of {spec.cpu_s} s", code
         return "killed", f"killed by signal {signal.Signals(sig).name}", code
     if code == 0:
@@ -1247,7 +1287,7 @@ def _run_round(
     if sup.killed_for == "verdict_done":
         sup.killed_for = ""  # our own kill after the verdicts says nothing about the program
         if not rnd.died_at and rnd.ready:
-            child.status = 0
+            child.status = child.program_status = 0
     run_status, run_detail, _code = _classify(z, sup, spec, oom_before)
     if run_status == "killed":
         run_status = "runtime_error"

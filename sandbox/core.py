@@ -116,6 +116,8 @@ class _Slot:
         self._reader = _codec.FrameReader(max_size=1 << 30)
         hello = self._receive(time.monotonic() + _START_TIMEOUT_S)
         self.layers = _layers(hello)
+        uid = hello.get("uid", -1)
+        self.uid = uid if isinstance(uid, int) and not isinstance(uid, bool) else -1
         self.probe_status = _str(hello, "probe_status")
         self.probe_detail = _str(hello, "probe_detail")
 
@@ -245,6 +247,11 @@ class Sandbox:
                 f"(available: {', '.join(self.isolation)}); run as root on Linux >= 5.13 with "
                 "namespaces, cgroup v1 and Landlock, or relax strict/required_layers"
             )
+
+    @property
+    def uids(self) -> tuple[int, ...]:
+        """The unprivileged uids the runs of this Sandbox use (for audits; empty if not root)."""
+        return tuple(slot.uid for slot in self._all if slot.uid > 0)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self) -> None:

@@ -1,4 +1,4 @@
-"""Pieces shared by the built-in environments: prompts, held-out splits, answer parsing, data files."""
+"""Pieces shared by the built-in environments: prompts, held-out splits, answers, data files."""
 
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def integer_correctness(ctx: ScoringContext) -> Judgement:
 
 
 def math_correctness(timeout_s: float, strict: bool) -> RewardComponent:
-    """Return a ``correct`` component judged by ``grpo_envs.math.verify`` (imported on first use)."""
+    """Return a ``correct`` component judged by ``grpo_envs.math.verify`` (imported lazily)."""
 
     def judge(result: MathResult) -> Judgement:
         details = {
@@ -201,7 +201,7 @@ def load_records(
     hub_config: str | None,
     split: str,
 ) -> list[dict[str, object]]:
-    """Return the raw records of ``split``: from ``data_path`` or ``$env_var`` if set, else the HF hub.
+    """Return the raw records of ``split``: ``data_path``, else ``$env_var``, else the HF hub.
 
     A local source is a folder holding ``{split}.jsonl`` (or ``.json`` lines / ``.parquet``).
     """

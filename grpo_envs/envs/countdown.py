@@ -24,7 +24,7 @@ from grpo_envs.envs._common import (
 )
 from grpo_envs.envs._expr import ExpressionError, safe_eval
 from grpo_envs.rubric import Judgement, RewardComponent, Rubric, ScoringContext
-from grpo_envs.types import Outcome, Sample
+from grpo_envs.types import JSONValue, Outcome, Sample
 
 #: difficulty -> (how many numbers are given, largest number)
 LEVELS: dict[int, tuple[int, int]] = {1: (3, 10), 2: (4, 25), 3: (4, 100), 4: (5, 100), 5: (6, 100)}
@@ -54,11 +54,13 @@ def countdown_problem(rng: random.Random, difficulty: int) -> Problem:
         f"Using the numbers {numbers}, write an arithmetic expression that equals {target}. "
         "You may use + - * / and parentheses, and each number at most once."
     )
-    return Problem(
-        question,
-        str(target),
-        {"numbers": numbers, "target": target, "solution": witness, "difficulty": difficulty},
-    )
+    meta: dict[str, JSONValue] = {
+        "numbers": list[JSONValue](numbers),
+        "target": target,
+        "solution": witness,
+        "difficulty": difficulty,
+    }
+    return Problem(question, str(target), meta)
 
 
 def check_expression(text: str, numbers: list[int], target: int) -> Judgement:

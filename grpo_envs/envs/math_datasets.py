@@ -28,7 +28,7 @@ MATH_INSTRUCTION = "Put your final answer within \\boxed{}."
 
 
 def gsm8k_gold(solution: str) -> str:
-    """Return the final answer of a GSM8K solution: the text after ``####``, without thousands commas."""
+    """Return a GSM8K solution's final answer: the text after ``####``, without commas."""
     if "####" not in solution:
         raise ValueError(f"GSM8K solution has no '#### answer' line: {solution[-80:]!r}")
     return solution.rsplit("####", 1)[1].strip().replace(",", "")

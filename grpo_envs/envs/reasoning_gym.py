@@ -20,7 +20,7 @@ from grpo_envs.base import SingleTurnEnv
 from grpo_envs.envs._common import extra_components, reference_answer, user_prompt
 from grpo_envs.format import answer_tag, last_boxed
 from grpo_envs.rubric import Judgement, RewardComponent, Rubric, ScoringContext
-from grpo_envs.types import JSONValue, Outcome, Sample
+from grpo_envs.types import JSONValue, Outcome, Sample, Scalar
 
 TEST_SEED_OFFSET = 1_000_000_007
 RG_INSTRUCTION = "Give only the final answer inside <answer> </answer> tags."
@@ -95,7 +95,7 @@ class ReasoningGymEnv(SingleTurnEnv):
         return self._rg[split]
 
     def load_split(self, split: str) -> Iterator[Sample]:
-        """Return the task's items for ``split`` (test items that also occur in train are dropped)."""
+        """Return the task's items for ``split`` (test drops items that occur in train)."""
         seen = {item["question"] for item in self._source("train")} if split != "train" else set()
         suffix = (
             RG_INSTRUCTION
@@ -122,7 +122,7 @@ class ReasoningGymEnv(SingleTurnEnv):
             )
 
     def _entry(self, sample: Sample) -> Mapping[str, Any]:
-        """Return the original reasoning-gym item (regenerated: scorers may need non-JSON metadata)."""
+        """Return the original reasoning-gym item (regenerated: scorers may need its metadata)."""
         meta = sample.metadata
         split, index = meta.get("split"), meta.get("index")
         if meta.get("task") == self.task and split in self.sizes and isinstance(index, int):
@@ -140,7 +140,7 @@ class ReasoningGymEnv(SingleTurnEnv):
         raw = float(self._source_scorer().score_answer(extracted, self._entry(ctx.sample)))
         full = raw >= 1.0 - 1e-9
         value = raw if self.partial_credit else float(full)
-        details = {"extracted": extracted[:200], "rg_score": raw}
+        details: dict[str, Scalar] = {"extracted": extracted[:200], "rg_score": raw}
         return Judgement(value, Outcome.CORRECT if full else Outcome.WRONG, details)
 
     def _source_scorer(self) -> Any:

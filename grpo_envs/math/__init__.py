@@ -1,4 +1,4 @@
-r"""Math answer verification: extract a final answer from free text and compare it with a gold answer.
+r"""Math answer verification: extract a final answer from free text, compare it with the gold.
 
 >>> from grpo_envs.math import verify
 >>> verify("#### 72", "She sells 48 + 24 = 72 clips. The answer is 72.").correct

@@ -9,6 +9,7 @@ parent packages so that importing ``grpo_envs.math.equivalence`` does not run
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import types
@@ -30,10 +31,9 @@ def _limit_memory(mem_limit_mb: int) -> None:
     import resource
 
     limit = mem_limit_mb * 1024 * 1024
-    try:
+    # ValueError/OSError: a lower hard limit is already in place; keep it.
+    with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    except (ValueError, OSError):
-        pass  # a lower hard limit is already in place
 
 
 def main(argv: list[str]) -> int:

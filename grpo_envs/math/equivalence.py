@@ -1,8 +1,8 @@
 r"""Decide whether two parsed answers are mathematically the same.
 
 ``compare`` walks the two trees from ``normalize`` (sets unordered, tuples/intervals ordered with
-their brackets, matrices by shape, equations up to a constant factor) and asks a ``Comparator`` about
-the leaves. Two comparators:
+their brackets, matrices by shape, equations up to a constant factor) and asks a ``Comparator``
+about the leaves. Two comparators:
 
 * ``FastComparator``: plain numbers with exact ``Fraction`` arithmetic and identical strings.
   Cannot hang, so it runs in the caller's process; raises ``NeedsSymbolic`` when unsure.
@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import random
 import re
-from fractions import Fraction
 from typing import TYPE_CHECKING, Protocol
 
 from grpo_envs.math.normalize import (
@@ -52,11 +51,11 @@ class Comparator(Protocol):
     """Equality of leaves: scalars and relations."""
 
     def scalar(self, gold: Scalar, pred: Scalar) -> bool:
-        """Whether two scalar answers are equal."""
+        """Tell whether two scalar answers are equal."""
         ...
 
     def relation(self, gold: Relation, pred: Relation) -> bool:
-        """Whether two relations (equations, inequalities) are equivalent."""
+        """Tell whether two relations (equations, inequalities) are equivalent."""
         ...
 
 
@@ -66,7 +65,7 @@ _SIMPLE_NAME = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?$|^\\[a-z]+$")
 
 
 def compare(gold: Node, pred: Node, cmp: Comparator) -> bool:
-    """Whether ``pred`` answers ``gold``; ``cmp`` decides the leaves."""
+    """Tell whether ``pred`` answers ``gold``; ``cmp`` decides the leaves."""
     if isinstance(gold, Choice) or isinstance(pred, Choice):
         return isinstance(gold, Choice) and isinstance(pred, Choice) and gold.letter == pred.letter
     if isinstance(gold, Scalar) and isinstance(pred, Scalar):
@@ -102,11 +101,15 @@ def _compare_seq(gold: Seq, pred: Seq, cmp: Comparator) -> bool:
     if kinds == {"set", "tuple"}:
         return False  # {1, 2} is not the point (1, 2)
     if "tuple" in kinds:
-        if gold.kind == pred.kind == "tuple" and (gold.left, gold.right) != (pred.left, pred.right):
-            # (1, 2] vs (1, 2): the brackets carry meaning for pairs (intervals). For longer
-            # tuples, ( ) vs [ ] is notation only.
-            if len(gold.items) == 2 or not _same_bracket_family(gold, pred):
-                return False
+        # (1, 2] vs (1, 2): the brackets carry meaning for pairs (intervals). For longer tuples,
+        # ( ) vs [ ] is notation only.
+        brackets_differ = (gold.left, gold.right) != (pred.left, pred.right)
+        if (
+            gold.kind == pred.kind == "tuple"
+            and brackets_differ
+            and (len(gold.items) == 2 or not _same_bracket_family(gold, pred))
+        ):
+            return False
         return all(compare(g, p, cmp) for g, p in zip(gold.items, pred.items))
     return _match_unordered(gold.items, pred.items, cmp)
 
@@ -116,7 +119,7 @@ def _same_bracket_family(a: Seq, b: Seq) -> bool:
 
 
 def _match_unordered(gold: tuple[Node, ...], pred: tuple[Node, ...], cmp: Comparator) -> bool:
-    """Every gold item matched by a distinct pred item (greedy; equality is transitive)."""
+    """Match every gold item with a distinct pred item (greedy; equality is transitive)."""
     if len(gold) != len(pred):
         return False
     unused = list(pred)
@@ -170,7 +173,7 @@ class FastComparator:
     """Exact comparison of plain numbers and identical strings; raises NeedsSymbolic otherwise."""
 
     def scalar(self, gold: Scalar, pred: Scalar) -> bool:
-        """Equal as numbers (exactly) or as identical normalized text."""
+        """Compare as numbers (exactly) or as identical normalized text."""
         if gold.text == pred.text:
             return True
         gn, pn = _number_candidates(gold), _number_candidates(pred)
@@ -192,7 +195,7 @@ class FastComparator:
         raise NeedsSymbolic
 
     def relation(self, gold: Relation, pred: Relation) -> bool:
-        """Equal sides after orienting both relations the same way, else ask sympy."""
+        """Compare sides after orienting both relations the same way, else ask sympy."""
         g, p = _orient(gold), _orient(pred)
         if g.op != p.op:
             return False
@@ -227,7 +230,7 @@ _COMMAND = re.compile(r"\\[A-Za-z]+")
 
 @functools.lru_cache(maxsize=4096)
 def to_sympy(text: str) -> tuple[sympy.Expr, bool] | None:
-    """Parse one scalar with latex2sympy2_extended: (expression, had a decimal literal), or None.
+    """Parse one scalar with latex2sympy2_extended into (expression, had a decimal), or None.
 
     Text (a run of 3+ letters outside LaTeX commands, e.g. "Monday") is not parsed: latex2sympy
     would read it as the product M*o*n*d*a*y, which equals "Dynamo".
@@ -258,7 +261,7 @@ def to_sympy(text: str) -> tuple[sympy.Expr, bool] | None:
 
 
 def _numeric(expr: sympy.Expr) -> sympy.Expr | None:
-    """The value of a constant expression to 50 digits, or None when it has none.
+    """Evaluate a constant expression to 50 digits; None when it has no finite value.
 
     Kept as a sympy (mpmath) number: a Python float would underflow ``1/2006!`` to 0.
     """
@@ -271,7 +274,7 @@ def _numeric(expr: sympy.Expr) -> sympy.Expr | None:
 
 
 def _terminating(expr: sympy.Expr) -> bool:
-    """Whether a constant expression is a rational with a finite decimal expansion."""
+    """Tell whether a constant expression is a rational with a finite decimal expansion."""
     import sympy
 
     try:
@@ -289,7 +292,7 @@ def _denominator_terminates(q: int) -> bool:
 
 
 def _close(a: sympy.Expr, b: sympy.Expr, rel: float) -> bool:
-    """|a - b| <= rel * max(|a|, |b|), evaluated in arbitrary precision."""
+    """Test |a - b| <= rel * max(|a|, |b|) in arbitrary precision."""
     import sympy
 
     diff = sympy.Abs(a - b).evalf(50)
@@ -301,7 +304,7 @@ def _close(a: sympy.Expr, b: sympy.Expr, rel: float) -> bool:
 
 
 def exprs_equal(gold: tuple[sympy.Expr, bool], pred: tuple[sympy.Expr, bool]) -> bool:
-    """Equality of two parsed scalars under the module's policy."""
+    """Decide equality of two parsed scalars under the module's policy."""
     import sympy
 
     (ge, g_dec), (pe, p_dec) = gold, pred
@@ -339,7 +342,7 @@ def _probe_agrees(ge: sympy.Expr, pe: sympy.Expr, symbols: set[sympy.Symbol]) ->
 
 
 def sympy_rational(p: int, q: int) -> sympy.Rational:
-    """A sympy Rational (imported lazily)."""
+    """Build a sympy Rational (sympy is imported lazily)."""
     import sympy
 
     return sympy.Rational(p, q)
@@ -349,7 +352,7 @@ class SymbolicComparator(FastComparator):
     """Sympy-backed comparator: the fast checks first, then latex2sympy + sympy."""
 
     def scalar(self, gold: Scalar, pred: Scalar) -> bool:
-        """Equal numbers, equal text, or sympy-equivalent expressions."""
+        """Compare as numbers, as text, or as sympy expressions."""
         try:
             return super().scalar(gold, pred)
         except NeedsSymbolic:
@@ -364,7 +367,7 @@ class SymbolicComparator(FastComparator):
         return False
 
     def relation(self, gold: Relation, pred: Relation) -> bool:
-        """Equivalent relations: lhs - rhs proportional (positively for inequalities)."""
+        """Compare relations: lhs - rhs proportional (positively for inequalities)."""
         try:
             return super().relation(gold, pred)
         except NeedsSymbolic:

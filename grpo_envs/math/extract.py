@@ -1,4 +1,4 @@
-"""Find the final answer in a model completion (or in a gold solution).
+r"""Find the final answer in a model completion (or in a gold solution).
 
 Pure Python and linear-time on purpose: this runs in the caller's process on every completion,
 so it must not be able to hang. Every scan below is a single pass (``rfind``, a brace matcher or a
@@ -7,8 +7,8 @@ from their tail only.
 
 Two modes, as in lm-eval's GSM8K task (strict-match vs flexible-extract):
 
-* strict: only the formats a prompt asks for -- ``<answer>...</answer>``, the last ``\\boxed{}`` /
-  ``\\fbox{}``, or ``#### N``.
+* strict: only the formats a prompt asks for -- ``<answer>...</answer>``, the last ``\boxed{}`` /
+  ``\fbox{}``, or ``#### N``.
 * flexible (default): also "The (final) answer is ...", "Answer: ...", a bold final answer, a short
   text after ``</think>``, and finally the last number in the text.
 """
@@ -40,7 +40,7 @@ _COMMANDS = re.compile(r"\\[A-Za-z]+")
 
 
 def find_last_boxed(text: str) -> str | None:
-    r"""The content of the last ``\boxed{...}`` or ``\fbox{...}`` (nested braces kept), or None.
+    r"""Return the content of the last ``\boxed{...}``/``\fbox{...}`` (nested braces kept) or None.
 
     ``\boxed 5`` (no braces, one token) is accepted too, as LaTeX renders it.
 
@@ -68,7 +68,7 @@ def find_last_boxed(text: str) -> str | None:
 
 
 def _read_box_argument(text: str, start: int) -> str | None:
-    """The braced argument starting at ``start`` (after optional spaces), or one bare token."""
+    """Return the braced argument at ``start`` (after optional spaces), or one bare token."""
     i = start
     n = len(text)
     while i < n and text[i] in " \t":
@@ -96,7 +96,7 @@ def _read_box_argument(text: str, start: int) -> str | None:
 
 
 def _strict_in(region: str, *, strict: bool = True) -> str | None:
-    """The answer in one of the required formats, in priority order, or None.
+    """Return the answer in one of the required formats, in priority order, or None.
 
     With ``strict=False``, a sentence inside ``<answer>`` tags ("The answer is 2.") is reduced to
     its answer by the flexible rules.
@@ -120,7 +120,7 @@ def _strict_in(region: str, *, strict: bool = True) -> str | None:
 
 
 def _trim_sentence(tail: str) -> str:
-    """Cut "72 apples. So she ..." down to the answer: the inline math, or up to the sentence end."""
+    """Cut "72 apples. So she ..." to the answer: the inline math, or up to the sentence end."""
     tail = tail.strip().lstrip(":").strip()
     for open_, close in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if tail.startswith(open_):
@@ -138,7 +138,7 @@ def _trim_sentence(tail: str) -> str:
 
 
 def _flexible_in(region: str) -> str | None:
-    """The answer in a free-text format ("The answer is ...", bold), or None."""
+    """Return the answer in a free-text format ("The answer is ...", bold), or None."""
     plain = region.replace("**", "")
     matches = list(_ANSWER_IS.finditer(plain))
     for m in reversed(matches):
@@ -160,7 +160,7 @@ def _flexible_in(region: str) -> str | None:
 
 
 def _last_number(region: str) -> str | None:
-    """The last number in the text, thousands separators kept for the comparator."""
+    """Return the last number in the text, thousands separators kept for the comparator."""
     last = None
     for last in _NUMBER.finditer(region):  # noqa: B007 - we want the final match
         pass
@@ -170,7 +170,7 @@ def _last_number(region: str) -> str | None:
 
 
 def extract_answer(completion: str, *, strict: bool = False) -> str | None:
-    r"""The final answer in ``completion``, or None when there is none.
+    r"""Return the final answer in ``completion``, or None when there is none.
 
     Args:
         completion: the model's text (may contain ``<think>...</think>``).
@@ -210,9 +210,11 @@ def extract_answer(completion: str, *, strict: bool = False) -> str | None:
 
 
 def gold_answer(gold: str) -> str | None:
-    r"""The final answer in a gold field: a GSM8K solution ('... #### 72'), a MATH solution with
-    ``\boxed{}``, ``<answer>`` tags, or a bare answer (returned stripped).
-    """  # noqa: D205
+    r"""Return the final answer in a gold field.
+
+    A gold field is a GSM8K solution ('... #### 72'), a MATH solution with ``\boxed{}``,
+    ``<answer>`` tags, or a bare answer (returned stripped).
+    """
     if not isinstance(gold, str):
         return None
     text = gold.strip()

@@ -48,7 +48,7 @@ class Choice:
 
 @dataclass(frozen=True)
 class Seq:
-    """A bracketed or comma-separated group.
+    r"""A bracketed or comma-separated group.
 
     ``kind``: "set" (``\{..\}``, unordered), "list" (bare commas or "or": unordered solutions),
     "tuple" (ordered; also intervals, whose brackets are in ``left``/``right``).
@@ -205,11 +205,12 @@ def _fix_sqrt_parens(s: str) -> str:
 
 
 _UNIT_WORD = re.compile(r"\s+([A-Za-z]+\.?)\s*(?:\^\s*\{?\d\}?)?$")
-_GLUED_UNIT = re.compile(r"(?<=\d)(cm|mm|km|kg|mg|ft|m|g|s|h|min|hr|hrs)(?:\^\s*\{?\d\}?)?$")
+# Multi-letter units only: "4h" or "3s" may well be an expression in the height h or side s.
+_GLUED_UNIT = re.compile(r"(?<=\d)(cm|mm|km|kg|mg|ft|min|hr|hrs|sec|mph)(?:\^\s*\{?\d\}?)?$")
 
 
 def strip_units(s: str) -> str:
-    """Drop trailing unit words ("12 dollars", "5 cm^2", "6\\pi square units", "5cm").
+    r"""Drop trailing unit words ("12 dollars", "5 cm^2", "6\pi square units", "5cm").
 
     Only when what remains still looks like math (has a digit or a LaTeX command), so a text
     answer such as "no solution" is left alone. A single letter is a unit only if it is a known
@@ -221,7 +222,8 @@ def strip_units(s: str) -> str:
             break
         word = m.group(1).rstrip(".").lower()
         head = s[: m.start()].rstrip()
-        if len(word) < 2 and word not in _KNOWN_UNITS:
+        # An unknown short word after a number is more likely variables ("5 xy") than a unit.
+        if len(word) < 3 and word not in _KNOWN_UNITS:
             break
         if not re.search(r"\d|\\[A-Za-z]", head) or head.endswith(("\\", "^", "_")):
             break
@@ -233,7 +235,7 @@ def strip_units(s: str) -> str:
 
 
 def _matching(s: str, i: int) -> int:
-    """Index of the bracket closing the one at ``i`` (any of ([{ closes with any of )]}), or -1."""
+    """Return the index of the bracket closing the one at ``i`` (any of )]} closes any of ([{)."""
     depth = 0
     for j in range(i, len(s)):
         ch = s[j]
@@ -247,7 +249,7 @@ def _matching(s: str, i: int) -> int:
 
 
 def max_depth(s: str) -> int:
-    """Deepest bracket nesting in ``s``."""
+    """Return the deepest bracket nesting in ``s``."""
     depth = best = 0
     for ch in s:
         if ch in "([{":
@@ -259,7 +261,7 @@ def max_depth(s: str) -> int:
 
 
 def split_top(s: str, seps: tuple[str, ...]) -> list[str]:
-    """Split ``s`` on any of ``seps`` at bracket depth 0 (escaped ``\\{`` counts as a bracket)."""
+    r"""Split ``s`` on any of ``seps`` at bracket depth 0 (``\{`` counts as a bracket)."""
     parts: list[str] = []
     depth = 0
     start = 0
@@ -274,7 +276,7 @@ def split_top(s: str, seps: tuple[str, ...]) -> list[str]:
         elif depth == 0:
             for sep in seps:
                 if s.startswith(sep, i):
-                    # "\le" must not match inside "\left"; command separators need a non-letter next.
+                    # "\le" must not match inside "\left": a command needs a non-letter next.
                     nxt = s[i + len(sep) : i + len(sep) + 1]
                     if sep[-1].isalpha() and nxt.isalpha():
                         continue
@@ -304,9 +306,15 @@ class Number:
 
 _INT_OR_DEC = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)$")
 _SLASH = re.compile(r"^([+-]?)\s*(\d+)\s*/\s*(\d+)$")
-_FRAC = re.compile(r"^([+-]?)\s*\\frac\s*(?:\{\s*([+-]?\d+)\s*\}|(\d))\s*(?:\{\s*([+-]?\d+)\s*\}|(\d))$")
-_MIXED = re.compile(r"^([+-]?)\s*(\d+)\s*(?:\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|\s(\d+)\s*/\s*(\d+))$")
-_SCI = re.compile(r"^([+-]?\d+(?:\.\d+)?)\s*(?:\\times|\\cdot|\*)\s*10\s*\^\s*\{?\s*([+-]?\d{1,3})\s*\}?$")
+_FRAC = re.compile(
+    r"^([+-]?)\s*\\frac\s*(?:\{\s*([+-]?\d+)\s*\}|(\d))\s*(?:\{\s*([+-]?\d+)\s*\}|(\d))$"
+)
+_MIXED = re.compile(
+    r"^([+-]?)\s*(\d+)\s*(?:\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|\s(\d+)\s*/\s*(\d+))$"
+)
+_SCI = re.compile(
+    r"^([+-]?\d+(?:\.\d+)?)\s*(?:\\times|\\cdot|\*)\s*10\s*\^\s*\{?\s*([+-]?\d{1,3})\s*\}?$"
+)
 
 
 def parse_number(s: str) -> Number | None:
@@ -395,7 +403,7 @@ def tower_log10(s: str) -> float | None:
 
 
 def terminates(x: Fraction) -> bool:
-    """True when ``x`` has a finite decimal expansion (denominator only has factors 2 and 5)."""
+    """Tell whether ``x`` has a finite decimal expansion (denominator of 2s and 5s only)."""
     d = x.denominator
     for p in (2, 5):
         while d % p == 0:
@@ -436,13 +444,14 @@ def parse_answer(raw: str, *, choice: bool = False) -> Node:
         raise AnswerTooComplex(f"bracket nesting deeper than {MAX_DEPTH}")
     if choice:
         m = _CHOICE.match(s)
-        if m:
+        # "(B) 12" is option B; "A and B" / "(A) or (C)" names two options and is not an answer.
+        if m and not re.search(r"\b[A-J]\b", s[m.end(1) + 1 :]):
             return Choice(m.group(1))
     return _parse(s, 0)
 
 
 def gold_choice(raw: str) -> str | None:
-    """The letter when a gold answer is a bare multiple-choice option ("B", "(B)", "B)")."""
+    """Return the letter when a gold answer is a bare option ("B", "(B)", "B)"), else None."""
     s = clean(raw)
     m = re.match(r"^\(?\s*([A-J])\s*\)?$", s)
     return m.group(1) if m else None
@@ -462,18 +471,16 @@ def _parse(s: str, level: int) -> Node:
         if len(unions) > MAX_ITEMS:
             raise AnswerTooComplex("too many intervals")
         return Union(tuple(_parse(u, level + 1) for u in unions))
-    if not (s.startswith("(") or s.startswith("[") or s.startswith("\\{")) or _matching(s, 0) != len(
-        s
-    ) - 1:
-        # Bare comma list / "or" list (solutions), unless it is a thousands-separated number.
-        if not _THOUSANDS.match(s):
-            parts = split_top(s, (",", ";"))
-            if len(parts) == 1 and level == 0:
-                parts = _OR.split(s)
-            if len(parts) > 1:
-                if len(parts) > MAX_ITEMS:
-                    raise AnswerTooComplex("too many elements")
-                return Seq("list", tuple(_parse(p, level + 1) for p in parts if p.strip()))
+    bracketed = s.startswith(("(", "[", "\\{")) and _matching(s, 0) == len(s) - 1
+    # Bare comma list / "or" list (solutions), unless it is a thousands-separated number.
+    if not bracketed and not _THOUSANDS.match(s):
+        parts = split_top(s, (",", ";"))
+        if len(parts) == 1 and level == 0:
+            parts = _OR.split(s)
+        if len(parts) > 1:
+            if len(parts) > MAX_ITEMS:
+                raise AnswerTooComplex("too many elements")
+            return Seq("list", tuple(_parse(p, level + 1) for p in parts if p.strip()))
     # Brackets enclosing the whole answer.
     if s.startswith("\\{") and s.endswith("\\}"):
         items = split_top(s[2:-2], (",", ";"))
@@ -488,6 +495,10 @@ def _parse(s: str, level: int) -> Node:
             return Seq("tuple", tuple(_parse(p, level + 1) for p in items), s[0], s[-1])
         if s[0] == "(":
             return _parse(s[1:-1], level + 1)
+    # "\frac{1}{6} \approx 0.167": the exact form before \approx is the answer.
+    approx = split_top(s, ("\\approx",))
+    if len(approx) > 1 and approx[0].strip():
+        return _parse(approx[0], level + 1)
     # Plus-minus: a \pm b is the set {a + b, a - b}.
     if "\\pm" in s or "\\mp" in s:
         plus = s.replace("\\pm", "+").replace("\\mp", "-")
@@ -514,15 +525,19 @@ def _scalar(s: str) -> Scalar:
     if percent:
         s = s[:-1].strip()
     s = strip_units(s)
-    s = re.sub(r"^\+", "", s).replace("+-", "-").replace("--", "+")
+    s = re.sub(r"^\+\s*", "", s).replace("+-", "-").replace("--", "+")
+    s = re.sub(r"^-\s+", "-", s)  # "- 2" (from \pm expansion) -> "-2", so the fast path reads it
     return Scalar(s, percent)
 
 
 def is_words(s: str) -> bool:
-    """True for a text answer ("Monday", "no solution"): letters only, a word of 3+ letters."""
-    return bool(_WORDS_ONLY.match(s)) and bool(re.search(r"[A-Za-z]{3,}", s))
+    """Tell whether ``s`` is a text answer ("Monday", "no solution"): letters only, 2+ of them.
+
+    Two letters already count as text: read as a product, "no" would equal "on".
+    """
+    return bool(_WORDS_ONLY.match(s)) and bool(re.search(r"[A-Za-z]{2,}", s))
 
 
 def normalize_text(s: str) -> str:
-    """Case- and spacing-insensitive form of a text answer."""
+    """Return the case- and spacing-insensitive form of a text answer."""
     return re.sub(r"[\s'.-]+", "", s).lower()

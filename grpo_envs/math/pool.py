@@ -16,6 +16,7 @@ MemoryError inside the worker instead of swapping the machine.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import subprocess
 import sys
@@ -58,7 +59,13 @@ class _Worker:
         debug = bool(os.environ.get("GRPO_MATH_WORKER_DEBUG"))
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, _WORKER_SCRIPT, str(to_child_r), str(from_child_w), str(mem_limit_mb)],
+                [
+                    sys.executable,
+                    _WORKER_SCRIPT,
+                    str(to_child_r),
+                    str(from_child_w),
+                    str(mem_limit_mb),
+                ],
                 pass_fds=(to_child_r, from_child_w),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -66,6 +73,10 @@ class _Worker:
                 # Own session: a Ctrl-C aimed at the caller must not kill a worker mid-request.
                 start_new_session=True,
             )
+        except BaseException:
+            os.close(to_child_w)
+            os.close(from_child_r)
+            raise
         finally:
             os.close(to_child_r)
             os.close(from_child_w)
@@ -92,10 +103,8 @@ class _Worker:
         except (OSError, subprocess.TimeoutExpired):
             pass
         for conn in (self.send_conn, self.recv_conn):
-            try:
+            with contextlib.suppress(OSError):
                 conn.close()
-            except OSError:
-                pass
 
 
 class WorkerPool:
@@ -135,21 +144,27 @@ class WorkerPool:
     def compare(self, gold: Node, pred: Node, timeout_s: float) -> WorkerReply:
         """Compare two parsed answers in a worker, within ``timeout_s`` seconds of worker time."""
         worker = self._acquire()
-        if not worker.wait_ready(STARTUP_TIMEOUT_S):
-            worker.kill()
-            self._release(worker, alive=False)
-            return WorkerReply(ReplyStatus.ERROR, detail="math worker failed to start")
         try:
+            if not worker.wait_ready(STARTUP_TIMEOUT_S):
+                worker.kill()
+                self._replace(worker)
+                return WorkerReply(ReplyStatus.ERROR, detail="math worker failed to start")
             worker.send_conn.send((gold, pred))
             if not worker.recv_conn.poll(timeout_s):
                 worker.kill()
                 self._replace(worker)
                 return WorkerReply(ReplyStatus.TIMEOUT, detail=f"no result within {timeout_s:g}s")
             status, equal, detail = worker.recv_conn.recv()
-        except (EOFError, OSError) as exc:  # the worker died (segfault, OOM kill)
+        except Exception as exc:  # the worker died (segfault, OOM kill) or sent garbage
             worker.kill()
             self._replace(worker)
-            return WorkerReply(ReplyStatus.ERROR, detail=f"math worker died: {exc!r}")
+            return WorkerReply(ReplyStatus.ERROR, detail=f"math worker failed: {exc!r}"[:300])
+        except BaseException:
+            # KeyboardInterrupt mid-request: the worker may still answer later, and that stale
+            # reply must never reach the next caller, so it goes.
+            worker.kill()
+            self._replace(worker)
+            raise
         self._release(worker, alive=True)
         return WorkerReply(ReplyStatus(status), bool(equal), str(detail))
 
@@ -226,7 +241,7 @@ def default_workers() -> int:
 
 
 def get_pool(min_size: int | None = None) -> WorkerPool:
-    """The process-wide pool (created on first use, recreated in a forked child)."""
+    """Return the process-wide pool (created on first use, recreated in a forked child)."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None or _POOL.pid != os.getpid():

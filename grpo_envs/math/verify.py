@@ -1,4 +1,4 @@
-"""``verify`` / ``verify_batch``: is a completion's final answer equal to the gold answer?
+"""``verify`` / ``verify_batch``: check a completion's final answer against the gold answer.
 
 The pipeline per item: extract the gold answer and the completion's answer (``extract``), parse
 both into typed trees (``normalize``), compare in-process with exact number arithmetic
@@ -9,6 +9,7 @@ both into typed trees (``normalize``), compare in-process with exact number arit
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ _FAST = FastComparator()
 
 @functools.lru_cache(maxsize=8192)
 def _gold_node(gold: str) -> Node | str:
-    """The parsed gold answer, or an error message (cached: GRPO scores each gold G times)."""
+    """Parse the gold answer, or return an error message (cached: GRPO reuses each gold)."""
     answer = gold_answer(gold)
     if answer is None:
         return "the gold answer is empty or has no final answer"
@@ -102,6 +103,11 @@ def _finish(pending: _Pending, reply: WorkerReply) -> MathResult:
     return MathResult(False, pending.extracted, outcome, reply.detail)
 
 
+def _check_timeout(timeout_s: float) -> None:
+    if not (isinstance(timeout_s, int | float) and 0 < timeout_s < math.inf):
+        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+
+
 def _safe_prepare(gold: str, completion: str, strict: bool) -> MathResult | _Pending:
     try:
         return _prepare(gold, completion, strict)
@@ -109,7 +115,9 @@ def _safe_prepare(gold: str, completion: str, strict: bool) -> MathResult | _Pen
         return MathResult(False, None, Outcome.ERROR, f"{type(exc).__name__}: {exc}"[:300])
 
 
-def verify(gold: str, completion: str, timeout_s: float = 5.0, *, strict: bool = False) -> MathResult:
+def verify(
+    gold: str, completion: str, timeout_s: float = 5.0, *, strict: bool = False
+) -> MathResult:
     r"""Check the final answer of ``completion`` against ``gold``.
 
     Args:
@@ -120,13 +128,17 @@ def verify(gold: str, completion: str, timeout_s: float = 5.0, *, strict: bool =
         strict: accept only ``<answer>`` tags, ``\boxed{}`` or ``#### N`` (see ``extract``).
 
     Returns:
-        A ``MathResult``; never raises on bad input.
+        A ``MathResult``; bad gold/completion values give an ERROR result, not an exception.
+
+    Raises:
+        ValueError: ``timeout_s`` is not a positive number (a caller bug).
 
     >>> verify("#### 1,000", "So the total is $1000.").correct
     True
     >>> verify("0.5", "The answer is 1/3.").outcome.value
     'wrong'
     """
+    _check_timeout(timeout_s)
     prepared = _safe_prepare(gold, completion, strict)
     if isinstance(prepared, MathResult):
         return prepared
@@ -147,8 +159,10 @@ def verify_batch(
     in the worker pool, each within ``timeout_s``. ``workers`` defaults to the usable CPU count.
 
     Raises:
-        ValueError: ``golds`` and ``completions`` differ in length (a caller bug).
+        ValueError: ``golds`` and ``completions`` differ in length, or ``timeout_s`` or
+            ``workers`` is not positive (caller bugs).
     """
+    _check_timeout(timeout_s)
     if len(golds) != len(completions):
         raise ValueError(
             f"verify_batch needs one gold per completion, got {len(golds)} golds and "
@@ -176,4 +190,7 @@ def verify_batch(
         with ThreadPoolExecutor(max_workers=min(n_workers, len(pending))) as executor:
             for i, result in executor.map(run, pending):
                 results[i] = result
-    return [r if r is not None else MathResult(False, None, Outcome.ERROR, "not scored") for r in results]
+    return [
+        r if r is not None else MathResult(False, None, Outcome.ERROR, "not scored")
+        for r in results
+    ]

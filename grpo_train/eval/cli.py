@@ -48,10 +48,13 @@ class EvalArgs:
     out: str | None
     engine: str
     dtype: str
+    max_model_len: int
     split: str
     batch_size: int
     env_kwargs: Mapping[str, Mapping[str, object]]
     progress: bool
+    argv: tuple[str, ...] = ()
+    """The command line as given (recorded in summary.json)."""
 
 
 def _eval_parser() -> argparse.ArgumentParser:
@@ -81,6 +84,9 @@ def _eval_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--engine", default="auto", choices=("auto", "vllm", "hf"))
     p.add_argument("--dtype", default="float32", help="weight dtype: float32, bfloat16, ...")
+    p.add_argument(
+        "--max_model_len", type=int, default=2048, help="vLLM context (prompt + completion)"
+    )
     p.add_argument("--split", default="test")
     p.add_argument("--batch_size", type=int, default=64, help="prompts per generate call")
     p.add_argument(
@@ -114,6 +120,11 @@ def parse_eval_args(argv: list[str]) -> EvalArgs:
         )
     if ns.max_tokens < 1:
         raise ValueError(f"--max_tokens must be >= 1, got {ns.max_tokens}")
+    if ns.max_tokens >= ns.max_model_len:
+        raise ValueError(
+            f"--max_tokens {ns.max_tokens} leaves no room for the prompt in --max_model_len "
+            f"{ns.max_model_len}; raise --max_model_len"
+        )
     if ns.limit is not None and ns.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {ns.limit}")
     if not 0 < ns.top_p <= 1:
@@ -141,10 +152,12 @@ def parse_eval_args(argv: list[str]) -> EvalArgs:
         out=ns.out,
         engine=ns.engine,
         dtype=ns.dtype,
+        max_model_len=ns.max_model_len,
         split=ns.split,
         batch_size=ns.batch_size,
         env_kwargs=env_kwargs,
         progress=not ns.no_progress,
+        argv=tuple(argv),
     )
 
 
@@ -196,8 +209,9 @@ def run_eval(args: EvalArgs) -> int:
         seed=args.seed,
     )
     tokenizer = cast("ChatTokenizer", AutoTokenizer.from_pretrained(model_path))
-    max_len = max(2048, args.max_tokens + 1024)  # vLLM context: room for long prompts
-    engine = make_engine(args.engine, model_path, dtype=args.dtype, max_model_len=max_len)
+    engine = make_engine(
+        args.engine, model_path, dtype=args.dtype, max_model_len=args.max_model_len
+    )
     try:
         summary = evaluate(
             engine,
@@ -211,6 +225,11 @@ def run_eval(args: EvalArgs) -> int:
             batch_size=args.batch_size,
             progress=args.progress,
             model=args.model or model_path,
+            metadata={
+                "command": ["grpo", "eval", *args.argv],
+                "env_kwargs": {k: dict(v) for k, v in args.env_kwargs.items()},
+                "suites": [{"label": t.label, "suite": t.suite, "env_id": t.env_id} for t in tasks],
+            },
         )
     finally:
         engine.close()

@@ -12,6 +12,7 @@ import hashlib
 import importlib.metadata
 import json
 import logging
+import math
 import os
 import time
 from collections import defaultdict
@@ -102,12 +103,20 @@ class EvalSummary:
         raise KeyError(f"no task {label!r}; tasks: {[r.label for r in self.results]}")
 
     def metrics(self, prefix: str = "eval") -> dict[str, float]:
-        """Flat ``{prefix}/{label}/{metric}`` scalars for the trainer's logger."""
-        return {
+        """Flat ``{prefix}/{label}/{metric}`` scalars for the trainer's logger.
+
+        ``{prefix}/accuracy`` is the success rate over every completion of every task.
+        """
+        out = {
             f"{prefix}/{r.label}/{name}": value
             for r in self.results
             for name, value in r.metrics().items()
         }
+        total = sum(r.num_completions for r in self.results)
+        out[f"{prefix}/accuracy"] = (
+            sum(r.accuracy * r.num_completions for r in self.results) / total
+        )
+        return out
 
     def table(self) -> str:
         """Render the results as a markdown table."""
@@ -147,11 +156,15 @@ def wants_math_checks(env_id: str) -> bool:
     return env_id.startswith("math/") and "countdown" not in env_id
 
 
-def encode_prompt(tokenizer: ChatTokenizer, sample: Sample) -> tuple[str, list[int]]:
+def encode_prompt(
+    tokenizer: ChatTokenizer, sample: Sample, max_prompt_tokens: int | None = None
+) -> tuple[str, list[int]]:
     """Render a sample's chat prompt with the tokenizer's template and tokenize it.
 
-    A tokenizer without a chat template (a base model) gets the message contents joined by blank
-    lines and its usual special tokens.
+    Same encoding as the trainer's (template text, then tokens without extra special tokens), so
+    evaluation sees what training saw. A tokenizer without a chat template (a base model) gets the
+    message contents joined by blank lines and its usual special tokens. With
+    ``max_prompt_tokens`` only the last that many tokens are kept (as the trainer does).
     """
     if getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template(
@@ -165,6 +178,14 @@ def encode_prompt(tokenizer: ChatTokenizer, sample: Sample) -> tuple[str, list[i
         ids = tokenizer(text)["input_ids"]
     if not isinstance(ids, list) or not ids:
         raise ValueError(f"sample {sample.id!r}: the tokenizer produced no prompt tokens")
+    if max_prompt_tokens is not None and len(ids) > max_prompt_tokens:
+        logger.warning(
+            "sample %s: prompt of %d tokens cut to its last %d",
+            sample.id,
+            len(ids),
+            max_prompt_tokens,
+        )
+        ids = ids[-max_prompt_tokens:]
     return text, [int(i) for i in ids]
 
 
@@ -212,21 +233,25 @@ def _extracted(score: Score) -> str | None:
 
 
 def _score_all(env: Environment, texts: list[str], samples: list[Sample]) -> list[Score]:
-    """``env.score_batch``; if the batch call itself fails, score one by one, never raising."""
+    """``env.score_batch``; a failing batch is scored one by one; bad scores become ``error``."""
     try:
-        scores = env.score_batch(texts, samples)
+        scores = list(env.score_batch(texts, samples))
         if len(scores) != len(texts):
             raise RuntimeError(f"score_batch returned {len(scores)} scores for {len(texts)} items")
-        return list(scores)
     except Exception as err:
         logger.warning("%s: score_batch failed (%r); scoring one by one", env.env_id, err)
-    out = []
-    for text, sample in zip(texts, samples):
-        try:
-            out.append(env.score(text, sample))
-        except Exception as err:  # a scorer bug is counted as an outcome, not a crashed eval
-            out.append(Score.failure(Outcome.ERROR, f"scorer raised {err!r}"))
-    return out
+        scores = []
+        for text, sample in zip(texts, samples):
+            try:
+                scores.append(env.score(text, sample))
+            except Exception as exc:  # a scorer bug is counted as an outcome, not a crashed eval
+                scores.append(Score.failure(Outcome.ERROR, f"scorer raised {exc!r}"))
+    return [
+        s
+        if isinstance(s, Score) and math.isfinite(s.reward)
+        else Score.failure(Outcome.ERROR, f"malformed score {s!r}"[:300])
+        for s in scores
+    ]
 
 
 @dataclass
@@ -293,6 +318,8 @@ def evaluate(
     batch_size: int = 64,
     progress: bool = True,
     model: str = "",
+    max_prompt_tokens: int | None = None,
+    metadata: Mapping[str, object] | None = None,
 ) -> EvalSummary:
     """Evaluate ``engine`` on environments and return per-task results.
 
@@ -309,6 +336,8 @@ def evaluate(
         batch_size: prompts per ``engine.generate`` call (also how often results are saved).
         progress: show a tqdm bar with ETA.
         model: the model's name or path, recorded in the summary.
+        max_prompt_tokens: keep only the last that many prompt tokens (default: all).
+        metadata: more JSON-ready facts for summary.json (the CLI adds its command line).
     """
     start = time.perf_counter()
     n = sampling.n
@@ -332,6 +361,7 @@ def evaluate(
             "split": split,
             "sampling": asdict(sampling),
             "template_sha256": template["sha256"],
+            "max_prompt_tokens": max_prompt_tokens,
         }
         _check_run_config(out, run_config)
         store = SampleStore(out / SAMPLES_FILE)
@@ -351,7 +381,7 @@ def evaluate(
             ]
             reused += n - len(missing)
             if missing:
-                text, ids = encode_prompt(tokenizer, sample)
+                text, ids = encode_prompt(tokenizer, sample, max_prompt_tokens)
                 pending.append(_Pending(task, sample, text, ids, missing))
 
     # 2. Generate and score batch by batch; each batch is saved before the next starts.
@@ -383,6 +413,7 @@ def evaluate(
         results.append(summarize_task(task.label, env_id, recs, n=n, ks=ks_t, greedy=greedy))
 
     extra: dict[str, object] = {
+        **(metadata or {}),
         "model": model,
         "engine": getattr(engine, "name", type(engine).__name__),
         "prompt_template": template,

@@ -85,3 +85,14 @@ def test_verl_compute_score():
     assert good == {"score": 1.0, "acc": 1.0, "correct": 1.0}
     bad = env.verl_compute_score("math/countdown-v0", "\\boxed{1+1}", "99", row["extra_info"])
     assert bad["score"] == 0.0 and bad["acc"] == 0.0
+
+
+def test_verl_keyword_call_and_unknown_source():
+    from grpo_envs.registration import RegistryError
+
+    result = compute_score(
+        data_source="math/add2-v0", solution_str="\\boxed{5}", ground_truth="5", extra_info=None
+    )
+    assert result["score"] == 1.0
+    with pytest.raises(RegistryError, match="math/add2-v0"):
+        compute_score("math/add3-v0", "\\boxed{5}", "5")

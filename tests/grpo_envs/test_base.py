@@ -125,3 +125,46 @@ def test_inline_batch_mode_matches_score():
         Outcome.ERROR,
     ]
     assert batch[0] == env.score("0", rows[0])
+
+
+def test_docstring_example_env_is_complete(monkeypatch):
+    """The ~20-line environment of SingleTurnEnv's docstring registers and passes check_env."""
+    from collections.abc import Iterator
+
+    import grpo_envs
+    from grpo_envs import registration as reg
+    from grpo_envs.envs._common import integer_correctness
+    from grpo_envs.format import boxed_component
+
+    monkeypatch.setattr(reg, "registry", dict(reg.registry))
+
+    class DoubleEnv(SingleTurnEnv):
+        """What is 2 * n?"""
+
+        def __init__(self, size: int = 100) -> None:
+            super().__init__()
+            self.size = size
+            self.rubric = Rubric(
+                [RewardComponent("correct", 1.0, integer_correctness), boxed_component(0.0)]
+            )
+
+        def load_split(self, split: str) -> Iterator[Sample]:
+            offset = 0 if split == "train" else 10_000  # disjoint held-out numbers
+            for i in range(self.size):
+                n = offset + i
+                yield Sample(
+                    f"{split}-{i}",
+                    (Message("user", f"What is 2 * {n}? Answer in \\boxed{{}}."),),
+                    str(2 * n),
+                )
+
+        def reference_completion(self, sample):
+            return f"\\boxed{{{sample.answer}}}"
+
+    reg.register("demo/double-v0", DoubleEnv)
+    env = grpo_envs.make("demo/double-v0", size=10)
+    grpo_envs.check_env(env, n_samples=2)
+    row = env.dataset("test")[3]
+    assert row["answer"] == "20006"
+    score = env.score("2 * 10003 = \\boxed{20006}", row)
+    assert score.correct and score.component("boxed").value == 1.0 and score.reward == 1.0

@@ -13,6 +13,7 @@ from grpo_envs.types import Message, Outcome, Sample, Score
 
 GSM8K_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k"
 MATH500_DIR = Path(__file__).resolve().parent / "fixtures" / "math500"
+CODE_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "code"
 SMALL = {"train_size": 40, "test_size": 10}
 
 #: make() overrides that keep the contract test fast (the contract itself is unchanged).
@@ -24,6 +25,16 @@ OVERRIDES: dict[str, dict[str, object]] = {
     "math/countdown-v0": SMALL,
     "format/think-answer-v0": SMALL,
     "rg/reasoning-gym-v0": SMALL,
+    # Offline fixtures of the code environments (kept with their own tests).
+    "code/humaneval-v0": {"workers": 2},
+    "code/mbpp-v0": {"data_files": str(CODE_FIXTURES / "mbpp_full.jsonl"), "workers": 2},
+    "code/stdio-v0": {"data_files": str(CODE_FIXTURES / "stdio.jsonl"), "workers": 2},
+}
+#: Local files an override needs; the env is skipped (not failed) while they are absent.
+NEEDS = {
+    "math/gsm8k-v0": GSM8K_DIR,
+    "code/mbpp-v0": CODE_FIXTURES / "mbpp_full.jsonl",
+    "code/stdio-v0": CODE_FIXTURES / "stdio.jsonl",
 }
 BUILTIN = [s.id for s in grpo_envs.list_envs() if not s.id.startswith("rg/") or s.id in OVERRIDES]
 
@@ -36,8 +47,8 @@ def test_registered_env_passes_check_env(env_id):
             importlib.import_module(env_spec.module)
         except ImportError as exc:  # e.g. an environment whose module is still being written
             pytest.skip(f"{env_spec.module} not importable: {exc}")
-    if env_id == "math/gsm8k-v0" and not GSM8K_DIR.is_dir():
-        pytest.skip("GSM8K files not beside the repo")
+    if env_id in NEEDS and not NEEDS[env_id].exists():
+        pytest.skip(f"{NEEDS[env_id]} is not there")
     env = grpo_envs.make(env_id, **OVERRIDES.get(env_id, {}))
     try:
         check_env(env, n_samples=2)

@@ -83,7 +83,7 @@ class ScriptedEngine:
         out = []
         for pi, ids in enumerate(prompt_token_ids):
             text = "".join(chr(t) for t in ids)
-            a, b = map(int, re.search(r"What is (\d+)\+(\d+)\?", text).groups())
+            a, b = map(int, re.search(r"(\d+)\+(\d+)\?", text).groups())
             comps = []
             for j in range(sampling.n):
                 if a == 4:
@@ -290,3 +290,35 @@ def test_several_tasks_are_reported_separately():
     assert [r.num_prompts for r in summary.results] == [3, 2]
     assert engine.calls == [(3, 1), (2, 1)]  # batches never mix environments
     assert "| one |" in summary.table() and "| two |" in summary.table()
+
+
+def test_malformed_scores_become_errors_and_overall_accuracy_is_logged():
+    class NaNEnv(AddEnv):
+        def score_batch(self, completions, samples):
+            scores = super().score_batch(completions, samples)
+            return [Score(float("nan"), Outcome.CORRECT), *scores[1:]]
+
+    summary = evaluate(ScriptedEngine(), CharTokenizer(), [NaNEnv()], limit=3, progress=False)
+    r = summary["toy/add-v0"]
+    assert r.outcome_counts["error"] == 1 and r.accuracy == pytest.approx(1 / 3)  # a=2 right
+    envs = [EvalTask("one", AddEnv(3, "toy/a-v0")), EvalTask("two", AddEnv(1, "toy/b-v0"))]
+    metrics = evaluate(ScriptedEngine(), CharTokenizer(), envs, progress=False).metrics("val")
+    # one: a=0 right, a=1 wrong, a=2 right; two: a=0 right -> 3 of 4 completions overall
+    assert metrics["val/accuracy"] == pytest.approx(3 / 4)
+    assert metrics["val/one/accuracy"] == pytest.approx(2 / 3)
+    assert metrics["val/two/pass@1"] == 1.0
+
+
+def test_long_prompts_keep_their_last_tokens():
+    class Recording(ScriptedEngine):
+        seen: list[int] = []
+
+        def generate(self, prompt_token_ids, sampling):
+            Recording.seen = [len(p) for p in prompt_token_ids]
+            return super().generate(prompt_token_ids, sampling)
+
+    kw = dict(limit=2, progress=False)
+    evaluate(Recording(), CharTokenizer(), [AddEnv()], **kw)
+    assert Recording.seen == [30, 30]  # "user: What is 0+0?\nassistant: "
+    summary = evaluate(Recording(), CharTokenizer(), [AddEnv()], max_prompt_tokens=20, **kw)
+    assert Recording.seen == [20, 20] and summary["toy/add-v0"].accuracy == 0.5

@@ -114,7 +114,8 @@ def test_default_model_cache_is_atomic(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_load_policy_offline_hub_id_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # huggingface_hub reads HF_HUB_OFFLINE at import; patch the constant so no network is tried.
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     with pytest.raises(ModelNotAvailableError, match="local folder"):
         load_policy("nobody-here/no-such-model-xyz")
 

@@ -15,7 +15,7 @@ MATH500_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "math500"
 
 def test_gsm8k_gold():
     assert gsm8k_gold("She has 3+4=<<3+4=7>>7\n#### 1,007") == "1007"
-    with pytest.raises(ValueError, match="####"):
+    with pytest.raises(ValueError, match=r"\#\#\#\#"):
         gsm8k_gold("no marker")
 
 
@@ -36,7 +36,7 @@ def test_gsm8k_from_local_files(monkeypatch):
 
 def test_missing_local_folder_is_a_clear_error(tmp_path):
     env = grpo_envs.make("math/gsm8k-v0", data_path=str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="test.jsonl"):
+    with pytest.raises(FileNotFoundError, match=r"test\.jsonl"):
         env.dataset("test")
 
 
@@ -71,3 +71,22 @@ def test_format_option_adds_component():
     assert "<answer>" in row["prompt"][0]["content"]
     score = env.score("<think>8 choose 4</think><answer>70</answer>", row)
     assert score.reward == 1.5 and score.component("format_strict").value == 1.0
+
+
+def test_hub_fallback_asks_for_the_right_dataset_and_explains_offline(monkeypatch):
+    import datasets
+
+    calls = []
+
+    def offline(path, name=None, split=None):
+        calls.append((path, name, split))
+        raise ConnectionError("offline")
+
+    monkeypatch.delenv("GRPO_GSM8K_DIR", raising=False)
+    monkeypatch.delenv("GRPO_MATH500_DIR", raising=False)
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(RuntimeError, match="GRPO_GSM8K_DIR"):
+        grpo_envs.make("math/gsm8k-v0").dataset("train")
+    with pytest.raises(RuntimeError, match="GRPO_MATH500_DIR"):
+        grpo_envs.make("math/math500-v0").dataset("test")
+    assert calls == [("openai/gsm8k", "main", "train"), ("HuggingFaceH4/MATH-500", None, "test")]

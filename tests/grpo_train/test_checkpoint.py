@@ -1,0 +1,104 @@
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from grpo_train.checkpoint import (
+    SamplerState,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
+from grpo_train.config import TrainConfig
+
+
+@pytest.fixture(scope="module")
+def parts(tiny_model_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    return model, tokenizer
+
+
+def _optim(model):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
+    model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
+    opt.step()
+    sched.step()
+    opt.zero_grad()
+    return opt, sched
+
+
+def _save(run_dir, step, model, tokenizer, opt, sched, keep_last=2):
+    return save_checkpoint(
+        run_dir, step, model=model, tokenizer=tokenizer, optimizer=opt, scheduler=sched,
+        sampler=SamplerState(step * 4, (step * 3, step)), config=TrainConfig(), keep_last=keep_last,
+    )
+
+
+def test_round_trip_restores_optimizer_scheduler_rng_and_position(parts, tmp_path):
+    model, tokenizer = parts
+    opt, sched = _optim(model)
+    torch.manual_seed(1)
+    random.seed(1)
+    np.random.seed(1)
+    path = _save(tmp_path, 5, model, tokenizer, opt, sched)
+    expected = (torch.rand(3), random.random(), np.random.rand())
+
+    opt2, sched2 = torch.optim.AdamW(model.parameters(), lr=1e-3), None
+    sched2 = torch.optim.lr_scheduler.LambdaLR(opt2, lambda s: 1.0 / (1 + s))
+    torch.manual_seed(99)
+    state = load_checkpoint(path, optimizer=opt2, scheduler=sched2)
+    assert (torch.rand(3).tolist(), random.random(), np.random.rand()) == (expected[0].tolist(), *expected[1:])
+    assert state.step == 5 and state.sampler == SamplerState(20, (15, 5))
+    assert sched2.last_epoch == sched.last_epoch
+    saved = opt.state_dict()["state"][0]["exp_avg"]
+    assert torch.equal(opt2.state_dict()["state"][0]["exp_avg"], saved)
+    assert (path / "model" / "config.json").is_file() and (path / "config.yaml").is_file()
+    assert TrainConfig.from_yaml(path / "config.yaml") == TrainConfig()
+
+
+def test_keeps_only_the_last_k_and_leaves_no_temp_folders(parts, tmp_path):
+    model, tokenizer = parts
+    opt, sched = _optim(model)
+    for step in (1, 2, 3):
+        _save(tmp_path, step, model, tokenizer, opt, sched, keep_last=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-000002", "step-000003"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-000002", "step-000003"]
+
+
+def test_a_failed_save_leaves_the_previous_checkpoint_and_no_partial_one(parts, tmp_path, monkeypatch):
+    model, tokenizer = parts
+    opt, sched = _optim(model)
+    good = _save(tmp_path, 1, model, tokenizer, opt, sched)
+
+    def disk_full(*args, **kwargs):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        _save(tmp_path, 2, model, tokenizer, opt, sched)
+    assert latest_checkpoint(tmp_path) == good
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step-000001"]
+
+
+def test_incomplete_folders_are_ignored_and_a_step_can_be_saved_again(parts, tmp_path):
+    model, tokenizer = parts
+    opt, sched = _optim(model)
+    first = _save(tmp_path, 4, model, tokenizer, opt, sched)
+    (tmp_path / "checkpoints" / "step-000009").mkdir()  # e.g. copied by hand, no trainer_state.pt
+    assert latest_checkpoint(tmp_path) == first
+    again = _save(tmp_path, 4, model, tokenizer, opt, sched)
+    assert again == first and (again / "trainer_state.pt").is_file()
+
+
+def test_loading_a_non_checkpoint_names_the_problem(parts, tmp_path):
+    model, _ = parts
+    opt, sched = _optim(model)
+    with pytest.raises(FileNotFoundError, match="not a checkpoint"):
+        load_checkpoint(tmp_path, optimizer=opt, scheduler=sched)
+    assert latest_checkpoint(tmp_path / "nothing") is None

@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+from rollout_checks import PROMPTS, check_groups, forward_logprobs, max_logprob_gap
+
+from grpo_train.models import load_policy
+from grpo_train.rollout import make_engine
+from grpo_train.rollout.base import SamplingConfig
+from grpo_train.rollout.hf import HFEngine
+from grpo_train.rollout.weights import checkpoint_state_dict
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_model_path: Path):
+    return load_policy(str(tiny_model_path))
+
+
+@pytest.fixture()
+def engine(policy) -> HFEngine:
+    model, tok = policy
+    return HFEngine(model, tok)
+
+
+def _eos(engine: HFEngine) -> set[int]:
+    return set(engine.eos_token_ids)
+
+
+def test_sampled_groups_are_consistent_and_match_trainer_logprobs(engine: HFEngine, policy) -> None:
+    sampling = SamplingConfig(n=8, max_new_tokens=48, temperature=0.8, seed=0)
+    groups = engine.generate(PROMPTS, sampling)
+    check_groups(groups, 8, 48, _eos(engine), engine.tokenizer.decode)
+    reasons = {c.finish_reason for g in groups for c in g}
+    assert reasons == {"stop", "length"}, "the fixed seed should give both kinds of endings"
+    assert max_logprob_gap(policy[0], groups, PROMPTS, 0.8) < 1e-4
+    # n samples of one prompt differ: the group is not one repeated sample.
+    assert len({c.token_ids for c in groups[0]}) > 1
+
+
+def test_max_new_tokens_cuts_with_length_reason(engine: HFEngine) -> None:
+    groups = engine.generate(PROMPTS, SamplingConfig(n=2, max_new_tokens=3, seed=1))
+    for c in (c for g in groups for c in g):
+        assert len(c.token_ids) <= 3
+        assert c.finish_reason == "length" or c.token_ids[-1] in _eos(engine)
+
+
+def test_greedy_is_deterministic_and_independent_of_batching(engine: HFEngine, policy) -> None:
+    greedy = SamplingConfig(n=3, max_new_tokens=12, temperature=0.0)
+    first = engine.generate(PROMPTS, greedy)
+    assert first == engine.generate(PROMPTS, greedy)
+    for group in first:
+        assert len({c.token_ids for c in group}) == 1
+    # Alone (no padding) and in a left-padded batch of 1-row chunks: same continuation.
+    alone = engine.generate([PROMPTS[2]], greedy)[0][0]
+    assert alone.token_ids == first[2][0].token_ids
+    chunked = HFEngine(policy[0], policy[1], max_batch_size=2).generate(PROMPTS, greedy)
+    assert [g[0].token_ids for g in chunked] == [g[0].token_ids for g in first]
+    # Greedy logprobs are the plain model distribution (temperature 1).
+    assert max_logprob_gap(policy[0], first, PROMPTS, 1.0) < 1e-4
+
+
+def test_seed_reproduces_and_leaves_global_rng_alone(engine: HFEngine) -> None:
+    sampling = SamplingConfig(n=4, max_new_tokens=16, seed=7)
+    torch.manual_seed(123)
+    before = torch.rand(1)
+    torch.manual_seed(123)
+    a = engine.generate(PROMPTS, sampling)
+    after = torch.rand(1)
+    assert torch.equal(before, after)
+    assert a == engine.generate(PROMPTS, sampling)
+    assert a != engine.generate(PROMPTS, SamplingConfig(n=4, max_new_tokens=16, seed=8))
+
+
+def test_top_k_and_top_p_logprobs_are_renormalised(engine: HFEngine) -> None:
+    one = engine.generate(PROMPTS, SamplingConfig(n=2, max_new_tokens=6, top_k=1, seed=0))
+    greedy = engine.generate(PROMPTS, SamplingConfig(n=1, max_new_tokens=6, temperature=0))
+    for g, ref in zip(one, greedy):
+        assert g[0].token_ids == ref[0].token_ids
+        assert all(lp == pytest.approx(0.0, abs=1e-6) for lp in g[0].logprobs)
+    nucleus = engine.generate(PROMPTS, SamplingConfig(n=2, max_new_tokens=6, top_p=0.5, seed=0))
+    full = engine.generate(PROMPTS, SamplingConfig(n=2, max_new_tokens=6, seed=0))
+    # A nucleus holds less mass than the full vocabulary, so its tokens get higher logprobs.
+    assert min(nucleus[0][0].logprobs) > min(full[0][0].logprobs)
+
+
+def test_bad_input_is_a_clear_error(engine: HFEngine) -> None:
+    sampling = SamplingConfig(n=1, max_new_tokens=2)
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        engine.generate([[1, 2], []], sampling)
+    with pytest.raises(ValueError, match="outside"):
+        engine.generate([[1, 10**6]], sampling)
+    with pytest.raises(TypeError, match="tokenize first"):
+        engine.generate(["hello"], sampling)  # type: ignore[list-item]
+    for bad in ({"n": 0}, {"max_new_tokens": 0}, {"temperature": -1}, {"top_p": 0}, {"top_k": -2}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            SamplingConfig(**bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="engine must be one of"):
+        make_engine("tgi", "x")
+
+
+def test_shared_module_sync_is_free_and_separate_copy_syncs(tiny_model_path: Path) -> None:
+    trainer, tok = load_policy(str(tiny_model_path))
+    shared = HFEngine(trainer, tok)
+    separate = make_engine("hf", tiny_model_path)
+    assert isinstance(separate, HFEngine) and separate.model is not trainer
+    with torch.no_grad():
+        for p in trainer.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    shared.sync_weights(trainer)
+    separate.sync_weights(trainer)
+    assert separate.last_sync_seconds > 0
+    sampling = SamplingConfig(n=2, max_new_tokens=10, seed=3)
+    assert shared.generate(PROMPTS, sampling) == separate.generate(PROMPTS, sampling)
+    assert max_logprob_gap(trainer, separate.generate(PROMPTS, sampling), PROMPTS, 1.0) < 1e-4
+
+
+def _lora(model: torch.nn.Module) -> torch.nn.Module:
+    peft = pytest.importorskip("peft")
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])
+    wrapped = peft.get_peft_model(copy.deepcopy(model), config)
+    with torch.no_grad():
+        for name, p in wrapped.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)  # LoRA starts as a no-op; make the adapter matter
+    return wrapped
+
+
+def test_checkpoint_state_dict_maps_peft_names_and_merges(policy) -> None:
+    model, _ = policy
+    plain = checkpoint_state_dict(model)
+    assert "model.embed_tokens.weight" in plain and "lm_head.weight" not in plain  # tied
+    wrapped = _lora(model)
+    merged = checkpoint_state_dict(wrapped)
+    assert merged.keys() == plain.keys()
+    name = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.allclose(merged[name], plain[name])
+    assert torch.equal(merged["model.layers.0.self_attn.k_proj.weight"], plain[
+        "model.layers.0.self_attn.k_proj.weight"
+    ])
+    # The trainer's weights are untouched (no merge/unmerge round trip).
+    base_q = wrapped.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight
+    assert torch.equal(base_q, plain[name])
+
+
+def test_peft_model_syncs_into_separate_engine(tiny_model_path: Path, policy) -> None:
+    wrapped = _lora(policy[0])
+    engine = make_engine("hf", tiny_model_path)
+    engine.sync_weights(wrapped)
+    sampling = SamplingConfig(n=2, max_new_tokens=10, seed=5)
+    groups = engine.generate(PROMPTS, sampling)
+    assert max_logprob_gap(wrapped, groups, PROMPTS, 1.0) < 1e-4
+    assert max_logprob_gap(policy[0], groups, PROMPTS, 1.0) > 1e-2
+
+
+def test_forward_logprobs_helper_matches_manual(policy) -> None:
+    model, _ = policy
+    lp = forward_logprobs(model, [1, 2, 3], [4, 5], 1.0)
+    with torch.no_grad():
+        logits = model(torch.tensor([[1, 2, 3, 4]])).logits[0]
+    assert lp[1].item() == pytest.approx(torch.log_softmax(logits[3], -1)[5].item(), abs=1e-5)

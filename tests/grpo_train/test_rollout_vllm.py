@@ -1,0 +1,111 @@
+"""The vLLM engine on the tiny model. One engine per module: each start costs ~20 s on CPU."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from rollout_checks import PROMPTS, check_groups, forward_logprobs, max_logprob_gap
+
+from grpo_train.models import load_policy
+from grpo_train.rollout import make_engine
+from grpo_train.rollout.base import SamplingConfig
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture(scope="module")
+def trainer_model(tiny_model_path: Path) -> torch.nn.Module:
+    return load_policy(str(tiny_model_path))[0]
+
+
+@pytest.fixture(scope="module")
+def module_engine(tiny_model_path: Path) -> Iterator:
+    from grpo_train.rollout.vllm_engine import VLLMEngine
+
+    engine = make_engine("vllm", tiny_model_path, dtype="float32", max_model_len=256, seed=0)
+    assert isinstance(engine, VLLMEngine)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture()
+def engine(module_engine, trainer_model):
+    """The shared engine holding the original tiny weights (a sync test may have changed them)."""
+    module_engine.sync_weights(trainer_model)
+    return module_engine
+
+
+def _eos(engine) -> set[int]:
+    return {engine.tokenizer.eos_token_id}
+
+
+def test_sampled_groups_are_consistent_and_match_trainer_logprobs(engine, trainer_model) -> None:
+    sampling = SamplingConfig(n=8, max_new_tokens=48, temperature=0.8, seed=0)
+    groups = engine.generate(PROMPTS, sampling)
+    check_groups(groups, 8, 48, _eos(engine), engine.tokenizer.decode)
+    assert {c.finish_reason for g in groups for c in g} == {"stop", "length"}
+    assert len({c.token_ids for c in groups[0]}) > 1
+    assert max_logprob_gap(trainer_model, groups, PROMPTS, 0.8) < 1e-3
+    assert groups == engine.generate(PROMPTS, sampling)  # seeded: reproducible
+    other = engine.generate(PROMPTS, SamplingConfig(n=8, max_new_tokens=48, temperature=0.8, seed=1))
+    assert other != groups
+
+
+def test_greedy_and_length_limit(engine, trainer_model) -> None:
+    greedy = SamplingConfig(n=3, max_new_tokens=5, temperature=0.0)
+    groups = engine.generate(PROMPTS, greedy)
+    check_groups(groups, 3, 5, _eos(engine), engine.tokenizer.decode)
+    assert groups == engine.generate(PROMPTS, greedy)
+    for group in groups:
+        assert len({c.token_ids for c in group}) == 1
+    assert max_logprob_gap(trainer_model, groups, PROMPTS, 1.0) < 1e-3
+    # The greedy token is the trainer's argmax whenever the top two logits are not a near tie.
+    first = groups[0][0]
+    ids = torch.tensor([PROMPTS[0]])
+    with torch.no_grad():
+        logits = trainer_model(ids).logits[0, -1]
+    top2 = logits.topk(2).values
+    if (top2[0] - top2[1]).item() > 1e-3:
+        assert first.token_ids[0] == int(logits.argmax())
+
+
+def test_prompt_longer_than_context_is_a_clear_error(engine) -> None:
+    with pytest.raises(ValueError, match="max_model_len"):
+        engine.generate([[5] * 250], SamplingConfig(n=1, max_new_tokens=10))
+
+
+def test_weight_sync_moves_engine_logprobs_to_the_trainers(engine, trainer_model) -> None:
+    sampling = SamplingConfig(n=4, max_new_tokens=24, seed=11)
+    before = engine.generate(PROMPTS, sampling)
+    assert max_logprob_gap(trainer_model, before, PROMPTS, 1.0) < 1e-3
+    updated = copy.deepcopy(trainer_model)
+    with torch.no_grad():
+        for p in updated.parameters():  # every tensor, the tied embedding / LM head included
+            p.add_(torch.randn_like(p) * 0.05)
+    engine.sync_weights(updated)
+    assert 0 < engine.last_sync_seconds < 30
+    after = engine.generate(PROMPTS, sampling)
+    assert max_logprob_gap(updated, after, PROMPTS, 1.0) < 1e-3
+    assert max_logprob_gap(trainer_model, after, PROMPTS, 1.0) > 0.05
+    # A fixed completion sampled before the change now has different logprobs in the trainer.
+    c = before[0][0]
+    new = forward_logprobs(updated, PROMPTS[0], c.token_ids, 1.0)
+    assert (new - torch.tensor(c.logprobs)).abs().max().item() > 0.05
+
+
+def test_peft_model_sync(engine, trainer_model) -> None:
+    peft = pytest.importorskip("peft")
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])
+    wrapped = peft.get_peft_model(copy.deepcopy(trainer_model), config)
+    with torch.no_grad():
+        for name, p in wrapped.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    engine.sync_weights(wrapped)
+    groups = engine.generate(PROMPTS, SamplingConfig(n=2, max_new_tokens=16, seed=2))
+    assert max_logprob_gap(wrapped, groups, PROMPTS, 1.0) < 1e-3
+    assert max_logprob_gap(trainer_model, groups, PROMPTS, 1.0) > 1e-2

@@ -1,0 +1,104 @@
+"""The public API: limits validation, files, stdin, ordering, isolation records, results."""
+
+from __future__ import annotations
+
+import pytest
+from sandbox_helpers import FAST
+
+from sandbox import ALL_LAYERS, ExecResult, Job, Limits, Sandbox, Status, normalize_output
+from sandbox.types import check_files
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"timeout_s": 0}, {"timeout_s": float("inf")}, {"cpu_s": -1}, {"memory_mb": 10},
+        {"output_bytes": 0}, {"max_processes": 0}, {"max_file_mb": 1.5},
+    ],
+)  # fmt: skip
+def test_limits_reject_unenforceable_values(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        Limits(**kwargs)  # type: ignore[arg-type]
+
+
+def test_cpu_limit_default_follows_timeout() -> None:
+    assert Limits(timeout_s=2.5).effective_cpu_s == 4
+    assert Limits(timeout_s=2.5, cpu_s=0.2).effective_cpu_s == 1
+
+
+@pytest.mark.parametrize("name", ["/etc/x", "../x", "a/../../x", "", "a\x00b", ".", "./a"])
+def test_file_names_must_stay_inside(name: str) -> None:
+    with pytest.raises(ValueError):
+        check_files({name: "x"})
+
+
+def test_run_with_stdin_files_and_isolation(sb: Sandbox) -> None:
+    code = (
+        "import os\n"
+        "print(input().upper())\n"
+        "print(open('data/in.txt').read())\n"
+        "print(os.getcwd(), sorted(os.listdir('.')))\n"
+    )
+    res = sb.run(code, stdin="abc\n", files={"data/in.txt": "payload", "x.py": "y = 1"})
+    assert isinstance(res, ExecResult)
+    assert res.status is Status.OK, res
+    lines = res.stdout.splitlines()
+    assert lines[:2] == ["ABC", "payload"]
+    assert "'data'" in lines[2] and "'x.py'" in lines[2]
+    assert res.exit_code == 0 and not res.truncated
+    assert res.isolation == sb.isolation
+    assert set(res.isolation) <= set(ALL_LAYERS)
+    assert {"rlimits", "no_new_privs", "session"} <= set(res.isolation)
+
+
+def test_statuses_and_exit_codes(sb: Sandbox) -> None:
+    results = sb.run_many(
+        [
+            "print('a')",
+            Job("import sys\nsys.exit(3)"),
+            Job("raise KeyError('k')"),
+            Job("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)"),
+            Job("print(input())", stdin="x\n"),
+        ]
+    )
+    assert [r.status for r in results] == [
+        Status.OK, Status.RUNTIME_ERROR, Status.RUNTIME_ERROR, Status.KILLED, Status.OK,
+    ]  # fmt: skip
+    assert results[1].exit_code == 3
+    assert "KeyError" in results[2].stderr and "_zygote" not in results[2].stderr
+    assert results[3].exit_code is not None and results[3].exit_code < 0
+    assert results[4].stdout == "x\n"
+
+
+def test_run_many_is_in_input_order(sb: Sandbox) -> None:
+    jobs = [f"import time\ntime.sleep({0.05 * (i % 3)})\nprint({i})" for i in range(8)]
+    assert [r.stdout for r in sb.run_many(jobs)] == [f"{i}\n" for i in range(8)]
+
+
+def test_syntax_error_is_a_runtime_error(sb: Sandbox) -> None:
+    res = sb.run("def (:\n")
+    assert res.status is Status.RUNTIME_ERROR
+    assert "SyntaxError" in res.stderr
+
+
+def test_bad_arguments_raise(sb: Sandbox) -> None:
+    with pytest.raises(TypeError):
+        sb.run(b"print(1)")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        sb.run("pass", files={"../x": ""})
+    with pytest.raises(ValueError):
+        Sandbox(workers=0)
+    with pytest.raises(ValueError):
+        Sandbox(required_layers=["no_such_layer"])
+
+
+def test_required_layers_that_exist_are_accepted() -> None:
+    with Sandbox(limits=FAST, workers=1, required_layers=["rlimits", "no_new_privs"]) as box:
+        assert box.run("print(2)").stdout == "2\n"
+    with pytest.raises(RuntimeError):
+        box.run("print(2)")  # closed
+
+
+def test_normalize_output() -> None:
+    assert normalize_output("a  \r\nb\t\n\n\n") == ["a", "b"]
+    assert normalize_output("") == []

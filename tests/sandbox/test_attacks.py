@@ -1,0 +1,386 @@
+"""The adversarial suite: each attack has an asserted outcome, and the host is checked after."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sandbox_helpers import CANARY_ENV, CANARY_VALUE, FAST
+
+from sandbox import Limits, Sandbox, Status
+
+
+def test_infinite_loop_times_out_on_time(sb: Sandbox) -> None:
+    limits = Limits(timeout_s=1.0, memory_mb=256)
+    res = sb.run("while True:\n    pass\n", limits=limits)
+    assert res.status is Status.TIMEOUT
+    assert res.wall_s < 1.0 + 0.5
+
+
+def test_ignored_sigalrm_does_not_help(sb: Sandbox) -> None:
+    code = (
+        "import signal\n"
+        "signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "signal.alarm(1)\n"
+        "while True:\n    pass\n"
+    )
+    t0 = time.monotonic()
+    res = sb.run(code, limits=Limits(timeout_s=1.0))
+    assert res.status is Status.TIMEOUT
+    assert time.monotonic() - t0 < 1.0 + 0.5 + 0.5  # + parent-side overhead
+
+
+def test_cpu_limit_kills_busy_loop(sb: Sandbox) -> None:
+    res = sb.run("while True:\n    pass\n", limits=Limits(timeout_s=20.0, cpu_s=1.0))
+    assert res.status is Status.TIMEOUT
+    assert "CPU" in res.detail  # the kernel's RLIMIT_CPU, not the (much later) wall clock
+
+
+def test_fork_bomb_is_bounded(sb: Sandbox) -> None:
+    code = (
+        "import os, time\n"
+        "n = 0\n"
+        "for _ in range(500):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(60)\n"
+        "        os._exit(0)\n"
+        "    n += 1\n"
+        "print(n, flush=True)\n"
+    )
+    res = sb.run(code, limits=Limits(timeout_s=5.0, max_processes=16))
+    assert res.status is Status.OK, res
+    assert int(res.stdout) < 16  # the 17th process was refused
+    assert res.wall_s < 5.0  # the sleeping children did not keep the run alive
+
+
+def test_memory_bomb(sb: Sandbox) -> None:
+    res = sb.run("x = bytearray(4 << 30)\n", limits=Limits(memory_mb=256))
+    assert res.status is Status.MEMORY
+    grow = "blocks = []\nwhile True:\n    blocks.append(bytearray(16 << 20))\n"
+    res = sb.run(grow, limits=Limits(memory_mb=256, timeout_s=5.0))
+    assert res.status is Status.MEMORY
+
+
+def test_memory_bomb_across_processes_hits_cgroup(sb: Sandbox) -> None:
+    if "cgroup" not in sb.isolation:
+        pytest.skip("no cgroup layer on this machine")
+    # Each child stays under RLIMIT_AS, together they exceed the cgroup limit.
+    code = (
+        "import os, time\n"
+        "for _ in range(8):\n"
+        "    if os.fork() == 0:\n"
+        "        x = bytearray(200 << 20)\n"
+        "        for i in range(0, len(x), 4096): x[i] = 1\n"
+        "        time.sleep(30)\n"
+        "        os._exit(0)\n"
+        "time.sleep(30)\n"
+    )
+    res = sb.run(code, limits=Limits(memory_mb=256, timeout_s=4.0, max_processes=16))
+    assert res.status in (Status.MEMORY, Status.TIMEOUT)
+    assert res.status is not Status.OK
+
+
+def test_output_flood_is_capped_and_killed(sb: Sandbox) -> None:
+    res = sb.run("while True:\n    print('x' * 1000)\n", limits=Limits(output_bytes=1 << 16))
+    assert res.status is Status.OUTPUT_LIMIT
+    assert res.truncated
+    assert len(res.stdout) + len(res.stderr) <= 1 << 16
+    assert res.wall_s < 1.0
+
+
+def test_huge_file_write_fails(sb: Sandbox) -> None:
+    code = (
+        "data = b'x' * (1 << 20)\n"
+        "try:\n"
+        "    with open('big.bin', 'wb') as f:\n"
+        "        for _ in range(200):\n"
+        "            f.write(data)\n"
+        "except OSError as e:\n"
+        "    print('refused', e.errno)\n"
+    )
+    free_before = shutil.disk_usage("/").free
+    res = sb.run(code, limits=Limits(max_file_mb=8))
+    assert res.status is Status.OK
+    assert res.stdout.startswith("refused")
+    assert shutil.disk_usage("/").free > free_before - (32 << 20)
+
+
+def test_writes_and_deletes_outside_workdir_fail(sb: Sandbox, canary: Path) -> None:
+    code = f"""
+import os
+target = {str(canary)!r}
+outcomes = []
+for action in (
+    lambda: open(target, "w").write("pwned"),
+    lambda: os.remove(target),
+    lambda: os.rename(target, target + ".x"),
+    lambda: open(os.path.dirname(target) + "/new.txt", "w").write("x"),
+    lambda: open("/etc/passwd", "a").write("x"),
+    lambda: os.mkdir("/usr/local/evil"),
+):
+    try:
+        action()
+        outcomes.append("ok")
+    except OSError as e:
+        outcomes.append(type(e).__name__)
+print(outcomes)
+open("inside.txt", "w").write("fine")
+print(open("inside.txt").read())
+"""
+    res = sb.run(code)
+    assert res.status is Status.OK, res
+    assert "'ok'" not in res.stdout
+    assert res.stdout.strip().endswith("fine")
+    assert canary.read_text() == "precious"
+
+
+def test_environment_secrets_do_not_leak(sb: Sandbox) -> None:
+    code = """
+import os
+found = [str(os.environ)]
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            found.append(open(f"/proc/{pid}/environ", "rb").read().decode(errors="replace"))
+        except OSError:
+            pass
+print("\\n".join(found))
+"""
+    assert os.environ[CANARY_ENV] == CANARY_VALUE
+    res = sb.run(code)
+    assert res.status is Status.OK
+    assert CANARY_VALUE not in res.stdout + res.stderr
+    assert CANARY_ENV not in res.stdout + res.stderr
+
+
+def test_host_processes_invisible_and_secret_files_unreadable(sb: Sandbox) -> None:
+    code = f"""
+import os
+pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+print("pids", pids)
+print("host pid visible", os.path.exists("/proc/{os.getpid()}/environ"))
+for path in ("/etc/shadow", "/root/.bashrc", "/work", "/root", "/home", "/run/secrets"):
+    try:
+        if os.path.isdir(path):
+            print(path, "listing", os.listdir(path))
+        else:
+            print(path, "read", len(open(path).read()))
+    except OSError as e:
+        print(path, type(e).__name__)
+"""
+    res = sb.run(code)
+    assert res.status is Status.OK, res
+    out = res.stdout
+    assert "pids [1]" in out  # only itself: a private PID namespace with a fresh /proc
+    assert "/etc/shadow PermissionError" in out
+    for line in out.splitlines():
+        if " listing " in line:
+            assert line.endswith("listing []"), line  # hidden or denied, never content
+
+
+def test_network_is_unreachable_and_host_listener_gets_nothing(sb: Sandbox) -> None:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(5)
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    code = f"""
+import socket
+for addr in (("127.0.0.1", {port}), ("1.1.1.1", 80), ("8.8.8.8", 53)):
+    try:
+        s = socket.create_connection(addr, timeout=1)
+        s.sendall(b"exfiltrated")
+        print("connected", addr)
+    except OSError as e:
+        print("refused", addr, type(e).__name__)
+try:
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.sendto(b"x", ("127.0.0.1", {port}))
+    print("udp sent")
+except OSError as e:
+    print("udp refused", type(e).__name__)
+"""
+    res = sb.run(code)
+    accepted = []
+    try:
+        while True:
+            conn, _ = listener.accept()
+            accepted.append(conn.recv(100))
+    except (TimeoutError, OSError):
+        pass
+    finally:
+        listener.close()
+    assert res.status is Status.OK, res
+    assert "connected" not in res.stdout
+    assert "udp sent" not in res.stdout
+    assert accepted == []
+
+
+def test_killing_parent_group_and_everyone_fails(sb: Sandbox) -> None:
+    me = os.getpid()
+    code = f"""
+import os, signal
+for target in ({me}, os.getppid(), 0, -1, -{os.getpgid(0)}):
+    try:
+        os.kill(target, signal.SIGKILL)
+        print("sent", target)
+    except OSError as e:
+        print("denied", target, type(e).__name__)
+"""
+    res = sb.run(code)
+    # We are alive to assert this. kill(0)/kill(-1) may only hit the run's own processes.
+    assert f"sent {me}" not in res.stdout
+    assert f"sent -{os.getpgid(0)}" not in res.stdout
+    assert sb.run("print('still serving')").stdout == "still serving\n"
+
+
+def test_sibling_sandboxes_survive_a_killer(sb: Sandbox) -> None:
+    killer = """
+import os, signal, time
+time.sleep(0.3)
+for pid in range(2, 400000):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+os.kill(-1, signal.SIGKILL)
+"""
+    sleeper = "import time\ntime.sleep(1.0)\nprint('survived')\n"
+    results = sb.run_many([sleeper, killer])
+    assert results[0].status is Status.OK
+    assert results[0].stdout == "survived\n"
+
+
+def test_double_fork_daemon_dies_with_the_run(sb: Sandbox) -> None:
+    code = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        # Keeps stdout open and outlives its parents: a plain subprocess.run would hang.
+        while True:
+            print("daemon alive", flush=True)
+            time.sleep(0.05)
+    os._exit(0)
+time.sleep(0.2)
+print("main done", flush=True)
+"""
+    t0 = time.monotonic()
+    res = sb.run(code, limits=Limits(timeout_s=5.0))
+    assert res.status is Status.OK
+    assert time.monotonic() - t0 < 2.0
+    assert "main done" in res.stdout
+    # The autouse fixture then asserts that no process of the sandbox uids is left.
+
+
+def test_privileged_syscalls_are_refused(sb: Sandbox) -> None:
+    code = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+out = {}
+out["ptrace_traceme"] = libc.ptrace(0, 0, None, None)
+out["ptrace_attach_1"] = libc.ptrace(16, 1, None, None)
+out["mount"] = libc.mount(b"none", b"/tmp", b"tmpfs", 0, None)
+out["unshare_user"] = libc.unshare(0x10000000)
+out["unshare_net"] = libc.unshare(0x40000000)
+out["setns"] = libc.setns(0, 0)
+out["bpf"] = libc.syscall(321, 0, None, 0)
+out["keyctl"] = libc.syscall(250, 0, 0, 0, 0, 0)
+for name, fn in (("setuid", lambda: os.setuid(0)), ("setgid", lambda: os.setgid(0)),
+                 ("chroot", lambda: os.chroot("/tmp"))):
+    try:
+        fn()
+        out[name] = 0
+    except OSError:
+        out[name] = -1
+print(out)
+print("uid", os.getuid(), os.geteuid())
+"""
+    res = sb.run(code)
+    assert res.status is Status.OK, res
+    values = eval(res.stdout.splitlines()[0])  # our own dict literal of ints
+    assert all(v == -1 for v in values.values()), values
+    if "uid" in sb.isolation:
+        assert "uid 0 " not in res.stdout
+
+
+def test_hundred_thousand_threads(sb: Sandbox) -> None:
+    code = """
+import threading, time
+started = 0
+try:
+    for _ in range(100_000):
+        t = threading.Thread(target=time.sleep, args=(5,), daemon=True)
+        t.start()
+        started += 1
+except RuntimeError:
+    pass
+print(started, flush=True)
+"""
+    res = sb.run(code, limits=Limits(timeout_s=5.0, max_processes=32))
+    assert res.status in (Status.OK, Status.TIMEOUT, Status.RUNTIME_ERROR)
+    if res.status is Status.OK:
+        assert int(res.stdout) < 100_000
+
+
+def test_dev_shm_filling_is_private_and_capped(sb: Sandbox) -> None:
+    before = shutil.disk_usage("/dev/shm").used if os.path.isdir("/dev/shm") else 0
+    code = """
+import os
+written = 0
+try:
+    with open("/dev/shm/fill", "wb") as f:
+        for _ in range(256):
+            f.write(b"x" * (1 << 20))
+            written += 1
+except OSError as e:
+    print("stopped", type(e).__name__)
+print("written_mb", written)
+"""
+    res = sb.run(code, limits=Limits(max_file_mb=512, memory_mb=1024))
+    assert res.status is Status.OK, res
+    assert "stopped" in res.stdout
+    assert int(res.stdout.split("written_mb")[1]) < 256
+    assert not os.path.exists("/dev/shm/fill")
+    if os.path.isdir("/dev/shm"):
+        assert shutil.disk_usage("/dev/shm").used < before + (8 << 20)
+
+
+def test_strict_mode_refuses_missing_layers() -> None:
+    with Sandbox(limits=FAST, workers=1) as probe:
+        available = set(probe.isolation)
+    from sandbox import ALL_LAYERS, SandboxUnavailableError
+
+    missing = [layer for layer in ALL_LAYERS if layer not in available]
+    if missing:
+        with pytest.raises(SandboxUnavailableError):
+            Sandbox(limits=FAST, workers=1, strict=True)
+    else:
+        with Sandbox(limits=FAST, workers=1, strict=True) as strict:
+            res = strict.run("print(1)")
+            assert res.status is Status.OK
+            assert set(res.isolation) == set(ALL_LAYERS)
+
+
+def test_concurrent_callers_share_the_pool(sb: Sandbox) -> None:
+    out: list[str] = []
+
+    def worker(i: int) -> None:
+        out.append(sb.run(f"print({i})").stdout.strip())
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(out, key=int) == [str(i) for i in range(6)]
