@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence

@@ -39,7 +39,7 @@ def compute_advantages(
     scale_rewards: ScaleRewards | str = ScaleRewards.GROUP,
     eps: float = 1e-4,
 ) -> torch.Tensor:
-    """Advantages for a (P, G) reward tensor; returns (P, G).
+    """Compute advantages for a (P, G) reward tensor; returns (P, G).
 
     GRPO: ``(r - mean_g) / (std_g + eps)`` with ``std_g`` the unbiased (n - 1) standard deviation
     of the group, as TRL computes it (``torch.std``); with ``scale_rewards="batch"`` the std of all
@@ -69,7 +69,7 @@ def compute_advantages(
 
 
 def informative_groups(rewards: torch.Tensor, tol: float = 1e-6) -> torch.Tensor:
-    """A (P,) bool mask of groups whose rewards do not all agree.
+    """Return a (P,) bool mask of the groups whose rewards do not all agree.
 
     A group where every completion got the same reward has zero advantage everywhere and gives no
     gradient; DAPO's dynamic sampling (arXiv:2503.14476, section 3.2) drops such groups and refills
@@ -92,7 +92,7 @@ class GroupStats:
 
 
 def group_stats(rewards: torch.Tensor) -> GroupStats:
-    """Batch and in-group reward statistics of a (P, G) reward tensor."""
+    """Compute batch and in-group reward statistics of a (P, G) reward tensor."""
     flat = rewards.double().flatten()
     return GroupStats(
         reward_mean=float(flat.mean()),

@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -53,7 +53,7 @@ class ResumeState:
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
-    """The folder holding a run's checkpoints."""
+    """Return the folder holding a run's checkpoints."""
     return Path(run_dir) / "checkpoints"
 
 
@@ -67,7 +67,7 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint of a run, or None."""
+    """Return the newest complete checkpoint of a run, or None."""
     found = list_checkpoints(run_dir)
     return found[-1] if found else None
 
@@ -84,7 +84,8 @@ def _rng_state() -> dict[str, object]:
 
 def _set_rng_state(state: dict[str, object]) -> None:
     random.setstate(state["python"])  # type: ignore[arg-type]
-    kind, keys, pos, has_gauss, gauss = state["numpy"]  # type: ignore[misc]
+    numpy_state = cast(tuple[str, torch.Tensor, int, int, float], state["numpy"])
+    kind, keys, pos, has_gauss, gauss = numpy_state
     np.random.set_state((kind, keys.numpy(), pos, has_gauss, gauss))
     torch.set_rng_state(state["torch"])  # type: ignore[arg-type]
     if state.get("cuda") and torch.cuda.is_available():
@@ -141,7 +142,7 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
 ) -> ResumeState:
-    """Restore optimizer, scheduler and RNG states from ``path`` (the model loads from ``path/model``).
+    """Restore optimizer, scheduler and RNG states from ``path`` (the model is in ``path/model``).
 
     Call it after the model, optimizer and scheduler are built and before anything draws random
     numbers, so that the resumed run continues exactly where the saved one stopped.
@@ -149,10 +150,14 @@ def load_checkpoint(
     path = Path(path)
     file = path / STATE_FILE
     if not file.is_file():
-        raise FileNotFoundError(f"{path} is not a checkpoint (no {STATE_FILE}); pass a step-NNNNNN folder")
-    state = torch.load(file, map_location="cpu", weights_only=False)
+        raise FileNotFoundError(
+            f"{path} is not a checkpoint (no {STATE_FILE}); pass a step-NNNNNN folder"
+        )
+    state = torch.load(file, map_location="cpu", weights_only=True)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     _set_rng_state(state["rng"])
-    sampler = SamplerState(int(state["sampler"]["draws"]), tuple(int(p) for p in state["sampler"]["positions"]))
+    sampler = SamplerState(
+        int(state["sampler"]["draws"]), tuple(int(p) for p in state["sampler"]["positions"])
+    )
     return ResumeState(step=int(state["step"]), sampler=sampler, path=path)

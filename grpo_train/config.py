@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import itertools
 import textwrap
 import types
 import typing
@@ -85,7 +86,7 @@ class RolloutConfig:
     num_generations: int = 8
     """Completions per prompt (the group size G); at least 2."""
     prompts_per_step: int = 8
-    """Prompts per training step; a step trains on prompts_per_step x num_generations completions."""
+    """Prompts per training step; a step trains on prompts_per_step x num_generations samples."""
     max_completion_length: int = 256
     """Maximum tokens per completion; longer ones are cut (finish reason 'length')."""
     temperature: float = 1.0
@@ -224,8 +225,10 @@ class TrainConfig:
             raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 
     @classmethod
-    def from_flat(cls, values: Mapping[str, object], base: TrainConfig | None = None) -> TrainConfig:
-        """A config from ``{field: value}`` (values may be strings from the command line)."""
+    def from_flat(
+        cls, values: Mapping[str, object], base: TrainConfig | None = None
+    ) -> TrainConfig:
+        """Build a config from ``{field: value}`` (values may be strings from the command line)."""
         owners = field_owners()
         unknown = [k for k in values if k not in owners]
         if unknown:
@@ -255,7 +258,9 @@ class TrainConfig:
         except (OSError, yaml.YAMLError) as err:
             raise ConfigError(f"cannot read config file {path}: {err}") from err
         if not isinstance(raw, Mapping):
-            raise ConfigError(f"{path}: expected a mapping of field: value, got {type(raw).__name__}")
+            raise ConfigError(
+                f"{path}: expected a mapping of field: value, got {type(raw).__name__}"
+            )
         flat: dict[str, object] = {}
         for key, value in raw.items():
             if key in SECTIONS and isinstance(value, Mapping):
@@ -265,8 +270,10 @@ class TrainConfig:
         return cls.from_flat(flat, base)
 
     def to_dict(self) -> dict[str, dict[str, object]]:
-        """The sectioned, YAML-ready form (enums as strings, env entries as mappings)."""
-        return {name: {k: _plain(v) for k, v in flat_items(getattr(self, name))} for name in SECTIONS}
+        """Return the sectioned, YAML-ready form (enums as strings, env entries as mappings)."""
+        return {
+            name: {k: _plain(v) for k, v in flat_items(getattr(self, name))} for name in SECTIONS
+        }
 
     def to_yaml(self) -> str:
         """YAML text that ``from_yaml`` reads back to an equal config."""
@@ -278,12 +285,12 @@ class TrainConfig:
 
 
 def preset_config() -> TrainConfig:
-    """The embedded default run: the dataclass defaults overlaid with ``DEFAULT_PRESET``."""
+    """Return the embedded default run: the dataclass defaults overlaid with ``DEFAULT_PRESET``."""
     return TrainConfig.from_flat(DEFAULT_PRESET)
 
 
 def flat_items(section: object) -> Iterator[tuple[str, object]]:
-    """``(field, value)`` pairs of one section dataclass."""
+    """Yield the ``(field, value)`` pairs of one section dataclass."""
     for f in fields(section):  # type: ignore[arg-type]
         yield f.name, getattr(section, f.name)
 
@@ -300,7 +307,7 @@ def _plain(value: object) -> object:
 
 @cache
 def field_owners() -> dict[str, str]:
-    """Every field name -> the section it belongs to."""
+    """Map every field name to the section it belongs to."""
     owners: dict[str, str] = {}
     for section, cls in SECTIONS.items():
         for f in fields(cls):
@@ -312,7 +319,7 @@ def field_owners() -> dict[str, str]:
 
 @cache
 def field_types() -> dict[str, object]:
-    """Every field name -> its resolved type annotation."""
+    """Map every field name to its resolved type annotation."""
     out: dict[str, object] = {}
     for cls in SECTIONS.values():
         out.update(get_type_hints(cls))
@@ -321,12 +328,12 @@ def field_types() -> dict[str, object]:
 
 @cache
 def field_docs() -> dict[str, str]:
-    """Every field name -> the docstring written under it (read from the source with ``ast``)."""
+    """Map every field name to the docstring written under it (read from the source by ``ast``)."""
     docs: dict[str, str] = {}
     for cls in SECTIONS.values():
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
         body = tree.body[0].body  # type: ignore[attr-defined]
-        for node, nxt in zip(body, body[1:]):
+        for node, nxt in itertools.pairwise(body):
             if (
                 isinstance(node, ast.AnnAssign)
                 and isinstance(node.target, ast.Name)
@@ -378,7 +385,7 @@ def coerce(name: str, value: object, annotation: object) -> object:
 
 
 def parse_envs(value: object) -> tuple[EnvEntry, ...]:
-    """``id``, ``id:weight,id:weight``, or a YAML list of ids / ``{id, weight, kwargs}`` mappings."""
+    """Parse ``id``, ``id:weight,id:weight``, or a YAML list of ids / ``{id, weight, kwargs}``."""
     if isinstance(value, EnvEntry):
         return (value,)
     items: list[object]
@@ -397,13 +404,19 @@ def parse_envs(value: object) -> tuple[EnvEntry, ...]:
             try:
                 entries.append(EnvEntry(env_id.strip(), float(weight) if weight else 1.0))
             except ValueError:
-                raise ValueError(f"env: weight of {item!r} is not a number (use id:weight)") from None
+                raise ValueError(
+                    f"env: weight of {item!r} is not a number (use id:weight)"
+                ) from None
         elif isinstance(item, Mapping) and "id" in item:
             extra = set(item) - {"id", "weight", "kwargs"}
             if extra:
-                raise ValueError(f"env: unknown key(s) {sorted(extra)} in {dict(item)}; use id, weight, kwargs")
+                raise ValueError(
+                    f"env: unknown key(s) {sorted(extra)} in {dict(item)}; use id, weight, kwargs"
+                )
             entries.append(
-                EnvEntry(str(item["id"]), float(item.get("weight", 1.0)), dict(item.get("kwargs") or {}))
+                EnvEntry(
+                    str(item["id"]), float(item.get("weight", 1.0)), dict(item.get("kwargs") or {})
+                )
             )
         else:
             raise ValueError(f"env: cannot read {item!r}; give an id or a mapping with an 'id' key")
@@ -411,7 +424,7 @@ def parse_envs(value: object) -> tuple[EnvEntry, ...]:
 
 
 def _validate(cfg: TrainConfig) -> list[str]:
-    """Every problem with ``cfg`` as 'field: what is wrong; how to fix it'."""
+    """List every problem with ``cfg`` as 'field: what is wrong; how to fix it'."""
     p: list[str] = []
     r, a, o, run, d = cfg.rollout, cfg.algorithm, cfg.optim, cfg.run, cfg.data
 
@@ -431,22 +444,35 @@ def _validate(cfg: TrainConfig) -> list[str]:
         "completions per prompt (8 is typical)",
     )
     need(r.prompts_per_step >= 1, f"prompts_per_step: {r.prompts_per_step}; must be >= 1")
-    need(r.max_completion_length >= 1, f"max_completion_length: {r.max_completion_length}; must be >= 1")
+    need(
+        r.max_completion_length >= 1,
+        f"max_completion_length: {r.max_completion_length}; must be >= 1",
+    )
     need(r.temperature > 0, f"temperature: {r.temperature}; training samples need > 0 (try 1.0)")
     need(0 < r.top_p <= 1, f"top_p: {r.top_p}; must be in (0, 1]")
-    need(0 < r.vllm_memory_fraction < 1, f"vllm_memory_fraction: {r.vllm_memory_fraction}; must be in (0, 1)")
+    need(
+        0 < r.vllm_memory_fraction < 1,
+        f"vllm_memory_fraction: {r.vllm_memory_fraction}; must be in (0, 1)",
+    )
     need(a.mu >= 1, f"mu: {a.mu}; must be >= 1 (1 = one update per batch)")
     need(a.beta >= 0, f"beta: {a.beta}; must be >= 0 (0 disables the KL term)")
     need(0 <= a.epsilon_low < 1, f"epsilon_low: {a.epsilon_low}; must be in [0, 1) (0.2 is usual)")
     need(a.epsilon_high >= 0, f"epsilon_high: {a.epsilon_high}; must be >= 0 (0.28 for DAPO)")
     need(a.is_cap >= 1, f"is_cap: {a.is_cap}; must be >= 1 (TRL uses 3.0)")
-    need(a.dynamic_sampling_rounds >= 0, f"dynamic_sampling_rounds: {a.dynamic_sampling_rounds}; must be >= 0")
+    need(
+        a.dynamic_sampling_rounds >= 0,
+        f"dynamic_sampling_rounds: {a.dynamic_sampling_rounds}; must be >= 0",
+    )
     need(o.learning_rate > 0, f"learning_rate: {o.learning_rate}; must be > 0 (1e-6 is typical)")
-    need(o.learning_rate < 1, f"learning_rate: {o.learning_rate} is far too large (1e-6 is typical)")
+    need(
+        o.learning_rate < 1, f"learning_rate: {o.learning_rate} is far too large (1e-6 is typical)"
+    )
     need(o.warmup_steps >= 0, f"warmup_steps: {o.warmup_steps}; must be >= 0")
     need(o.max_grad_norm >= 0, f"max_grad_norm: {o.max_grad_norm}; must be >= 0 (0 disables)")
     need(o.micro_batch_tokens >= 16, f"micro_batch_tokens: {o.micro_batch_tokens}; must be >= 16")
-    need(0 <= o.adam_beta1 < 1 and 0 <= o.adam_beta2 < 1, "adam_beta1/adam_beta2: must be in [0, 1)")
+    need(
+        0 <= o.adam_beta1 < 1 and 0 <= o.adam_beta2 < 1, "adam_beta1/adam_beta2: must be in [0, 1)"
+    )
     need(run.max_steps >= 0, f"max_steps: {run.max_steps}; must be >= 0")
     need(run.save_every >= 0, f"save_every: {run.save_every}; must be >= 0 (0: only at the end)")
     need(run.keep_last >= 1, f"keep_last: {run.keep_last}; keep at least 1 checkpoint")

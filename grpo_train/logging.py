@@ -1,5 +1,7 @@
-"""Run logging: per-step metrics to JSONL and TensorBoard (and W&B when asked), sample completions,
-a progress bar with ETA, and peak memory.
+"""Run logging: per-step metrics to JSONL, TensorBoard and W&B, samples, progress, memory.
+
+Also the metric computations that are not part of the loss: rollout statistics (rewards per
+component and environment, group statistics, lengths) and token-weighted metric averaging.
 
 Metrics are flat ``{name: float}`` maps with ``/``-separated names (``reward/mean``,
 ``time/generate``); ``grpo plot RUN_DIR`` reads ``metrics.jsonl`` back.
@@ -12,6 +14,7 @@ import logging
 import math
 import resource
 import sys
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,8 +22,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from grpo_envs.types import Outcome
+from grpo_train.advantages import group_stats
+
 if TYPE_CHECKING:
     from grpo_train.config import TrainConfig
+    from grpo_train.groups import Group
 
 logger = logging.getLogger("grpo_train")
 
@@ -44,7 +51,7 @@ class SampleRecord:
 
 
 def peak_memory_mb() -> float:
-    """Peak memory of this process in MiB: CUDA max allocated on GPU, max RSS on CPU."""
+    """Return the peak memory of this process in MiB: CUDA max allocated on GPU, max RSS on CPU."""
     if torch.cuda.is_available():
         return torch.cuda.max_memory_allocated() / 2**20
     # ru_maxrss is in KiB on Linux (bytes on macOS).
@@ -53,7 +60,7 @@ def peak_memory_mb() -> float:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
-    """The per-step metric rows of a run (each has a ``step`` key)."""
+    """Read the per-step metric rows of a run (each has a ``step`` key)."""
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         return []
@@ -95,12 +102,16 @@ class RunLogger:
                     project=config.run.wandb_project, dir=str(self.run_dir), config=config.to_dict()
                 )
             except ImportError:
-                logger.warning("wandb=true but the wandb package is not installed: pip install wandb")
+                logger.warning(
+                    "wandb=true but the wandb package is not installed: pip install wandb"
+                )
         self._bar = None
         if config.run.progress:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=config.run.max_steps, initial=start_step, desc="grpo", unit="step")
+            self._bar = tqdm(
+                total=config.run.max_steps, initial=start_step, desc="grpo", unit="step"
+            )
 
     def log_step(self, step: int, metrics: Mapping[str, float]) -> None:
         """Append one step's metrics to every sink and advance the progress bar."""
@@ -156,3 +167,78 @@ class RunLogger:
 def _finite(value: float) -> float | None:
     """JSON has no NaN: non-finite values are written as null (and noted in the warning log)."""
     return float(value) if value is not None and math.isfinite(value) else None
+
+
+class MetricSums:
+    """Token-weighted averages of per-micro-batch metrics (``*_min`` / ``*_max`` keep extremes)."""
+
+    def __init__(self) -> None:
+        self._sums: dict[str, float] = defaultdict(float)
+        self._weights: dict[str, float] = defaultdict(float)
+        self._extremes: dict[str, float] = {}
+
+    def add(self, metrics: Mapping[str, float], tokens: float) -> None:
+        """Add one micro-batch's metrics, weighted by its number of completion tokens."""
+        for key, value in metrics.items():
+            if key.endswith(("_min", "_max")):
+                pick = min if key.endswith("_min") else max
+                self._extremes[key] = pick(self._extremes.get(key, value), value)
+            else:
+                self._sums[key] += value * tokens
+                self._weights[key] += tokens
+
+    def result(self) -> dict[str, float]:
+        """Return the averages and extremes."""
+        out = {k: v / self._weights[k] for k, v in self._sums.items() if self._weights[k] > 0}
+        return {**out, **self._extremes}
+
+
+def rollout_metrics(groups: Sequence[Group], env_names: Sequence[str]) -> dict[str, float]:
+    """Return reward (overall, per component, per env), accuracy, group and length statistics."""
+    stats = group_stats(torch.tensor([g.rewards for g in groups], dtype=torch.float64))
+    scores = [s for g in groups for s in g.scores]
+    completions = [c for g in groups for c in g.completions]
+    lengths = [len(c.token_ids) for c in completions]
+    m = {
+        "reward/mean": stats.reward_mean,
+        "reward/std": stats.reward_std,
+        "group/reward_std": stats.group_std_mean,
+        "group/frac_zero_std": stats.frac_zero_std,
+        "accuracy": sum(s.correct for s in scores) / len(scores),
+        "score/errors": float(sum(s.outcome is Outcome.ERROR for s in scores)),
+        "score/timeouts": float(sum(s.outcome is Outcome.TIMEOUT for s in scores)),
+        "length/mean": sum(lengths) / len(lengths),
+        "length/max": float(max(lengths)),
+        "length/clipped_frac": sum(c.truncated for c in completions) / len(completions),
+    }
+    per_component: dict[str, list[float]] = defaultdict(list)
+    per_env: dict[str, list[float]] = defaultdict(list)
+    for g in groups:
+        per_env[env_names[g.env_index]] += g.rewards
+        for s in g.scores:
+            for comp in s.components:
+                per_component[comp.name].append(comp.value)
+    m.update({f"reward/component/{k}": sum(v) / len(v) for k, v in per_component.items()})
+    m.update({f"reward/env/{k}": sum(v) / len(v) for k, v in per_env.items()})
+    return m
+
+
+def sample_records(
+    step: int, group: Group, env_name: str, advantages: Sequence[float]
+) -> list[SampleRecord]:
+    """Return the completions of one group as ``samples.jsonl`` records."""
+    prompt = group.sample.prompt[-1].content if group.sample.prompt else ""
+    return [
+        SampleRecord(
+            step,
+            env_name,
+            group.sample.id,
+            prompt,
+            c.text,
+            s.reward,
+            s.outcome.value,
+            adv,
+            c.finish_reason,
+        )
+        for c, s, adv in zip(group.completions, group.scores, advantages)
+    ]

@@ -46,7 +46,7 @@ def grpo_loss(
     max_completion_length: int | None = None,
     importance_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The clipped policy-gradient loss of GRPO, with optional k3 KL to a reference policy.
+    """Compute the clipped GRPO policy-gradient loss, with optional k3 KL to a reference policy.
 
     Shapes: ``logprobs``, ``old_logprobs``, ``ref_logprobs``, ``mask``, ``importance_weights``
     are (B, T) per completion token; ``advantages`` is (B,). Per token, with
@@ -80,7 +80,9 @@ def grpo_loss(
     if kind is LossType.DR_GRPO and not max_completion_length:
         raise ValueError("loss_type='dr_grpo' needs max_completion_length (the token sum divisor)")
     if beta > 0 and ref_logprobs is None:
-        raise ValueError("beta > 0 needs ref_logprobs (log-probabilities under the reference model)")
+        raise ValueError(
+            "beta > 0 needs ref_logprobs (log-probabilities under the reference model)"
+        )
 
     mask = mask.to(logprobs.dtype)
     adv = advantages.to(logprobs.dtype).unsqueeze(1)  # (B, 1)
@@ -119,8 +121,10 @@ def grpo_loss(
     return loss, metrics
 
 
-def loss_share(loss_type: LossType | str, mask: torch.Tensor, total_tokens: int, total_seqs: int) -> float:
-    """The weight of one micro-batch's ``grpo_loss`` in the loss of the whole batch.
+def loss_share(
+    loss_type: LossType | str, mask: torch.Tensor, total_tokens: int, total_seqs: int
+) -> float:
+    """Return the weight of one micro-batch's ``grpo_loss`` in the loss of the whole batch.
 
     Each aggregation is a mean over a unit (tokens for ``dapo``, sequences for ``grpo`` and
     ``dr_grpo``), so summing ``share * micro_loss`` over micro-batches gives exactly the full-batch
@@ -190,11 +194,16 @@ def make_micro_batches(
             groups[-1].append(i)  # sorted ascending, so `length` is the new longest row
         else:
             groups.append([i])
-    return [_pad([prompts[i] for i in g], [completions[i] for i in g], tuple(g), pad_id) for g in groups]
+    return [
+        _pad([prompts[i] for i in g], [completions[i] for i in g], tuple(g), pad_id) for g in groups
+    ]
 
 
 def _pad(
-    prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], rows: tuple[int, ...], pad_id: int
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    rows: tuple[int, ...],
+    pad_id: int,
 ) -> MicroBatch:
     p_len = max(len(p) for p in prompts)
     c_len = max(1, max(len(c) for c in completions))
@@ -239,3 +248,11 @@ def token_logprobs(
             probs = torch.softmax(logits, dim=-1)
             entropy = logz - (probs * logits).sum(dim=-1)
     return logprobs, entropy
+
+
+def pad_rows(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:
+    """Return per-token values (e.g. sampling logprobs) as a zero-padded (B, width) tensor."""
+    out = torch.zeros((len(rows), width))
+    for b, values in enumerate(rows):
+        out[b, : len(values)] = torch.tensor(list(values), dtype=torch.float32)
+    return out

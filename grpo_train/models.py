@@ -76,7 +76,7 @@ def smollm2_gguf_path() -> Path:
 
 
 def default_model_path() -> Path:
-    """The embedded default model as a safetensors HF folder, converted on first use (~30 s).
+    """Return the embedded default model as a safetensors HF folder (converted once, ~20 s).
 
     The conversion writes into a temporary folder beside the cache entry and renames it into place,
     so an interrupted or concurrent conversion never leaves a half-written model behind.
@@ -117,7 +117,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     )
     # The GGUF loader marks the model as quantized; save_pretrained would then refuse or write
     # quantization metadata that vLLM misreads. The tensors are already dequantized floats.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     if not tokenizer.chat_template:
@@ -281,4 +281,5 @@ def load_policy(
     tokenizer.padding_side = "left"
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model.to(device), tokenizer
+    model = model.to(device)  # type: ignore[arg-type]
+    return model, tokenizer

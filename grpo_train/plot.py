@@ -13,8 +13,14 @@ from grpo_train.logging import read_metrics
 
 #: file name -> (title, [(metric, label)])
 PANELS: dict[str, tuple[str, list[tuple[str, str]]]] = {
-    "reward": ("Reward", [("reward/mean", "train reward (mean)"), ("group/reward_std", "in-group std")]),
-    "accuracy": ("Accuracy", [("accuracy", "train (sampled)"), ("eval/accuracy", "held-out (greedy)")]),
+    "reward": (
+        "Reward",
+        [("reward/mean", "train reward (mean)"), ("group/reward_std", "in-group std")],
+    ),
+    "accuracy": (
+        "Accuracy",
+        [("accuracy", "train (sampled)"), ("eval/accuracy", "held-out (greedy)")],
+    ),
     "length": ("Completion length (tokens)", [("length/mean", "mean"), ("length/max", "max")]),
     "kl": ("KL to reference / entropy", [("kl", "KL (k3)"), ("entropy", "entropy")]),
 }
@@ -29,7 +35,9 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
 
     rows = read_metrics(run_dir)
     if not rows:
-        raise FileNotFoundError(f"{Path(run_dir) / 'metrics.jsonl'} is missing or empty; is this a run folder?")
+        raise FileNotFoundError(
+            f"{Path(run_dir) / 'metrics.jsonl'} is missing or empty; is this a run folder?"
+        )
     out = Path(out_dir) if out_dir else Path(run_dir) / "plots"
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -43,7 +51,9 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
                 ax.plot(steps, values, marker="o" if len(points) < 20 else None, label=label)
                 drawn += 1
         if not drawn:
-            ax.text(0.5, 0.5, "not logged in this run", ha="center", va="center", transform=ax.transAxes)
+            ax.text(
+                0.5, 0.5, "not logged in this run", ha="center", va="center", transform=ax.transAxes
+            )
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
@@ -61,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``grpo plot RUN_DIR [--out DIR]``; returns the exit code."""
     parser = argparse.ArgumentParser(prog="grpo plot", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", help="a run folder (holds metrics.jsonl)")
-    parser.add_argument("--out", default=None, help="where to write the PNGs (default RUN_DIR/plots)")
+    parser.add_argument(
+        "--out", default=None, help="where to write the PNGs (default RUN_DIR/plots)"
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         files = plot_run(args.run_dir, args.out)

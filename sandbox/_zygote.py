@@ -104,6 +104,11 @@ DENIED_SYSCALLS = (
     "ioperm", "fanotify_init", "personality", "vhangup", "uselib", "nfsservctl",
 )  # fmt: skip
 OUTPUT_EXCERPT = 64 << 10
+#: The layer names and order of ``sandbox.types.ALL_LAYERS`` (this file cannot import the package).
+_ALL_LAYERS = (
+    "empty_env", "session", "cgroup", "pid_ns", "net_ns", "mount_ns", "ipc_ns", "uid", "rlimits",
+    "no_new_privs", "landlock", "seccomp",
+)  # fmt: skip
 
 
 def _errno_call(res: int, what: str) -> None:
@@ -193,12 +198,25 @@ class Zygote:
         if self.is_root:
             self._allocate_uid(int(str(config.get("uid_base", 60000))))
         self.cgroups: list[str] = []
+        self.cgroup_limits: tuple[int, int] | None = None
         if self.is_root and self.uid > 0:
             self._setup_cgroups()
+        self.oom_seen = 0
+        self.oom_killed_since_last_check()
         pyseccomp_path = config.get("pyseccomp")
         self.seccomp = _build_seccomp(pyseccomp_path if isinstance(pyseccomp_path, str) else None)
         self.landlock_abi = _landlock.abi_version()
         self.run_counter = 0
+        # The environment this process was started with (os.environ may hold LC_CTYPE, which the
+        # interpreter itself sets under PEP 538); /proc shows the original block.
+        try:
+            with open("/proc/self/environ", "rb") as handle:
+                self.env_empty = handle.read() == b""
+        except OSError:
+            self.env_empty = set(os.environ) <= {"LC_CTYPE"}
+        self.verdict: VerdictServer | None = None
+        self.warm: Child | None = None  # a prepared child waiting for its program
+        self.last_key: tuple[bool, int] | None = None
         self.use_mount_ns = True  # switched off if the start-up probe shows mounts do not work
         # Namespaces entered once, here, instead of per run (a new network namespace per run
         # costs ~1 ms plus asynchronous teardown). Runs never share anything through them: every
@@ -262,25 +280,28 @@ class Zygote:
                 self.cgroups = []
                 return
 
-    def set_cgroup_limits(self, memory_mb: int, max_processes: int) -> int:
-        """Set this run's limits; return the OOM-kill counter before the run."""
-        oom = 0
+    def set_cgroup_limits(self, memory_mb: int, max_processes: int) -> None:
+        """Set this run's cgroup limits (written only when they change: each write costs)."""
+        if (memory_mb, max_processes) == self.cgroup_limits:
+            return
+        self.cgroup_limits = (memory_mb, max_processes)
         for path in self.cgroups:
-            try:
+            with contextlib.suppress(OSError):
                 if "/memory/" in path:
                     # + headroom for the zygote and verdict process (also members) and tmpfs pages.
-                    limit = (memory_mb + 128) << 20
-                    _write(f"{path}/memory.limit_in_bytes", str(limit))
-                    oom = _oom_kills(path)
+                    _write(f"{path}/memory.limit_in_bytes", str((memory_mb + 128) << 20))
                 else:
                     _write(f"{path}/pids.max", str(max_processes + 3))  # + zygote, V, spare
-            except OSError:
-                pass
-        return oom
 
-    def oom_kills(self) -> int:
-        """Return the memory cgroup's OOM-kill counter."""
-        return sum(_oom_kills(p) for p in self.cgroups if "/memory/" in p)
+    def oom_killed_since_last_check(self) -> bool:
+        """Return True when the memory cgroup's OOM-kill counter grew since the last check.
+
+        Only failed runs are checked (reading cgroup files costs); the counter is this slot's
+        alone, so a kill is attributed to the run whose failure first observes it.
+        """
+        count = sum(_oom_kills(p) for p in self.cgroups if "/memory/" in p)
+        grew, self.oom_seen = count > self.oom_seen, count
+        return grew
 
     @staticmethod
     def _kill_cgroup(path: str) -> None:
@@ -320,8 +341,25 @@ class Zygote:
                     os._exit(0)
             os.waitpid(pid, 0)
 
+    def prewarm(self) -> None:
+        """Prepare the next child now, while idle, for the last request's kind of run."""
+        if self.warm is None and self.last_key is not None:
+            with contextlib.suppress(OSError):
+                self.warm = _fork_child(self, *self.last_key)
+
+    def discard_warm(self, keep: Child | None = None) -> None:
+        """Take the prepared child out of the pool; stop it unless it is ``keep``."""
+        warm, self.warm = self.warm, None
+        if warm is not None and warm is not keep:
+            warm.close()
+            if warm.host_workdir:
+                _rmtree(warm.host_workdir)
+
     def close(self) -> None:
-        """Remove the cgroups and release the uid lock."""
+        """Stop the verdict server, remove the cgroups and release the uid lock."""
+        self.discard_warm()
+        if self.verdict is not None:
+            self.verdict.kill()
         for path in self.cgroups:
             self._kill_cgroup(path)
             with contextlib.suppress(OSError):
@@ -355,8 +393,13 @@ def _oom_kills(path: str) -> int:
 class RunSpec:
     """One run's parameters, parsed from the request (trusted: it comes from the library)."""
 
-    def __init__(self, req: dict[str, object]) -> None:
+    def __init__(
+        self, req: dict[str, object], child_request: dict[str, object] | None = None
+    ) -> None:
         limits = req.get("limits")
+        if child_request is not None:  # the subset the zygote forwards to a prepared child
+            limits = {**child_request, "timeout_s": 0, "output_bytes": 0, "network": False}
+            req = child_request
         if not isinstance(limits, dict):
             raise ValueError("missing limits")
         self.code = str(req.get("code", ""))
@@ -372,8 +415,8 @@ class RunSpec:
         self.network = bool(limits["network"])
         required = req.get("required") or []
         self.required = [str(x) for x in required] if isinstance(required, list) else []
-        self.entry_point: str | None = None  # set for run_tests (serve mode)
-        self.host_workdir = ""  # set when there is no mount namespace
+        entry = req.get("entry_point")
+        self.entry_point: str | None = str(entry) if entry else None  # run_tests (serve mode)
 
 
 class Child:
@@ -389,8 +432,8 @@ class Child:
         self.error = ""
         self.status: int | None = None  # C's raw wait status once reaped
         self.cpu_s = 0.0
-        self.program_status: int | None = None  # the program's, reported by the run's init
-        self.program_cpu_s = 0.0
+        self.key: tuple[bool, int] = (False, 0)  # (network, max_file_mb) it was prepared for
+        self.host_workdir = ""  # only without a mount namespace
 
     def kill(self) -> None:
         """SIGKILL C and with it its whole PID namespace; harmless once it has exited."""
@@ -418,9 +461,6 @@ class Child:
                 self.layers = [str(x) for x in json.loads(body)]
             elif kind == b"E":
                 self.error = body.decode("utf-8", "replace")
-            elif kind == b"S":  # from the run's init: how the program (pid 2) ended
-                status, cpu = json.loads(body)
-                self.program_status, self.program_cpu_s = int(status), float(cpu)
 
     def close(self) -> None:
         """Kill and reap C if still needed, and close every fd held for it."""
@@ -435,16 +475,36 @@ class Child:
         self.ctl.close()
 
 
-def spawn(z: Zygote, spec: RunSpec, chan: int = -1) -> Child:
-    """Fork the untrusted child C into a fresh PID namespace; returns at once (no waiting)."""
+#: Largest request (code + stdin + files) a child accepts in one control message.
+MAX_REQUEST = 64 << 20
+
+
+def _big_seqpacket_pair() -> tuple[socket.socket, socket.socket]:
+    """Return a SOCK_SEQPACKET pair whose buffers hold a whole request (root forces the size)."""
+    pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    for sock in pair:
+        for opt, force in ((socket.SO_SNDBUF, 32), (socket.SO_RCVBUF, 33)):  # SO_*BUFFORCE
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, force, MAX_REQUEST + (1 << 20))
+            except OSError:  # not root: as large as the system allows
+                sock.setsockopt(socket.SOL_SOCKET, opt, MAX_REQUEST + (1 << 20))
+    return pair
+
+
+def _fork_child(z: Zygote, network: bool, max_file_mb: int) -> Child:
+    """Fork a child into a fresh PID namespace and isolate it; it then waits for its program.
+
+    Everything that does not depend on the program (namespaces, mounts, uid, Landlock, seccomp)
+    happens here, so a child can be prepared ahead of the request (``Zygote.prewarm``).
+    """
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    ctl_z, ctl_c = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    z.set_cgroup_limits(spec.memory_mb, spec.max_processes)
-    layers = ["empty_env"] if not os.environ else []
+    ctl_z, ctl_c = _big_seqpacket_pair()
+    host_workdir = "" if z.use_mount_ns else _host_workdir(z)
+    layers = ["empty_env"] if z.env_empty else []
     if z.cgroups:
         layers.append("cgroup")
-    if not spec.network and z.net_isolated:
+    if not network and z.net_isolated:
         layers.append("net_ns")
     pid_ns = z.own_pid_ns >= 0 and _libc.unshare(CLONE_NEWPID) == 0
     try:
@@ -458,24 +518,16 @@ def spawn(z: Zygote, spec: RunSpec, chan: int = -1) -> Child:
         os._exit(70)
     if pid < 0:
         raise OSError(errno.EAGAIN, "fork failed")
-    if pid == 0:  # the run's init (with a PID namespace), else directly the program
+    if pid == 0:  # the program process (pid 1 of its namespace)
         try:
             if pid_ns:
                 layers.append("pid_ns")
-                # As pid 1 of the namespace, the program would ignore default-action signals sent
-                # from inside it (its own SIGSEGV, SIGXCPU) and never reap orphans, so a minimal
-                # init stays pid 1 and the program runs as pid 2 (the tini / dumb-init pattern).
-                # Forking it first, before any setup work, means each page the setup touches is
-                # copied once, in the program, rather than once per process.
-                _set_pdeathsig()
-                program_pid = os.fork()
-                if program_pid != 0:
-                    _init(program_pid, ctl_c)
-            keep = {out_w, err_w, ctl_c.fileno()} | ({chan} if chan >= 0 else set())
-            if spec.network and z.host_net >= 0:
+            keep = {out_w, err_w, ctl_c.fileno()}
+            if network and z.host_net >= 0:
                 keep.add(z.host_net)
             _close_all_except(keep)
-            _untrusted_child(z, spec, layers, out_w, err_w, ctl_c, chan)
+            workdir = _isolate(z, network, max_file_mb, host_workdir, layers, ctl_c)
+            _await_program(z, workdir, layers, out_w, err_w, ctl_c)
         except BaseException as exc:
             _report_error(ctl_c, f"setup: {exc!r}")
         os._exit(125)
@@ -484,7 +536,45 @@ def spawn(z: Zygote, spec: RunSpec, chan: int = -1) -> Child:
     ctl_c.close()
     for fd in (out_r, err_r):
         os.set_blocking(fd, False)
-    return Child(pid, ctl_z, out_r, err_r)
+    child = Child(pid, ctl_z, out_r, err_r)
+    child.key = (network, max_file_mb)
+    child.host_workdir = host_workdir
+    return child
+
+
+def spawn(z: Zygote, spec: RunSpec, chan: int = -1) -> Child:
+    """Start ``spec``'s program in a prepared child (pre-forked if one matches); no waiting."""
+    z.set_cgroup_limits(spec.memory_mb, spec.max_processes)
+    key = (spec.network, spec.max_file_mb)
+    request = {
+        "code": spec.code,
+        "stdin": spec.stdin,
+        "files": spec.files,
+        "cpu_s": spec.cpu_s,
+        "memory_mb": spec.memory_mb,
+        "max_file_mb": spec.max_file_mb,
+        "max_processes": spec.max_processes,
+        "entry_point": spec.entry_point,
+        "required": spec.required,
+    }
+    payload = b"R" + _codec.dumps(request)
+    if len(payload) > MAX_REQUEST:
+        raise ValueError(f"the program and its inputs exceed {MAX_REQUEST} bytes")
+    z.last_key = key
+    child = z.warm if z.warm is not None and z.warm.key == key else None
+    z.discard_warm(keep=child)
+    for _attempt in range(2):
+        if child is None:
+            child = _fork_child(z, *key)
+        try:
+            socket.send_fds(child.ctl, [payload], [chan] if chan >= 0 else [])
+            return child
+        except OSError:  # the prepared child died while waiting: use a fresh one
+            child.close()
+            if child.host_workdir:
+                _rmtree(child.host_workdir)
+            child = None
+    raise OSError(errno.ECHILD, "could not start a child")
 
 
 def _report_error(ctl: socket.socket, message: str) -> None:
@@ -492,10 +582,10 @@ def _report_error(ctl: socket.socket, message: str) -> None:
         ctl.send(b"E" + message.encode("utf-8", "replace")[:4000])
 
 
-def _setup_mounts(z: Zygote, spec: RunSpec, layers: list[str]) -> str:
+def _setup_mounts(z: Zygote, max_file_mb: int, layers: list[str]) -> str:
     """Set up the new mount namespace: fresh /proc, tmpfs /tmp and /dev/shm, hidden homes."""
     _errno_call(_libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make-rprivate")
-    tmp_mb = max(16, 2 * spec.max_file_mb)
+    tmp_mb = max(16, 2 * max_file_mb)
     owner = f",uid={z.uid},gid={z.uid}" if z.uid > 0 else ""
     opts = f"size={tmp_mb}m,mode=0700{owner}".encode()
     _errno_call(_libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, opts), "mount /tmp")
@@ -538,20 +628,19 @@ def _host_workdir(z: Zygote) -> str:
     return path
 
 
-def _untrusted_child(
+def _isolate(
     z: Zygote,
-    spec: RunSpec,
+    network: bool,
+    max_file_mb: int,
+    host_workdir: str,
     layers: list[str],
-    out_w: int,
-    err_w: int,
     ctl: socket.socket,
-    chan: int,
-) -> None:
-    """The program process: apply the layers (as root), drop privileges, run the program."""
+) -> str:
+    """Apply every program-independent layer (as root, then the slot uid); return the workdir."""
     _set_pdeathsig()
     os.setsid()
     layers.append("session")
-    if spec.network and z.host_net >= 0:
+    if network and z.host_net >= 0:
         _errno_call(_libc.setns(z.host_net, CLONE_NEWNET), "setns(net)")
         os.close(z.host_net)
     # The OOM killer must pick this run, never the zygote or the verdict process (-1000).
@@ -565,13 +654,12 @@ def _untrusted_child(
         layers.extend(name for name, flag in wanted.items() if _libc.unshare(flag) == 0)
     if "mount_ns" in layers:
         try:
-            workdir = _setup_mounts(z, spec, layers)
+            workdir = _setup_mounts(z, max_file_mb, layers)
         except OSError as exc:
-            layers.remove("mount_ns")
             _report_error(ctl, f"mount namespace setup failed: {exc}")
             os._exit(125)
     else:
-        workdir = spec.host_workdir
+        workdir = host_workdir
     if z.uid > 0:
         os.setgroups([])
         os.setresgid(z.uid, z.uid, z.uid)
@@ -579,6 +667,36 @@ def _untrusted_child(
         layers.append("uid")
         _set_pdeathsig()  # credential changes clear it
     os.chdir(workdir)
+    _errno_call(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    layers.append("no_new_privs")
+    if z.landlock_abi > 0:
+        with contextlib.suppress(OSError):
+            writable = [workdir, "/dev/null"]
+            if "mount_ns" in layers:
+                writable.append("/dev/shm")  # private and size-capped in the mount namespace
+            _landlock.restrict(
+                [*READ_DIRS, *z.stdlib_dirs, *READ_FILES, "/sys/devices/system/cpu"],
+                writable,
+                deny_tcp=not network,
+            )
+            layers.append("landlock")
+    program = z.seccomp.get(network)
+    if program:
+        _load_seccomp(program)
+        layers.append("seccomp")
+    return workdir
+
+
+def _await_program(
+    z: Zygote, workdir: str, layers: list[str], out_w: int, err_w: int, ctl: socket.socket
+) -> None:
+    """Wait (isolated) for the program, then apply its limits, write its inputs and run it."""
+    msg, fds, _flags, _addr = socket.recv_fds(ctl, MAX_REQUEST + 1024, 1)
+    if not msg.startswith(b"R"):
+        os._exit(0)  # the zygote discarded this prepared child
+    req = json.loads(msg[1:])
+    chan = fds[0] if fds else -1
+    spec = RunSpec({"limits": {}}, child_request=req)
     for name, content in spec.files.items():
         if os.path.dirname(name):
             os.makedirs(os.path.dirname(name), exist_ok=True)
@@ -586,17 +704,14 @@ def _untrusted_child(
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(content)
     stdin_fd = os.memfd_create("stdin")
-    data = spec.stdin.encode("utf-8")
-    view = memoryview(data)
+    view = memoryview(spec.stdin.encode("utf-8"))
     while view:
         view = view[os.write(stdin_fd, view) :]
     os.lseek(stdin_fd, 0, os.SEEK_SET)
-
     mib = 1 << 20
-    cpu = spec.cpu_s
     for res, value in (
         (resource.RLIMIT_AS, spec.memory_mb * mib),
-        (resource.RLIMIT_CPU, cpu),
+        (resource.RLIMIT_CPU, spec.cpu_s),
         (resource.RLIMIT_FSIZE, spec.max_file_mb * mib),
         (resource.RLIMIT_NOFILE, 256),
         (resource.RLIMIT_CORE, 0),
@@ -605,25 +720,8 @@ def _untrusted_child(
     ):
         resource.setrlimit(res, (value, value))
     layers.append("rlimits")
-    _errno_call(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    layers.append("no_new_privs")
-    if z.landlock_abi > 0:
-        try:
-            writable = [workdir, "/dev/null"]
-            if "mount_ns" in layers:
-                writable.append("/dev/shm")  # private and size-capped in the mount namespace
-            _landlock.restrict(
-                [*READ_DIRS, *z.stdlib_dirs, *READ_FILES, "/sys/devices/system/cpu"],
-                writable,
-                deny_tcp=not spec.network,
-            )
-            layers.append("landlock")
-        except OSError:
-            pass
-    program = z.seccomp.get(spec.network)
-    if program:
-        _load_seccomp(program)
-        layers.append("seccomp")
+    order = {name: i for i, name in enumerate(_ALL_LAYERS)}
+    layers.sort(key=lambda name: order.get(name, len(order)))
     missing = [layer for layer in spec.required if layer not in layers]
     if missing:
         _report_error(ctl, f"required isolation layers unavailable: {', '.join(missing)}")
@@ -647,29 +745,6 @@ def _untrusted_child(
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_DFL)
     _run_program(spec, chan_staged >= 0)
-
-
-def _init(program_pid: int, ctl: socket.socket) -> None:
-    """Pid 1 of the run: reap every process, report the program's status, then exit.
-
-    Trusted code that never runs the program; it stays root in the zygote's mount namespace, but
-    the program (another uid, seccomp, Landlock-scoped) can neither signal nor trace it. Its exit
-    tears the namespace down. The report only classifies the run (the program cannot reach this
-    unnamed socket: it closes its copy before running).
-    """
-    _close_all_except({ctl.fileno()})
-    status, cpu = 0, 0.0
-    while True:
-        try:
-            pid, wstatus, usage = os.wait4(-1, 0)
-        except ChildProcessError:
-            break
-        if pid == program_pid:
-            status, cpu = wstatus, usage.ru_utime + usage.ru_stime
-            break
-    with contextlib.suppress(OSError):
-        ctl.send(b"S" + json.dumps([status, cpu]).encode())
-    os._exit(0)
 
 
 def _run_program(spec: RunSpec, serve: bool) -> None:
@@ -862,7 +937,7 @@ class Supervisor:
 # ---------------------------------------------------------------------------------------------
 
 
-def _classify(z: Zygote, sup: Supervisor, spec: RunSpec, oom_before: int) -> tuple[str, str, int]:
+def _classify(z: Zygote, sup: Supervisor, spec: RunSpec) -> tuple[str, str, int]:
     """Return (status, detail, exit_code) of a finished run.
 
     Only trusted facts decide, except that a final ``MemoryError`` line on stderr (the
@@ -870,8 +945,6 @@ def _classify(z: Zygote, sup: Supervisor, spec: RunSpec, oom_before: int) -> tup
     """
     child = sup.child
     status, cpu_s = child.status, child.cpu_s
-    if child.program_status is not None:  # with an init as pid 1: the program's own status
-        status, cpu_s = child.program_status, child.program_cpu_s
     if child.error:
         return "sandbox_error", child.error, 0
     if sup.killed_for == "output":
@@ -881,7 +954,7 @@ def _classify(z: Zygote, sup: Supervisor, spec: RunSpec, oom_before: int) -> tup
     if status is None:
         return "sandbox_error", "the run ended without a status", 0
     code = _exit_code(status)
-    if z.oom_kills() > oom_before:
+    if code != 0 and z.oom_killed_since_last_check():
         return "memory", "killed by the memory cgroup (OOM)", code
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -912,8 +985,6 @@ def handle_run(z: Zygote, req: dict[str, object]) -> dict[str, object]:
     """Run one program; the reply mirrors ``sandbox.ExecResult``."""
     spec = RunSpec(req)
     start = time.monotonic()
-    oom_before = z.oom_kills()
-    spec.host_workdir = "" if z.use_mount_ns else _host_workdir(z)
     child = spawn(z, spec)
     sup = Supervisor(child, spec.output_bytes, z.cleanup)
     try:
@@ -921,9 +992,9 @@ def handle_run(z: Zygote, req: dict[str, object]) -> dict[str, object]:
     finally:
         child.close()
         z.cleanup(child.layers)
-        if spec.host_workdir:
-            _rmtree(spec.host_workdir)
-    status, detail, code = _classify(z, sup, spec, oom_before)
+        if child.host_workdir:
+            _rmtree(child.host_workdir)
+    status, detail, code = _classify(z, sup, spec)
     return {
         "status": status,
         "stdout": _decode_output(sup.out, spec.output_bytes),
@@ -1059,10 +1130,62 @@ def _candidate_exception(type_name: str, message: str) -> BaseException:
     return exc
 
 
-def _verdict_process(
-    z: Zygote, req: dict[str, object], first: int, chan: socket.socket, report_w: int
-) -> None:
-    """V: run the trusted setup and test code against the proxy; report one frame per test."""
+#: Largest run_tests request (setup + test sources) the verdict server accepts in one message.
+MAX_VERDICT_MESSAGE = 32 << 20
+#: The verdict server is replaced after this many jobs, bounding state left by trusted test code.
+VERDICT_SERVER_JOBS = 500
+
+
+class VerdictServer:
+    """A long-lived verdict process per slot (trusted test code, unprivileged uid, no network).
+
+    Forking a fresh one per job would copy its working set every time; instead each job runs in a
+    fresh namespace dict of this warm process. It is killed and replaced when a job overruns its
+    deadline or after ``VERDICT_SERVER_JOBS`` jobs.
+    """
+
+    def __init__(self, z: Zygote) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        for sock in (ours, theirs):
+            for opt, force in ((socket.SO_SNDBUF, 32), (socket.SO_RCVBUF, 33)):  # *BUFFORCE
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, force, 2 * MAX_VERDICT_MESSAGE)
+                except OSError:  # not root: the largest unprivileged size
+                    sock.setsockopt(socket.SOL_SOCKET, opt, 2 * MAX_VERDICT_MESSAGE)
+        pid = os.fork()
+        if pid == 0:
+            with contextlib.suppress(BaseException):
+                ours.close()
+                _close_all_except({theirs.fileno()})
+                _verdict_server(z, theirs)
+            os._exit(0)
+        theirs.close()
+        self.pid = pid
+        self.sock = ours
+        self.jobs = 0
+        self.alive = True
+
+    def start(self, job: dict[str, object], chan: int) -> None:
+        """Hand one job (and the program's end of nothing: V's end of the channel) to V."""
+        payload = _codec.dumps(job)
+        if len(payload) > MAX_VERDICT_MESSAGE:
+            raise ValueError("setup + tests exceed the verdict server's message size")
+        socket.send_fds(self.sock, [payload], [chan])
+        self.jobs += 1
+
+    def kill(self) -> None:
+        """Stop V (it is replaced on the next job)."""
+        if self.alive:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            self.sock.close()
+            self.alive = False
+
+
+def _verdict_server(z: Zygote, sock: socket.socket) -> None:
+    """V's main loop: drop privileges once, then run jobs until the zygote goes away."""
     _set_pdeathsig()
     if z.uid > 0:
         os.setgroups([])
@@ -1071,13 +1194,36 @@ def _verdict_process(
         _set_pdeathsig()
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+
+    def report(message: list[object]) -> None:
+        sock.send(_codec.dumps(message))
+
+    while True:
+        msg, fds, _flags, _addr = socket.recv_fds(sock, MAX_VERDICT_MESSAGE + 1024, 1)
+        if not msg or not fds:
+            return
+        chan = socket.socket(fileno=fds[0])
+        try:
+            job = json.loads(msg)
+            _verdict_job(job, int(job["first"]), chan, report)
+        except Exception as exc:
+            report(["setup_error", f"verdict server: {type(exc).__name__}: {exc}"[:500]])
+        finally:
+            chan.close()
+        report(["done"])
+
+
+def _verdict_job(
+    req: dict[str, object],
+    first: int,
+    chan: socket.socket,
+    report: Callable[[list[object]], None],
+) -> None:
+    """Run the trusted setup and test code against the proxy; report one message per test."""
     sources = [str(s) for s in req.get("tests", [])]  # type: ignore[attr-defined]
     timeout_s = float(req["limits"]["timeout_s"])  # type: ignore[index]
     per_test = float(req.get("per_test_timeout_s") or timeout_s)  # type: ignore[arg-type]
     entry = str(req.get("entry_point") or "")
-
-    def report(message: list[object]) -> None:
-        _codec.write_frame(report_w, _codec.dumps(message))
 
     proxy = Proxy(chan, entry)
     namespace: dict[str, object] = {"__name__": "__verdict__", "__builtins__": builtins}
@@ -1145,7 +1291,7 @@ class _Round:
 
     def __init__(self, results: dict[int, tuple[str, str]]) -> None:
         self.results = results
-        self.reader = _codec.FrameReader()
+        self.done = False
         self.ready = False
         self.not_ready: tuple[str, str] | None = None
         self.setup_error: str | None = None
@@ -1153,28 +1299,30 @@ class _Round:
         self.sup: Supervisor | None = None
 
     def on_report(self, fd: int) -> bool:
-        """Consume frames from V's report pipe; False once V has closed it."""
+        """Consume one message from V; False once V is done with this job (or gone)."""
         try:
-            data = os.read(fd, 65536)
+            raw = os.read(fd, 1 << 20)
         except OSError:
-            data = b""
-        if not data:
+            raw = b""
+        if raw:
+            msg = json.loads(raw)
+            if msg == ["done"]:
+                self.done = True
+        if not raw or self.done:
             if self.sup is not None:
                 self.sup.kill("verdict_done")  # V is finished: stop the program now
             return False
-        for raw in self.reader.feed(data):
-            msg = json.loads(raw)
-            if msg[0] == "ready":
-                self.ready = True
-            elif msg[0] == "not_ready":
-                self.not_ready = (str(msg[1]), str(msg[2]))
-            elif msg[0] == "setup_error":
-                self.setup_error = str(msg[1])
-            elif msg[0] == "result":
-                index, status, detail = int(msg[1]), str(msg[2]), str(msg[3])
-                if status == "died":
-                    self.died_at.append(index)
-                self.results[index] = (status, detail)
+        if msg[0] == "ready":
+            self.ready = True
+        elif msg[0] == "not_ready":
+            self.not_ready = (str(msg[1]), str(msg[2]))
+        elif msg[0] == "setup_error":
+            self.setup_error = str(msg[1])
+        elif msg[0] == "result":
+            index, status, detail = int(msg[1]), str(msg[2]), str(msg[3])
+            if status == "died":
+                self.died_at.append(index)
+            self.results[index] = (status, detail)
         return True
 
 
@@ -1256,39 +1404,39 @@ def _run_round(
 ) -> tuple[Supervisor, str, str]:
     """Spawn the program and a verdict process for tests ``first``..; return how the run ended."""
     n = len(req["tests"])  # type: ignore[arg-type]
-    oom_before = z.oom_kills()
+    if z.verdict is None or not z.verdict.alive or z.verdict.jobs >= VERDICT_SERVER_JOBS:
+        if z.verdict is not None:
+            z.verdict.kill()
+        z.verdict = VerdictServer(z)
+    verdict = z.verdict
     chan_u, chan_v = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    report_r, report_w = os.pipe()
-    spec.host_workdir = "" if z.use_mount_ns else _host_workdir(z)
     child = spawn(z, spec, chan_u.fileno())
     chan_u.close()
-    vpid = os.fork()
-    if vpid == 0:
-        with contextlib.suppress(BaseException):
-            _close_all_except({chan_v.fileno(), report_w})
-            _verdict_process(z, req, first, chan_v, report_w)
-        os._exit(0)
-    chan_v.close()
-    os.close(report_w)
+    job = {k: req.get(k) for k in ("tests", "setup", "entry_point", "per_test_timeout_s", "limits")}
+    job["first"] = first
+    job["stop_on_first_failure"] = bool(req.get("stop_on_first_failure"))
+    try:
+        verdict.start(job, chan_v.fileno())
+    finally:
+        chan_v.close()
     sup = Supervisor(child, spec.output_bytes, z.cleanup)
     rnd.sup = sup
     deadline = time.monotonic() + spec.timeout_s + (n - first) * per_test + 1.0
+    vfd = verdict.sock.fileno()
     try:
-        sup.loop(deadline, {report_r: None}, rnd.on_report, vpid)
+        sup.loop(deadline, {vfd: None}, rnd.on_report, verdict.pid)
     finally:
-        os.close(report_r)
         child.close()
         z.cleanup(child.layers)
-        with contextlib.suppress(OSError):
-            os.kill(vpid, signal.SIGKILL)
-        os.waitpid(vpid, 0)
-        if spec.host_workdir:
-            _rmtree(spec.host_workdir)
+        if not rnd.done:  # V died, overran the deadline or broke protocol: replace it
+            verdict.kill()
+        if child.host_workdir:
+            _rmtree(child.host_workdir)
     if sup.killed_for == "verdict_done":
         sup.killed_for = ""  # our own kill after the verdicts says nothing about the program
         if not rnd.died_at and rnd.ready:
-            child.status = child.program_status = 0
-    run_status, run_detail, _code = _classify(z, sup, spec, oom_before)
+            child.status = 0
+    run_status, run_detail, _code = _classify(z, sup, spec)
     if run_status == "killed":
         run_status = "runtime_error"
     return sup, run_status, run_detail
@@ -1336,6 +1484,11 @@ def main() -> None:
     }
     # Children fork from here: freeze the heap so that the cyclic GC in a child never touches
     # (and so copies) the zygote's objects (the "gc.freeze before fork" recipe, Python docs).
+    default = config.get("default_limits")
+    if isinstance(default, dict):
+        z.last_key = (bool(default.get("network")), int(default.get("max_file_mb", 64)))
+        z.prewarm()
+    z.verdict = VerdictServer(z)
     gc.collect()
     gc.freeze()
     _codec.write_frame(rep_fd, _codec.dumps(hello))
@@ -1356,6 +1509,7 @@ def main() -> None:
             except Exception as exc:
                 reply = {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"[:4000]}
             _codec.write_frame(rep_fd, _codec.dumps(reply))
+            z.prewarm()  # off the critical path: the library is busy reading the reply
     finally:
         z.close()
 

@@ -98,8 +98,12 @@ def _layers(reply: dict[str, object]) -> tuple[str, ...]:
 class _Slot:
     """One fork server process and its framed pipe protocol."""
 
-    def __init__(self, python: str, debug: bool) -> None:
-        config = {"pyseccomp": _pyseccomp_path(), "debug": debug}
+    def __init__(self, python: str, debug: bool, limits: Limits) -> None:
+        config = {
+            "pyseccomp": _pyseccomp_path(),
+            "debug": debug,
+            "default_limits": _limits_payload(limits),  # to prepare the first child ahead
+        }
         self.proc = subprocess.Popen(
             [python, "-I", "-S", _ZYGOTE, json.dumps(config)],
             stdin=subprocess.PIPE,
@@ -225,7 +229,7 @@ class Sandbox:
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sandbox")
         try:
             for _ in range(self.workers):
-                slot = _Slot(self._python, debug)
+                slot = _Slot(self._python, debug, self.limits)
                 self._all.append(slot)
                 self._idle.put(slot)
         except BaseException:
@@ -287,7 +291,7 @@ class Sandbox:
             slot.close()
             with self._lock:
                 self._all.remove(slot)
-                slot = _Slot(self._python, self._debug)
+                slot = _Slot(self._python, self._debug, self.limits)
                 self._all.append(slot)
             raise
         finally:

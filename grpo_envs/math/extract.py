@@ -25,7 +25,7 @@ MAX_ANSWER_CHARS = 1_000
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _THINK_END = "</think>"
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_MAX_BOX_TRIES = 3
 _HASHES = re.compile(r"####\s*([^\n]*)")
 # "The final answer is", "the answer is:", "Answer:", "Final Answer:" (case-insensitive). The
 # captured tail is cut to one sentence by _trim_sentence.
@@ -53,11 +53,14 @@ def find_last_boxed(text: str) -> str | None:
         pos = text.rfind(cmd)
         if pos > best:
             best, best_cmd = pos, cmd
-    while best >= 0:
+    # An unclosed last box (a truncated completion) falls back to an earlier, complete one; but
+    # only a few times, since each try scans to the end (10^4 unclosed boxes would be quadratic).
+    for _ in range(_MAX_BOX_TRIES):
+        if best < 0:
+            break
         content = _read_box_argument(text, best + len(best_cmd))
         if content is not None:
             return content
-        # An unclosed box (a truncated completion): look for an earlier, complete one.
         prev = -1
         for cmd in _BOX_COMMANDS:
             pos = text.rfind(cmd, 0, best)
@@ -95,18 +98,36 @@ def _read_box_argument(text: str, start: int) -> str | None:
     return None
 
 
+def _last_answer_tag(region: str) -> str | None:
+    """Return the text inside the last ``<answer>...</answer>`` pair (case-insensitive), or None.
+
+    Two ``rfind`` calls rather than a lazy regex: ``<answer>(.*?)</answer>`` rescans to the end
+    for every unclosed ``<answer>``, which is quadratic on a hostile completion.
+    """
+    lower = region.lower()
+    close = lower.rfind("</answer>")
+    if close < 0:
+        return None
+    open_ = lower.rfind("<answer>", 0, close)
+    if open_ < 0:
+        return None
+    return region[open_ + len("<answer>") : close].strip()
+
+
 def _strict_in(region: str, *, strict: bool = True) -> str | None:
     """Return the answer in one of the required formats, in priority order, or None.
 
     With ``strict=False``, a sentence inside ``<answer>`` tags ("The answer is 2.") is reduced to
     its answer by the flexible rules.
     """
-    tags = _ANSWER_TAG.findall(region)
-    if tags:
-        inner = tags[-1].strip()
+    inner = _last_answer_tag(region)
+    if inner is not None:
         boxed = find_last_boxed(inner)
         if boxed is not None:
             return boxed
+        inner_hashes = _HASHES.findall(inner)
+        if inner_hashes:
+            return inner_hashes[-1].strip()
         if not strict and _LONG_WORD.search(_COMMANDS.sub(" ", inner)):
             return _flexible_in(inner) or _last_number(inner) or inner
         return inner

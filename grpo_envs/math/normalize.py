@@ -24,8 +24,16 @@ MAX_DEPTH = 24
 MAX_ITEMS = 64
 
 
-class AnswerTooComplex(ValueError):
+class AnswerRejected(ValueError):
+    """The answer cannot be parsed into a comparable tree (judged wrong without comparing)."""
+
+
+class AnswerTooComplex(AnswerRejected):
     """The answer is nested too deeply or has too many parts to be compared safely."""
+
+
+class MalformedAnswer(AnswerRejected):
+    r"""The answer has an empty part: "(1, )", "x =", a bare "\cup"."""
 
 
 # --- tree -----------------------------------------------------------------------------------
@@ -438,6 +446,7 @@ def parse_answer(raw: str, *, choice: bool = False) -> Node:
 
     Raises:
         AnswerTooComplex: nesting deeper than ``MAX_DEPTH`` or more than ``MAX_ITEMS`` parts.
+        MalformedAnswer: an empty element, side or expression.
     """
     s = clean(raw)
     if max_depth(s) > MAX_DEPTH:
@@ -459,10 +468,14 @@ def gold_choice(raw: str) -> str | None:
 
 def _parse(s: str, level: int) -> Node:
     s = s.strip()
+    if not s:
+        raise MalformedAnswer("an empty element")
     m = _MATRIX.match(s)
     if m:
         rows = [r for r in re.split(r"\\\\", m.group(2)) if r.strip()]
         if len(rows) > MAX_ITEMS:
+            raise AnswerTooComplex("matrix too large")
+        if sum(r.count("&") + 1 for r in rows) > 4 * MAX_ITEMS:
             raise AnswerTooComplex("matrix too large")
         cells = tuple(tuple(_parse(c, level + 1) for c in r.split("&")) for r in rows)
         return Matrix(cells)
@@ -471,7 +484,8 @@ def _parse(s: str, level: int) -> Node:
         if len(unions) > MAX_ITEMS:
             raise AnswerTooComplex("too many intervals")
         return Union(tuple(_parse(u, level + 1) for u in unions))
-    bracketed = s.startswith(("(", "[", "\\{")) and _matching(s, 0) == len(s) - 1
+    is_set = s.startswith("\\{") and s.endswith("\\}") and _matching(s, 1) == len(s) - 1
+    bracketed = is_set or (s[0] in "([" and _matching(s, 0) == len(s) - 1)
     # Bare comma list / "or" list (solutions), unless it is a thousands-separated number.
     if not bracketed and not _THOUSANDS.match(s):
         parts = split_top(s, (",", ";"))
@@ -482,12 +496,13 @@ def _parse(s: str, level: int) -> Node:
                 raise AnswerTooComplex("too many elements")
             return Seq("list", tuple(_parse(p, level + 1) for p in parts if p.strip()))
     # Brackets enclosing the whole answer.
-    if s.startswith("\\{") and s.endswith("\\}"):
+    if is_set:
         items = split_top(s[2:-2], (",", ";"))
         if len(items) > MAX_ITEMS:
             raise AnswerTooComplex("too many elements")
+        # "\\{\\}" is the empty set, so empty items are dropped rather than rejected.
         return Seq("set", tuple(_parse(p, level + 1) for p in items if p.strip()))
-    if s[:1] in "([" and _matching(s, 0) == len(s) - 1:
+    if bracketed:
         items = split_top(s[1:-1], (",",))
         if len(items) > 1:
             if len(items) > MAX_ITEMS:
@@ -495,11 +510,11 @@ def _parse(s: str, level: int) -> Node:
             return Seq("tuple", tuple(_parse(p, level + 1) for p in items), s[0], s[-1])
         if s[0] == "(":
             return _parse(s[1:-1], level + 1)
-    # "\frac{1}{6} \approx 0.167": the exact form before \approx is the answer.
+    # "\\frac{1}{6} \\approx 0.167": the exact form before \\approx is the answer.
     approx = split_top(s, ("\\approx",))
-    if len(approx) > 1 and approx[0].strip():
+    if len(approx) > 1:
         return _parse(approx[0], level + 1)
-    # Plus-minus: a \pm b is the set {a + b, a - b}.
+    # Plus-minus: a \\pm b is the set {a + b, a - b}.
     if "\\pm" in s or "\\mp" in s:
         plus = s.replace("\\pm", "+").replace("\\mp", "-")
         minus = s.replace("\\pm", "-").replace("\\mp", "+")
@@ -521,6 +536,8 @@ def _relation_op(s: str, lhs: str) -> str:
 
 def _scalar(s: str) -> Scalar:
     s = s.strip()
+    if not s or s in ("+", "-"):
+        raise MalformedAnswer("an empty expression")
     percent = s.endswith("%")
     if percent:
         s = s[:-1].strip()

@@ -50,6 +50,11 @@ class WorkerReply:
     detail: str = ""
 
 
+def _python() -> str:
+    """Return the workers' interpreter: ``GRPO_MATH_PYTHON``, else ``sys.executable``."""
+    return os.environ.get("GRPO_MATH_PYTHON") or sys.executable
+
+
 class _Worker:
     """One worker subprocess and its two pipe ends."""
 
@@ -60,7 +65,7 @@ class _Worker:
         try:
             self.proc = subprocess.Popen(
                 [
-                    sys.executable,
+                    _python(),
                     _WORKER_SCRIPT,
                     str(to_child_r),
                     str(from_child_w),

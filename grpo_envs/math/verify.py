@@ -3,7 +3,8 @@
 The pipeline per item: extract the gold answer and the completion's answer (``extract``), parse
 both into typed trees (``normalize``), compare in-process with exact number arithmetic
 (``FastComparator``), and only when that cannot decide, send the pair to a killable sympy worker
-(``pool``) with a timeout. Nothing here raises on bad input: every failure is an ``Outcome``.
+(``pool``) with a timeout. Bad gold or completion values never raise: every failure is an
+``Outcome``. Caller bugs (misaligned lists, a non-positive timeout) raise ``ValueError``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 from grpo_envs.math.equivalence import FastComparator, NeedsSymbolic, compare
 from grpo_envs.math.extract import extract_answer, gold_answer
-from grpo_envs.math.normalize import AnswerTooComplex, Choice, Node, gold_choice, parse_answer
+from grpo_envs.math.normalize import AnswerRejected, Choice, Node, gold_choice, parse_answer
 from grpo_envs.math.pool import ReplyStatus, WorkerReply, default_workers, get_pool
 from grpo_envs.types import Outcome
 
@@ -60,8 +61,8 @@ def _gold_node(gold: str) -> Node | str:
         return Choice(letter)
     try:
         return parse_answer(answer)
-    except AnswerTooComplex as exc:
-        return f"the gold answer is too complex: {exc}"
+    except AnswerRejected as exc:
+        return f"the gold answer cannot be used: {exc}"
 
 
 def _prepare(gold: str, completion: str, strict: bool) -> MathResult | _Pending:
@@ -81,7 +82,7 @@ def _prepare(gold: str, completion: str, strict: bool) -> MathResult | _Pending:
         return MathResult(False, None, Outcome.UNPARSABLE, "no final answer found")
     try:
         pred = parse_answer(extracted, choice=isinstance(gold_node, Choice))
-    except AnswerTooComplex as exc:
+    except AnswerRejected as exc:
         return MathResult(False, extracted, Outcome.WRONG, str(exc))
     try:
         equal = compare(gold_node, pred, _FAST)

@@ -1,7 +1,17 @@
 """Evaluation: benchmark suites, pass@k, resumable runs, run comparison.
 
-The trainer calls ``evaluate(engine, tokenizer, envs, ...)`` with its running engine; the command
-line is ``grpo eval`` (see ``grpo_train.eval.cli``).
+The command line is ``grpo eval`` (see ``grpo_train.eval.cli``). A trainer evaluates with the
+engine it already has running, so no model is loaded twice::
+
+    from grpo_train.eval import GREEDY, evaluate
+
+    summary = evaluate(engine, tokenizer, envs, split="test", limit=64, sampling=GREEDY,
+                       progress=False)
+    logger.log(step, summary.metrics("eval"))   # eval/accuracy, eval/<env>/pass@1, ...
+
+Pieces: ``passk`` (the unbiased estimator), ``suites`` (named sets of env ids), ``runner``
+(generate -> score -> record), ``records`` (the resumable JSONL), ``report`` (metrics and the
+markdown table), ``compare`` (deltas with confidence intervals and a bar chart).
 """
 
 from grpo_train.eval.passk import mean_pass_at_k, pass_at_k

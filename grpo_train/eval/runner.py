@@ -332,7 +332,9 @@ def evaluate(
         limit: evaluate only the first ``limit`` prompts of each environment.
         sampling: decoding settings; ``n`` completions per prompt.
         ks: pass@k values to report (each <= ``sampling.n``); default ``default_ks(n)``.
-        out_dir: write ``samples.jsonl`` and ``summary.json`` there and resume from it.
+        out_dir: write ``samples.jsonl`` and ``summary.json`` there and resume from it: scored
+            completions already there are reused, so a trainer evaluating every N steps passes
+            a fresh folder per step (or None to keep results in memory only).
         batch_size: prompts per ``engine.generate`` call (also how often results are saved).
         progress: show a tqdm bar with ETA.
         model: the model's name or path, recorded in the summary.

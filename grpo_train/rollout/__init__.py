@@ -63,7 +63,7 @@ def make_engine(
         from grpo_train.rollout.hf import HFEngine
 
         return HFEngine(
-            model if model is not None else model_path,
+            model if model is not None else model_path,  # type: ignore[arg-type]
             tokenizer,
             dtype=dtype,
             device=device,

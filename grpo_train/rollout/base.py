@@ -28,7 +28,7 @@ class SamplingConfig:
     n: int = 8
     """Completions per prompt (the GRPO group size)."""
     max_new_tokens: int = 256
-    """Hard cap on completion length in tokens; longer completions are cut (finish_reason 'length')."""
+    """Hard cap on completion length in tokens; longer ones are cut (finish_reason 'length')."""
     temperature: float = 1.0
     """Sampling temperature; 0 means greedy."""
     top_p: float = 1.0
@@ -42,7 +42,9 @@ class SamplingConfig:
         if self.n < 1:
             raise ValueError(f"SamplingConfig.n must be >= 1 (the group size), got {self.n}")
         if self.max_new_tokens < 1:
-            raise ValueError(f"SamplingConfig.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+            raise ValueError(
+                f"SamplingConfig.max_new_tokens must be >= 1, got {self.max_new_tokens}"
+            )
         if self.temperature < 0:
             raise ValueError(
                 f"SamplingConfig.temperature must be >= 0 (0 = greedy), got {self.temperature}"
@@ -68,7 +70,7 @@ class Completion:
     token_ids: tuple[int, ...]
     """Sampled token ids; when ``finish_reason == 'stop'`` the last one is the EOS token."""
     logprobs: tuple[float, ...]
-    """Sampling logprob of each token in ``token_ids`` under the engine's weights (see module doc)."""
+    """Sampling logprob of each token in ``token_ids`` under the engine's weights (module doc)."""
     finish_reason: Literal["stop", "length"]
 
     @property

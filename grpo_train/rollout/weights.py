@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
+
 def checkpoint_state_dict(
     model: torch.nn.Module, dtype: torch.dtype | None = None
 ) -> dict[str, torch.Tensor]:
-    """The model's weights under the base model's checkpoint names, LoRA adapters merged in.
+    """Return the weights under the base model's checkpoint names, LoRA adapters merged in.
 
     A PEFT model's active LoRA adapters are folded in as ``W + scale * B @ A`` computed from the
     adapter (``get_delta_weight``), without touching the trainer's weights: no merge/unmerge round

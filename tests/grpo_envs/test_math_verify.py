@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import random
 import threading
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from grpo_envs.math import MathResult, extract_answer, verify, verify_batch
+from grpo_envs.math.verify import _safe_prepare
 from grpo_envs.types import Outcome
 
 CASES = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "math_verify_cases.jsonl"
@@ -27,6 +29,7 @@ CASES = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "math_veri
         (r"\boxed 5 is it", True, "5"),
         ("<think>\n2+2\n</think>\n<answer> 4 </answer>", True, "4"),
         ("<answer>\\boxed{12}</answer>", True, "12"),
+        ("<answer>3 + 4 = 7\n#### 7</answer>", True, "7"),
         ("<answer>The answer is 2.</answer>", False, "2"),
         ("3 + 4 = 7\n#### 7", True, "7"),
         ("The answer is 12.", True, None),
@@ -216,6 +219,23 @@ def test_hostile_answers_are_wrong_quickly(completion: str) -> None:
     assert time.monotonic() - start < 5.0
 
 
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "<answer>" * 12_000,  # a lazy <answer>(.*?)</answer> regex is quadratic here
+        "\\boxed{" * 14_000,  # so is retrying every unclosed box
+        "answer is " * 10_000,
+        "**1" * 30_000,
+        ("1" + " " * 50) * 2_000,
+    ],
+)
+def test_extraction_is_linear_on_hostile_text(completion: str) -> None:
+    start = time.monotonic()
+    for strict in (False, True):
+        extract_answer(completion, strict=strict)
+    assert time.monotonic() - start < 1.0
+
+
 def test_megabyte_completion() -> None:
     completion = "blah 3 " * 150_000 + "\nThe answer is 42."
     assert len(completion) > 1_000_000
@@ -297,3 +317,31 @@ def test_labeled_set_has_no_false_positives_and_known_errors_only() -> None:
     false_neg = [r["id"] for r, res in zip(rows, results) if r["label"] and not res.correct]
     assert false_pos == []
     assert false_neg == KNOWN_FALSE_NEGATIVES
+
+
+# --- fuzz: random LaTeX-ish token soup never crashes a stage ------------------------------------
+
+_TOKENS = [
+    "1", "2", "x", "+", "-", "/", "^", "(", ")", "[", "]", "\\{", "\\}", ",", "=", "<", "\\le",
+    "\\frac{", "}{", "}", "\\sqrt{", "\\pi", "\\infty", "\\pm", "\\cup", "%", "\\$", ".", " ",
+    "\\text{", "cm", "A", "(B)", "\\begin{pmatrix}", "&", "\\\\", "\\end{pmatrix}", "!", "e",
+    "0.5", "1,000", "\\boxed{", "\\left(", "\\right)", "\\approx",
+]  # fmt: skip
+
+
+def _soup(rng: random.Random) -> str:
+    return "".join(rng.choice(_TOKENS) for _ in range(rng.randint(1, 8)))
+
+
+def test_fuzzed_inputs_give_typed_results_not_exceptions() -> None:
+    rng = random.Random(0)
+    golds = [_soup(rng) for _ in range(2000)]
+    comps = [f"The answer is $\\boxed{{{_soup(rng)}}}$." for _ in range(2000)]
+    # Only the gold may be rejected (ERROR "the gold ..."); no stage may raise.
+    first = verify_batch(golds[:60], comps[:60], timeout_s=10)
+    rest = [_safe_prepare(g, c, False) for g, c in zip(golds[60:], comps[60:])]
+    for result in first + [r for r in rest if isinstance(r, MathResult)]:
+        if result.outcome is Outcome.ERROR:
+            assert result.detail.startswith("the gold"), result
+        if result.correct:
+            assert result.extracted is not None

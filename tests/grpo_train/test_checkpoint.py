@@ -35,8 +35,15 @@ def _optim(model):
 
 def _save(run_dir, step, model, tokenizer, opt, sched, keep_last=2):
     return save_checkpoint(
-        run_dir, step, model=model, tokenizer=tokenizer, optimizer=opt, scheduler=sched,
-        sampler=SamplerState(step * 4, (step * 3, step)), config=TrainConfig(), keep_last=keep_last,
+        run_dir,
+        step,
+        model=model,
+        tokenizer=tokenizer,
+        optimizer=opt,
+        scheduler=sched,
+        sampler=SamplerState(step * 4, (step * 3, step)),
+        config=TrainConfig(),
+        keep_last=keep_last,
     )
 
 
@@ -53,7 +60,10 @@ def test_round_trip_restores_optimizer_scheduler_rng_and_position(parts, tmp_pat
     sched2 = torch.optim.lr_scheduler.LambdaLR(opt2, lambda s: 1.0 / (1 + s))
     torch.manual_seed(99)
     state = load_checkpoint(path, optimizer=opt2, scheduler=sched2)
-    assert (torch.rand(3).tolist(), random.random(), np.random.rand()) == (expected[0].tolist(), *expected[1:])
+    assert (torch.rand(3).tolist(), random.random(), np.random.rand()) == (
+        expected[0].tolist(),
+        *expected[1:],
+    )
     assert state.step == 5 and state.sampler == SamplerState(20, (15, 5))
     assert sched2.last_epoch == sched.last_epoch
     saved = opt.state_dict()["state"][0]["exp_avg"]
@@ -68,10 +78,15 @@ def test_keeps_only_the_last_k_and_leaves_no_temp_folders(parts, tmp_path):
     for step in (1, 2, 3):
         _save(tmp_path, step, model, tokenizer, opt, sched, keep_last=2)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-000002", "step-000003"]
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-000002", "step-000003"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "step-000002",
+        "step-000003",
+    ]
 
 
-def test_a_failed_save_leaves_the_previous_checkpoint_and_no_partial_one(parts, tmp_path, monkeypatch):
+def test_a_failed_save_leaves_the_previous_checkpoint_and_no_partial_one(
+    parts, tmp_path, monkeypatch
+):
     model, tokenizer = parts
     opt, sched = _optim(model)
     good = _save(tmp_path, 1, model, tokenizer, opt, sched)

@@ -80,7 +80,9 @@ def test_unknown_field_is_rejected():
 
 
 def test_yaml_round_trip_flat_and_sectioned(tmp_path):
-    cfg = TrainConfig.from_flat({"learning_rate": 3e-6, "env": [{"id": "m/a-v0", "weight": 2, "kwargs": {"k": 1}}]})
+    cfg = TrainConfig.from_flat(
+        {"learning_rate": 3e-6, "env": [{"id": "m/a-v0", "weight": 2, "kwargs": {"k": 1}}]}
+    )
     path = tmp_path / "config.yaml"
     cfg.save(path)
     assert TrainConfig.from_yaml(path) == cfg

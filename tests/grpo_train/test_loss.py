@@ -102,7 +102,9 @@ def test_micro_batch_shares_reproduce_the_full_batch_loss(loss_type):
     torch.manual_seed(0)
     lp, old = torch.randn(4, 5) * 0.1, torch.randn(4, 5) * 0.1
     adv = torch.randn(4)
-    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 1, 1, 0]]).float()
+    mask = torch.tensor(
+        [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 1, 1, 0]]
+    ).float()
     kw = {"loss_type": loss_type, "max_completion_length": 5}
     full, _ = grpo_loss(lp, old, adv, mask, **kw)
     parts = 0.0

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -117,7 +118,7 @@ def test_shared_module_sync_is_free_and_separate_copy_syncs(tiny_model_path: Pat
     assert max_logprob_gap(trainer, separate.generate(PROMPTS, sampling), PROMPTS, 1.0) < 1e-4
 
 
-def _lora(model: torch.nn.Module) -> torch.nn.Module:
+def _lora(model: torch.nn.Module) -> Any:
     peft = pytest.importorskip("peft")
     config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])
     wrapped = peft.get_peft_model(copy.deepcopy(model), config)
@@ -137,9 +138,10 @@ def test_checkpoint_state_dict_maps_peft_names_and_merges(policy) -> None:
     assert merged.keys() == plain.keys()
     name = "model.layers.0.self_attn.q_proj.weight"
     assert not torch.allclose(merged[name], plain[name])
-    assert torch.equal(merged["model.layers.0.self_attn.k_proj.weight"], plain[
-        "model.layers.0.self_attn.k_proj.weight"
-    ])
+    assert torch.equal(
+        merged["model.layers.0.self_attn.k_proj.weight"],
+        plain["model.layers.0.self_attn.k_proj.weight"],
+    )
     # The trainer's weights are untouched (no merge/unmerge round trip).
     base_q = wrapped.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight
     assert torch.equal(base_q, plain[name])

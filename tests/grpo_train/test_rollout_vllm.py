@@ -51,7 +51,9 @@ def test_sampled_groups_are_consistent_and_match_trainer_logprobs(engine, traine
     assert len({c.token_ids for c in groups[0]}) > 1
     assert max_logprob_gap(trainer_model, groups, PROMPTS, 0.8) < 1e-3
     assert groups == engine.generate(PROMPTS, sampling)  # seeded: reproducible
-    other = engine.generate(PROMPTS, SamplingConfig(n=8, max_new_tokens=48, temperature=0.8, seed=1))
+    other = engine.generate(
+        PROMPTS, SamplingConfig(n=8, max_new_tokens=48, temperature=0.8, seed=1)
+    )
     assert other != groups
 
 

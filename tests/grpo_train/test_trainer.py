@@ -5,15 +5,16 @@ import signal
 
 import pytest
 import torch
+from toy_env import DigitEnv
 
 from grpo_envs.types import Outcome, Sample
 from grpo_train.checkpoint import latest_checkpoint
 from grpo_train.config import TrainConfig
+from grpo_train.groups import PromptSampler, encode_prompt
 from grpo_train.logging import read_metrics
 from grpo_train.loss import make_micro_batches, token_logprobs
 from grpo_train.rollout.base import SamplingConfig
-from grpo_train.trainer import PromptSampler, Trainer, TrainingAborted, encode_prompt
-from toy_env import DigitEnv
+from grpo_train.trainer import Trainer, TrainingAborted
 
 # Metrics that depend on wall time or memory, not on the computation.
 NON_DETERMINISTIC = ("time/", "tokens_per_s", "memory/")
@@ -48,20 +49,36 @@ def run(config, env=None):
         trainer.close()
 
 
-def test_few_steps_change_every_parameter_and_write_metrics_and_checkpoint(tiny_model_path, tmp_path):
+def test_few_steps_change_every_parameter_and_write_metrics_and_checkpoint(
+    tiny_model_path, tmp_path
+):
     from transformers import AutoModelForCausalLM
 
     before = AutoModelForCausalLM.from_pretrained(tiny_model_path).state_dict()
     trainer, result = run(make_config(tiny_model_path, tmp_path))
     after = trainer.model.state_dict()
-    unchanged = [k for k, v in trainer.model.named_parameters() if torch.equal(v.detach(), before[k])]
+    unchanged = [
+        k for k, v in trainer.model.named_parameters() if torch.equal(v.detach(), before[k])
+    ]
     assert unchanged == []
 
     rows = read_metrics(tmp_path)
     assert [r["step"] for r in rows] == [0, 1, 2]
-    for key in ("reward/mean", "group/frac_zero_std", "entropy", "clip_frac_low", "is_ratio_mean",
-                "length/clipped_frac", "grad_norm", "lr", "time/generate", "time/train",
-                "memory/peak_mb", "reward/component/digit", "reward/env/test/digit-v0"):
+    for key in (
+        "reward/mean",
+        "group/frac_zero_std",
+        "entropy",
+        "clip_frac_low",
+        "is_ratio_mean",
+        "length/clipped_frac",
+        "grad_norm",
+        "lr",
+        "time/generate",
+        "time/train",
+        "memory/peak_mb",
+        "reward/component/digit",
+        "reward/env/test/digit-v0",
+    ):
         assert key in rows[1], key
     assert rows[2]["eval/accuracy"] == result.accuracy_after
     assert (tmp_path / "config.yaml").is_file()
@@ -130,8 +147,10 @@ def test_nan_loss_skips_updates_then_aborts_keeping_weights(tiny_model_path, tmp
         return loss * float("nan"), metrics
 
     monkeypatch.setattr(trainer_module, "grpo_loss", nan_loss)
-    trainer = Trainer(make_config(tiny_model_path, tmp_path, max_steps=5, max_bad_steps=2, eval_size=0),
-                      env=DigitEnv())
+    trainer = Trainer(
+        make_config(tiny_model_path, tmp_path, max_steps=5, max_bad_steps=2, eval_size=0),
+        env=DigitEnv(),
+    )
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     with pytest.raises(TrainingAborted, match="2 updates in a row"):
         trainer.train()
@@ -146,8 +165,10 @@ class RaisingEnv(DigitEnv):
         raise RuntimeError("reward server down")
 
 
-def test_scoring_failures_score_zero_with_outcome_error_and_training_goes_on(tiny_model_path, tmp_path):
-    trainer, result = run(make_config(tiny_model_path, tmp_path, eval_size=0), env=RaisingEnv())
+def test_scoring_failures_score_zero_with_outcome_error_and_training_goes_on(
+    tiny_model_path, tmp_path
+):
+    _, result = run(make_config(tiny_model_path, tmp_path, eval_size=0), env=RaisingEnv())
     assert result.steps == 2
     rows = read_metrics(tmp_path)
     assert all(r["score/errors"] == 4 * 8 and r["reward/mean"] == 0.0 for r in rows)
@@ -156,8 +177,15 @@ def test_scoring_failures_score_zero_with_outcome_error_and_training_goes_on(tin
 
 
 def test_dynamic_sampling_refills_groups_with_a_signal(tiny_model_path, tmp_path):
-    cfg = make_config(tiny_model_path, tmp_path, max_steps=1, eval_size=0, dynamic_sampling=True,
-                      dynamic_sampling_rounds=2, log_every_samples=0)
+    cfg = make_config(
+        tiny_model_path,
+        tmp_path,
+        max_steps=1,
+        eval_size=0,
+        dynamic_sampling=True,
+        dynamic_sampling_rounds=2,
+        log_every_samples=0,
+    )
     trainer, _ = run(cfg)
     row = read_metrics(tmp_path)[0]
     # At the random start ~5% of samples are rewarded, so most groups are uniform and get dropped.
@@ -218,7 +246,9 @@ def test_vllm_engine_few_steps_with_weight_sync(tiny_model_path, tmp_path):
     from transformers import AutoModelForCausalLM
 
     before = AutoModelForCausalLM.from_pretrained(tiny_model_path).state_dict()
-    trainer = Trainer(make_config(tiny_model_path, tmp_path, engine="vllm", max_steps=3), env=DigitEnv())
+    trainer = Trainer(
+        make_config(tiny_model_path, tmp_path, engine="vllm", max_steps=3), env=DigitEnv()
+    )
     try:
         trainer.train()
         _check_vllm_run(trainer, before, tmp_path)
@@ -228,7 +258,9 @@ def test_vllm_engine_few_steps_with_weight_sync(tiny_model_path, tmp_path):
 
 def _check_vllm_run(trainer, before, tmp_path):
     assert trainer.engine.name == "vllm"
-    unchanged = [k for k, v in trainer.model.named_parameters() if torch.equal(v.detach(), before[k])]
+    unchanged = [
+        k for k, v in trainer.model.named_parameters() if torch.equal(v.detach(), before[k])
+    ]
     assert unchanged == []
     rows = read_metrics(tmp_path)
     # After each sync the engine samples from the trainer's weights: the importance ratio between
@@ -238,7 +270,9 @@ def _check_vllm_run(trainer, before, tmp_path):
     # Direct check: the engine's logprobs of its own greedy tokens match the trained policy's.
     sample = Sample.from_row(DigitEnv().dataset("test")[0])
     prompt = encode_prompt(trainer.tokenizer, sample, 64)[0]
-    (completion,) = trainer.engine.generate([prompt], SamplingConfig(n=1, max_new_tokens=4, temperature=0.0))[0]
+    (completion,) = trainer.engine.generate(
+        [prompt], SamplingConfig(n=1, max_new_tokens=4, temperature=0.0)
+    )[0]
     (batch,) = make_micro_batches([prompt], [list(completion.token_ids)], 1000, 0)
     with torch.no_grad():
         ours, _ = token_logprobs(trainer.model.eval(), batch)

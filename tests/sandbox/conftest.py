@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from sandbox_helpers import CANARY_ENV, CANARY_VALUE, FAST, processes_of
+from sandbox_helpers import CANARY_ENV, CANARY_VALUE, FAST, processes_of, server_pids
 
 from sandbox import Sandbox
+
 
 @pytest.fixture(scope="module")
 def sb() -> Iterator[Sandbox]:
@@ -51,4 +51,4 @@ def no_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if "sb" in request.fixturenames:
         box: Sandbox = request.getfixturevalue("sb")
-        assert processes_of(box.uids) == []
+        assert processes_of(box.uids, server_pids(box)) == []

@@ -40,8 +40,12 @@ CANARY_VALUE = "canary-7f3a9c1e-do-not-leak"
 FAST = Limits(timeout_s=3.0, memory_mb=512, output_bytes=1 << 16, max_processes=32, max_file_mb=8)
 
 
-def processes_of(uids: tuple[int, ...]) -> list[int]:
-    """Pids of live (non-zombie) processes whose real uid is one of ``uids``."""
+def processes_of(uids: tuple[int, ...], prepared_by: tuple[int, ...] = ()) -> list[int]:
+    """Pids of live (non-zombie) processes whose real uid is one of ``uids``.
+
+    Direct children of the fork servers ``prepared_by`` are skipped: each server keeps one
+    isolated child prepared (as its slot uid) for the next run.
+    """
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -52,8 +56,14 @@ def processes_of(uids: tuple[int, ...]) -> list[int]:
             continue
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         uid = int(fields.get("Uid", "-1").split()[0])
+        ppid = int(fields.get("PPid", "0").strip() or 0)
+        if ppid in prepared_by:
+            continue
         if uid in uids and not fields.get("State", "").strip().startswith("Z"):
             found.append(int(entry))
     return found
 
 
+def server_pids(box: object) -> tuple[int, ...]:
+    """The fork-server pids of a Sandbox (test-only peek at a private attribute)."""
+    return tuple(slot.proc.pid for slot in box._all)  # type: ignore[attr-defined]

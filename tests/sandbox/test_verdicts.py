@@ -122,10 +122,14 @@ def test_forgery_fails(sb: Sandbox, name: str) -> None:
 
 
 def test_candidate_exceptions_map_to_builtin_types(sb: Sandbox) -> None:
-    program = "def add(a, b):\n    if a < 0:\n        raise ValueError('negative')\n    return a + b\n"
+    program = (
+        "def add(a, b):\n    if a < 0:\n        raise ValueError('negative')\n    return a + b\n"
+    )
     tests = [
-        CallTest("try:\n    candidate(-1, 0)\n    assert False\nexcept ValueError as e:\n"
-                 "    assert 'negative' in str(e)"),
+        CallTest(
+            "try:\n    candidate(-1, 0)\n    assert False\nexcept ValueError as e:\n"
+            "    assert 'negative' in str(e)"
+        ),
         CallTest("assert candidate(-1, 0) == -1"),
     ]
     report = sb.run_tests(program, tests, entry_point="add")
@@ -135,8 +139,15 @@ def test_candidate_exceptions_map_to_builtin_types(sb: Sandbox) -> None:
 
 def test_values_round_trip_exactly(sb: Sandbox) -> None:
     program = "def add(a, b):\n    return a\n"
-    value = "[1, -2**100, 0.1, float('inf'), 1+2j, 'é\\x00', b'\\xff', (1,), {1: {2}}, frozenset({3}), None, True]"
-    tests = [CallTest(f"v = {value}\nassert candidate(v, 0) == v\nassert type(candidate(v, 0)[6]) is bytes")]
+    value = (
+        "[1, -2**100, 0.1, float('inf'), 1+2j, 'é\\x00', b'\\xff', (1,), {1: {2}},"
+        " frozenset({3}), None, True]"
+    )
+    tests = [
+        CallTest(
+            f"v = {value}\nassert candidate(v, 0) == v\nassert type(candidate(v, 0)[6]) is bytes"
+        )
+    ]
     report = sb.run_tests(program, tests, entry_point="add")
     assert report.all_passed, report
 
@@ -157,7 +168,9 @@ def test_swallowed_timeout_still_times_out(sb: Sandbox) -> None:
 
 
 def test_module_level_hang_and_crash(sb: Sandbox) -> None:
-    hang = sb.run_tests("while True: pass\n", ADD_TESTS, entry_point="add", limits=Limits(timeout_s=1.0))
+    hang = sb.run_tests(
+        "while True: pass\n", ADD_TESTS, entry_point="add", limits=Limits(timeout_s=1.0)
+    )
     assert [r.status for r in hang.results] == [TestStatus.TIMEOUT] * 2
     crash = sb.run_tests("1/0\n", ADD_TESTS, entry_point="add")
     assert [r.status for r in crash.results] == [TestStatus.RUNTIME_ERROR] * 2
@@ -189,10 +202,17 @@ def test_humaneval_style_setup_with_helpers(sb: Sandbox) -> None:
 
 def test_stop_on_first_failure(sb: Sandbox) -> None:
     program = "def add(a, b):\n    return 0\n"
-    tests = [CallTest("assert candidate(0, 0) == 0"), CallTest("assert candidate(1, 1) == 2"),
-             CallTest("assert candidate(0, 0) == 0")]
+    tests = [
+        CallTest("assert candidate(0, 0) == 0"),
+        CallTest("assert candidate(1, 1) == 2"),
+        CallTest("assert candidate(0, 0) == 0"),
+    ]
     report = sb.run_tests(program, tests, entry_point="add", stop_on_first_failure=True)
-    assert [r.status for r in report.results] == [TestStatus.PASSED, TestStatus.FAILED, TestStatus.FAILED]
+    assert [r.status for r in report.results] == [
+        TestStatus.PASSED,
+        TestStatus.FAILED,
+        TestStatus.FAILED,
+    ]
     assert "not run" in report.results[2].detail
 
 
@@ -205,10 +225,18 @@ def test_bad_setup_and_bad_test_source_are_sandbox_errors(sb: Sandbox) -> None:
 
 def test_io_tests(sb: Sandbox) -> None:
     program = "n = int(input())\nprint(n * 2)   \nprint()\n"
-    tests = [IOTest("2\n", "4\n"), IOTest("3\n", "6"), IOTest("1\n", "2\n3\n"), IOTest("x\n", "0\n")]
+    tests = [
+        IOTest("2\n", "4\n"),
+        IOTest("3\n", "6"),
+        IOTest("1\n", "2\n3\n"),
+        IOTest("x\n", "0\n"),
+    ]
     report = sb.run_tests(program, tests)
     assert [r.status for r in report.results] == [
-        TestStatus.PASSED, TestStatus.PASSED, TestStatus.FAILED, TestStatus.RUNTIME_ERROR,
+        TestStatus.PASSED,
+        TestStatus.PASSED,
+        TestStatus.FAILED,
+        TestStatus.RUNTIME_ERROR,
     ]
     assert report.status is Status.RUNTIME_ERROR
     fake = sb.run_tests("print('passed')\nimport sys\nsys.exit(0)\n", [IOTest("2\n", "4\n")])
@@ -217,7 +245,11 @@ def test_io_tests(sb: Sandbox) -> None:
 
 def test_run_tests_many_keeps_input_order(sb: Sandbox) -> None:
     jobs = [
-        TestJob(f"def add(a, b):\n    return a + b + {k}\n", (CallTest("assert candidate(1, 1) == 2"),), "add")
+        TestJob(
+            f"def add(a, b):\n    return a + b + {k}\n",
+            (CallTest("assert candidate(1, 1) == 2"),),
+            "add",
+        )
         for k in (0, 1, 0, 2)
     ]
     reports = sb.run_tests_many(jobs)

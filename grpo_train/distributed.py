@@ -1,0 +1,357 @@
+"""Data-parallel GRPO over ``torch.distributed``, launched by ``accelerate launch`` or ``torchrun``.
+
+The layout (as TRL's and OpenRLHF's colocated mode): every rank holds the policy (replicated by
+DDP, or sharded by FSDP / DeepSpeed ZeRO) and its own rollout engine. Per step:
+
+1. ``shard_prompts``: each rank takes a contiguous share of the step's prompts. A prompt is a GRPO
+   group (the engine samples its ``G`` completions), so a group never spans two ranks.
+2. Each rank generates and scores its share.
+3. ``global_advantages``: rewards are gathered from every rank, advantages computed on the whole
+   (P, G) batch (batch-level reward scaling and logged statistics then equal a single-process
+   run), and each rank keeps its own rows.
+4. The loss of each micro-batch is normalised by *global* token / sequence counts
+   (``global_loss_normalizers``) and multiplied by ``data_parallel_loss_scale()``, because DDP,
+   FSDP and ZeRO all *average* gradients over ranks. The sum of gradients then equals the
+   single-process gradient of the global batch.
+5. Every rank runs the same number of forward/backward passes (``common_count``; FSDP and ZeRO-3
+   all-gather parameters inside each forward, so a rank with fewer micro-batches would hang the
+   others), padding with zero-weight micro-batches.
+6. ``sync_rollout_weights``: the engine gets full weights, gathered from shards when sharded.
+
+Every function works single-process (no process group: world size 1, nothing to communicate)
+and on CPU with the gloo backend, which is how the tests run them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from grpo_train.advantages import Estimator, ScaleRewards, compute_advantages
+
+if TYPE_CHECKING:
+    from grpo_train.rollout.base import RolloutEngine
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where this process sits in the data-parallel job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+
+    @property
+    def is_main(self) -> bool:
+        """True on global rank 0, the one that logs, evaluates and writes checkpoints."""
+        return self.rank == 0
+
+
+def _active() -> bool:
+    """Return True when a process group with more than one rank is running."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def rank_info() -> RankInfo:
+    """Rank, world size and local rank: from the process group, else the launcher's environment.
+
+    ``accelerate launch`` and ``torchrun`` set ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``; a plain
+    ``python`` run is rank 0 of 1.
+    """
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if dist.is_available() and dist.is_initialized():
+        return RankInfo(dist.get_rank(), dist.get_world_size(), local)
+    return RankInfo(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), local)
+
+
+# ------------------------------------------------------------------------------ prompt sharding
+
+
+def shard_bounds(n: int, rank: int, world: int) -> tuple[int, int]:
+    """``[start, stop)`` of rank ``rank``'s contiguous share of ``n`` items.
+
+    The first ``n % world`` ranks get one item more (as ``numpy.array_split``); concatenating the
+    shards in rank order gives back the original order.
+    """
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"need 0 <= rank < world, got rank={rank}, world={world}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    base, extra = divmod(n, world)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
+def shard_prompts(items: Sequence[T], rank: int, world: int, group_size: int = 1) -> list[T]:
+    """Return this rank's share of a step's prompts: whole groups only, deterministic.
+
+    ``items`` are prompts (one group each, ``group_size=1``) or flattened per-completion rows
+    (``group_size=G``, ``len(items)`` a multiple of ``G``); shares are cut at group boundaries
+    only. Shares differ by at most one group. More ranks than groups leaves some ranks empty,
+    which ``common_count`` then pads; ``prompts_per_step`` a multiple of the world size avoids it.
+
+    >>> shard_prompts(["a", "b", "c", "d", "e"], rank=1, world=2)
+    ['d', 'e']
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    if len(items) % group_size:
+        raise ValueError(
+            f"{len(items)} rows are not whole groups of {group_size}; a group cannot be split"
+        )
+    start, stop = shard_bounds(len(items) // group_size, rank, world)
+    return list(items[start * group_size : stop * group_size])
+
+
+# --------------------------------------------------------------------- gathers and reductions
+
+
+def gather_rows(local: torch.Tensor) -> torch.Tensor:
+    """Concatenate every rank's ``local`` along dim 0, in rank order (row counts may differ).
+
+    ``all_gather`` needs equal shapes, so rows are padded to the largest count and cut back.
+    """
+    if not _active():
+        return local
+    world = dist.get_world_size()
+    count = torch.tensor([local.shape[0]], dtype=torch.long, device=local.device)
+    counts = [torch.zeros_like(count) for _ in range(world)]
+    dist.all_gather(counts, count)
+    sizes = [int(c.item()) for c in counts]
+    padded = local.new_zeros((max(sizes), *local.shape[1:]))
+    padded[: local.shape[0]] = local
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded.contiguous())
+    return torch.cat([part[:size] for part, size in zip(parts, sizes)], dim=0)
+
+
+def gather_rewards(local_rewards: torch.Tensor) -> torch.Tensor:
+    """Gather the step's full (P, G) rewards from each rank's (P_rank, G) rows, in rank order."""
+    if local_rewards.ndim != 2:
+        raise ValueError(
+            f"rewards must have shape (prompts, group), got {tuple(local_rewards.shape)}"
+        )
+    return gather_rows(local_rewards)
+
+
+@dataclass(frozen=True)
+class GlobalAdvantages:
+    """Advantages computed on the whole step's batch, and this rank's slice of them."""
+
+    local: torch.Tensor
+    """(P_rank, G) advantages of this rank's groups."""
+    rewards: torch.Tensor
+    """(P, G) rewards of all ranks (for logging ``group_stats`` once, on the main rank)."""
+    offset: int
+    """Row of this rank's first group in ``rewards``."""
+
+
+def global_advantages(
+    local_rewards: torch.Tensor,
+    estimator: Estimator | str = Estimator.GRPO,
+    scale_rewards: ScaleRewards | str = ScaleRewards.GROUP,
+    eps: float = 1e-4,
+) -> GlobalAdvantages:
+    """Gather rewards, compute advantages over all ranks' groups, keep this rank's rows.
+
+    With whole groups per rank the per-group estimators give the same numbers locally, but
+    ``scale_rewards="batch"`` divides by the std of *all* rewards of the step, which only the
+    gathered tensor has; computing everything globally keeps a multi-rank run identical to a
+    single-process one whatever the options.
+    """
+    rewards = gather_rewards(local_rewards)
+    counts = gather_rows(torch.tensor([local_rewards.shape[0]], device=local_rewards.device))
+    rank = dist.get_rank() if _active() else 0
+    offset = int(counts[:rank].sum())
+    advantages = compute_advantages(rewards, estimator, scale_rewards, eps)
+    local = advantages[offset : offset + local_rewards.shape[0]]
+    return GlobalAdvantages(local=local, rewards=rewards, offset=offset)
+
+
+def _all_reduce(values: Sequence[float], op: Any) -> list[float]:
+    if not _active():
+        return list(values)
+    tensor = torch.tensor(list(values), dtype=torch.float64)
+    if dist.get_backend() == "nccl":  # NCCL reduces CUDA tensors only
+        tensor = tensor.cuda()
+    dist.all_reduce(tensor, op=op)
+    return [float(v) for v in tensor.cpu()]
+
+
+def global_sum(*values: float) -> list[float]:
+    """Sum each value over all ranks (float64, so token counts stay exact)."""
+    return _all_reduce(values, dist.ReduceOp.SUM if dist.is_available() else None)
+
+
+def global_max(*values: float) -> list[float]:
+    """Maximum of each value over all ranks."""
+    return _all_reduce(values, dist.ReduceOp.MAX if dist.is_available() else None)
+
+
+def global_loss_normalizers(local_tokens: int, local_sequences: int) -> tuple[int, int]:
+    """Global ``(total_tokens, total_sequences)`` for ``loss.loss_share`` (all ranks' batches)."""
+    tokens, sequences = global_sum(local_tokens, local_sequences)
+    return round(tokens), round(sequences)
+
+
+def data_parallel_loss_scale() -> float:
+    """Multiply each micro-batch loss by this when gradients are averaged over ranks.
+
+    DDP (and FSDP, ZeRO) average gradients over the world; a loss already normalised by global
+    counts must be scaled back up by the world size so the update equals the single-process one.
+    """
+    return float(dist.get_world_size()) if _active() else 1.0
+
+
+def common_count(local_count: int) -> int:
+    """Return the largest ``local_count`` over all ranks: micro-batches every rank must run."""
+    return int(global_max(local_count)[0])
+
+
+# ------------------------------------------------------------------------------ consistency
+
+
+def max_rank_difference(model: torch.nn.Module) -> float:
+    """Largest absolute difference of any parameter between ranks (0.0 when replicas agree).
+
+    Two ``all_reduce`` calls per parameter (MAX and MIN); the result is the same on every rank.
+    For replicated models (DDP). For sharded ones (FSDP, ZeRO-3) each rank holds a different
+    shard, so compare ``full_state_dict`` outputs instead.
+    """
+    if not _active():
+        return 0.0
+    worst = 0.0
+    for name, param in _unwrap(model).named_parameters():
+        if type(param).__name__ == "DTensor" or hasattr(param, "ds_id"):
+            raise TypeError(
+                f"{name} is sharded; compare full_state_dict(model) across ranks instead"
+            )
+        high = param.detach().clone()
+        low = param.detach().clone()
+        dist.all_reduce(high, op=dist.ReduceOp.MAX)
+        dist.all_reduce(low, op=dist.ReduceOp.MIN)
+        if high.numel():
+            worst = max(worst, float((high - low).abs().max()))
+    return worst
+
+
+def all_ranks_equal(model: torch.nn.Module, atol: float = 0.0) -> bool:
+    """Check every rank holds the same parameters within ``atol`` (see max_rank_difference)."""
+    return max_rank_difference(model) <= atol
+
+
+# ------------------------------------------------------------------------------- weight sync
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """Strip DDP / DeepSpeed / compile wrappers (accelerate's ``extract_model_from_parallel``)."""
+    from accelerate.utils import extract_model_from_parallel
+
+    return extract_model_from_parallel(model)
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    """Tell whether this rank holds only shards of the parameters (FSDP1/2, DeepSpeed ZeRO-3)."""
+    if type(model).__name__ == "FullyShardedDataParallel":
+        return True
+    return any(
+        type(p).__name__ == "DTensor" or hasattr(p, "ds_id") or type(p).__name__ == "FlatParameter"
+        for p in model.parameters()
+    )
+
+
+def full_state_dict(model: torch.nn.Module, *, rank0_only: bool = False) -> dict[str, torch.Tensor]:
+    """Gather the model's complete state dict on every rank (or only rank 0) from its shards.
+
+    DDP, FSDP1 and FSDP2 go through ``torch.distributed.checkpoint.state_dict.
+    get_model_state_dict`` (full tensors, wrapper prefixes removed); DeepSpeed ZeRO-3 through
+    ``deepspeed.zero.GatheredParameters``. Names are the unwrapped module's (``PeftModel`` names
+    for a LoRA model: merge them with ``lora.merge_lora_state_dict``). With ``rank0_only`` the
+    tensors land on rank 0's CPU and other ranks get ``{}`` (for saving); otherwise every rank
+    gets them on its device (for each rank's colocated engine). Collective: call on all ranks.
+    """
+    if any(hasattr(p, "ds_id") for p in model.parameters()):
+        return _deepspeed_full_state_dict(model, rank0_only)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return {k: v.detach() for k, v in _unwrap(model).state_dict().items()}
+    options = StateDictOptions(full_state_dict=True, cpu_offload=rank0_only)
+    state = get_model_state_dict(model, options=options)
+    return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+
+
+def _deepspeed_full_state_dict(model: torch.nn.Module, rank0_only: bool) -> dict[str, torch.Tensor]:
+    """Gather ZeRO-3 partitions parameter by parameter (bounded peak memory), as TRL does."""
+    import deepspeed
+
+    module = _unwrap(model)
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    out: dict[str, torch.Tensor] = {}
+    for name, param in module.named_parameters():
+        with deepspeed.zero.GatheredParameters([param], modifier_rank=None):
+            if not rank0_only:
+                out[name] = param.detach().clone()
+            elif rank == 0:
+                out[name] = param.detach().cpu().clone()
+    for name, buffer in module.named_buffers():
+        if not rank0_only or rank == 0:
+            out[name] = buffer.detach().clone()
+    return out
+
+
+class StateDictModule(torch.nn.Module):
+    """A module that only answers ``state_dict()``: hands gathered weights to an engine.
+
+    The engines' ``sync_weights(model)`` reads ``checkpoint_state_dict(model)``, i.e. the
+    module's ``state_dict()``. After gathering a sharded model there is a dict but no unsharded
+    module; this adapter lets the engines take it unchanged (no engine API change needed).
+    """
+
+    def __init__(self, state: Mapping[str, torch.Tensor]) -> None:
+        super().__init__()
+        self._state = dict(state)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        """Return the wrapped tensors, as given."""
+        return dict(self._state)
+
+
+def _lora_scale(model: torch.nn.Module) -> float | None:
+    """``lora_alpha / r`` of the PEFT model inside ``model``; None for a plain model."""
+    from peft import PeftModel
+
+    inner = _unwrap(model)
+    if not isinstance(inner, PeftModel):
+        return None
+    config = inner.peft_config[inner.active_adapter]
+    r, alpha = config.r, config.lora_alpha  # type: ignore[attr-defined]
+    return alpha / math.sqrt(r) if getattr(config, "use_rslora", False) else alpha / r
+
+
+def sync_rollout_weights(engine: RolloutEngine, model: torch.nn.Module) -> None:
+    """Push the policy's current weights into this rank's engine; collective when sharded.
+
+    Replicated (single process, DDP): the unwrapped module goes to ``engine.sync_weights`` as
+    is (free for an HF engine sharing it; LoRA merged by the engine's weight code). Sharded
+    (FSDP, ZeRO-3): the full state dict is gathered on every rank, LoRA merged on the dict,
+    and handed over through ``StateDictModule``. Call on every rank.
+    """
+    if not is_sharded(model):
+        engine.sync_weights(_unwrap(model))
+        return
+    from grpo_train.lora import merge_lora_state_dict
+
+    state = full_state_dict(model)
+    scale = _lora_scale(model)
+    if scale is not None:
+        state = merge_lora_state_dict(state, scale)
+    engine.sync_weights(StateDictModule(state))

@@ -1,0 +1,122 @@
+"""Prompt groups: the deterministic prompt sampler, chat-template encoding and safe scoring.
+
+The trainer draws prompts with ``PromptSampler`` (resumable: its state is two counters), encodes
+them with ``encode_prompt``, generates a ``Group`` of completions per prompt and scores them with
+``safe_scores``, which turns every scorer failure into a typed zero-reward ``Score``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from grpo_envs.base import Environment
+from grpo_envs.types import Outcome, Sample, Score
+from grpo_train.checkpoint import SamplerState
+from grpo_train.rollout.base import Completion
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+
+@dataclass
+class Group:
+    """One prompt and its scored completions (filled in as the step proceeds)."""
+
+    sample: Sample
+    env_index: int
+    prompt_ids: list[int]
+    completions: list[Completion] = field(default_factory=list)
+    scores: list[Score] = field(default_factory=list)
+
+    @property
+    def rewards(self) -> list[float]:
+        """Return the reward of each completion."""
+        return [s.reward for s in self.scores]
+
+    @property
+    def informative(self) -> bool:
+        """Return whether the rewards differ (a group of equal rewards has zero advantage)."""
+        return len(set(self.rewards)) > 1
+
+
+class PromptSampler:
+    """Deterministic, resumable prompt order over one or more weighted environments.
+
+    The k-th draw picks an environment with ``Random(seed, k)`` by weight, then that environment's
+    next row in a permutation reshuffled every epoch from ``(seed, env, epoch)``. The whole state
+    is two counters (``SamplerState``), saved in checkpoints, so a resumed run draws the prompts
+    the uninterrupted one would have drawn, and no epoch boundary can end training early.
+    """
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        weights: Sequence[float],
+        seed: int,
+        state: SamplerState | None = None,
+    ) -> None:
+        if not sizes or min(sizes) < 1:
+            raise ValueError(
+                f"every environment needs at least one training row, got sizes {list(sizes)}"
+            )
+        self.sizes, self.weights, self.seed = list(sizes), list(weights), seed
+        state = state or SamplerState(0, tuple(0 for _ in sizes))
+        self.draws, self.positions = state.draws, list(state.positions)
+
+    def next(self) -> tuple[int, int]:
+        """Return the next (environment index, row index) and advance."""
+        pick = random.Random(self.seed * 1_000_003 + self.draws)
+        env = pick.choices(range(len(self.sizes)), self.weights)[0]
+        epoch, offset = divmod(self.positions[env], self.sizes[env])
+        order = np.random.default_rng([self.seed, env, epoch]).permutation(self.sizes[env])
+        self.draws += 1
+        self.positions[env] += 1
+        return env, int(order[offset])
+
+    def state(self) -> SamplerState:
+        """Return the counters to save in a checkpoint."""
+        return SamplerState(self.draws, tuple(self.positions))
+
+
+def encode_prompt(
+    tokenizer: PreTrainedTokenizerBase, sample: Sample, max_len: int
+) -> tuple[list[int], bool]:
+    """Return a prompt's chat-template token ids (the last ``max_len``) and whether it was cut.
+
+    Keeping the end of an over-long prompt keeps the question and the assistant header the model
+    must continue from (TRL truncates on the left too).
+    """
+    text = tokenizer.apply_chat_template(
+        sample.messages, add_generation_prompt=True, tokenize=False
+    )
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return (ids[-max_len:], True) if len(ids) > max_len else (ids, False)
+
+
+def safe_scores(env: Environment, texts: Sequence[str], samples: Sequence[Sample]) -> list[Score]:
+    """Score completions; any failure or malformed reward becomes reward 0 with outcome ``error``.
+
+    ``Environment.score_batch`` already bounds each item's time and catches scorer exceptions;
+    this guards the run against environments that break that contract (pain points: a raising
+    reward stops training, a None/NaN reward poisons the advantages).
+    """
+    try:
+        scores = list(env.score_batch(list(texts), list(samples)))
+    except Exception as exc:
+        reason = f"score_batch raised {type(exc).__name__}: {exc}"
+        return [Score.failure(Outcome.ERROR, reason) for _ in texts]
+    if len(scores) != len(texts):
+        reason = f"score_batch returned {len(scores)} scores for {len(texts)} completions"
+        return [Score.failure(Outcome.ERROR, reason) for _ in texts]
+    return [
+        s
+        if isinstance(s, Score) and isinstance(s.reward, int | float) and math.isfinite(s.reward)
+        else Score.failure(Outcome.ERROR, f"malformed score {s!r}")
+        for s in scores
+    ]

@@ -1,0 +1,388 @@
+"""LoRA / QLoRA training through peft: adapters, the adapter-free KL reference, merged weights.
+
+The pieces the trainer calls:
+
+* ``apply_lora(model, settings)`` wraps the policy in a ``peft.PeftModel`` whose only trainable
+  parameters are the LoRA matrices.
+* ``reference_policy(model)`` is the KL reference: the same module with its adapter switched off
+  (``PeftModel.disable_adapter``), so no second copy of the base model is kept in memory.
+* ``merged_state_dict(model)`` gives the base model's checkpoint names and tensors with the adapter
+  folded in (``W + scale * B @ A``), computed without touching the trainer's weights, for pushing
+  into a rollout engine (vLLM knows base checkpoints, not PEFT wrappers).
+* ``save_adapter`` / ``load_adapter`` write and read adapter-only checkpoints (a few MB);
+  ``save_merged`` writes a plain Hugging Face folder that transformers and vLLM load directly.
+
+QLoRA (``use_qlora``) loads the frozen base in 4-bit NF4 with bitsandbytes, which needs a CUDA
+GPU; on other machines it stops with a ``QLoraUnavailableError`` that says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.util
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from grpo_train.rollout.weights import checkpoint_state_dict
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from grpo_train.loss import MicroBatch
+
+
+class QLoraUnavailableError(RuntimeError):
+    """QLoRA was asked for where bitsandbytes 4-bit kernels cannot run (no CUDA or no package)."""
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """What to adapt and how; the ``lora_*`` names match the command-line / YAML options."""
+
+    lora_r: int = 16
+    """Rank of each adapter (``B @ A`` with ``A`` of shape (r, in), ``B`` of shape (out, r))."""
+    lora_alpha: int = 32
+    """Scale numerator: the update is ``lora_alpha / lora_r * B @ A``."""
+    lora_dropout: float = 0.0
+    """Dropout on the adapter's input. 0 keeps the GRPO importance ratio exactly 1 at mu = 1."""
+    target_modules: str | tuple[str, ...] = "all-linear"
+    """``"all-linear"`` (every linear layer but the output head, the QLoRA paper's choice) or
+    module names such as ``("q_proj", "v_proj")``."""
+    use_qlora: bool = False
+    """Load the frozen base in 4-bit NF4 (bitsandbytes, CUDA only) and train adapters over it."""
+
+    def __post_init__(self) -> None:
+        if self.lora_r < 1:
+            raise ValueError(f"lora_r must be >= 1, got {self.lora_r}")
+        if self.lora_alpha <= 0:
+            raise ValueError(f"lora_alpha must be > 0, got {self.lora_alpha} (common: 2 * lora_r)")
+        if not 0 <= self.lora_dropout < 1:
+            raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        if isinstance(self.target_modules, str):
+            if not self.target_modules.strip():
+                raise ValueError("target_modules is empty; use 'all-linear' or module names")
+        elif not self.target_modules or not all(
+            isinstance(m, str) and m for m in self.target_modules
+        ):
+            raise ValueError(
+                f"target_modules must be 'all-linear' or a non-empty tuple of module names, "
+                f"got {self.target_modules!r}"
+            )
+
+    @property
+    def scale(self) -> float:
+        """The factor the adapter's ``B @ A`` is multiplied by."""
+        return self.lora_alpha / self.lora_r
+
+
+# ---------------------------------------------------------------------------------------- QLoRA
+
+
+def require_qlora() -> None:
+    """Raise ``QLoraUnavailableError`` unless 4-bit bitsandbytes training can run here."""
+    if not torch.cuda.is_available():
+        raise QLoraUnavailableError(
+            "use_qlora needs a CUDA GPU: bitsandbytes' 4-bit kernels do not run on this machine. "
+            "Use plain LoRA (use_qlora: false) here."
+        )
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise QLoraUnavailableError("use_qlora needs bitsandbytes: pip install bitsandbytes")
+
+
+def qlora_quantization_config(compute_dtype: torch.dtype = torch.bfloat16) -> Any:
+    """Build the ``BitsAndBytesConfig`` of QLoRA (Dettmers et al., 2023): NF4, double quantization.
+
+    Raises ``QLoraUnavailableError`` where it cannot run.
+    """
+    require_qlora()
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute_dtype,
+    )
+
+
+def load_quantized_base(
+    name_or_path: str, compute_dtype: torch.dtype = torch.bfloat16, device_index: int = 0
+) -> PreTrainedModel:
+    """Load a causal LM with 4-bit NF4 weights on GPU ``device_index`` (one per rank), for QLoRA."""
+    from transformers import AutoModelForCausalLM
+
+    config = qlora_quantization_config(compute_dtype)
+    return AutoModelForCausalLM.from_pretrained(
+        name_or_path,
+        quantization_config=config,
+        dtype=compute_dtype,
+        device_map={"": device_index},
+    )
+
+
+def _is_quantized(model: torch.nn.Module) -> bool:
+    return bool(
+        getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False)
+    )
+
+
+# ------------------------------------------------------------------------------------- adapters
+
+
+def apply_lora(model: PreTrainedModel, settings: LoraSettings) -> PeftModel:
+    """Wrap ``model`` with fresh LoRA adapters; only the adapter matrices stay trainable.
+
+    With ``settings.use_qlora`` the model must have been loaded by ``load_quantized_base``;
+    peft's ``prepare_model_for_kbit_training`` then casts the remaining non-quantized
+    parameters (norms) to float32 for stable training. Gradient checkpointing is left to
+    ``grpo_train.memory.enable_gradient_checkpointing``.
+    """
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    if settings.use_qlora:
+        require_qlora()
+        if not _is_quantized(model):
+            raise ValueError(
+                "use_qlora needs the base model loaded in 4-bit: "
+                "grpo_train.lora.load_quantized_base(path)"
+            )
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    targets = (
+        settings.target_modules
+        if isinstance(settings.target_modules, str)
+        else list(settings.target_modules)
+    )
+    config = LoraConfig(
+        r=settings.lora_r,
+        lora_alpha=settings.lora_alpha,
+        lora_dropout=settings.lora_dropout,
+        target_modules=targets,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    try:
+        return get_peft_model(model, config)
+    except ValueError as err:  # peft: "Target modules {...} not found in the base model"
+        raise ValueError(
+            f"LoRA target_modules={settings.target_modules!r} do not fit this model: {err}"
+        ) from err
+
+
+def unwrap_peft(model: torch.nn.Module) -> PeftModel:
+    """Find the ``PeftModel`` inside ``model``, through DDP / accelerate / FSDP1 wrappers."""
+    from peft import PeftModel
+
+    seen = model
+    for _ in range(8):  # wrappers nest a few levels at most (DDP(FSDP(...)), compiled modules)
+        if isinstance(seen, PeftModel):
+            return seen
+        inner = getattr(seen, "module", None) or getattr(seen, "_orig_mod", None)
+        if not isinstance(inner, torch.nn.Module):
+            break
+        seen = inner
+    raise TypeError(
+        f"expected a peft model (grpo_train.lora.apply_lora), got {type(model).__name__}"
+    )
+
+
+def trainable_parameters(model: torch.nn.Module) -> tuple[int, int]:
+    """``(trainable, total)`` parameter counts (tied weights counted once)."""
+    params = list(model.parameters())  # parameters() already drops duplicates of tied weights
+    return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
+
+
+@contextlib.contextmanager
+def reference_policy(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """Run ``model`` as the KL reference: the base weights, adapter switched off, no gradients.
+
+    ``model`` may be wrapped (DDP, FSDP): the adapter is disabled on the ``PeftModel`` inside and
+    the forward still goes through the wrapper, so sharded parameters are gathered as usual.
+    The reference is then the initial policy exactly, as long as the base weights are frozen
+    (true for LoRA). Yields ``model``.
+    """
+    peft_model = unwrap_peft(model)
+    with torch.no_grad(), peft_model.disable_adapter():
+        yield model
+
+
+def reference_logprobs(
+    model: torch.nn.Module, mb: MicroBatch, temperature: float = 1.0
+) -> torch.Tensor:
+    """Per-token log-probabilities (B, C) of a micro-batch under the reference (adapter off)."""
+    from grpo_train.loss import token_logprobs
+
+    with reference_policy(model) as ref:
+        return token_logprobs(ref, mb, temperature)[0]
+
+
+def save_adapter(
+    model: torch.nn.Module,
+    directory: str | Path,
+    *,
+    state_dict: Mapping[str, torch.Tensor] | None = None,
+    is_main_process: bool = True,
+) -> Path:
+    """Write an adapter-only checkpoint (``adapter_config.json`` + ``adapter_model.safetensors``).
+
+    Under FSDP / ZeRO-3 pass the gathered full ``state_dict`` (``distributed.full_state_dict``);
+    peft keeps only the adapter's tensors from it. Only the main process writes.
+    """
+    out = Path(directory)
+    peft_model = unwrap_peft(model)
+    kwargs: dict[str, Any] = {} if state_dict is None else {"state_dict": dict(state_dict)}
+    peft_model.save_pretrained(str(out), is_main_process=is_main_process, **kwargs)
+    return out
+
+
+def load_adapter(
+    base_model: PreTrainedModel, directory: str | Path, *, is_trainable: bool = True
+) -> PeftModel:
+    """Put a saved adapter back on a freshly loaded base model (to resume or to evaluate)."""
+    from peft import PeftModel
+
+    path = Path(directory)
+    if not (path / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"{path} holds no adapter_config.json; not a saved LoRA adapter")
+    return PeftModel.from_pretrained(base_model, str(path), is_trainable=is_trainable)
+
+
+# ------------------------------------------------------------------------------- merged weights
+
+
+def merged_state_dict(
+    model: torch.nn.Module, dtype: torch.dtype | None = None
+) -> dict[str, torch.Tensor]:
+    """Base-model checkpoint tensors with the active adapter merged in; the model is not changed.
+
+    Names are the base checkpoint's (``model.layers.0.self_attn.q_proj.weight``): no
+    ``base_model.model.`` prefix, no ``lora_`` tensors, tied weights once. For a plain LoRA model
+    this is ``rollout.weights.checkpoint_state_dict``, the function the engines' weight sync uses,
+    so what is saved and what is synced agree. A 4-bit (QLoRA) base is dequantized layer by layer
+    first: merging into packed 4-bit weights would be meaningless (anchors.md, pain point 3).
+    """
+    peft_model = unwrap_peft(model)
+    if _is_quantized(peft_model.get_base_model()):
+        return _dequantized_merge(peft_model, dtype)
+    return checkpoint_state_dict(peft_model, dtype=dtype)
+
+
+def _dequantized_merge(
+    peft_model: torch.nn.Module, dtype: torch.dtype | None
+) -> dict[str, torch.Tensor]:
+    """Merge by walking the modules: dequantize each base weight, add the LoRA delta.
+
+    Works on any LoRA model (on a full-precision base ``dequantize_module_weight`` returns the
+    weight unchanged), which is how it is tested on CPU against ``checkpoint_state_dict``.
+    """
+    from peft.tuners.lora import LoraLayer
+    from peft.utils.integrations import dequantize_module_weight
+
+    base: Any = peft_model.get_base_model()  # type: ignore[operator]
+    out: dict[str, torch.Tensor] = {}
+    done: list[str] = []  # module prefixes whose tensors are already emitted
+
+    def dequantized(module: torch.nn.Module) -> torch.Tensor:
+        weight = dequantize_module_weight(module).detach()
+        return weight.to(getattr(module, "compute_dtype", None) or weight.dtype)
+
+    with torch.no_grad():
+        for name, module in base.named_modules():
+            if isinstance(module, LoraLayer):
+                lora_layer: Any = module  # peft's concrete layers define get_delta_weight
+                layer = module.get_base_layer()
+                weight = dequantized(layer)
+                for adapter in module.active_adapters:
+                    if adapter in module.lora_A and not module.merged:
+                        weight = weight + lora_layer.get_delta_weight(adapter).to(weight.dtype)
+            elif type(getattr(module, "weight", None)).__name__ in ("Params4bit", "Int8Params"):
+                layer, weight = module, dequantized(module)
+            else:
+                continue
+            out[f"{name}.weight"] = weight
+            bias: Any = getattr(layer, "bias", None)
+            if bias is not None:
+                out[f"{name}.bias"] = bias.detach()
+            done.append(name + ".")
+        seen = {(t.untyped_storage().data_ptr(), t.storage_offset()) for t in out.values()}
+        for name, tensor in base.state_dict().items():
+            if ".lora_" in name or name.startswith(tuple(done)):
+                continue
+            key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+            if key in seen:
+                continue  # a tied weight already emitted under its first name
+            seen.add(key)
+            out[name] = tensor.detach()
+    return {k: v if dtype is None else v.to(dtype) for k, v in out.items()}
+
+
+def merge_lora_state_dict(
+    state: Mapping[str, torch.Tensor], scale: float, adapter: str = "default"
+) -> dict[str, torch.Tensor]:
+    """Merge LoRA tensors inside a full PEFT *state dict* (names as ``PeftModel.state_dict()``).
+
+    For sharded training (FSDP, ZeRO-3) the gathered state dict is all there is on the syncing
+    rank, not a module with LoRA layers. Each ``<m>.base_layer.weight`` becomes ``<m>.weight +
+    scale * B @ A``; ``base_model.model.`` and ``lora_`` entries are dropped. ``scale`` is
+    ``LoraSettings.scale`` (uniform rank and alpha; rank/alpha patterns, DoRA and rsLoRA are
+    not handled here and ``apply_lora`` never creates them).
+    """
+    prefix = "base_model.model."
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in state.items():
+        if ".lora_" in name:
+            continue
+        short = name[len(prefix) :] if name.startswith(prefix) else name
+        if ".base_layer." in short:
+            module = name[: name.index(".base_layer.")]
+            short = short.replace(".base_layer.", ".")
+            if name.endswith(".base_layer.weight"):
+                lora_a = state.get(f"{module}.lora_A.{adapter}.weight")
+                lora_b = state.get(f"{module}.lora_B.{adapter}.weight")
+                if lora_a is not None and lora_b is not None:
+                    delta = (lora_b.float() @ lora_a.float()) * scale  # (out, r) @ (r, in)
+                    tensor = (tensor.float() + delta).to(tensor.dtype)
+        out[short] = tensor
+    return out
+
+
+def save_merged(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase | None,
+    directory: str | Path,
+    *,
+    dtype: torch.dtype | None = None,
+    is_main_process: bool = True,
+) -> Path:
+    """Write the merged policy as a plain Hugging Face folder (config, safetensors, tokenizer).
+
+    The folder loads with ``AutoModelForCausalLM.from_pretrained`` and in vLLM with no peft
+    involved. The trainer's model is not modified (no ``merge_and_unload``). Sharded safetensors
+    files are written by ``huggingface_hub.save_torch_state_dict`` (5 GB shards, as transformers).
+    """
+    from huggingface_hub import save_torch_state_dict
+
+    out = Path(directory)
+    state = merged_state_dict(model, dtype=dtype)
+    if not is_main_process:
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    base: Any = unwrap_peft(model).get_base_model()
+    config = copy.deepcopy(base.config)
+    # The merged tensors are plain floats even when the trainer's base was 4-bit.
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    if dtype is not None:
+        config.dtype = dtype
+    config.save_pretrained(out)
+    if getattr(base, "generation_config", None) is not None:
+        base.generation_config.save_pretrained(out)
+    save_torch_state_dict({k: v.contiguous() for k, v in state.items()}, out)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    return out

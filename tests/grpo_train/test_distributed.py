@@ -1,0 +1,323 @@
+"""Data-parallel helpers: pure sharding tests and a 2-process CPU run via ``accelerate launch``.
+
+The slow test launches this very file as the worker script (``python test_distributed.py --out``):
+two gloo ranks run a few GRPO updates of the tiny model with DDP from ``accelerate.prepare``, then
+check gathers, replica equality, and FSDP2 full-state-dict gathering with LoRA merged. The pytest
+process runs the same updates single-process and compares the final weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from grpo_train.advantages import compute_advantages
+from grpo_train.distributed import (
+    StateDictModule,
+    common_count,
+    data_parallel_loss_scale,
+    full_state_dict,
+    gather_rewards,
+    global_advantages,
+    global_loss_normalizers,
+    is_sharded,
+    max_rank_difference,
+    rank_info,
+    shard_bounds,
+    shard_prompts,
+    sync_rollout_weights,
+)
+from grpo_train.loss import grpo_loss, loss_share, make_micro_batches, token_logprobs
+
+PROMPTS, GROUP, STEPS, LR = 4, 3, 3, 0.5
+
+# ------------------------------------------------------------------------------- pure helpers
+
+
+def test_shard_bounds_hand_cases() -> None:
+    assert [shard_bounds(5, r, 2) for r in range(2)] == [(0, 3), (3, 5)]
+    assert [shard_bounds(4, r, 2) for r in range(2)] == [(0, 2), (2, 4)]
+    assert [shard_bounds(1, r, 3) for r in range(3)] == [(0, 1), (1, 1), (1, 1)]
+    with pytest.raises(ValueError, match="rank"):
+        shard_bounds(4, 2, 2)
+
+
+@pytest.mark.parametrize("n_groups", [0, 1, 5, 8, 13])
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_shards_cover_in_order_and_keep_groups_whole(n_groups: int, world: int) -> None:
+    group = 3
+    rows = [(g, k) for g in range(n_groups) for k in range(group)]  # (group id, member)
+    shards = [shard_prompts(rows, r, world, group_size=group) for r in range(world)]
+    assert [row for shard in shards for row in shard] == rows  # deterministic, nothing lost
+    owners = {
+        g: {r for r, s in enumerate(shards) for gid, _ in s if gid == g} for g in range(n_groups)
+    }
+    assert all(len(o) == 1 for o in owners.values())  # a group lives on exactly one rank
+    sizes = [len(s) // group for s in shards]
+    assert max(sizes) - min(sizes) <= 1
+    assert shard_prompts(rows, 0, world, group_size=group) == shards[0]  # same call, same answer
+
+
+def test_partial_group_is_refused() -> None:
+    with pytest.raises(ValueError, match="whole groups"):
+        shard_prompts(list(range(7)), 0, 2, group_size=3)
+
+
+def test_single_process_helpers_are_identities() -> None:
+    rewards = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 1.0]])
+    assert torch.equal(gather_rewards(rewards), rewards)
+    result = global_advantages(rewards, scale_rewards="batch")
+    torch.testing.assert_close(result.local, compute_advantages(rewards, scale_rewards="batch"))
+    assert result.offset == 0
+    assert global_loss_normalizers(17, 4) == (17, 4)
+    assert common_count(3) == 3 and data_parallel_loss_scale() == 1.0
+    assert rank_info().world_size == 1 and rank_info().is_main
+
+
+def test_state_dict_module_feeds_an_engine(tiny_model_path: Path) -> None:
+    from grpo_train.models import load_policy
+    from grpo_train.rollout.hf import HFEngine
+
+    engine = HFEngine(tiny_model_path)
+    trained, _ = load_policy(str(tiny_model_path))
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(0.01)
+    assert not is_sharded(trained)
+    engine.sync_weights(StateDictModule(full_state_dict(trained)))
+    for name, tensor in trained.state_dict().items():
+        assert torch.equal(engine.model.state_dict()[name], tensor), name
+    # The replicated path hands the module itself over.
+    trained2, _ = load_policy(str(tiny_model_path))
+    sync_rollout_weights(engine, trained2)
+    assert torch.equal(engine.model.lm_head.weight, trained2.lm_head.weight)
+
+
+# ----------------------------------------------------------------- the GRPO update under test
+
+
+def synthetic_step(
+    step: int, vocab: int
+) -> tuple[list[list[int]], list[list[list[int]]], torch.Tensor]:
+    """Deterministic prompts, completions (P, G) and rewards: the rollout is not under test."""
+    gen = torch.Generator().manual_seed(1000 + step)
+    prompts = [
+        torch.randint(
+            5, vocab, (int(torch.randint(3, 7, (1,), generator=gen)),), generator=gen
+        ).tolist()
+        for _ in range(PROMPTS)
+    ]
+    completions = [
+        [
+            torch.randint(
+                5, vocab, (int(torch.randint(2, 9, (1,), generator=gen)),), generator=gen
+            ).tolist()
+            for _ in range(GROUP)
+        ]
+        for _ in range(PROMPTS)
+    ]
+    rewards = torch.tensor(
+        [[sum(t % 2 == 0 for t in c) / len(c) for c in group] for group in completions]
+    )
+    return prompts, completions, rewards
+
+
+def grpo_updates(
+    model: torch.nn.Module, rank: int, world: int, accelerator: Any = None
+) -> list[float]:
+    """``STEPS`` GRPO updates (mu = 1, DAPO loss, batch-scaled advantages) on this rank's share.
+
+    SGD rather than AdamW: Adam's first step is ~lr * sign(grad), so a gradient that is 1e-9 on
+    one run and -1e-9 on another (summation order) would move a weight by 2 * lr; SGD keeps the
+    single- vs multi-process comparison about the gradients, which is what is under test.
+    """
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    vocab = (
+        int(model.config.vocab_size)
+        if hasattr(model, "config")
+        else int(model.module.config.vocab_size)
+    )
+    losses = []
+    for step in range(STEPS):
+        prompts, completions, rewards = synthetic_step(step, vocab)
+        mine = shard_prompts(list(range(PROMPTS)), rank, world)
+        adv = global_advantages(
+            rewards[mine], scale_rewards="batch"
+        ).local.flatten()  # (P_rank * G,)
+        rows = [(prompts[p], c) for p in mine for c in completions[p]]
+        # A small budget gives each rank several micro-batches, and different counts per rank.
+        batches = make_micro_batches(
+            [p for p, _ in rows], [c for _, c in rows], token_budget=24, pad_id=0
+        )
+        total_tokens, total_seqs = global_loss_normalizers(sum(len(c) for _, c in rows), len(rows))
+        n = common_count(len(batches))
+        scale = data_parallel_loss_scale()
+        total = 0.0
+        for k in range(n):
+            mb, weight = (batches[k], 1.0) if k < len(batches) else (batches[-1], 0.0)
+            sync = accelerator is None or k == n - 1
+            with contextlib.nullcontext() if sync else accelerator.no_sync(model):
+                logprobs, _ = token_logprobs(model, mb)
+                mask = mb.completion_mask.float()
+                loss, _ = grpo_loss(
+                    logprobs, logprobs.detach(), adv[list(mb.rows)], mask, loss_type="dapo"
+                )
+                share = loss_share("dapo", mask, total_tokens, total_seqs) * weight
+                (accelerator.backward if accelerator else torch.Tensor.backward)(
+                    loss * share * scale
+                )
+                total += float(loss.detach()) * share
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(total)
+    return losses
+
+
+# ------------------------------------------------------------------------------ worker (2 ranks)
+
+
+def _worker(model_path: str, out: Path) -> None:
+    from accelerate import Accelerator
+
+    from grpo_train.lora import LoraSettings, apply_lora, merge_lora_state_dict, merged_state_dict
+    from grpo_train.models import load_policy
+
+    accelerator = Accelerator(cpu=True)
+    info = rank_info()
+    report: dict[str, Any] = {"rank": info.rank, "world": info.world_size}
+    times = {"start": time.perf_counter()}
+
+    # 1. DDP GRPO updates.
+    torch.manual_seed(0)
+    model, _ = load_policy(model_path)
+    ddp = accelerator.prepare(model)
+    report["wrapper"] = type(ddp).__name__
+    report["losses"] = grpo_updates(ddp, info.rank, info.world_size, accelerator)
+    report["replica_diff"] = max_rank_difference(ddp)
+    times["ddp"] = time.perf_counter()
+
+    # 2. The checker sees a difference planted on one rank.
+    param = next(accelerator.unwrap_model(ddp).parameters())
+    with torch.no_grad():
+        if info.rank == 1:
+            param.view(-1)[0] += 0.25
+        report["planted_diff"] = max_rank_difference(ddp)
+        if info.rank == 1:
+            param.view(-1)[0] -= 0.25
+
+    # 3. Uneven gathers: rank r holds r + 1 reward rows.
+    local = torch.tensor([[10.0 * info.rank + i, 0.0] for i in range(info.rank + 1)])
+    report["gathered"] = gather_rewards(local).tolist()
+    report["batch_adv"] = global_advantages(local, scale_rewards="batch").local.tolist()
+
+    # 4. DDP full state dict has clean names and the trained weights.
+    state = full_state_dict(ddp)
+    unwrapped = accelerator.unwrap_model(ddp).state_dict()
+    report["ddp_state_ok"] = set(state) == set(unwrapped) and all(
+        torch.equal(state[k], unwrapped[k]) for k in unwrapped
+    )
+    if info.is_main:
+        torch.save({k: v.detach().clone() for k, v in unwrapped.items()}, out / "ddp_params.pt")
+    times["checks"] = time.perf_counter()
+
+    # 5. FSDP2 shards of a LoRA model: gathered + merged on every rank == merged before sharding.
+    from torch.distributed.fsdp import fully_shard
+
+    from grpo_train.rollout.hf import HFEngine
+
+    lora = apply_lora(load_policy(model_path)[0], LoraSettings(lora_r=4, lora_alpha=8))
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    expected = merged_state_dict(lora)
+    expected = {k: v.clone() for k, v in expected.items()}
+    for layer in lora.get_base_model().model.layers:
+        fully_shard(layer)
+    fully_shard(lora)
+    report["fsdp_sharded"] = is_sharded(lora)
+    gathered = merge_lora_state_dict(full_state_dict(lora), 8.0 / 4)
+    report["fsdp_merge_max_err"] = max(
+        float((gathered[k] - v).abs().max()) for k, v in expected.items()
+    )
+    engine = HFEngine(model_path)
+    sync_rollout_weights(engine, lora)
+    engine_state = engine.model.state_dict()
+    report["engine_sync_max_err"] = max(
+        float((engine_state[k] - v).abs().max()) for k, v in expected.items()
+    )
+    times["fsdp"] = time.perf_counter()
+    report["seconds"] = {k: round(v - times["start"], 2) for k, v in times.items() if k != "start"}
+    (out / f"rank{info.rank}.json").write_text(json.dumps(report))
+    accelerator.wait_for_everyone()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_two_cpu_ranks_match_single_process(tmp_path: Path, tiny_model_path: Path) -> None:
+    accelerate = Path(sys.executable).with_name("accelerate")
+    # `accelerate launch --cpu` starts several processes only through MPI (mpirun); its torchrun
+    # launcher (`--multi_gpu`) with ACCELERATE_USE_CPU=true gives gloo ranks on CPU instead.
+    cmd = [
+        str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", str(_free_port()),
+        __file__, "--model", str(tiny_model_path), "--out", str(tmp_path),
+    ]  # fmt: skip
+    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=360)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+
+    for rep in reports:
+        assert rep["world"] == 2 and rep["wrapper"] == "DistributedDataParallel"
+        assert rep["replica_diff"] == 0.0  # DDP kept both replicas bit-identical
+        assert rep["planted_diff"] == pytest.approx(0.25, abs=1e-6)
+        assert rep["gathered"] == [[0.0, 0.0], [10.0, 0.0], [11.0, 0.0]]
+        assert rep["ddp_state_ok"] and rep["fsdp_sharded"]
+        assert rep["fsdp_merge_max_err"] < 1e-6 and rep["engine_sync_max_err"] < 1e-6
+    everything = compute_advantages(torch.tensor(reports[1]["gathered"]), scale_rewards="batch")
+    torch.testing.assert_close(torch.tensor(reports[0]["batch_adv"]), everything[:1])
+    torch.testing.assert_close(torch.tensor(reports[1]["batch_adv"]), everything[1:])
+
+    # The same global batches single-process: same weights within float tolerance.
+    from grpo_train.models import load_policy
+
+    torch.manual_seed(0)
+    single, _ = load_policy(str(tiny_model_path))
+    initial = {k: v.clone() for k, v in single.state_dict().items()}
+    losses = grpo_updates(single, rank=0, world=1)
+    ddp_params = torch.load(tmp_path / "ddp_params.pt")
+    moved = max(float((single.state_dict()[k] - initial[k]).abs().max()) for k in initial)
+    assert moved > 1e-3  # the updates did something
+    for name, tensor in single.state_dict().items():
+        torch.testing.assert_close(ddp_params[name], tensor, rtol=0, atol=1e-5, msg=name)
+    # Rank-local loss values are this rank's share of the global loss; they sum to it.
+    summed = [a + b for a, b in zip(reports[0]["losses"], reports[1]["losses"])]
+    assert summed == pytest.approx(losses, abs=1e-5)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    _worker(args.model, args.out)
