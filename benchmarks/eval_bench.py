@@ -112,6 +112,11 @@ def main() -> None:
         for run in (run_raw, run_ours) if rep % 2 == 0 else (run_ours, run_raw):
             run()
     engine.close()
+    print(
+        f"vLLM runs (s): raw {[round(r.seconds, 2) for r in raw_runs]}, "
+        f"ours {[round(r.seconds, 2) for r in ours_runs]}",
+        flush=True,
+    )
 
     hf_time = hf_tokens = None
     if not args.skip_hf:

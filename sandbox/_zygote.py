@@ -41,6 +41,7 @@ import socket
 import sys
 import time
 import traceback
+import types
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -81,6 +82,7 @@ MS_REC = 16384
 MS_PRIVATE = 1 << 18
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_CHILD_SUBREAPER = 36
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 
@@ -225,6 +227,7 @@ class Zygote:
         self.own_pid_ns = -1
         self.host_net = -1
         self.net_isolated = False
+        _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         if self.is_root:
             try:
                 self.own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
@@ -330,6 +333,7 @@ class Zygote:
             return
         for path in self.cgroups:
             self._kill_cgroup(path)
+        self._kill_orphans()
         if self.uid > 0:
             pid = os.fork()
             if pid == 0:
@@ -340,6 +344,28 @@ class Zygote:
                 finally:
                     os._exit(0)
             os.waitpid(pid, 0)
+
+    def _kill_orphans(self) -> None:
+        """Kill (and reap) every child of ours but the verdict server and the prepared child.
+
+        The zygote is a child subreaper, so daemons a run double-forked were reparented to it
+        instead of to init; this is the cleanup that works without root.
+        """
+        keep = {c.pid for c in (self.verdict, self.warm) if c is not None}
+        for _ in range(20):
+            try:
+                with open(f"/proc/self/task/{os.getpid()}/children") as handle:
+                    stray = [int(pid) for pid in handle.read().split() if int(pid) not in keep]
+            except OSError:
+                return
+            if not stray:
+                return
+            for pid in stray:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            for pid in stray:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
 
     def prewarm(self) -> None:
         """Prepare the next child now, while idle, for the last request's kind of run."""
@@ -1213,6 +1239,24 @@ def _verdict_server(z: Zygote, sock: socket.socket) -> None:
         report(["done"])
 
 
+_COMPILED: dict[tuple[str, str], types.CodeType] = {}
+
+
+def _compile_trusted(source: str, name: str) -> types.CodeType:
+    """Compile trusted code with asserts kept (``optimize=0``), cached across jobs.
+
+    GRPO scores many completions of the same problem, so the same setup and tests recur.
+    """
+    key = (name, source)
+    code = _COMPILED.get(key)
+    if code is None:
+        code = compile(source, name, "exec", optimize=0)
+        if len(_COMPILED) >= 512:
+            _COMPILED.clear()
+        _COMPILED[key] = code
+    return code
+
+
 def _verdict_job(
     req: dict[str, object],
     first: int,
@@ -1228,7 +1272,7 @@ def _verdict_job(
     proxy = Proxy(chan, entry)
     namespace: dict[str, object] = {"__name__": "__verdict__", "__builtins__": builtins}
     try:
-        exec(compile(str(req.get("setup", "")), "<setup>", "exec", optimize=0), namespace)
+        exec(_compile_trusted(str(req.get("setup", "")), "<setup>"), namespace)
     except BaseException as exc:
         report(["setup_error", f"{type(exc).__name__}: {exc}"[:500]])
         return
@@ -1255,7 +1299,7 @@ def _verdict_job(
         proxy.deadline = time.monotonic() + per_test
         status, detail = "passed", ""
         try:
-            code = compile(sources[index], f"<test {index}>", "exec", optimize=0)
+            code = _compile_trusted(sources[index], f"<test {index}>")
         except SyntaxError as exc:
             report(["result", index, "sandbox_error", f"invalid test source: {exc}"[:500]])
             continue

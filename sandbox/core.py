@@ -288,11 +288,15 @@ class Sandbox:
             return slot.request(message, budget_s)
         except _SlotError:
             # Replace the broken fork server; the caller turns this into a SANDBOX_ERROR result.
+            # If no replacement starts, the dead slot goes back and the next call retries.
             slot.close()
+            try:
+                replacement = _Slot(self._python, self._debug, self.limits)
+            except (_SlotError, OSError):
+                raise _SlotError("the fork server died and could not be restarted") from None
             with self._lock:
-                self._all.remove(slot)
-                slot = _Slot(self._python, self._debug, self.limits)
-                self._all.append(slot)
+                self._all[self._all.index(slot)] = replacement
+            slot = replacement
             raise
         finally:
             self._idle.put(slot)

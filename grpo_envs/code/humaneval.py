@@ -180,6 +180,7 @@ class HumanEvalEnv(CodeEnvironment):
             raise ValueError(
                 f"sample {sample.id!r}: test or prompt code does not parse: {exc}"
             ) from exc
+        tests: tuple[CallTest, ...]
         if snippets is None:
             tests = (CallTest(f"{_CHECK_NAME}(candidate)", name=f"{_CHECK_NAME}"),)
         else:

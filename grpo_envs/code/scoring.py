@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import json
 import logging
 import os
 import threading
@@ -23,7 +24,7 @@ from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from grpo_envs.base import Environment, completion_text
 from grpo_envs.code.extract import ExtractedCode
@@ -39,6 +40,8 @@ DETAIL_CHARS = 300
 #: Jobs are not started with less time than this left in the batch budget (start-up alone
 #: takes a good part of it); they score ``timeout`` instead.
 MIN_JOB_S = 0.5
+#: Tasks kept built (per environment) so that repeated samples are not parsed again.
+TASK_CACHE_SIZE = 4096
 
 
 class RewardMode(StrEnum):
@@ -230,6 +233,7 @@ class CodeEnvironment(Environment):
         self._sandbox = sandbox
         self._lock = threading.Lock()
         self._test_timeouts: dict[str, float] = {}
+        self._tasks: dict[tuple[str, str, str], CodeTask] = {}
         #: Keys of tasks whose reference solution did not pass in the sandbox (data to inspect).
         self.reference_failures: dict[str, str] = {}
 
@@ -277,7 +281,7 @@ class CodeEnvironment(Environment):
         for i, (completion, raw) in enumerate(zip(completions, samples)):
             try:
                 sample = Sample.from_row(raw)
-                task = self.task(sample)
+                task = self._cached_task(sample)
             except (ValueError, TypeError, KeyError) as exc:
                 scores[i] = Score.failure(Outcome.ERROR, f"bad sample: {exc}"[:DETAIL_CHARS])
                 continue
@@ -295,9 +299,15 @@ class CodeEnvironment(Environment):
 
         if pending:
             self._calibrate([task for _, task, _ in pending], deadline)
-            jobs = [self._job(task, program.code) for _, task, program in pending]
-            reports = self._run_bounded(jobs, deadline)
-            for (i, task, program), job, report in zip(pending, jobs, reports):
+            # A GRPO group often repeats a program word for word: each distinct one runs once.
+            unique: dict[tuple[CodeTask, str], int] = {}
+            for _, task, program in pending:
+                unique.setdefault((task, program.code), len(unique))
+            jobs = [self._job(task, code) for task, code in unique]
+            ran = self._run_bounded(jobs, deadline)
+            for i, task, program in pending:
+                slot = unique[(task, program.code)]
+                job, report = jobs[slot], ran[slot]
                 timeout = job.per_test_timeout_s or self.config.default_test_timeout_s
                 if isinstance(report, Unrun):
                     scores[i] = Score.failure(
@@ -308,6 +318,17 @@ class CodeEnvironment(Environment):
                         report, len(task.tests), self.config.reward, str(program.method), timeout
                     )
         return [s for s in scores if s is not None]
+
+    def _cached_task(self, sample: Sample) -> CodeTask:
+        # Building a task parses test code; the samples of a GRPO group repeat, so keep recent ones.
+        key = (sample.id, sample.answer, json.dumps(dict(sample.metadata), sort_keys=True))
+        task = self._tasks.get(key)
+        if task is None:
+            task = self.task(sample)
+            if len(self._tasks) >= TASK_CACHE_SIZE:
+                self._tasks.pop(next(iter(self._tasks)))  # oldest first (dicts keep order)
+            self._tasks[key] = task
+        return task
 
     def reference_completion(self, sample: Sample) -> str | None:
         """Return the reference solution as a fenced block (a completion that must pass)."""
@@ -338,7 +359,7 @@ class CodeEnvironment(Environment):
         with self._lock:
             self._sandbox = None
 
-    def __enter__(self) -> CodeEnvironment:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -391,8 +412,9 @@ class CodeEnvironment(Environment):
                 reports.extend([spent] * (len(jobs) - start))
                 break
             batch = [_cap_job(job, left) for job in jobs[start : start + chunk]]
+            got: list[TestReport | Unrun]
             try:
-                got = self.sandbox.run_tests_many(batch)
+                got = list(self.sandbox.run_tests_many(batch))
             except Exception as exc:  # a sandbox bug must cost these items, not the training run
                 log.exception("sandbox.run_tests_many raised on %d jobs", len(batch))
                 why = f"sandbox raised {type(exc).__name__}: {exc}"[:DETAIL_CHARS]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -268,11 +270,27 @@ def test_reward_hacks_earn_nothing_and_the_canonical_solution_still_passes(env, 
     earned = {n: (s.reward, str(s.outcome)) for n, s in zip(names, scores) if s.reward != 0.0}
     assert earned == {}, f"hacks that earned reward: {earned}"
     assert all(not s.correct for s in scores)
+    # Each hack was extracted and run (a hack that does not even parse would prove nothing).
+    assert Outcome.UNPARSABLE not in {s.outcome for s in scores}
     # The harness survived the kill attempts: the next batch still scores, and correctly.
     after = env.score_batch(
         [fenced(sample.answer), fenced(HACKS["always_equal_object"])], [sample] * 2
     )
     assert [s.reward for s in after] == [1.0, 0.0]
+
+
+def test_the_disk_hack_has_teeth_without_isolation():
+    """Run outside the sandbox, the test-reading hack does solve HumanEval/0 (so the 0 above is
+    the sandbox's doing). Memory scanning is switched off here: it would read host processes."""
+    program = HACKS["read_tests_from_disk_or_memory"].replace("budget = 64 << 20", "budget = 0")
+    program += (
+        "\nprint(has_close_elements([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3),"
+        " has_close_elements([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.05))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.split() == ["True", "False"], done.stderr[-500:]
 
 
 def _wrong_return(sample: Sample) -> str:

@@ -155,7 +155,9 @@ def test_batch_time_is_bounded(rows):
     fake = ScriptedSandbox(all_pass, delay_s=0.4)
     env = HumanEvalEnv(sandbox=fake, calibrate=False, workers=1)  # type: ignore[arg-type]
     n = 40  # 5 chunks of 8
-    comps = ["```python\ndef has_close_elements(n, t):\n    return False\n```"] * n
+    comps = [
+        f"```python\ndef has_close_elements(n, t):\n    return False  # {i}\n```" for i in range(n)
+    ]
     start = time.monotonic()
     scores = env.score_batch(comps, [rows[0]] * n, timeout_s=1.0)
     elapsed = time.monotonic() - start
@@ -200,3 +202,13 @@ def test_a_sandbox_that_raises_costs_the_items_not_the_caller(rows):
     scores = env.score_batch([rows[0]["answer"], "no code"], [rows[0], rows[0]])
     assert [s.outcome for s in scores] == [Outcome.SANDBOX_ERROR, Outcome.UNPARSABLE]
     assert "worker pool on fire" in str(scores[0].details["reason"])
+
+
+def test_identical_programs_in_a_batch_run_once(rows):
+    fake = ScriptedSandbox(all_pass)
+    env = HumanEvalEnv(sandbox=fake, calibrate=False)  # type: ignore[arg-type]
+    same = "```python\ndef has_close_elements(n, t):\n    return False\n```"
+    other = same.replace("False", "True")
+    scores = env.score_batch([same] * 6 + [other, same], [rows[0]] * 7 + [rows[1]])
+    assert len(fake.calls) == 1 and len(fake.calls[0]) == 3  # (row 0, same), (row 0, other), row 1
+    assert [s.outcome for s in scores] == [Outcome.PASSED] * 8

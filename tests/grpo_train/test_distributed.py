@@ -104,6 +104,35 @@ def test_state_dict_module_feeds_an_engine(tiny_model_path: Path) -> None:
     assert torch.equal(engine.model.lm_head.weight, trained2.lm_head.weight)
 
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "machines"),
+    [
+        ("ddp", "MULTI_GPU", 1),
+        ("fsdp", "FSDP", 1),
+        ("zero2", "DEEPSPEED", 1),
+        ("zero3", "DEEPSPEED", 1),
+        ("multi_node", "MULTI_GPU", 2),
+    ],
+)
+def test_example_accelerate_configs_load(name: str, kind: str, machines: int) -> None:
+    # accelerate's own loader builds a dataclass from the file: an unknown key fails here.
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = load_config_from_file(str(EXAMPLES / "accelerate" / f"{name}.yaml"))
+    assert config.distributed_type.value == kind
+    assert config.num_machines == machines and config.num_processes % machines == 0
+    if name == "fsdp":
+        assert config.fsdp_config["fsdp_version"] == 2
+    if name.startswith("zero"):
+        assert config.deepspeed_config["zero_stage"] == int(name[-1])
+    if machines > 1:
+        assert config.main_process_ip and config.main_process_port
+    assert f"accelerate/{name}.yaml" in (EXAMPLES / "README.md").read_text()
+
+
 # ----------------------------------------------------------------- the GRPO update under test
 
 

@@ -1,0 +1,329 @@
+"""GPU check: a few GRPO training steps of the tiny model and a mid-size one, in bf16.
+
+For each model it prints generated tokens per second, the split of a step's time (generate /
+score / train / sync) and peak GPU memory, for the hf engine and, where vLLM is installed, the
+vllm engine. On a machine without CUDA it says so and exits 0 (no test may need a GPU).
+
+Two modes:
+
+* ``--mode trainer`` (default): the real ``grpo_train.trainer.Trainer`` on ``math/add2-v0``, with
+  the timings it logs per step in ``metrics.jsonl``;
+* ``--mode minimal``: a self-contained GRPO step (HF/vLLM generate, score, ``compute_advantages``,
+  token-budget micro-batches, ``grpo_loss``, AdamW, weight sync) in this file, for when the
+  trainer's API has moved; also the fallback when the trainer cannot be set up.
+
+The first step of each run is a warm-up (CUDA kernels, vLLM graphs) and is left out of the
+medians. Run from the repository root:
+
+    python benchmarks/gpu_check.py                       # tiny + SmolLM2-135M, hf (+ vllm)
+    python benchmarks/gpu_check.py --model Qwen/Qwen2.5-0.5B-Instruct --engines vllm
+    python benchmarks/gpu_check.py --allow-cpu --skip-mid --steps 2   # smoke run without a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+ENV_ID = "math/add2-v0"
+
+
+@dataclass(frozen=True)
+class Report:
+    """Median per-step numbers of one (model, engine) run, warm-up step excluded."""
+
+    model: str
+    engine: str
+    mode: str
+    steps: int
+    tokens_per_s: float
+    step_s: float
+    generate_s: float
+    score_s: float
+    train_s: float
+    sync_s: float
+    peak_allocated_mb: float | None
+    peak_reserved_mb: float | None
+
+
+def _median(rows: Sequence[dict[str, float]], key: str) -> float:
+    values = [r[key] for r in rows if key in r]
+    return statistics.median(values) if values else float("nan")
+
+
+# ------------------------------------------------------------------------------- trainer mode
+
+
+def run_trainer(model: str, engine: str, args: argparse.Namespace, out: Path) -> Report:
+    """Run ``Trainer`` for ``args.steps`` steps and summarise its logged timings."""
+    from grpo_train.config import TrainConfig
+    from grpo_train.logging import read_metrics
+    from grpo_train.memory import peak_memory, reset_peak_memory
+    from grpo_train.trainer import Trainer
+
+    config = TrainConfig.from_flat(
+        {
+            "model": model,
+            "dtype": args.dtype,
+            "env": [{"id": ENV_ID}],
+            "engine": engine,
+            "num_generations": args.group,
+            "prompts_per_step": args.prompts,
+            "max_completion_length": args.max_new_tokens,
+            "max_steps": args.steps,
+            "eval_size": 0,
+            "save_every": 0,
+            "log_every_samples": 0,
+            "learning_rate": 1e-6,
+            "micro_batch_tokens": args.micro_batch_tokens,
+            "gradient_checkpointing": args.gradient_checkpointing,
+            "vllm_memory_fraction": args.vllm_memory_fraction,
+            "output_dir": str(out),
+            "progress": False,
+        }
+    )
+    reset_peak_memory()
+    trainer = Trainer(config)
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    rows = [r for r in read_metrics(out) if "time/step" in r][1:]  # drop the warm-up step
+    peak = peak_memory()
+    return Report(
+        model=model,
+        engine=engine,
+        mode="trainer",
+        steps=len(rows),
+        tokens_per_s=_median(rows, "tokens_per_s"),
+        step_s=_median(rows, "time/step"),
+        generate_s=_median(rows, "time/generate"),
+        score_s=_median(rows, "time/score"),
+        train_s=_median(rows, "time/train"),
+        sync_s=_median(rows, "time/sync"),
+        peak_allocated_mb=peak.cuda_allocated_mb,
+        peak_reserved_mb=peak.cuda_reserved_mb,
+    )
+
+
+# ------------------------------------------------------------------------------- minimal mode
+
+
+def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> Report:
+    """A self-contained GRPO loop: generate -> score -> advantages -> update -> sync."""
+    import grpo_envs
+    from grpo_envs.types import Sample
+    from grpo_train.advantages import compute_advantages
+    from grpo_train.loss import grpo_loss, loss_share, make_micro_batches, token_logprobs
+    from grpo_train.memory import enable_gradient_checkpointing, peak_memory, reset_peak_memory
+    from grpo_train.models import load_policy, resolve_model
+    from grpo_train.rollout.base import SamplingConfig
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    path = resolve_model(model_name)
+    model, tokenizer = load_policy(path, args.dtype, device)
+    if args.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    engine: object
+    if engine_name == "vllm":
+        from grpo_train.rollout.vllm_engine import VLLMEngine
+
+        engine = VLLMEngine(
+            path,
+            dtype=args.dtype,
+            max_model_len=512 + args.max_new_tokens,
+            gpu_memory_utilization=args.vllm_memory_fraction,
+        )
+    else:
+        from grpo_train.rollout.hf import HFEngine
+
+        engine = HFEngine(model, tokenizer)
+    env = grpo_envs.make(ENV_ID)
+    rows = env.dataset("train")
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
+    reset_peak_memory()
+    records: list[dict[str, float]] = []
+    try:
+        for step in range(args.steps):
+            times: dict[str, float] = {}
+            samples = [Sample.from_row(rows[(step * args.prompts + i) % len(rows)]) for i in range(args.prompts)]
+            prompts = [
+                tokenizer(
+                    tokenizer.apply_chat_template(s.messages, add_generation_prompt=True, tokenize=False),
+                    add_special_tokens=False,
+                )["input_ids"]
+                for s in samples
+            ]
+            _sync_cuda()
+            t = time.perf_counter()
+            sampling = SamplingConfig(n=args.group, max_new_tokens=args.max_new_tokens, seed=step)
+            groups = engine.generate(prompts, sampling)  # type: ignore[attr-defined]
+            _sync_cuda()
+            times["generate"] = time.perf_counter() - t
+
+            t = time.perf_counter()
+            texts = [c.text for g in groups for c in g]
+            scores = env.score_batch(texts, [s for s in samples for _ in range(args.group)])
+            rewards = torch.tensor([s.reward for s in scores], dtype=torch.float64).view(len(prompts), args.group)
+            times["score"] = time.perf_counter() - t
+
+            t = time.perf_counter()
+            adv = compute_advantages(rewards).flatten()  # (P * G,)
+            pairs = [(p, list(c.token_ids)) for p, g in zip(prompts, groups) for c in g]
+            batches = make_micro_batches(
+                [p for p, _ in pairs], [c for _, c in pairs], args.micro_batch_tokens, tokenizer.pad_token_id
+            )
+            total_tokens = sum(len(c) for _, c in pairs)
+            model.train()
+            for mb in batches:
+                mb = _to(mb, device)
+                logprobs, _ = token_logprobs(model, mb)
+                mask = mb.completion_mask.float()
+                loss, _ = grpo_loss(logprobs, logprobs.detach(), adv[list(mb.rows)].to(device), mask)
+                (loss * loss_share("dapo", mask, total_tokens, len(pairs))).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            _sync_cuda()
+            times["train"] = time.perf_counter() - t
+
+            t = time.perf_counter()
+            engine.sync_weights(model)  # type: ignore[attr-defined]
+            _sync_cuda()
+            times["sync"] = time.perf_counter() - t
+            step_s = sum(times.values())
+            records.append(
+                {**{f"time/{k}": v for k, v in times.items()}, "time/step": step_s, "tokens_per_s": total_tokens / step_s}
+            )
+            print(f"  step {step + 1}: {step_s:.2f} s, {total_tokens} tokens", flush=True)
+    finally:
+        engine.close()  # type: ignore[attr-defined]
+    kept = records[1:] if len(records) > 1 else records
+    peak = peak_memory()
+    return Report(
+        model=model_name,
+        engine=engine_name,
+        mode="minimal",
+        steps=len(kept),
+        tokens_per_s=_median(kept, "tokens_per_s"),
+        step_s=_median(kept, "time/step"),
+        generate_s=_median(kept, "time/generate"),
+        score_s=_median(kept, "time/score"),
+        train_s=_median(kept, "time/train"),
+        sync_s=_median(kept, "time/sync"),
+        peak_allocated_mb=peak.cuda_allocated_mb,
+        peak_reserved_mb=peak.cuda_reserved_mb,
+    )
+
+
+def _to(mb: object, device: str) -> object:
+    """The micro-batch with its tensors on ``device``."""
+    import dataclasses
+
+    moved = {
+        f.name: getattr(mb, f.name).to(device) if torch.is_tensor(getattr(mb, f.name)) else getattr(mb, f.name)
+        for f in dataclasses.fields(mb)  # type: ignore[arg-type]
+    }
+    return type(mb)(**moved)
+
+
+def _sync_cuda() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+# ---------------------------------------------------------------------------------------- main
+
+
+def _print_table(reports: Sequence[Report]) -> None:
+    def mb(v: float | None) -> str:
+        return "-" if v is None else f"{v:,.0f}"
+
+    header = (
+        f"{'model':<34} {'engine':<6} {'mode':<8} {'steps':>5} {'tok/s':>8} {'step s':>7} "
+        f"{'gen':>6} {'score':>6} {'train':>6} {'sync':>6} {'peak alloc MB':>14} {'peak resv MB':>13}"
+    )
+    print("\n" + header + "\n" + "-" * len(header))
+    for r in reports:
+        name = r.model if len(r.model) <= 34 else "..." + r.model[-31:]
+        print(
+            f"{name:<34} {r.engine:<6} {r.mode:<8} {r.steps:>5} {r.tokens_per_s:>8.0f} {r.step_s:>7.2f} "
+            f"{r.generate_s:>6.2f} {r.score_s:>6.2f} {r.train_s:>6.2f} {r.sync_s:>6.2f} "
+            f"{mb(r.peak_allocated_mb):>14} {mb(r.peak_reserved_mb):>13}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="default", help="mid-size model (default: SmolLM2-135M-Instruct)")
+    parser.add_argument("--skip-mid", action="store_true", help="only the tiny model")
+    parser.add_argument("--skip-tiny", action="store_true", help="only the mid-size model")
+    parser.add_argument("--engines", default="auto", help="comma list of hf,vllm; auto: hf (+ vllm if installed)")
+    parser.add_argument("--mode", choices=("trainer", "minimal"), default="trainer")
+    parser.add_argument("--steps", type=int, default=4, help="steps per run; the first is a warm-up")
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--micro-batch-tokens", type=int, default=8192)
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--vllm-memory-fraction", type=float, default=0.3)
+    parser.add_argument("--allow-cpu", action="store_true", help="run without CUDA (smoke test only)")
+    args = parser.parse_args(argv)
+
+    if not torch.cuda.is_available() and not args.allow_cpu:
+        print("gpu_check: no CUDA device here; nothing to measure (pass --allow-cpu for a CPU smoke run).")
+        return 0
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        print(f"gpu_check: {props.name}, {props.total_memory / 2**30:.0f} GiB, torch {torch.__version__}")
+    elif args.dtype == "bfloat16":
+        args.dtype = "float32"  # bf16 matmuls on CPU are slow and not what this checks
+
+    engines = [e.strip() for e in args.engines.split(",")] if args.engines != "auto" else ["hf"]
+    if args.engines == "auto" and importlib.util.find_spec("vllm") is not None:
+        engines.append("vllm")
+
+    from grpo_train.models import ModelNotAvailableError, build_tiny_model
+
+    tmp = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    models: list[str] = []
+    if not args.skip_tiny:
+        models.append(str(build_tiny_model(tmp / "tiny-llama", seed=0)))
+    if not args.skip_mid:
+        models.append(args.model)
+    reports: list[Report] = []
+    for model in models:
+        for engine in engines:
+            print(f"\n== {model} / {engine} / {args.dtype} ==", flush=True)
+            try:
+                if args.mode == "trainer":
+                    try:
+                        reports.append(run_trainer(model, engine, args, tmp / f"run-{len(reports)}"))
+                        continue
+                    except (ImportError, TypeError, KeyError) as err:  # trainer API moved
+                        print(f"  trainer mode unavailable ({type(err).__name__}: {err}); minimal mode")
+                reports.append(run_minimal(model, engine, args))
+            except ModelNotAvailableError as err:
+                print(f"  skipped: {err}")
+            finally:
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+    _print_table(reports)
+    return 0 if reports else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
