@@ -7,7 +7,7 @@ questions with at most ``--max_tokens`` new tokens, three ways, on the same toke
 2. ours: ``grpo_train.eval.evaluate`` on the same running engine (so both share one ``vllm.LLM``
    after one untimed warm-up call): chat template + tokenization, generation, scoring with
    ``math/gsm8k-v0``, writing ``samples.jsonl`` and ``summary.json``;
-3. transformers: ``model.generate`` over left-padded batches.
+3. transformers: ``model.generate`` over left-padded batches (run first, before vLLM starts).
 
 Raw vLLM and ours alternate ``--repeats`` times; each reports its median wall time. Target: ours
 within 10 % of raw vLLM. Prefix caching is off so that neither method reuses the other's
@@ -55,6 +55,7 @@ def main() -> None:
     from vllm.inputs import TokensPrompt
 
     import grpo_envs
+    from grpo_envs.types import Sample
     from grpo_train.eval.records import SampleStore
     from grpo_train.eval.runner import EvalTask, encode_prompt, evaluate
     from grpo_train.models import default_model_path
@@ -64,12 +65,17 @@ def main() -> None:
     model_path = str(default_model_path())
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     env = grpo_envs.make("math/gsm8k-v0", data_path=args.data)
-    from grpo_envs.types import Sample
 
     rows = env.dataset("test").select(range(args.prompts))
     samples = [Sample.from_row(r) for r in rows]
     prompt_ids = [encode_prompt(tokenizer, s)[1] for s in samples]
     sampling = SamplingConfig(n=1, temperature=0.0, max_new_tokens=args.max_tokens)
+
+    # transformers first, before any vLLM process exists, so the two never share the 2 cores.
+    hf_time = hf_tokens = None
+    if not args.skip_hf:
+        hf_time, hf_tokens = _hf_loop(model_path, tokenizer, prompt_ids, args)
+        print(f"transformers loop: {hf_time:.1f} s, {hf_tokens} new tokens", flush=True)
 
     # No prefix caching: both methods run the same prompts, and whichever ran second would skip
     # their prefill and look faster than it is.
@@ -117,10 +123,6 @@ def main() -> None:
         f"ours {[round(r.seconds, 2) for r in ours_runs]}",
         flush=True,
     )
-
-    hf_time = hf_tokens = None
-    if not args.skip_hf:
-        hf_time, hf_tokens = _hf_loop(model_path, tokenizer, prompt_ids, args)
 
     raw_times = [r.seconds for r in raw_runs]
     ours_times = [r.seconds for r in ours_runs]

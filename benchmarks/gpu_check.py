@@ -10,7 +10,7 @@ Two modes:
   the timings it logs per step in ``metrics.jsonl``;
 * ``--mode minimal``: a self-contained GRPO step (HF/vLLM generate, score, ``compute_advantages``,
   token-budget micro-batches, ``grpo_loss``, AdamW, weight sync) in this file, for when the
-  trainer's API has moved; also the fallback when the trainer cannot be set up.
+  trainer's API has moved; also the fallback (announced) when trainer mode fails.
 
 The first step of each run is a warm-up (CUDA kernels, vLLM graphs) and is left out of the
 medians. Run from the repository root:
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import shutil
 import statistics
 import sys
 import tempfile
@@ -31,8 +32,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from grpo_train.loss import MicroBatch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -158,10 +163,15 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
     try:
         for step in range(args.steps):
             times: dict[str, float] = {}
-            samples = [Sample.from_row(rows[(step * args.prompts + i) % len(rows)]) for i in range(args.prompts)]
+            samples = [
+                Sample.from_row(rows[(step * args.prompts + i) % len(rows)])
+                for i in range(args.prompts)
+            ]
             prompts = [
                 tokenizer(
-                    tokenizer.apply_chat_template(s.messages, add_generation_prompt=True, tokenize=False),
+                    tokenizer.apply_chat_template(
+                        s.messages, add_generation_prompt=True, tokenize=False
+                    ),
                     add_special_tokens=False,
                 )["input_ids"]
                 for s in samples
@@ -176,14 +186,19 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
             t = time.perf_counter()
             texts = [c.text for g in groups for c in g]
             scores = env.score_batch(texts, [s for s in samples for _ in range(args.group)])
-            rewards = torch.tensor([s.reward for s in scores], dtype=torch.float64).view(len(prompts), args.group)
+            rewards = torch.tensor([s.reward for s in scores], dtype=torch.float64).view(
+                len(prompts), args.group
+            )
             times["score"] = time.perf_counter() - t
 
             t = time.perf_counter()
             adv = compute_advantages(rewards).flatten()  # (P * G,)
             pairs = [(p, list(c.token_ids)) for p, g in zip(prompts, groups) for c in g]
             batches = make_micro_batches(
-                [p for p, _ in pairs], [c for _, c in pairs], args.micro_batch_tokens, tokenizer.pad_token_id
+                [p for p, _ in pairs],
+                [c for _, c in pairs],
+                args.micro_batch_tokens,
+                tokenizer.pad_token_id,
             )
             total_tokens = sum(len(c) for _, c in pairs)
             model.train()
@@ -191,7 +206,9 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
                 mb = _to(mb, device)
                 logprobs, _ = token_logprobs(model, mb)
                 mask = mb.completion_mask.float()
-                loss, _ = grpo_loss(logprobs, logprobs.detach(), adv[list(mb.rows)].to(device), mask)
+                loss, _ = grpo_loss(
+                    logprobs, logprobs.detach(), adv[list(mb.rows)].to(device), mask
+                )
                 (loss * loss_share("dapo", mask, total_tokens, len(pairs))).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
@@ -205,7 +222,11 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
             times["sync"] = time.perf_counter() - t
             step_s = sum(times.values())
             records.append(
-                {**{f"time/{k}": v for k, v in times.items()}, "time/step": step_s, "tokens_per_s": total_tokens / step_s}
+                {
+                    **{f"time/{k}": v for k, v in times.items()},
+                    "time/step": step_s,
+                    "tokens_per_s": total_tokens / step_s,
+                }
             )
             print(f"  step {step + 1}: {step_s:.2f} s, {total_tokens} tokens", flush=True)
     finally:
@@ -228,15 +249,18 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
     )
 
 
-def _to(mb: object, device: str) -> object:
+def _to(mb: MicroBatch, device: str) -> MicroBatch:
     """The micro-batch with its tensors on ``device``."""
     import dataclasses
 
-    moved = {
-        f.name: getattr(mb, f.name).to(device) if torch.is_tensor(getattr(mb, f.name)) else getattr(mb, f.name)
-        for f in dataclasses.fields(mb)  # type: ignore[arg-type]
-    }
-    return type(mb)(**moved)
+    return dataclasses.replace(
+        mb,
+        input_ids=mb.input_ids.to(device),
+        attention_mask=mb.attention_mask.to(device),
+        position_ids=mb.position_ids.to(device),
+        completion_ids=mb.completion_ids.to(device),
+        completion_mask=mb.completion_mask.to(device),
+    )
 
 
 def _sync_cuda() -> None:
@@ -253,13 +277,16 @@ def _print_table(reports: Sequence[Report]) -> None:
 
     header = (
         f"{'model':<34} {'engine':<6} {'mode':<8} {'steps':>5} {'tok/s':>8} {'step s':>7} "
-        f"{'gen':>6} {'score':>6} {'train':>6} {'sync':>6} {'peak alloc MB':>14} {'peak resv MB':>13}"
+        f"{'gen':>6} {'score':>6} {'train':>6} {'sync':>6} "
+        f"{'peak alloc MB':>14} {'peak resv MB':>13}"
     )
     print("\n" + header + "\n" + "-" * len(header))
     for r in reports:
-        name = r.model if len(r.model) <= 34 else "..." + r.model[-31:]
+        name = Path(r.model).name if Path(r.model).is_absolute() else r.model
+        name = name if len(name) <= 34 else "..." + name[-31:]
         print(
-            f"{name:<34} {r.engine:<6} {r.mode:<8} {r.steps:>5} {r.tokens_per_s:>8.0f} {r.step_s:>7.2f} "
+            f"{name:<34} {r.engine:<6} {r.mode:<8} {r.steps:>5} {r.tokens_per_s:>8.0f} "
+            f"{r.step_s:>7.2f} "
             f"{r.generate_s:>6.2f} {r.score_s:>6.2f} {r.train_s:>6.2f} {r.sync_s:>6.2f} "
             f"{mb(r.peak_allocated_mb):>14} {mb(r.peak_reserved_mb):>13}"
         )
@@ -267,12 +294,18 @@ def _print_table(reports: Sequence[Report]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="default", help="mid-size model (default: SmolLM2-135M-Instruct)")
+    parser.add_argument(
+        "--model", default="default", help="mid-size model (default: SmolLM2-135M-Instruct)"
+    )
     parser.add_argument("--skip-mid", action="store_true", help="only the tiny model")
     parser.add_argument("--skip-tiny", action="store_true", help="only the mid-size model")
-    parser.add_argument("--engines", default="auto", help="comma list of hf,vllm; auto: hf (+ vllm if installed)")
+    parser.add_argument(
+        "--engines", default="auto", help="comma list of hf,vllm; auto: hf (+ vllm if installed)"
+    )
     parser.add_argument("--mode", choices=("trainer", "minimal"), default="trainer")
-    parser.add_argument("--steps", type=int, default=4, help="steps per run; the first is a warm-up")
+    parser.add_argument(
+        "--steps", type=int, default=4, help="steps per run; the first is a warm-up"
+    )
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=128)
@@ -280,15 +313,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--vllm-memory-fraction", type=float, default=0.3)
-    parser.add_argument("--allow-cpu", action="store_true", help="run without CUDA (smoke test only)")
+    parser.add_argument(
+        "--allow-cpu", action="store_true", help="run without CUDA (smoke test only)"
+    )
     args = parser.parse_args(argv)
 
     if not torch.cuda.is_available() and not args.allow_cpu:
-        print("gpu_check: no CUDA device here; nothing to measure (pass --allow-cpu for a CPU smoke run).")
+        print(
+            "gpu_check: no CUDA device here; nothing to measure "
+            "(pass --allow-cpu for a CPU smoke run)."
+        )
         return 0
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        print(f"gpu_check: {props.name}, {props.total_memory / 2**30:.0f} GiB, torch {torch.__version__}")
+        print(
+            f"gpu_check: {props.name}, {props.total_memory / 2**30:.0f} GiB, "
+            f"torch {torch.__version__}"
+        )
     elif args.dtype == "bfloat16":
         args.dtype = "float32"  # bf16 matmuls on CPU are slow and not what this checks
 
@@ -299,30 +340,40 @@ def main(argv: list[str] | None = None) -> int:
     from grpo_train.models import ModelNotAvailableError, build_tiny_model
 
     tmp = Path(tempfile.mkdtemp(prefix="gpu-check-"))
-    models: list[str] = []
-    if not args.skip_tiny:
-        models.append(str(build_tiny_model(tmp / "tiny-llama", seed=0)))
-    if not args.skip_mid:
-        models.append(args.model)
     reports: list[Report] = []
-    for model in models:
-        for engine in engines:
-            print(f"\n== {model} / {engine} / {args.dtype} ==", flush=True)
-            try:
-                if args.mode == "trainer":
-                    try:
-                        reports.append(run_trainer(model, engine, args, tmp / f"run-{len(reports)}"))
-                        continue
-                    except (ImportError, TypeError, KeyError) as err:  # trainer API moved
-                        print(f"  trainer mode unavailable ({type(err).__name__}: {err}); minimal mode")
-                reports.append(run_minimal(model, engine, args))
-            except ModelNotAvailableError as err:
-                print(f"  skipped: {err}")
-            finally:
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
+    try:
+        models: list[str] = []
+        if not args.skip_tiny:
+            models.append(str(build_tiny_model(tmp / "tiny-llama", seed=0)))
+        if not args.skip_mid:
+            models.append(args.model)
+        for model in models:
+            for engine in engines:
+                print(f"\n== {model} / {engine} / {args.dtype} ==", flush=True)
+                try:
+                    reports.append(_run(model, engine, args, tmp / f"run-{len(reports)}"))
+                except ModelNotAvailableError as err:
+                    print(f"  skipped: {err}")
+                finally:
+                    if torch.cuda.is_available():
+                        torch.cuda.empty_cache()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     _print_table(reports)
     return 0 if reports else 1
+
+
+def _run(model: str, engine: str, args: argparse.Namespace, out: Path) -> Report:
+    """Trainer mode, falling back to minimal mode when the trainer cannot be set up."""
+    if args.mode == "trainer":
+        try:
+            report = run_trainer(model, engine, args, out)
+        except Exception as err:  # the trainer's API moved, or it fails on this machine
+            # Report it and still measure: the numbers of the minimal step are worth having.
+            print(f"  trainer mode failed ({type(err).__name__}: {err}); falling back to minimal")
+        else:
+            return report
+    return run_minimal(model, engine, args)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ and on CPU with the gloo backend, which is how the tests run them.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -216,6 +217,38 @@ def common_count(local_count: int) -> int:
     return int(global_max(local_count)[0])
 
 
+def micro_batch_schedule(local_count: int) -> list[tuple[int, float]]:
+    """``(local micro-batch index, loss weight)`` for every forward/backward this rank runs.
+
+    Every rank runs ``common_count(local_count)`` passes; past its own micro-batches a rank
+    repeats its last one with weight 0 (gradients of 0, but the collectives inside DDP / FSDP /
+    ZeRO still happen). A rank with no micro-batch at all cannot pad: keep at least one group per
+    rank (e.g. dynamic sampling keeps an uninformative group with zero advantages).
+    Collective: call on all ranks.
+
+    >>> micro_batch_schedule(2)  # single process
+    [(0, 1.0), (1, 1.0)]
+    """
+    total = common_count(local_count)
+    if local_count == 0 and total > 0:
+        raise ValueError(
+            "this rank has no micro-batch while others do; every rank needs at least one group "
+            "per step (make prompts_per_step a multiple of the world size)"
+        )
+    return [(k, 1.0) if k < local_count else (local_count - 1, 0.0) for k in range(total)]
+
+
+def gradient_sync(accelerator: Any, model: torch.nn.Module, index: int, count: int) -> Any:
+    """Context for micro-batch ``index`` of ``count``: skip the gradient all-reduce but on the last.
+
+    Accumulating micro-batches under ``accelerator.no_sync`` and reducing once per optimizer
+    step is what DDP's ``no_sync`` is for; without an accelerator (single process) it is a no-op.
+    """
+    if accelerator is None or index == count - 1:
+        return contextlib.nullcontext()
+    return accelerator.no_sync(model)
+
+
 # ------------------------------------------------------------------------------ consistency
 
 
@@ -323,6 +356,34 @@ class StateDictModule(torch.nn.Module):
     def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:  # type: ignore[override]
         """Return the wrapped tensors, as given."""
         return dict(self._state)
+
+
+def vllm_colocate_kwargs(seed: int, tensor_parallel_size: int = 1) -> dict[str, int | str]:
+    """Extra ``VLLMEngine`` arguments for a colocated engine inside a launched job.
+
+    Under ``accelerate launch`` / ``torchrun`` each rank's ``vllm.LLM`` must join the job's
+    existing process group instead of starting its own (``distributed_executor_backend=
+    "external_launcher"``, as TRL's colocate mode does); the ranks of one tensor-parallel group
+    share an engine and must sample identically, so they get the same seed, and different groups
+    different seeds. Single process: only the seed. ``tensor_parallel_size`` must divide the
+    world size.
+
+    >>> vllm_colocate_kwargs(seed=7)  # single process
+    {'seed': 7}
+    """
+    info = rank_info()
+    if tensor_parallel_size < 1 or info.world_size % tensor_parallel_size:
+        raise ValueError(
+            f"tensor_parallel_size={tensor_parallel_size} must divide the world size "
+            f"{info.world_size}"
+        )
+    if info.world_size == 1:
+        return {"seed": seed}
+    return {
+        "seed": seed + info.rank // tensor_parallel_size,
+        "tensor_parallel_size": tensor_parallel_size,
+        "distributed_executor_backend": "external_launcher",
+    }
 
 
 def _lora_scale(model: torch.nn.Module) -> float | None:

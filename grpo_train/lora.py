@@ -143,16 +143,9 @@ def apply_lora(model: PreTrainedModel, settings: LoraSettings) -> PeftModel:
     parameters (norms) to float32 for stable training. Gradient checkpointing is left to
     ``grpo_train.memory.enable_gradient_checkpointing``.
     """
-    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    from peft import LoraConfig, get_peft_model
 
-    if settings.use_qlora:
-        require_qlora()
-        if not _is_quantized(model):
-            raise ValueError(
-                "use_qlora needs the base model loaded in 4-bit: "
-                "grpo_train.lora.load_quantized_base(path)"
-            )
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    model = _prepare_base(model, settings)
     targets = (
         settings.target_modules
         if isinstance(settings.target_modules, str)
@@ -172,6 +165,58 @@ def apply_lora(model: PreTrainedModel, settings: LoraSettings) -> PeftModel:
         raise ValueError(
             f"LoRA target_modules={settings.target_modules!r} do not fit this model: {err}"
         ) from err
+
+
+def _prepare_base(model: PreTrainedModel, settings: LoraSettings) -> PreTrainedModel:
+    """Check a QLoRA base is 4-bit and let peft cast its non-quantized parameters to float32."""
+    if not settings.use_qlora:
+        return model
+    from peft import prepare_model_for_kbit_training
+
+    require_qlora()
+    if not _is_quantized(model):
+        raise ValueError(
+            "use_qlora needs the base model loaded in 4-bit: "
+            "grpo_train.lora.load_quantized_base(path)"
+        )
+    return prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+
+
+def load_lora_policy(
+    model: str,
+    settings: LoraSettings,
+    *,
+    dtype: str = "float32",
+    device: str = "cpu",
+    adapter_dir: str | Path | None = None,
+) -> tuple[PeftModel, PreTrainedTokenizerBase]:
+    """Load the base policy and put LoRA on it: fresh adapters, or a saved adapter to resume.
+
+    ``model`` is what ``--model`` takes (``models.resolve_model``); ``adapter_dir`` a folder
+    written by ``save_adapter`` (a LoRA run's checkpoint ``model/`` folder, since a
+    ``PeftModel``'s ``save_pretrained`` writes only the adapter). With ``use_qlora`` the base is
+    loaded in 4-bit on the GPU of ``device`` (``"cuda:N"``) with ``dtype`` as compute dtype.
+    """
+    from grpo_train.models import load_policy, resolve_model
+
+    tokenizer: PreTrainedTokenizerBase
+    if settings.use_qlora:
+        require_qlora()
+        compute = torch.bfloat16 if dtype == "float32" else getattr(torch, dtype)
+        index = torch.device(device).index or 0
+        path = resolve_model(model)
+        base = load_quantized_base(path, compute, index)
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.padding_side = "left"  # as load_policy: batched generation needs it
+    else:
+        base, tokenizer = load_policy(model, dtype, device)
+    if adapter_dir is None:
+        return apply_lora(base, settings), tokenizer
+    return load_adapter(_prepare_base(base, settings), adapter_dir, is_trainable=True), tokenizer
 
 
 def unwrap_peft(model: torch.nn.Module) -> PeftModel:

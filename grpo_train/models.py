@@ -258,13 +258,19 @@ def load_policy(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer for training or evaluation.
 
-    The tokenizer gets a pad token (EOS when it has none) and left padding, which batched
-    generation needs. A missing hub model while offline raises ``ModelNotAvailableError``.
+    ``dtype="auto"`` picks bfloat16 on a GPU and float32 on CPU; ``device="auto"`` picks the GPU
+    when there is one. The tokenizer gets a pad token (EOS when it has none) and left padding,
+    which batched generation needs. A missing hub model while offline raises
+    ``ModelNotAvailableError``.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_model(name_or_path)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if dtype == "auto":
+        dtype = "bfloat16" if torch.device(device).type == "cuda" else "float32"
     torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     if not isinstance(torch_dtype, torch.dtype):
         raise ValueError(f"dtype must be a torch dtype name like 'float32', got {dtype!r}")

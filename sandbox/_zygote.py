@@ -245,6 +245,9 @@ class Zygote:
                 os.path.dirname(getattr(select, "__file__", os.__file__)),
             }
         )
+        self.landlock_reads = _minimal_paths(
+            [*READ_DIRS, *self.stdlib_dirs, *READ_FILES, "/sys/devices/system/cpu"]
+        )
 
     # -- uid pair: lock files make the pair unique across every Sandbox on this machine --------
     def _allocate_uid(self, base: int) -> None:
@@ -382,14 +385,29 @@ class Zygote:
                 _rmtree(warm.host_workdir)
 
     def close(self) -> None:
-        """Stop the verdict server, remove the cgroups and release the uid lock."""
+        """Stop the verdict server, remove the cgroups and work-dir base, release the uid lock."""
         self.discard_warm()
         if self.verdict is not None:
             self.verdict.kill()
+        with contextlib.suppress(OSError):
+            os.rmdir(_host_workdir_base(self))
         for path in self.cgroups:
             self._kill_cgroup(path)
             with contextlib.suppress(OSError):
                 os.rmdir(path)
+
+
+def _minimal_paths(paths: list[str]) -> list[str]:
+    """Resolve symlinks and drop paths inside another one (merged /usr: /bin -> /usr/bin, ...).
+
+    Computed once in the zygote, so each child adds only the Landlock rules that matter.
+    """
+    resolved = sorted({os.path.realpath(p) for p in paths if os.path.exists(p)})
+    kept: list[str] = []
+    for path in resolved:
+        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    return kept
 
 
 def _write(path: str, value: str) -> None:
@@ -642,9 +660,13 @@ def _setup_mounts(z: Zygote, max_file_mb: int, layers: list[str]) -> str:
     return "/tmp"
 
 
+def _host_workdir_base(z: Zygote) -> str:
+    return f"/tmp/grpo-sandbox-{z.uid if z.uid > 0 else os.getuid()}"
+
+
 def _host_workdir(z: Zygote) -> str:
     """Without a mount namespace: a fresh private directory on the host, removed after the run."""
-    base = f"/tmp/grpo-sandbox-{z.uid if z.uid > 0 else os.getuid()}"
+    base = _host_workdir_base(z)
     os.makedirs(base, mode=0o711, exist_ok=True)
     z.run_counter += 1
     path = f"{base}/run-{os.getpid()}-{z.run_counter}"
@@ -700,11 +722,7 @@ def _isolate(
             writable = [workdir, "/dev/null"]
             if "mount_ns" in layers:
                 writable.append("/dev/shm")  # private and size-capped in the mount namespace
-            _landlock.restrict(
-                [*READ_DIRS, *z.stdlib_dirs, *READ_FILES, "/sys/devices/system/cpu"],
-                writable,
-                deny_tcp=not network,
-            )
+            _landlock.restrict(z.landlock_reads, writable, deny_tcp=not network)
             layers.append("landlock")
     program = z.seccomp.get(network)
     if program:
@@ -984,7 +1002,11 @@ def _classify(z: Zygote, sup: Supervisor, spec: RunSpec) -> tuple[str, str, int]
         return "memory", "killed by the memory cgroup (OOM)", code
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        if sig in (signal.SIGXCPU, signal.SIGKILL) and cpu_s >= spec.cpu_s - 0.05:
+        # As pid 1 of its namespace the program cannot SIGKILL itself, so a SIGKILL we did not
+        # send and the OOM killer did not either is RLIMIT_CPU (rusage CPU time, which is
+        # tick-sampled, can read a little below the limit).
+        by_cpu_limit = "pid_ns" in child.layers or cpu_s >= 0.8 * spec.cpu_s
+        if sig in (signal.SIGXCPU, signal.SIGKILL) and by_cpu_limit:
             return "timeout", f"CPU limit of {spec.cpu_s} s", code
         return "killed", f"killed by signal {signal.Signals(sig).name}", code
     if code == 0:

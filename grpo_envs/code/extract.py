@@ -147,23 +147,33 @@ def extract_humaneval_program(
 ) -> ExtractedCode | None:
     """Build the program of a HumanEval-style task: prompt + completion, or a full function.
 
-    ``prompt_code`` is the function signature and docstring the model was asked to complete. If the
-    extracted code defines ``entry_point`` itself, the program is the prompt followed by that code
-    (the prompt keeps its imports and helper functions; the model's definition replaces the stub).
-    Otherwise the completion is taken as the continuation of the prompt's function body (the
-    original HumanEval protocol). ``None`` if neither parses.
+    ``prompt_code`` is the function signature and docstring the model was asked to complete.
+    Rules, in order:
+
+    1. Unfenced text that compiles after the prompt is run as ``prompt + text``, verbatim: the
+       original HumanEval protocol (a body continuation), which also covers a bare full function
+       (it replaces the stub) and keeps any top-level code the completion adds after the body.
+    2. Otherwise, code extracted by ``extract_code`` that defines ``entry_point`` runs after the
+       prompt (which keeps its imports and helper functions; the model's definition replaces
+       the stub).
+    3. Otherwise, a fenced block holding only the indented body continues the prompt.
+
+    ``None`` if nothing parses.
     """
+    text = strip_reasoning(completion)
+    fences = fenced_blocks(text)
+    if not fences and text.strip():
+        continued = prompt_code + text
+        if parses(continued):
+            full = entry_point in defined_functions(text)
+            method = ExtractionMethod.FULL_FUNCTION if full else ExtractionMethod.CONTINUATION
+            return ExtractedCode(continued, method)
     extracted = extract_code(completion, entry_point)
     if extracted is not None and entry_point in defined_functions(extracted.code):
         program = f"{prompt_code.rstrip()}\n\n\n{extracted.code}"
         if parses(program):
             return ExtractedCode(program, ExtractionMethod.FULL_FUNCTION)
-    body = strip_reasoning(completion)
-    continued = prompt_code + body
-    if body.strip() and parses(continued):
-        return ExtractedCode(continued, ExtractionMethod.CONTINUATION)
-    # A fenced block holding only the body (indented code under the prompt's signature).
-    for block in reversed(fenced_blocks(body)):
+    for block in reversed(fences):
         continued = prompt_code + block
         if block.strip() and parses(continued):
             return ExtractedCode(continued, ExtractionMethod.CONTINUATION)

@@ -7,8 +7,11 @@ parent process, not the untrusted program, decides pass/fail) and maps each ``Te
 ``Score``.
 
 Per-test time limits follow EvalPlus: ``max(4 s, 4 x the reference solution's runtime)``
-(EvalPlus, ``evalplus/evaluate.py``, ``min_time_limit`` and ``gt_time_limit_factor``); the
-reference is run once per task and the limit cached.
+(EvalPlus, ``evalplus/evaluate.py``, ``min_time_limit`` and ``gt_time_limit_factor``). The
+reference runs lazily: completions first run under the 4 s floor, and only when one of them times
+out is its task's reference measured (once, cached) and, if that raises the limit, the item run
+again. Since a larger limit only changes timeout verdicts, this gives the verdicts of measuring
+every reference up front, without paying for it on tasks where nothing times out.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import logging
 import os
 import threading
 import time
+import types
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Self
@@ -64,7 +69,8 @@ class CodeConfig:
     default_test_timeout_s: float = 4.0
     """Per-test limit for tasks without a (working) reference solution."""
     calibrate: bool = True
-    """Run each task's reference solution once to set its time limit; False uses the default."""
+    """Derive limits from the reference solution (run once, when a completion first times out);
+    False: ``default_test_timeout_s`` for every task."""
     max_job_s: float = 60.0
     """Wall-clock cap on one completion's whole run, all its tests together."""
     memory_mb: int = 1024
@@ -291,20 +297,28 @@ class CodeEnvironment(Environment):
                     Outcome.UNPARSABLE, f"completion is not text (got {type(completion).__name__})"
                 )
                 continue
-            program = self.extract(text, task, sample)
+            try:
+                program = self.extract(text, task, sample)
+            except Exception as exc:  # an extractor bug costs this item, not the batch
+                log.exception("extracting code for %s raised", sample.id)
+                scores[i] = Score.failure(
+                    Outcome.ERROR, f"extraction raised {exc!r}"[:DETAIL_CHARS]
+                )
+                continue
             if program is None:
                 scores[i] = Score.failure(Outcome.UNPARSABLE, "no parsable Python code found")
                 continue
             pending.append((i, task, program))
 
         if pending:
-            self._calibrate([task for _, task, _ in pending], deadline)
             # A GRPO group often repeats a program word for word: each distinct one runs once.
             unique: dict[tuple[CodeTask, str], int] = {}
             for _, task, program in pending:
                 unique.setdefault((task, program.code), len(unique))
             jobs = [self._job(task, code) for task, code in unique]
             ran = self._run_bounded(jobs, deadline)
+            if self.config.calibrate:
+                self._rejudge_timeouts(list(unique), jobs, ran, deadline)
             for i, task, program in pending:
                 slot = unique[(task, program.code)]
                 job, report = jobs[slot], ran[slot]
@@ -335,14 +349,38 @@ class CodeEnvironment(Environment):
         return f"```python\n{sample.answer}\n```" if sample.answer else None
 
     def calibrate(self, samples: Sequence[Sample | Mapping[str, object]]) -> dict[str, float]:
-        """Run the reference solutions of ``samples`` now (once each); returns key -> test limit."""
+        """Measure the reference solutions of ``samples`` now (once each; scoring does it lazily).
+
+        Returns key -> per-test limit, e.g. to save and reuse with ``set_test_timeouts``.
+        """
         tasks = [self.task(Sample.from_row(s)) for s in samples]
         self._calibrate(tasks, time.monotonic() + self.config.batch_timeout_s)
         return {t.key: self.test_timeout(t) for t in tasks}
 
+    @property
+    def calibrated(self) -> Mapping[str, float]:
+        """The per-test limits measured (or set) so far: task key -> seconds (read-only view)."""
+        return types.MappingProxyType(self._test_timeouts)
+
+    def set_test_timeouts(self, limits: Mapping[str, float]) -> None:
+        """Reuse per-test limits (key -> seconds) from an earlier ``calibrate``, e.g. saved JSON."""
+        for key, seconds in limits.items():
+            if not seconds > 0:
+                raise ValueError(f"test time limit for {key!r} must be > 0 s, got {seconds!r}")
+            self._test_timeouts[str(key)] = float(seconds)
+
     def test_timeout(self, task: CodeTask) -> float:
-        """The per-test time limit of ``task`` (calibrated if it was, else the default)."""
-        return self._test_timeouts.get(task.key, self.config.default_test_timeout_s)
+        """Return the per-test time limit of ``task``.
+
+        The calibrated limit; else the floor when there is a reference to calibrate against
+        should a completion time out; else the default.
+        """
+        limit = self._test_timeouts.get(task.key)
+        if limit is not None:
+            return limit
+        if task.reference and self.config.calibrate:
+            return self.config.min_test_timeout_s
+        return self.config.default_test_timeout_s
 
     # -- sandbox plumbing ----------------------------------------------------------------------
 
@@ -395,40 +433,63 @@ class CodeEnvironment(Environment):
         )
 
     def _run_bounded(self, jobs: Sequence[TestJob], deadline: float) -> list[TestReport | Unrun]:
-        """Run ``jobs`` in chunks so that the call ends near ``deadline``.
+        """Run ``jobs`` on every sandbox worker at once so that the call ends near ``deadline``.
 
-        Each chunk's jobs get at most the time left as their wall limit, so a chunk of hanging
-        programs cannot overrun the budget; chunks are a few jobs per worker so that both cores
-        stay busy while a slow job runs. Jobs left when the time is spent, or lost to a sandbox
-        that raised, come back as ``Unrun``.
+        One feeder thread per sandbox worker hands jobs over one at a time (no chunk barriers: a
+        slow job holds one worker, never the others). Each job starts with at most the time left
+        as its wall limit, so hanging programs cannot overrun the budget; jobs that would start
+        with less than ``MIN_JOB_S`` left, or are lost to a sandbox that raised, come back as
+        ``Unrun``.
         """
-        workers = self.config.workers or os.cpu_count() or 1
-        chunk = max(8, 4 * workers)
-        reports: list[TestReport | Unrun] = []
-        for start in range(0, len(jobs), chunk):
+        if not jobs:
+            return []
+        box = self.sandbox
+        workers = getattr(box, "workers", None) or self.config.workers or os.cpu_count() or 1
+
+        def run_one(job: TestJob) -> TestReport | Unrun:
             left = deadline - time.monotonic()
             if left <= MIN_JOB_S:
-                spent = Unrun(Outcome.TIMEOUT, "batch time budget spent before this item ran")
-                reports.extend([spent] * (len(jobs) - start))
-                break
-            batch = [_cap_job(job, left) for job in jobs[start : start + chunk]]
-            got: list[TestReport | Unrun]
+                return Unrun(Outcome.TIMEOUT, "batch time budget spent before this item ran")
             try:
-                got = list(self.sandbox.run_tests_many(batch))
-            except Exception as exc:  # a sandbox bug must cost these items, not the training run
-                log.exception("sandbox.run_tests_many raised on %d jobs", len(batch))
-                why = f"sandbox raised {type(exc).__name__}: {exc}"[:DETAIL_CHARS]
-                got = [Unrun(Outcome.SANDBOX_ERROR, why)] * len(batch)
-            if len(got) != len(batch):
-                why = f"sandbox returned {len(got)} reports for {len(batch)} jobs"
-                got = [Unrun(Outcome.SANDBOX_ERROR, why)] * len(batch)
-            reports.extend(got)
-        return reports
+                got = box.run_tests_many([_cap_job(job, left)])
+            except Exception as exc:  # a sandbox bug must cost this item, not the training run
+                log.exception("sandbox.run_tests_many raised")
+                return Unrun(Outcome.SANDBOX_ERROR, f"sandbox raised {type(exc).__name__}: {exc}")
+            if len(got) != 1:
+                return Unrun(Outcome.SANDBOX_ERROR, f"sandbox returned {len(got)} reports for 1")
+            return got[0]
+
+        with ThreadPoolExecutor(max_workers=min(int(workers), len(jobs))) as pool:
+            return list(pool.map(run_one, jobs))
+
+    def _rejudge_timeouts(
+        self,
+        keys: list[tuple[CodeTask, str]],
+        jobs: list[TestJob],
+        ran: list[TestReport | Unrun],
+        deadline: float,
+    ) -> None:
+        """Calibrate the tasks of timed-out jobs; rerun those whose limit went up (in place)."""
+        timed_out = [
+            slot
+            for slot, (task, _) in enumerate(keys)
+            if task.reference and task.key not in self._test_timeouts and _timed_out(ran[slot])
+        ]
+        if not timed_out:
+            return
+        self._calibrate([keys[slot][0] for slot in timed_out], deadline)
+        redo = [
+            slot
+            for slot in timed_out
+            if self.test_timeout(keys[slot][0]) > (jobs[slot].per_test_timeout_s or 0.0)
+        ]
+        again = self._run_bounded([self._job(*keys[slot]) for slot in redo], deadline)
+        for slot, report in zip(redo, again):
+            if not isinstance(report, Unrun):  # out of time: keep the first verdict
+                jobs[slot], ran[slot] = self._job(*keys[slot]), report
 
     def _calibrate(self, tasks: Sequence[CodeTask], deadline: float) -> None:
         """Measure the reference solution of each task not measured yet, in one parallel batch."""
-        if not self.config.calibrate:
-            return
         todo: dict[str, CodeTask] = {}
         for task in tasks:
             if task.reference and task.key not in self._test_timeouts and task.key not in todo:
@@ -493,6 +554,15 @@ def close_shared_sandboxes() -> None:
             box.close()
         except Exception:  # at exit, a half-closed pool must not mask the real error
             log.exception("closing a shared sandbox failed")
+
+
+def _timed_out(report: TestReport | Unrun) -> bool:
+    """Whether a run hit a time limit (the whole program's or a test's)."""
+    if isinstance(report, Unrun):
+        return False
+    return str(report.status) == "timeout" or any(
+        str(r.status) == "timeout" for r in report.results
+    )
 
 
 def _cap_job(job: TestJob, seconds: float) -> TestJob:

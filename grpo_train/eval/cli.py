@@ -178,13 +178,10 @@ def default_out_dir(args: EvalArgs, model_path: str) -> Path:
 
 def run_eval(args: EvalArgs) -> int:
     """Build the engine and environments, evaluate, print the table."""
-    from transformers import AutoTokenizer
-
     import grpo_envs
     from grpo_train.eval.runner import EvalTask, evaluate
     from grpo_train.eval.suites import load_suites_file, resolve_tasks
     from grpo_train.models import resolve_model
-    from grpo_train.rollout import make_engine
     from grpo_train.rollout.base import SamplingConfig
 
     user_suites = load_suites_file(args.suites_file) if args.suites_file else None
@@ -199,7 +196,15 @@ def run_eval(args: EvalArgs) -> int:
         EvalTask(t.label, grpo_envs.make(t.env_id, **args.env_kwargs.get(t.env_id, {})))
         for t in tasks
     ]
+    for task in envs:  # load the data before the engine starts: a bad path fails in seconds
+        task.env.dataset(args.split)
     model_path = resolve_model(args.model)
+    # torch and transformers load only now (tens of seconds on a busy machine): input errors
+    # above are reported without waiting for them.
+    from transformers import AutoTokenizer
+
+    from grpo_train.rollout import make_engine
+
     out = Path(args.out) if args.out else default_out_dir(args, model_path)
     sampling = SamplingConfig(
         n=args.n,
@@ -247,7 +252,7 @@ def run_eval(args: EvalArgs) -> int:
 
 def run_compare(argv: list[str]) -> int:
     """``grpo eval compare RUN_A RUN_B``."""
-    from grpo_train.eval.compare import compare_runs, compare_table, plot_deltas
+    from grpo_train.eval.compare import compare_rates, compare_table, load_run, plot_deltas
 
     p = argparse.ArgumentParser(
         prog="grpo eval compare", description="Per-suite deltas B - A with CIs."
@@ -259,9 +264,13 @@ def run_compare(argv: list[str]) -> int:
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     ns = p.parse_args(argv)
-    rows = compare_runs(
-        ns.run_a, ns.run_b, confidence=ns.confidence, resamples=ns.resamples, seed=ns.seed
+    run_a, run_b = load_run(ns.run_a), load_run(ns.run_b)
+    rows = compare_rates(
+        run_a, run_b, confidence=ns.confidence, resamples=ns.resamples, seed=ns.seed
     )
+    only = sorted(set(run_a) ^ set(run_b))
+    if only:
+        print(f"(tasks in only one run, not compared: {', '.join(only)})")
     print(compare_table(rows, Path(ns.run_a).name, Path(ns.run_b).name))
     print(f"\n* the {100 * ns.confidence:g}% interval excludes 0")
     png = plot_deltas(rows, ns.png, title=f"{Path(ns.run_b).name} - {Path(ns.run_a).name}")
@@ -273,10 +282,16 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``grpo eval``; returns the exit status (2 on bad input)."""
     args = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from grpo_envs.registration import RegistryError
+    from grpo_train.models import ModelNotAvailableError
+
     try:
         if args and args[0] == "compare":
             return run_compare(args[1:])
         return run_eval(parse_eval_args(args))
-    except ValueError as err:
-        print(f"grpo eval: error: {err}", file=sys.stderr)
+    except (ValueError, FileNotFoundError, RegistryError, ModelNotAvailableError) as err:
+        # Bad input (unknown env, missing model or data, settings that conflict): one line that
+        # says what to fix, not a traceback.
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"grpo eval: error: {message}", file=sys.stderr)
         return 2

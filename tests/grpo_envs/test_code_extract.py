@@ -120,6 +120,20 @@ def test_humaneval_fenced_body_only():
     assert got.code == PROMPT + "    return a + b\n"
 
 
+def test_humaneval_continuation_keeps_top_level_code_after_the_body():
+    # A body, then top-level code wrapping the finished function: run verbatim after the prompt
+    # (not cut down to the last code-looking fragment, which would lose the body).
+    completion = (
+        "    return a + b\n\n\n_orig_add = add\n\n\n"
+        "def add(a, b):\n    return _orig_add(a, b) + 1\n"
+    )
+    got = extract_humaneval_program(completion, PROMPT, "add")
+    assert got is not None and got.code == PROMPT + completion
+    ns: dict[str, object] = {}
+    exec(got.code, ns)  # trusted test code: our own strings
+    assert ns["add"](2, 3) == 6  # type: ignore[operator]
+
+
 def test_humaneval_bare_full_function_and_garbage():
     got = extract_humaneval_program("def add(a, b):\n    return b + a", PROMPT, "add")
     assert got is not None and got.method is ExtractionMethod.FULL_FUNCTION

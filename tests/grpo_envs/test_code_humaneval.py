@@ -78,6 +78,29 @@ def test_contract_checker():
     check_env(grpo_envs.make("code/humaneval-v0", workers=2), n_samples=2)
 
 
+def test_trl_and_verl_adapters(env):
+    from grpo_envs.adapters import compute_score
+
+    rows = env.dataset("test").select(range(2))
+    wrong = fenced("def has_close_elements(numbers, threshold):\n    return True")
+    # TRL: conversational completions, every dataset column passed as a keyword list.
+    completions = [
+        [{"role": "assistant", "content": fenced(rows[0]["answer"])}],
+        [{"role": "assistant", "content": wrong}],
+        [{"role": "assistant", "content": fenced(rows[1]["answer"])}],
+    ]
+    picks = [0, 0, 1]
+    reward = env.trl_reward_funcs()[0]
+    columns = {c: [rows[i][c] for i in picks] for c in ("answer", "id", "env_id", "metadata")}
+    got = reward(completions, prompts=[rows[i]["prompt"] for i in picks], **columns)
+    assert got == [1.0, 0.0, 1.0]
+    # verl: data_source is the env id; the row's metadata travels in extra_info.
+    info = {"id": rows[0]["id"], "metadata": rows[0]["metadata"]}
+    good = compute_score("code/humaneval-v0", fenced(rows[0]["answer"]), rows[0]["answer"], info)
+    bad = compute_score("code/humaneval-v0", wrong, rows[0]["answer"], info)
+    assert (good["score"], good["acc"], bad["score"], bad["acc"]) == (1.0, 1.0, 0.0, 0.0)
+
+
 def test_prompt_helpers_are_kept_without_the_stub():
     p = {q["task_id"]: q for q in load_humaneval_problems()}["HumanEval/38"]
     helpers = helpers_from_prompt(p["prompt"], p["entry_point"])
@@ -122,7 +145,9 @@ def test_partial_credit_counts_tests():
         assert score.reward == pytest.approx(expected_false / 7)
 
 
-def test_runtime_error_timeout_and_memory_outcomes(env, rows):
+def test_runtime_error_timeout_and_memory_outcomes(rows):
+    # A 1 s floor instead of EvalPlus' 4 s keeps the infinite loop's cost down here.
+    env = HumanEvalEnv(workers=2, min_test_timeout_s=1.0, default_test_timeout_s=1.0)
     sample = rows[0]
     sig = "def has_close_elements(numbers, threshold):\n"
     completions = [
@@ -137,6 +162,10 @@ def test_runtime_error_timeout_and_memory_outcomes(env, rows):
     assert scores[1].outcome is Outcome.TIMEOUT
     assert scores[2].outcome in (Outcome.MEMORY, Outcome.RUNTIME_ERROR)  # MemoryError is raised
     assert scores[3].outcome is Outcome.RUNTIME_ERROR
+    # The loop timed out under the 1 s floor, so the reference was timed: it runs in well under
+    # a second, so the limit stays near the floor (4 x its runtime under load at most).
+    assert 1.0 <= float(scores[1].details["test_timeout_s"]) < 4.0  # type: ignore[arg-type]
+    assert "HumanEval/0" in env.calibrate([sample])
 
 
 SIG = "def has_close_elements(numbers, threshold):\n"
@@ -319,4 +348,6 @@ def test_all_164_canonical_pass_and_broken_versions_fail(env, rows):
     assert bad_canonical == {}
     passing_broken = [rows[i % n].id for i in range(n, 3 * n) if scores[i].reward != 0.0]
     assert passing_broken == []
+    limits = env.calibrate(rows)  # every reference, timed in the sandbox
     assert env.reference_failures == {}
+    assert len(limits) == 164 and min(limits.values()) >= 4.0

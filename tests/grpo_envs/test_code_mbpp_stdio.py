@@ -46,6 +46,26 @@ def test_mbpp_rows_from_both_configs():
     assert sanitized[1].metadata["entry_point"] == "circle_area"
 
 
+def test_mbpp_reads_the_hub_dataset_by_its_id(monkeypatch):
+    import grpo_envs.code.data as data
+
+    calls = []
+    rows = [json.loads(line) for line in MBPP_SANITIZED.read_text().splitlines()]
+
+    def fake_load(repo, name=None, split=None):
+        calls.append((repo, name, split))
+        if split == "validation":
+            raise ConnectionError("offline")
+        return rows
+
+    monkeypatch.setattr(data.datasets, "load_dataset", fake_load)
+    env = MBPPEnv(name="sanitized")
+    assert len(env.dataset("test")) == 2
+    assert calls == [("google-research-datasets/mbpp", "sanitized", "test")]
+    with pytest.raises(RuntimeError, match="data_files=PATH"):
+        env.dataset("validation")
+
+
 def test_mbpp_errors_say_what_to_do(tmp_path):
     with pytest.raises(ValueError, match="full"):
         MBPPEnv(name="tiny")
@@ -176,7 +196,7 @@ def test_stdio_scoring_exact_lines_and_trailing_whitespace():
 
 @needs_sandbox
 def test_stdio_partial_credit_and_timeout():
-    env = StdioEnv(data_files=STDIO, workers=2, reward="fraction", default_test_timeout_s=1.0)
+    env = StdioEnv(data_files=STDIO, workers=2, reward="fraction", default_test_timeout_s=0.5)
     rows = {s.id: s for s in (Sample.from_row(r) for r in env.dataset("test"))}
     # Reverses only the public example correctly: 1 of 4 tests.
     one = fenced("s = input()\nprint('cba' if s == 'abc' else s)")

@@ -15,7 +15,7 @@ import pytest
 
 from grpo_envs.code import CodeConfig, HumanEvalEnv, RewardMode
 from grpo_envs.code.scoring import outcome_of, score_report
-from grpo_envs.types import Outcome
+from grpo_envs.types import Outcome, Sample
 from sandbox import Status, TestJob, TestReport, TestResult, TestStatus
 
 P, F = TestStatus.PASSED, TestStatus.FAILED
@@ -33,13 +33,16 @@ def report(*statuses: TestStatus, status: Status = Status.OK, wall_s: float = 0.
 class ScriptedSandbox:
     """Duck-types ``Sandbox.run_tests_many``: answers each job with ``respond(job)``."""
 
-    def __init__(self, respond: Callable[[TestJob], TestReport], delay_s: float = 0.0) -> None:
+    def __init__(
+        self, respond: Callable[[TestJob], TestReport], delay_s: float = 0.0, workers: int = 2
+    ) -> None:
         self.respond = respond
-        self.delay_s = delay_s
-        self.calls: list[list[TestJob]] = []
+        self.delay_s = delay_s  # per call
+        self.workers = workers
+        self.jobs: list[TestJob] = []  # every job received, in order of arrival
 
     def run_tests_many(self, jobs: Sequence[TestJob]) -> list[TestReport]:
-        self.calls.append(list(jobs))
+        self.jobs.extend(jobs)
         time.sleep(self.delay_s)
         return [self.respond(job) for job in jobs]
 
@@ -112,49 +115,66 @@ def test_unparsable_and_bad_samples_never_reach_the_sandbox(rows):
     assert [s.outcome for s in scores] == [Outcome.UNPARSABLE, Outcome.UNPARSABLE, Outcome.ERROR]
     assert all(s.reward == 0.0 for s in scores)
     assert "lacks metadata" in str(scores[2].details["reason"])
-    assert fake.calls == []
+    assert fake.jobs == []
 
 
-def test_calibration_sets_evalplus_limits_once(rows):
-    walls = {"HumanEval/0": 3.0, "HumanEval/1": 0.05}
+def test_lazy_calibration_gives_evalplus_limits_to_timed_out_items(rows):
+    T = TestStatus.TIMEOUT
+    names = ("has_close_elements", "separate_paren_groups", "truncate_number")  # HumanEval/0-2
 
     def respond(job: TestJob) -> TestReport:
-        if "truncate_number" in job.program:
-            return report(F)  # this reference "fails": default limit, recorded for inspection
-        key = "HumanEval/0" if "has_close_elements" in job.program else "HumanEval/1"
-        return report(*[P] * len(job.tests), wall_s=walls[key])
+        task = next(i for i, name in enumerate(names) if f"def {name}" in job.program)
+        n = len(job.tests)
+        if not job.stop_on_first_failure:  # a reference run (scoring jobs stop at a failure)
+            if task == 1:
+                return report(F, *[P] * (n - 1))  # this reference "fails": default limit
+            return report(*[P] * n, wall_s=(3.0, 0.0, 0.05)[task])
+        limit = job.per_test_timeout_s or 0.0
+        if task == 0:  # a slow but right solution: passes with 12 s per test
+            return report(*[P] * n) if limit >= 12.0 else report(T)
+        if task == 1:  # wrong, and slow: fails once given 5 s
+            return report(F) if limit >= 5.0 else report(T)
+        return report(T)  # an infinite loop
 
-    fake = ScriptedSandbox(respond)
+    fake = ScriptedSandbox(respond, workers=1)  # one feeder: jobs arrive in order
     env = HumanEvalEnv(sandbox=fake, default_test_timeout_s=5.0)  # type: ignore[arg-type]
-    comps = [str(env.reference_completion(env.sample(p))) for p in env.problems[:3]]
+    comps = [f"```python\ndef {name}(*a):\n    pass\n```" for name in names]
+    scores = env.score_batch(comps, rows)
+    first, refs, again = fake.jobs[:3], fake.jobs[3:6], fake.jobs[6:]
+    assert [j.per_test_timeout_s for j in first] == [4.0, 4.0, 4.0]  # the EvalPlus floor
+    assert all(not j.stop_on_first_failure for j in refs)  # references run every test
+    assert env.test_timeout(env.task(Sample.from_row(rows[0]))) == pytest.approx(12.0)  # 4 x 3 s
+    assert env.test_timeout(env.task(Sample.from_row(rows[1]))) == pytest.approx(5.0)  # default
+    assert env.test_timeout(env.task(Sample.from_row(rows[2]))) == pytest.approx(4.0)  # floor
+    assert "HumanEval/1" in env.reference_failures
+    # Only the items whose limit went up run again.
+    assert [j.per_test_timeout_s for j in again] == [pytest.approx(12.0), pytest.approx(5.0)]
+    assert [s.outcome for s in scores] == [Outcome.PASSED, Outcome.FAILED, Outcome.TIMEOUT]
     env.score_batch(comps, rows)
-    assert len(fake.calls) == 2  # one calibration batch (3 references), one scoring batch
-    assert len(fake.calls[0]) == 3 and all(not j.stop_on_first_failure for j in fake.calls[0])
-    limits = {t: env._test_timeouts[t] for t in ("HumanEval/0", "HumanEval/1", "HumanEval/2")}
-    assert limits["HumanEval/0"] == pytest.approx(12.0)  # 4 x 3.0 s
-    assert limits["HumanEval/1"] == pytest.approx(4.0)  # the 4 s floor
-    assert limits["HumanEval/2"] == pytest.approx(5.0)  # the default
-    assert "HumanEval/2" in env.reference_failures
-    scoring = fake.calls[1]
-    assert scoring[0].per_test_timeout_s == pytest.approx(12.0)
-    assert all(j.stop_on_first_failure for j in scoring)  # binary reward: stop at first failure
-    env.score_batch(comps, rows)
-    assert len(fake.calls) == 3  # cached: no second calibration
+    assert len(fake.jobs) == 8 + 3  # limits cached: no reference runs, no reruns
+
+
+def test_no_reference_runs_when_nothing_times_out(rows):
+    fake = ScriptedSandbox(all_pass)
+    env = HumanEvalEnv(sandbox=fake)  # type: ignore[arg-type]
+    comps = [str(env.reference_completion(Sample.from_row(r))) for r in rows]
+    assert [s.outcome for s in env.score_batch(comps, rows)] == [Outcome.PASSED] * 3
+    assert len(fake.jobs) == 3 and all(j.stop_on_first_failure for j in fake.jobs)
 
 
 def test_fraction_mode_runs_every_test(rows):
     fake = ScriptedSandbox(all_pass)
     env = HumanEvalEnv(sandbox=fake, reward="fraction", calibrate=False)  # type: ignore[arg-type]
     env.score("```python\ndef has_close_elements(n, t):\n    return False\n```", rows[0])
-    assert len(fake.calls) == 1 and not fake.calls[0][0].stop_on_first_failure
+    assert len(fake.jobs) == 1 and not fake.jobs[0].stop_on_first_failure
 
 
 def test_batch_time_is_bounded(rows):
-    # Each chunk of jobs takes 0.4 s; a 1.0 s budget lets two chunks start (a third would have
-    # less than scoring.MIN_JOB_S left), the rest time out.
-    fake = ScriptedSandbox(all_pass, delay_s=0.4)
-    env = HumanEvalEnv(sandbox=fake, calibrate=False, workers=1)  # type: ignore[arg-type]
-    n = 40  # 5 chunks of 8
+    # Each job takes 0.4 s on one worker; a 1.0 s budget lets two start (a third would have less
+    # than scoring.MIN_JOB_S left), the rest time out without running.
+    fake = ScriptedSandbox(all_pass, delay_s=0.4, workers=1)
+    env = HumanEvalEnv(sandbox=fake, calibrate=False)  # type: ignore[arg-type]
+    n = 40
     comps = [
         f"```python\ndef has_close_elements(n, t):\n    return False  # {i}\n```" for i in range(n)
     ]
@@ -163,11 +183,12 @@ def test_batch_time_is_bounded(rows):
     elapsed = time.monotonic() - start
     assert elapsed < 1.6
     outcomes = [s.outcome for s in scores]
-    assert outcomes[:16] == [Outcome.PASSED] * 16
-    assert outcomes[16:] == [Outcome.TIMEOUT] * 24
+    assert outcomes[:2] == [Outcome.PASSED] * 2
+    assert outcomes[2:] == [Outcome.TIMEOUT] * 38
+    assert len(fake.jobs) == 2
     assert "budget" in str(scores[-1].details["reason"])
     # Jobs started late get at most the time left as their wall limit.
-    second = fake.calls[1][0]
+    second = fake.jobs[1]
     assert second.limits is not None and second.limits.timeout_s <= 0.61
 
 
@@ -210,5 +231,5 @@ def test_identical_programs_in_a_batch_run_once(rows):
     same = "```python\ndef has_close_elements(n, t):\n    return False\n```"
     other = same.replace("False", "True")
     scores = env.score_batch([same] * 6 + [other, same], [rows[0]] * 7 + [rows[1]])
-    assert len(fake.calls) == 1 and len(fake.calls[0]) == 3  # (row 0, same), (row 0, other), row 1
+    assert len(fake.jobs) == 3  # (row 0, same), (row 0, other), (row 1, same)
     assert [s.outcome for s in scores] == [Outcome.PASSED] * 8

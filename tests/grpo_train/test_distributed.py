@@ -9,7 +9,6 @@ process runs the same updates single-process and compares the final weights.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import socket
@@ -31,16 +30,22 @@ from grpo_train.distributed import (
     gather_rewards,
     global_advantages,
     global_loss_normalizers,
+    gradient_sync,
     is_sharded,
     max_rank_difference,
+    micro_batch_schedule,
     rank_info,
     shard_bounds,
     shard_prompts,
     sync_rollout_weights,
+    vllm_colocate_kwargs,
 )
+from grpo_train.lora import LoraSettings, reference_logprobs
 from grpo_train.loss import grpo_loss, loss_share, make_micro_batches, token_logprobs
 
-PROMPTS, GROUP, STEPS, LR = 4, 3, 3, 0.5
+PROMPTS, GROUP, STEPS, LR, BETA = 4, 3, 3, 0.5, 0.1
+LORA = LoraSettings(lora_r=4, lora_alpha=8)
+PADDED: list[int] = []  # zero-weight passes run by grpo_updates (padding to the busiest rank)
 
 # ------------------------------------------------------------------------------- pure helpers
 
@@ -82,6 +87,11 @@ def test_single_process_helpers_are_identities() -> None:
     assert result.offset == 0
     assert global_loss_normalizers(17, 4) == (17, 4)
     assert common_count(3) == 3 and data_parallel_loss_scale() == 1.0
+    assert micro_batch_schedule(3) == [(0, 1.0), (1, 1.0), (2, 1.0)]
+    assert micro_batch_schedule(0) == []
+    assert vllm_colocate_kwargs(seed=3) == {"seed": 3}
+    with pytest.raises(ValueError, match="divide"):
+        vllm_colocate_kwargs(seed=3, tensor_parallel_size=2)
     assert rank_info().world_size == 1 and rank_info().is_main
 
 
@@ -163,15 +173,18 @@ def synthetic_step(
 
 
 def grpo_updates(
-    model: torch.nn.Module, rank: int, world: int, accelerator: Any = None
+    model: torch.nn.Module, rank: int, world: int, accelerator: Any = None, beta: float = 0.0
 ) -> list[float]:
     """``STEPS`` GRPO updates (mu = 1, DAPO loss, batch-scaled advantages) on this rank's share.
+
+    With ``beta > 0`` the model is a LoRA model and the k3 KL term uses the adapter-free
+    reference (``lora.reference_logprobs``), through the DDP wrapper when there is one.
 
     SGD rather than AdamW: Adam's first step is ~lr * sign(grad), so a gradient that is 1e-9 on
     one run and -1e-9 on another (summation order) would move a weight by 2 * lr; SGD keeps the
     single- vs multi-process comparison about the gradients, which is what is under test.
     """
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LR)
     vocab = (
         int(model.config.vocab_size)
         if hasattr(model, "config")
@@ -190,18 +203,20 @@ def grpo_updates(
             [p for p, _ in rows], [c for _, c in rows], token_budget=24, pad_id=0
         )
         total_tokens, total_seqs = global_loss_normalizers(sum(len(c) for _, c in rows), len(rows))
-        n = common_count(len(batches))
+        schedule = micro_batch_schedule(len(batches))
+        PADDED.append(sum(weight == 0.0 for _, weight in schedule))
         scale = data_parallel_loss_scale()
         total = 0.0
-        for k in range(n):
-            mb, weight = (batches[k], 1.0) if k < len(batches) else (batches[-1], 0.0)
-            sync = accelerator is None or k == n - 1
-            with contextlib.nullcontext() if sync else accelerator.no_sync(model):
+        for k, (index, weight) in enumerate(schedule):
+            mb = batches[index]
+            with gradient_sync(accelerator, model, k, len(schedule)):
                 logprobs, _ = token_logprobs(model, mb)
                 mask = mb.completion_mask.float()
+                ref = reference_logprobs(model, mb) if beta > 0 else None
                 loss, _ = grpo_loss(
-                    logprobs, logprobs.detach(), adv[list(mb.rows)], mask, loss_type="dapo"
-                )
+                    logprobs, logprobs.detach(), adv[list(mb.rows)], mask, loss_type="dapo",
+                    ref_logprobs=ref, beta=beta,
+                )  # fmt: skip
                 share = loss_share("dapo", mask, total_tokens, total_seqs) * weight
                 (accelerator.backward if accelerator else torch.Tensor.backward)(
                     loss * share * scale
@@ -219,7 +234,7 @@ def grpo_updates(
 def _worker(model_path: str, out: Path) -> None:
     from accelerate import Accelerator
 
-    from grpo_train.lora import LoraSettings, apply_lora, merge_lora_state_dict, merged_state_dict
+    from grpo_train.lora import apply_lora, merge_lora_state_dict, merged_state_dict
     from grpo_train.models import load_policy
 
     accelerator = Accelerator(cpu=True)
@@ -234,7 +249,18 @@ def _worker(model_path: str, out: Path) -> None:
     report["wrapper"] = type(ddp).__name__
     report["losses"] = grpo_updates(ddp, info.rank, info.world_size, accelerator)
     report["replica_diff"] = max_rank_difference(ddp)
+    report["padded"] = sum(PADDED)
+    report["vllm_kwargs"] = vllm_colocate_kwargs(seed=5)
     times["ddp"] = time.perf_counter()
+
+    # 1b. LoRA under DDP with a KL term against the adapter-free reference.
+    torch.manual_seed(0)
+    lora_ddp = accelerator.prepare(apply_lora(load_policy(model_path)[0], LORA))
+    report["lora_losses"] = grpo_updates(lora_ddp, info.rank, info.world_size, accelerator, BETA)
+    report["lora_replica_diff"] = max_rank_difference(lora_ddp)
+    if info.is_main:
+        lora_state = accelerator.unwrap_model(lora_ddp).state_dict()
+        torch.save({k: v.detach().clone() for k, v in lora_state.items()}, out / "lora_params.pt")
 
     # 2. The checker sees a difference planted on one rank.
     param = next(accelerator.unwrap_model(ddp).parameters())
@@ -265,7 +291,7 @@ def _worker(model_path: str, out: Path) -> None:
 
     from grpo_train.rollout.hf import HFEngine
 
-    lora = apply_lora(load_policy(model_path)[0], LoraSettings(lora_r=4, lora_alpha=8))
+    lora = apply_lora(load_policy(model_path)[0], LORA)
     gen = torch.Generator().manual_seed(3)
     with torch.no_grad():
         for name, p in lora.named_parameters():
@@ -312,33 +338,66 @@ def test_two_cpu_ranks_match_single_process(tmp_path: Path, tiny_model_path: Pat
         __file__, "--model", str(tiny_model_path), "--out", str(tmp_path),
     ]  # fmt: skip
     env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=360)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    # Start the two ranks, and run the single-process reference while they work.
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        from grpo_train.lora import apply_lora
+        from grpo_train.models import load_policy
+
+        torch.manual_seed(0)
+        single, _ = load_policy(str(tiny_model_path))
+        initial = {k: v.clone() for k, v in single.state_dict().items()}
+        losses = grpo_updates(single, rank=0, world=1)
+        torch.manual_seed(0)
+        single_lora = apply_lora(load_policy(str(tiny_model_path))[0], LORA)
+        lora_losses = grpo_updates(single_lora, rank=0, world=1, beta=BETA)
+        stdout, stderr = proc.communicate(timeout=360)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-5000:]
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
 
     for rep in reports:
         assert rep["world"] == 2 and rep["wrapper"] == "DistributedDataParallel"
+        assert rep["vllm_kwargs"] == {
+            "seed": 5 + rep["rank"],
+            "tensor_parallel_size": 1,
+            "distributed_executor_backend": "external_launcher",
+        }
         assert rep["replica_diff"] == 0.0  # DDP kept both replicas bit-identical
+        assert rep["lora_replica_diff"] == 0.0
         assert rep["planted_diff"] == pytest.approx(0.25, abs=1e-6)
         assert rep["gathered"] == [[0.0, 0.0], [10.0, 0.0], [11.0, 0.0]]
         assert rep["ddp_state_ok"] and rep["fsdp_sharded"]
         assert rep["fsdp_merge_max_err"] < 1e-6 and rep["engine_sync_max_err"] < 1e-6
+    # The data makes the ranks' micro-batch counts differ, so the padding path ran.
+    assert reports[0]["padded"] + reports[1]["padded"] > 0
     everything = compute_advantages(torch.tensor(reports[1]["gathered"]), scale_rewards="batch")
     torch.testing.assert_close(torch.tensor(reports[0]["batch_adv"]), everything[:1])
     torch.testing.assert_close(torch.tensor(reports[1]["batch_adv"]), everything[1:])
 
     # The same global batches single-process: same weights within float tolerance.
-    from grpo_train.models import load_policy
-
-    torch.manual_seed(0)
-    single, _ = load_policy(str(tiny_model_path))
-    initial = {k: v.clone() for k, v in single.state_dict().items()}
-    losses = grpo_updates(single, rank=0, world=1)
     ddp_params = torch.load(tmp_path / "ddp_params.pt")
     moved = max(float((single.state_dict()[k] - initial[k]).abs().max()) for k in initial)
     assert moved > 1e-3  # the updates did something
     for name, tensor in single.state_dict().items():
         torch.testing.assert_close(ddp_params[name], tensor, rtol=0, atol=1e-5, msg=name)
+
+    # LoRA + KL to the adapter-free reference: same adapters, base untouched.
+    lora_params = torch.load(tmp_path / "lora_params.pt")
+    for name, tensor in single_lora.state_dict().items():
+        torch.testing.assert_close(lora_params[name], tensor, rtol=0, atol=1e-5, msg=name)
+        if "lora_" not in name:
+            assert torch.equal(
+                tensor, initial[name.replace("base_model.model.", "").replace(".base_layer", "")]
+            )
+    assert any(
+        ("lora_B" in k) and v.abs().max() > 1e-4 for k, v in single_lora.state_dict().items()
+    )
+    summed = [a + b for a, b in zip(reports[0]["lora_losses"], reports[1]["lora_losses"])]
+    assert summed == pytest.approx(lora_losses, abs=1e-5)
     # Rank-local loss values are this rank's share of the global loss; they sum to it.
     summed = [a + b for a, b in zip(reports[0]["losses"], reports[1]["losses"])]
     assert summed == pytest.approx(losses, abs=1e-5)

@@ -18,6 +18,10 @@ OUTCOMES = {o.value for o in Outcome}
         (["--limit", "0"], "--limit"),
         (["--env_kwargs", "{nope"], "not valid JSON"),
         (["--suite", "gsm8"], "Did you mean gsm8k"),
+        (["--suite", "humaneval", "--split", "train"], "'train'"),
+        (["--env_kwargs", '{"math/gsm8k-v0": {"data_path": "/nonexistent"}}'], "/nonexistent"),
+        (["--suite", "gsm8k", "--env_kwargs", '{"code/mbpp-v0": {}}'], "not evaluated"),
+        (["--model", "./no/such/model", "--suite", "humaneval", "--limit", "1"], "does not exist"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_fix(argv, message, capsys):

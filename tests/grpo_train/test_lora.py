@@ -214,3 +214,27 @@ def test_save_merged_loads_in_transformers(
             token_logprobs(loaded, mb)[0], token_logprobs(lora_model, mb)[0], rtol=0, atol=1e-5
         )
     assert not (out / "adapter_config.json").exists()
+
+
+def test_load_lora_policy_fresh_and_resumed(
+    tmp_path: Path, tiny_model_path: Path, lora_model: torch.nn.Module
+) -> None:
+    from grpo_train.lora import load_lora_policy
+
+    fresh, tokenizer = load_lora_policy(str(tiny_model_path), SETTINGS)
+    assert tokenizer.padding_side == "left"
+    assert all("lora_" in n for n, p in fresh.named_parameters() if p.requires_grad)
+    mb = _batch()
+    with torch.no_grad():  # fresh adapters start as a no-op (B = 0)
+        torch.testing.assert_close(
+            token_logprobs(fresh, mb)[0], reference_logprobs(fresh, mb), rtol=0, atol=1e-6
+        )
+    save_adapter(lora_model, tmp_path / "ckpt-model")
+    resumed, _ = load_lora_policy(
+        str(tiny_model_path), SETTINGS, adapter_dir=tmp_path / "ckpt-model"
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(
+            token_logprobs(resumed, mb)[0], token_logprobs(lora_model, mb)[0], rtol=0, atol=1e-6
+        )
+    assert any(p.requires_grad for n, p in resumed.named_parameters() if "lora_" in n)

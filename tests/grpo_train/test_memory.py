@@ -149,3 +149,32 @@ def test_engine_asleep_leaves_engines_without_sleep_alone() -> None:
         with engine_asleep(engine) as slept:
             assert slept is False
     assert calls == []
+
+
+def test_engine_asleep_sleeps_and_always_wakes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    calls: list[str] = []
+
+    class FakeLLM:
+        llm_engine = SimpleNamespace(
+            vllm_config=SimpleNamespace(model_config=SimpleNamespace(enable_sleep_mode=True))
+        )
+
+        def sleep(self, level: int = 1) -> None:
+            calls.append(f"sleep{level}")
+
+        def wake_up(self) -> None:
+            calls.append("wake")
+
+    engine = SimpleNamespace(llm=FakeLLM(), on_cpu=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with engine_asleep(engine, level=2) as slept:
+        assert slept is True and calls == ["sleep2"]
+    assert calls == ["sleep2", "wake"]
+    with pytest.raises(RuntimeError, match="update failed"), engine_asleep(engine):
+        raise RuntimeError("update failed")
+    assert calls[-2:] == ["sleep1", "wake"]  # woken even when the update raised
+    FakeLLM.llm_engine.vllm_config.model_config.enable_sleep_mode = False
+    with engine_asleep(engine) as slept:
+        assert slept is False  # started without enable_sleep_mode: vLLM would refuse to sleep

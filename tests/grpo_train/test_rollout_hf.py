@@ -102,6 +102,14 @@ def test_bad_input_is_a_clear_error(engine: HFEngine) -> None:
         make_engine("tgi", "x")
 
 
+def test_auto_engine_falls_back_to_hf(tiny_model_path: Path, monkeypatch) -> None:
+    import grpo_train.rollout as rollout
+
+    monkeypatch.setattr(rollout, "vllm_available", lambda: False)
+    engine = rollout.make_engine("auto", tiny_model_path)
+    assert isinstance(engine, HFEngine) and engine.name == "hf"
+
+
 def test_shared_module_sync_is_free_and_separate_copy_syncs(tiny_model_path: Path) -> None:
     trainer, tok = load_policy(str(tiny_model_path))
     shared = HFEngine(trainer, tok)

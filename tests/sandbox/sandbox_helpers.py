@@ -67,3 +67,15 @@ def processes_of(uids: tuple[int, ...], prepared_by: tuple[int, ...] = ()) -> li
 def server_pids(box: object) -> tuple[int, ...]:
     """The fork-server pids of a Sandbox (test-only peek at a private attribute)."""
     return tuple(slot.proc.pid for slot in box._all)  # type: ignore[attr-defined]
+
+
+def require_any(box: object, *layers: str) -> None:
+    """Skip the calling test unless the sandbox applies at least one of ``layers``.
+
+    An attack is only expected to fail when some layer stops it; on hosts without any of them
+    (no root, old kernel) the test says so instead of failing or harming the host.
+    """
+    import pytest
+
+    if not set(layers) & set(box.isolation):  # type: ignore[attr-defined]
+        pytest.skip(f"needs one of the layers {layers} (have {box.isolation})")  # type: ignore[attr-defined]

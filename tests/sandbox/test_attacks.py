@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import CANARY_ENV, CANARY_VALUE, FAST
+from sandbox_helpers import CANARY_ENV, CANARY_VALUE, FAST, require_any
 
 from sandbox import Limits, Sandbox, Status
 
@@ -43,6 +43,7 @@ def test_cpu_limit_kills_busy_loop(sb: Sandbox) -> None:
 
 
 def test_fork_bomb_is_bounded(sb: Sandbox) -> None:
+    require_any(sb, "uid", "cgroup")
     code = (
         "import os, time\n"
         "n = 0\n"
@@ -116,6 +117,7 @@ def test_huge_file_write_fails(sb: Sandbox) -> None:
 
 
 def test_writes_and_deletes_outside_workdir_fail(sb: Sandbox, canary: Path) -> None:
+    require_any(sb, "landlock")  # the canary is world-writable on purpose
     code = f"""
 import os
 target = {str(canary)!r}
@@ -145,6 +147,7 @@ print(open("inside.txt").read())
 
 
 def test_environment_secrets_do_not_leak(sb: Sandbox) -> None:
+    require_any(sb, "landlock", "uid", "pid_ns")  # /proc/<parent>/environ
     code = """
 import os
 found = [str(os.environ)]
@@ -164,6 +167,8 @@ print("\\n".join(found))
 
 
 def test_host_processes_invisible_and_secret_files_unreadable(sb: Sandbox) -> None:
+    require_any(sb, "pid_ns")
+    require_any(sb, "mount_ns")
     code = f"""
 import os
 pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
@@ -189,6 +194,7 @@ for path in ("/etc/shadow", "/root/.bashrc", "/work", "/root", "/home", "/run/se
 
 
 def test_network_is_unreachable_and_host_listener_gets_nothing(sb: Sandbox) -> None:
+    require_any(sb, "net_ns", "seccomp")
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(5)
@@ -227,6 +233,7 @@ except OSError as e:
 
 
 def test_killing_parent_group_and_everyone_fails(sb: Sandbox) -> None:
+    require_any(sb, "pid_ns", "uid")  # else kill(-1) could reach this very test process
     me = os.getpid()
     code = f"""
 import os, signal
@@ -245,6 +252,7 @@ for target in ({me}, os.getppid(), 0, -1, -{os.getpgid(0)}):
 
 
 def test_sibling_sandboxes_survive_a_killer(sb: Sandbox) -> None:
+    require_any(sb, "pid_ns", "uid")
     killer = """
 import os, signal, time
 time.sleep(0.3)
@@ -284,6 +292,7 @@ print("main done", flush=True)
 
 
 def test_privileged_syscalls_are_refused(sb: Sandbox) -> None:
+    require_any(sb, "seccomp")
     code = """
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
@@ -334,6 +343,7 @@ print(started, flush=True)
 
 
 def test_dev_shm_filling_is_private_and_capped(sb: Sandbox) -> None:
+    require_any(sb, "mount_ns", "landlock")
     before = shutil.disk_usage("/dev/shm").used if os.path.isdir("/dev/shm") else 0
     code = """
 import os

@@ -1,0 +1,386 @@
+"""Benchmark: our trainer (hf engine, vllm engine) against TRL's GRPOTrainer (hf generation).
+
+Same tiny model, same prompts, same group size, same completion length, same reward; each variant
+runs a few steps in its own subprocess (clean peak RSS), and the parent prints one table:
+
+    python benchmarks/trainer_bench.py                       # all variants, defaults below
+    python benchmarks/trainer_bench.py --steps 6 --variants ours-hf trl-hf
+    python benchmarks/trainer_bench.py --model path/to/model --completion-length 64
+
+Columns: seconds per step (mean over the steps after the first, which warms caches), the
+generate / score / train(+sync) split, completion tokens per second of step time, peak RSS of the
+process tree (trainer plus any engine processes, sampled every 0.1 s) and the engine start time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+VARIANTS = ("ours-hf", "ours-vllm", "trl-hf")
+
+
+@dataclass
+class Result:
+    variant: str
+    steps: int = 0
+    step_s: float = 0.0
+    generate_s: float = 0.0
+    score_s: float = 0.0
+    train_s: float = 0.0
+    tokens_per_s: float = 0.0
+    peak_rss_mb: float = 0.0
+    startup_s: float = 0.0
+    reward_first: float = 0.0
+    reward_last: float = 0.0
+    error: str = ""
+    per_step: list[float] = field(default_factory=list)
+
+
+class RssPeak:
+    """Peak resident memory of this process and its children, sampled in a thread."""
+
+    def __init__(self, interval: float = 0.1) -> None:
+        import psutil
+
+        self.proc, self.peak, self.interval = psutil.Process(), 0, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            total = 0
+            with contextlib.suppress(psutil.Error):
+                for p in [self.proc, *self.proc.children(recursive=True)]:
+                    with contextlib.suppress(psutil.Error):  # a child may exit meanwhile
+                        total += p.memory_info().rss
+            self.peak = max(self.peak, total)
+            time.sleep(self.interval)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak / 2**20
+
+
+# --------------------------------------------------------------------------- shared workload
+
+
+def prompts(n: int) -> list[list[dict[str, str]]]:
+    return [[{"role": "user", "content": f"Question {i}: say a digit."}] for i in range(n)]
+
+
+def digit_reward(text: str) -> float:
+    """1 if the first non-space character is a digit (the toy task of the trainer tests)."""
+    stripped = text.lstrip()
+    return 1.0 if stripped and stripped[0].isdigit() else 0.0
+
+
+def make_env(n_prompts: int):
+    import datasets
+
+    from grpo_envs.base import Environment
+    from grpo_envs.types import Outcome, Score
+
+    class BenchEnv(Environment):
+        env_id = "bench/digit-v0"
+        score_workers = 0  # in-process, like TRL's reward functions
+
+        def dataset(self, split: str = "train") -> datasets.Dataset:
+            rows = [
+                {
+                    "id": f"{split}-{i}",
+                    "prompt": p,
+                    "answer": "7",
+                    "env_id": self.env_id,
+                    "metadata": "{}",
+                }
+                for i, p in enumerate(prompts(n_prompts))
+            ]
+            return datasets.Dataset.from_list(rows)
+
+        def score(self, completion, sample):
+            r = digit_reward(completion)
+            return Score(r, Outcome.CORRECT if r else Outcome.WRONG)
+
+    return BenchEnv()
+
+
+# --------------------------------------------------------------------------- variants
+
+
+def run_ours(args: argparse.Namespace, engine: str) -> Result:
+    from grpo_train.config import TrainConfig
+    from grpo_train.logging import read_metrics
+    from grpo_train.trainer import Trainer
+
+    out = tempfile.mkdtemp(prefix=f"bench-{engine}-")
+    cfg = TrainConfig.from_flat(
+        {
+            "model": args.model,
+            "engine": engine,
+            "num_generations": args.group,
+            "prompts_per_step": args.prompts,
+            "max_prompt_length": 128,
+            "max_completion_length": args.completion_length,
+            "learning_rate": args.lr,
+            "epsilon_high": 0.28,
+            "max_steps": args.steps,
+            "output_dir": out,
+            "eval_size": 0,
+            "save_every": 0,
+            "keep_last": 1,
+            "progress": False,
+            "log_every_samples": 0,
+            "micro_batch_tokens": args.micro_batch_tokens,
+        }
+    )
+    start = time.perf_counter()
+    trainer = Trainer(cfg, env=make_env(args.prompts * args.steps))
+    startup = time.perf_counter() - start
+    walls: list[float] = []
+    original = trainer.train_step
+
+    def timed(step, log):
+        t = time.perf_counter()
+        metrics = original(step, log)
+        walls.append(time.perf_counter() - t)
+        return metrics
+
+    trainer.train_step = timed  # type: ignore[method-assign]
+    trainer.save = lambda step: None  # type: ignore[method-assign,assignment,return-value]
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    rows = [r for r in read_metrics(out) if "time/generate" in r][1:]
+    n = max(len(rows), 1)
+    steady = walls[1:]
+    res = Result(f"ours-{engine}", steps=len(steady), startup_s=startup, per_step=walls)
+    res.step_s = sum(steady) / max(len(steady), 1)
+    res.generate_s = sum(r["time/generate"] for r in rows) / n
+    res.score_s = sum(r["time/score"] for r in rows) / n
+    res.train_s = res.step_s - res.generate_s - res.score_s
+    tokens = sum(r["length/mean"] * args.prompts * args.group for r in rows)
+    res.tokens_per_s = tokens / max(sum(steady), 1e-9)
+    all_rows = [r for r in read_metrics(out) if "reward/mean" in r]
+    res.reward_first, res.reward_last = all_rows[0]["reward/mean"], all_rows[-1]["reward/mean"]
+    return res
+
+
+def run_trl(args: argparse.Namespace) -> Result:
+    import datasets
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    timings = {"generate": 0.0, "score": 0.0}
+    counts = {"tokens": 0}
+    rewards: list[float] = []
+
+    def reward_func(completions, completion_ids=None, **kwargs):
+        if completion_ids is not None:
+            counts["tokens"] += sum(len(c) for c in completion_ids)
+        texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+        scores = [digit_reward(t) for t in texts]
+        rewards.append(sum(scores) / len(scores))
+        return scores
+
+    start = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    data = datasets.Dataset.from_list([{"prompt": p} for p in prompts(args.prompts * args.steps)])
+    cfg = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="bench-trl-"),
+        per_device_train_batch_size=args.prompts * args.group,
+        gradient_accumulation_steps=1,
+        num_generations=args.group,
+        max_completion_length=args.completion_length,
+        learning_rate=args.lr,
+        lr_scheduler_type="constant",
+        epsilon_high=0.28,
+        beta=0.0,
+        loss_type="dapo",
+        max_steps=args.steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        temperature=1.0,
+        dataloader_num_workers=0,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward_func,
+        args=cfg,
+        train_dataset=data,
+        processing_class=tokenizer,
+    )
+    startup = time.perf_counter() - start
+
+    def timed(name, fn):
+        def wrapper(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                timings[name] += time.perf_counter() - t
+
+        return wrapper
+
+    trainer._generate = timed("generate", trainer._generate)
+    trainer._calculate_rewards = timed("score", trainer._calculate_rewards)
+    walls: list[float] = []
+    splits: list[tuple[float, float, int]] = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, *a, **kw):
+            self.t = time.perf_counter()
+            self.base = (timings["generate"], timings["score"], counts["tokens"])
+
+        def on_step_end(self, *a, **kw):
+            walls.append(time.perf_counter() - self.t)
+            g0, s0, k0 = self.base
+            splits.append((timings["generate"] - g0, timings["score"] - s0, counts["tokens"] - k0))
+
+    trainer.add_callback(StepTimer())
+    trainer.train()
+    steady, steady_splits = walls[1:], splits[1:]
+    n = max(len(steady), 1)
+    res = Result("trl-hf", steps=len(steady), startup_s=startup, per_step=walls)
+    res.step_s = sum(steady) / n
+    res.generate_s = sum(s[0] for s in steady_splits) / n
+    res.score_s = sum(s[1] for s in steady_splits) / n
+    res.train_s = res.step_s - res.generate_s - res.score_s
+    res.tokens_per_s = sum(s[2] for s in steady_splits) / max(sum(steady), 1e-9)
+    if rewards:
+        res.reward_first, res.reward_last = rewards[0], rewards[-1]
+    return res
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def child(args: argparse.Namespace) -> None:
+    peak = RssPeak()
+    try:
+        if args.child == "trl-hf":
+            res = run_trl(args)
+        else:
+            res = run_ours(args, args.child.split("-", 1)[1])
+    except Exception as exc:  # report, don't crash the table
+        res = Result(args.child, error=f"{type(exc).__name__}: {exc}")
+    res.peak_rss_mb = peak.stop()
+    Path(args.json).write_text(json.dumps(asdict(res)))
+
+
+def table(results: list[Result], args: argparse.Namespace) -> str:
+    head = (
+        f"tiny model, {args.prompts} prompts x {args.group} completions, "
+        f"{args.completion_length} new tokens max, {args.steps} steps (first one not counted)\n"
+    )
+    cols = (
+        "variant",
+        "s/step",
+        "generate",
+        "score",
+        "train+sync",
+        "tok/s",
+        "peak RSS MB",
+        "startup s",
+        "vs TRL",
+    )
+    lines = [head, "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    trl = next((r for r in results if r.variant == "trl-hf" and not r.error), None)
+    for r in results:
+        if r.error:
+            lines.append(f"| {r.variant} | failed: {r.error} |")
+            continue
+        speed = f"{trl.step_s / r.step_s:.1f}x" if trl and r.step_s else "-"
+        lines.append(
+            f"| {r.variant} | {r.step_s:.2f} | {r.generate_s:.2f} | {r.score_s:.3f} "
+            f"| {r.train_s:.2f} | "
+            f"{r.tokens_per_s:.0f} | {r.peak_rss_mb:.0f} | {r.startup_s:.1f} | {speed} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="model folder (default: a tiny random Llama)")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--completion-length", type=int, default=32)
+    parser.add_argument("--micro-batch-tokens", type=int, default=8192)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--json", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return 0
+    if args.model is None:
+        from grpo_train.models import build_tiny_model
+
+        args.model = str(build_tiny_model(Path(tempfile.mkdtemp(prefix="bench-model-")) / "tiny"))
+    results = []
+    for variant in args.variants:
+        out = Path(tempfile.mkdtemp()) / "result.json"
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            variant,
+            "--json",
+            str(out),
+            "--model",
+            args.model,
+            "--steps",
+            str(args.steps),
+            "--prompts",
+            str(args.prompts),
+            "--group",
+            str(args.group),
+            "--completion-length",
+            str(args.completion_length),
+            "--lr",
+            str(args.lr),
+            "--micro-batch-tokens",
+            str(args.micro_batch_tokens),
+        ]
+        print(f"running {variant} ...", file=sys.stderr, flush=True)
+        proc = subprocess.run(
+            cmd,
+            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+            capture_output=True,
+            text=True,
+        )
+        if out.is_file():
+            results.append(Result(**json.loads(out.read_text())))
+        else:
+            results.append(Result(variant, error=f"exit {proc.returncode}: {proc.stderr[-500:]}"))
+        print(f"  {results[-1]}", file=sys.stderr, flush=True)
+    print(table(results, args))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
