@@ -404,7 +404,9 @@ def sync_rollout_weights(engine: RolloutEngine, model: torch.nn.Module) -> None:
     Replicated (single process, DDP): the unwrapped module goes to ``engine.sync_weights`` as
     is (free for an HF engine sharing it; LoRA merged by the engine's weight code). Sharded
     (FSDP, ZeRO-3): the full state dict is gathered on every rank, LoRA merged on the dict,
-    and handed over through ``StateDictModule``. Call on every rank.
+    and handed over through ``StateDictModule``. Call on every rank. A sharded policy needs an
+    engine with its own copy of the weights (vLLM, or ``HFEngine(model_path)``): an HF engine
+    sharing the sharded module could not generate (each rank's forwards must match).
     """
     if not is_sharded(model):
         engine.sync_weights(_unwrap(model))

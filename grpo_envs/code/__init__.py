@@ -13,7 +13,14 @@ from grpo_envs.code.extract import (
 )
 from grpo_envs.code.humaneval import HumanEvalEnv
 from grpo_envs.code.mbpp import MBPPEnv
-from grpo_envs.code.scoring import CodeConfig, CodeEnvironment, CodeTask, RewardMode
+from grpo_envs.code.scoring import (
+    CodeConfig,
+    CodeEnvironment,
+    CodeTask,
+    RewardMode,
+    close_shared_sandboxes,
+    shared_sandbox,
+)
 from grpo_envs.code.stdio import StdioEnv, StdioProblem, parse_stdio_row
 
 __all__ = [
@@ -27,7 +34,9 @@ __all__ = [
     "RewardMode",
     "StdioEnv",
     "StdioProblem",
+    "close_shared_sandboxes",
     "extract_code",
     "extract_humaneval_program",
     "parse_stdio_row",
+    "shared_sandbox",
 ]

@@ -339,9 +339,10 @@ class CodeEnvironment(Environment):
         task = self._tasks.get(key)
         if task is None:
             task = self.task(sample)
-            if len(self._tasks) >= TASK_CACHE_SIZE:
-                self._tasks.pop(next(iter(self._tasks)))  # oldest first (dicts keep order)
-            self._tasks[key] = task
+            with self._lock:  # score_batch may run in several threads
+                if len(self._tasks) >= TASK_CACHE_SIZE:
+                    self._tasks.pop(next(iter(self._tasks)))  # oldest first (dicts keep order)
+                self._tasks[key] = task
         return task
 
     def reference_completion(self, sample: Sample) -> str | None:
@@ -510,6 +511,8 @@ class CodeEnvironment(Environment):
             if isinstance(report, Unrun):
                 continue  # not run (time or sandbox trouble): retried next time
             if report.all_passed and report.total == len(task.tests):
+                # wall_s covers all the tests (TestReport has no per-test times): an upper bound
+                # of any one test's runtime, so the limit errs on the generous side.
                 limit = max(
                     self.config.min_test_timeout_s,
                     self.config.reference_time_factor * report.wall_s,

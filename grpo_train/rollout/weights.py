@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -70,30 +70,33 @@ def _merged_view(
         yield model, {}
         return
     base = model.get_base_model() if isinstance(model, PeftModel) else model
-    layers = [
+    layers: list[tuple[str, Any]] = [
         (name, module)
         for name, module in base.named_modules()
         if isinstance(module, LoraLayer) and not module.merged
     ]
-    deltas: dict[str, torch.Tensor] = {}
-    for mod_name, module in layers:
-        for adapter in module.active_adapters:
-            if adapter not in module.lora_A and adapter not in module.lora_embedding_A:
-                continue
-            if not hasattr(module, "get_delta_weight") or module.use_dora.get(adapter, False):
-                break
-            delta = module.get_delta_weight(adapter)
-            key = f"{mod_name}.base_layer.weight"
-            deltas[key] = deltas[key] + delta if key in deltas else delta
-        else:
-            continue
-        # DoRA or a layer type without get_delta_weight: let PEFT merge in place and undo it after.
-        for _, layer in layers:
-            layer.merge()
-        try:
-            yield base, {}
-        finally:
-            for _, layer in layers:
-                layer.unmerge()
+    if all(_has_plain_delta(module) for _, module in layers):
+        deltas: dict[str, torch.Tensor] = {}
+        for mod_name, module in layers:
+            for adapter in module.active_adapters:
+                if adapter in module.lora_A or adapter in module.lora_embedding_A:
+                    delta = module.get_delta_weight(adapter)
+                    key = f"{mod_name}.base_layer.weight"
+                    deltas[key] = deltas[key] + delta if key in deltas else delta
+        yield base, deltas
         return
-    yield base, deltas
+    # DoRA or a layer type without get_delta_weight: let PEFT merge in place and undo it after.
+    for _, layer in layers:
+        layer.merge()
+    try:
+        yield base, {}
+    finally:
+        for _, layer in layers:
+            layer.unmerge()
+
+
+def _has_plain_delta(module: Any) -> bool:
+    """Tell whether ``W + get_delta_weight(adapter)`` is the merged weight for each adapter."""
+    return hasattr(module, "get_delta_weight") and not any(
+        module.use_dora.get(adapter, False) for adapter in module.active_adapters
+    )

@@ -11,6 +11,7 @@ import ast
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -166,6 +167,19 @@ def test_runtime_error_timeout_and_memory_outcomes(rows):
     # a second, so the limit stays near the floor (4 x its runtime under load at most).
     assert 1.0 <= float(scores[1].details["test_timeout_s"]) < 4.0  # type: ignore[arg-type]
     assert "HumanEval/0" in env.calibrate([sample])
+
+
+def test_a_batch_of_hanging_programs_ends_within_its_time_bound(env, rows):
+    loops = [
+        fenced(f"def has_close_elements(numbers, threshold):\n    while True:\n        x = {i}")
+        for i in range(6)
+    ]
+    start = time.monotonic()
+    scores = env.score_batch([*loops, fenced(rows[0].answer)], [rows[0]] * 7, timeout_s=1.5)
+    elapsed = time.monotonic() - start
+    assert elapsed < 3.5  # 1.5 s budget + process start/kill slack; unbounded it would be 12+ s
+    assert {s.outcome for s in scores[:6]} == {Outcome.TIMEOUT}
+    assert scores[6].outcome in (Outcome.PASSED, Outcome.TIMEOUT)  # queued behind the loops
 
 
 SIG = "def has_close_elements(numbers, threshold):\n"

@@ -185,11 +185,8 @@ def grpo_updates(
     single- vs multi-process comparison about the gradients, which is what is under test.
     """
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LR)
-    vocab = (
-        int(model.config.vocab_size)
-        if hasattr(model, "config")
-        else int(model.module.config.vocab_size)
-    )
+    inner: Any = getattr(model, "module", model)  # through the DDP wrapper
+    vocab = int(inner.config.vocab_size)
     losses = []
     for step in range(STEPS):
         prompts, completions, rewards = synthetic_step(step, vocab)
@@ -299,7 +296,8 @@ def _worker(model_path: str, out: Path) -> None:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
     expected = merged_state_dict(lora)
     expected = {k: v.clone() for k, v in expected.items()}
-    for layer in lora.get_base_model().model.layers:
+    base: Any = lora.get_base_model()
+    for layer in base.model.layers:
         fully_shard(layer)
     fully_shard(lora)
     report["fsdp_sharded"] = is_sharded(lora)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -27,7 +28,7 @@ from grpo_train.loss import MicroBatch, make_micro_batches, token_logprobs
 SETTINGS = LoraSettings(lora_r=4, lora_alpha=8)
 
 
-def _load(path: Path) -> torch.nn.Module:
+def _load(path: Path) -> Any:
     from grpo_train.models import load_policy
 
     return load_policy(str(path))[0]
@@ -153,7 +154,7 @@ def test_merged_weights_give_the_adapter_logprobs(
 def test_merging_never_changes_the_model(lora_model: torch.nn.Module) -> None:
     before = {k: v.clone() for k, v in lora_model.state_dict().items()}
     first = merged_state_dict(lora_model)
-    for _ in range(25):
+    for _ in range(10):
         again = merged_state_dict(lora_model)
     after = lora_model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # bit for bit: no drift

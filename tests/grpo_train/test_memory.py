@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -86,7 +87,7 @@ def test_gradient_checkpointing_keeps_gradients(tiny_model_path: Path, lora: boo
     from grpo_train.lora import LoraSettings, apply_lora
     from grpo_train.models import load_policy
 
-    model = load_policy(str(tiny_model_path))[0]
+    model: Any = load_policy(str(tiny_model_path))[0]
     if lora:
         model = apply_lora(model, LoraSettings(lora_r=4, lora_alpha=8))
     plain = _grads(model)

@@ -155,6 +155,34 @@ def test_checkpoint_state_dict_maps_peft_names_and_merges(policy) -> None:
     assert torch.equal(base_q, plain[name])
 
 
+def _reference_merge(wrapped: Any) -> dict[str, torch.Tensor]:
+    return dict(copy.deepcopy(wrapped).merge_and_unload().state_dict())
+
+
+def test_lora_delta_merge_matches_peft_merge(policy) -> None:
+    wrapped = _lora(policy[0])
+    merged, ref = checkpoint_state_dict(wrapped), _reference_merge(wrapped)
+    for name, tensor in merged.items():
+        assert torch.allclose(tensor, ref[name], atol=1e-6), name
+
+
+def test_dora_falls_back_to_merge_and_restores_the_trainer(policy) -> None:
+    peft = pytest.importorskip("peft")
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"], use_dora=True)
+    wrapped: Any = peft.get_peft_model(copy.deepcopy(policy[0]), config)
+    with torch.no_grad():
+        for name, p in wrapped.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    before = {k: v.clone() for k, v in wrapped.state_dict().items()}
+    merged, ref = checkpoint_state_dict(wrapped), _reference_merge(wrapped)
+    for name, tensor in merged.items():
+        assert torch.allclose(tensor, ref[name], atol=1e-5), name
+    after = wrapped.state_dict()
+    assert all(torch.allclose(after[k], v, atol=1e-6) for k, v in before.items())
+    assert not any(m.merged for m in wrapped.modules() if hasattr(m, "merged"))
+
+
 def test_peft_model_syncs_into_separate_engine(tiny_model_path: Path, policy) -> None:
     wrapped = _lora(policy[0])
     engine = make_engine("hf", tiny_model_path)

@@ -102,3 +102,40 @@ def test_required_layers_that_exist_are_accepted() -> None:
 def test_normalize_output() -> None:
     assert normalize_output("a  \r\nb\t\n\n\n") == ["a", "b"]
     assert normalize_output("") == []
+
+
+def test_network_true_reaches_a_local_listener() -> None:
+    import socket
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(5)
+    port = listener.getsockname()[1]
+    code = (
+        "import socket\n"
+        f"s = socket.create_connection(('127.0.0.1', {port}), timeout=5)\n"
+        "s.sendall(b'hi')\n"
+    )
+    with Sandbox(limits=Limits(timeout_s=5, network=True), workers=1) as box:
+        assert "net_ns" not in box.run("pass").isolation
+        res = box.run(code)
+        conn, _ = listener.accept()
+        assert conn.recv(2) == b"hi"
+        conn.close()
+    listener.close()
+    assert res.status is Status.OK, res
+
+
+def test_runs_do_not_share_state(sb: Sandbox) -> None:
+    # Each run is a fresh fork: module state and the RNG are not shared between runs.
+    first = sb.run("import random, math\nmath.pi = 3\nprint(random.random())")
+    second = sb.run("import random, math\nprint(math.pi, random.random())")
+    assert first.status is Status.OK and second.status is Status.OK
+    pi, rand = second.stdout.split()
+    assert pi.startswith("3.14")
+    assert rand != first.stdout.strip()
+    leftover = sb.run("import os\nprint(sorted(os.listdir('.')))", files={"a.txt": "x"})
+    assert leftover.stdout.strip() == "['a.txt']"
+    again = sb.run("import os\nprint(sorted(os.listdir('.')))")
+    assert again.stdout.strip() == "[]"
