@@ -183,6 +183,11 @@ class Trainer:
         log = RunLogger(self.run_dir, cfg, start_step=self.start_step)
         handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         step, last_ckpt, acc_before, acc_after = self.start_step, None, None, None
+        if cfg.algorithm.beta == 0 and cfg.algorithm.mu == 1:  # TRL/verl users' FAQ: "loss is 0"
+            logger.info(
+                "beta=0, mu=1: the logged loss stays near 0 by design, the gradient does not "
+                "(see 'Why is the loss 0?' in grpo_train/README.md); watch reward/mean"
+            )
         try:
             if self.start_step == 0 and cfg.data.eval_size > 0:
                 before = self.evaluate()
