@@ -7,9 +7,11 @@ runs a few steps in its own subprocess (clean peak RSS), and the parent prints o
     python benchmarks/trainer_bench.py --steps 6 --variants ours-hf trl-hf
     python benchmarks/trainer_bench.py --model path/to/model --completion-length 64
 
-Columns: seconds per step (mean over the steps after the first, which warms caches), the
-generate / score / train(+sync) split, completion tokens per second of step time, peak RSS of the
-process tree (trainer plus any engine processes, sampled every 0.1 s) and the engine start time.
+Columns: seconds per step, the generate / score / train / sync split and completion tokens per
+second of step time (medians over the steps after the first, which warms caches), peak RSS of the
+process tree (trainer plus any engine processes, sampled every 0.1 s) and the start-up time. The
+variants run round robin ``--repeats`` times and the fastest run of each is shown: on a shared
+machine the load drifts by several x within minutes.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,6 +40,7 @@ class Result:
     generate_s: float = 0.0
     score_s: float = 0.0
     train_s: float = 0.0
+    sync_s: float = 0.0
     tokens_per_s: float = 0.0
     peak_rss_mb: float = 0.0
     startup_s: float = 0.0
@@ -145,6 +149,7 @@ def run_ours(args: argparse.Namespace, engine: str) -> Result:
             "progress": False,
             "log_every_samples": 0,
             "micro_batch_tokens": args.micro_batch_tokens,
+            "vllm_cpu_kv_cache_gib": args.kv_cache_gib,
         }
     )
     start = time.perf_counter()
@@ -166,15 +171,18 @@ def run_ours(args: argparse.Namespace, engine: str) -> Result:
     finally:
         trainer.close()
     rows = [r for r in read_metrics(out) if "time/generate" in r][1:]
-    n = max(len(rows), 1)
-    steady = walls[1:]
-    res = Result(f"ours-{engine}", steps=len(steady), startup_s=startup, per_step=walls)
-    res.step_s = sum(steady) / max(len(steady), 1)
-    res.generate_s = sum(r["time/generate"] for r in rows) / n
-    res.score_s = sum(r["time/score"] for r in rows) / n
-    res.train_s = res.step_s - res.generate_s - res.score_s
-    tokens = sum(r["length/mean"] * args.prompts * args.group for r in rows)
-    res.tokens_per_s = tokens / max(sum(steady), 1e-9)
+    # Per steady step: (wall, generate, score, sync, completion tokens).
+    steps = [
+        (
+            w,
+            r["time/generate"],
+            r["time/score"],
+            r["time/sync"],
+            r["length/mean"] * args.prompts * args.group,
+        )
+        for w, r in zip(walls[1:], rows)
+    ]
+    res = summarize(f"ours-{engine}", steps, startup, walls)
     all_rows = [r for r in read_metrics(out) if "reward/mean" in r]
     res.reward_first, res.reward_last = all_rows[0]["reward/mean"], all_rows[-1]["reward/mean"]
     return res
@@ -261,20 +269,32 @@ def run_trl(args: argparse.Namespace) -> Result:
 
     trainer.add_callback(StepTimer())
     trainer.train()
-    steady, steady_splits = walls[1:], splits[1:]
-    n = max(len(steady), 1)
-    res = Result("trl-hf", steps=len(steady), startup_s=startup, per_step=walls)
-    res.step_s = sum(steady) / n
-    res.generate_s = sum(s[0] for s in steady_splits) / n
-    res.score_s = sum(s[1] for s in steady_splits) / n
-    res.train_s = res.step_s - res.generate_s - res.score_s
-    res.tokens_per_s = sum(s[2] for s in steady_splits) / max(sum(steady), 1e-9)
+    steps = [(w, g, sc, 0.0, float(k)) for w, (g, sc, k) in zip(walls[1:], splits[1:])]
+    res = summarize("trl-hf", steps, startup, walls)
     if rewards:
         res.reward_first, res.reward_last = rewards[0], rewards[-1]
     return res
 
 
 # --------------------------------------------------------------------------- driver
+
+
+def summarize(
+    variant: str,
+    steps: list[tuple[float, float, float, float, float]],
+    startup: float,
+    walls: list[float],
+) -> Result:
+    """Medians over the steady steps: this machine is shared, and medians shrug off stalls."""
+    med = statistics.median
+    res = Result(variant, steps=len(steps), startup_s=startup, per_step=walls)
+    res.step_s = med(s[0] for s in steps)
+    res.generate_s = med(s[1] for s in steps)
+    res.score_s = med(s[2] for s in steps)
+    res.sync_s = med(s[3] for s in steps)
+    res.train_s = med(s[0] - s[1] - s[2] - s[3] for s in steps)
+    res.tokens_per_s = med(s[4] / s[0] for s in steps)
+    return res
 
 
 def child(args: argparse.Namespace) -> None:
@@ -293,14 +313,16 @@ def child(args: argparse.Namespace) -> None:
 def table(results: list[Result], args: argparse.Namespace) -> str:
     head = (
         f"tiny model, {args.prompts} prompts x {args.group} completions, "
-        f"{args.completion_length} new tokens max, {args.steps} steps (first one not counted)\n"
+        f"{args.completion_length} new tokens max, {args.steps} steps (first one not counted); "
+        f"medians over steps, best of {args.repeats} round-robin runs\n"
     )
     cols = (
         "variant",
         "s/step",
         "generate",
         "score",
-        "train+sync",
+        "train",
+        "sync",
         "tok/s",
         "peak RSS MB",
         "startup s",
@@ -315,7 +337,7 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
         speed = f"{trl.step_s / r.step_s:.1f}x" if trl and r.step_s else "-"
         lines.append(
             f"| {r.variant} | {r.step_s:.2f} | {r.generate_s:.2f} | {r.score_s:.3f} "
-            f"| {r.train_s:.2f} | "
+            f"| {r.train_s:.2f} | {r.sync_s:.2f} | "
             f"{r.tokens_per_s:.0f} | {r.peak_rss_mb:.0f} | {r.startup_s:.1f} | {speed} |"
         )
     return "\n".join(lines)
@@ -325,12 +347,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="model folder (default: a tiny random Llama)")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=2, help="runs per variant (best is shown)")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--completion-length", type=int, default=32)
     parser.add_argument("--micro-batch-tokens", type=int, default=8192)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--kv-cache-gib", type=float, default=0.25, help="vLLM CPU KV cache")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -341,8 +365,9 @@ def main() -> int:
         from grpo_train.models import build_tiny_model
 
         args.model = str(build_tiny_model(Path(tempfile.mkdtemp(prefix="bench-model-")) / "tiny"))
-    results = []
-    for variant in args.variants:
+    runs: dict[str, list[Result]] = {v: [] for v in args.variants}
+    # Round robin: load on a shared machine drifts, so each variant sees the same conditions.
+    for variant in [v for _ in range(args.repeats) for v in args.variants]:
         out = Path(tempfile.mkdtemp()) / "result.json"
         cmd = [
             sys.executable,
@@ -365,6 +390,8 @@ def main() -> int:
             str(args.lr),
             "--micro-batch-tokens",
             str(args.micro_batch_tokens),
+            "--kv-cache-gib",
+            str(args.kv_cache_gib),
         ]
         print(f"running {variant} ...", file=sys.stderr, flush=True)
         proc = subprocess.run(
@@ -374,10 +401,13 @@ def main() -> int:
             text=True,
         )
         if out.is_file():
-            results.append(Result(**json.loads(out.read_text())))
+            res = Result(**json.loads(out.read_text()))
         else:
-            results.append(Result(variant, error=f"exit {proc.returncode}: {proc.stderr[-500:]}"))
-        print(f"  {results[-1]}", file=sys.stderr, flush=True)
+            res = Result(variant, error=f"exit {proc.returncode}: {proc.stderr[-500:]}")
+        runs[variant].append(res)
+        print(f"  {res}", file=sys.stderr, flush=True)
+    # The best (fastest) repeat of each variant; a failed variant shows its error.
+    results = [min(rs, key=lambda r: (bool(r.error), r.step_s)) for rs in runs.values()]
     print(table(results, args))
     return 0
 

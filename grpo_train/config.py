@@ -93,8 +93,10 @@ class RolloutConfig:
     """Sampling temperature for training rollouts (> 0); evaluation is greedy."""
     top_p: float = 1.0
     """Nucleus sampling threshold for training rollouts."""
-    vllm_memory_fraction: float = 0.1
-    """vLLM's gpu_memory_utilization: fraction of GPU memory (of host RAM on CPU) it may hold."""
+    vllm_memory_fraction: float = 0.3
+    """GPU only: fraction of GPU memory vLLM may take (the rest stays for the trainer)."""
+    vllm_cpu_kv_cache_gib: float = 1.0
+    """CPU only: vLLM's KV-cache size in GiB (on CPU it takes a fixed size, not a fraction)."""
 
 
 @dataclass(frozen=True)
@@ -453,6 +455,10 @@ def _validate(cfg: TrainConfig) -> list[str]:
     need(
         0 < r.vllm_memory_fraction < 1,
         f"vllm_memory_fraction: {r.vllm_memory_fraction}; must be in (0, 1)",
+    )
+    need(
+        r.vllm_cpu_kv_cache_gib > 0,
+        f"vllm_cpu_kv_cache_gib: {r.vllm_cpu_kv_cache_gib}; must be > 0",
     )
     need(a.mu >= 1, f"mu: {a.mu}; must be >= 1 (1 = one update per batch)")
     need(a.beta >= 0, f"beta: {a.beta}; must be >= 0 (0 disables the KL term)")

@@ -1,12 +1,14 @@
-"""Prompt groups: the deterministic prompt sampler, chat-template encoding and safe scoring.
+"""Prompt groups and where they come from: prompt sampler, encoding, engine, safe scoring.
 
 The trainer draws prompts with ``PromptSampler`` (resumable: its state is two counters), encodes
-them with ``encode_prompt``, generates a ``Group`` of completions per prompt and scores them with
-``safe_scores``, which turns every scorer failure into a typed zero-reward ``Score``.
+them with ``encode_prompt``, generates a ``Group`` of completions per prompt with the engine from
+``build_engine`` and scores them with ``safe_scores``, which turns every scorer failure into a
+typed zero-reward ``Score``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import random
 from collections.abc import Sequence
@@ -18,10 +20,12 @@ import numpy as np
 from grpo_envs.base import Environment
 from grpo_envs.types import Outcome, Sample, Score
 from grpo_train.checkpoint import SamplerState
-from grpo_train.rollout.base import Completion
+from grpo_train.rollout.base import Completion, RolloutEngine
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from grpo_train.config import DataConfig, TrainConfig
 
 
 @dataclass
@@ -120,3 +124,41 @@ def safe_scores(env: Environment, texts: Sequence[str], samples: Sequence[Sample
         else Score.failure(Outcome.ERROR, f"malformed score {s!r}")
         for s in scores
     ]
+
+
+def check_splits(envs: Sequence[Environment], names: Sequence[str], data: DataConfig) -> None:
+    """Fail early, with the fix, when an environment lacks the train or eval split."""
+    wanted = [data.train_split] + ([data.eval_split] if data.eval_size else [])
+    for env, name in zip(envs, names):
+        if missing := [s for s in wanted if s not in env.splits]:
+            raise ValueError(
+                f"{name} has no split {missing} (it has {list(env.splits)}); set train_split / "
+                "eval_split to one of them, or eval_size=0 to skip evaluation"
+            )
+
+
+def build_engine(
+    config: TrainConfig, model_path: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
+) -> RolloutEngine:
+    """Build the configured rollout engine (``auto``: vLLM when importable, else HF generate).
+
+    The HF engine shares the trainer's module, so its weight sync is free; vLLM loads
+    ``model_path`` and receives new weights through ``sync_weights`` after each update.
+    """
+    from grpo_train.rollout import make_engine
+
+    name = config.rollout.engine
+    if name == "auto":
+        name = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+    dtype, seed = config.policy.dtype, config.run.seed
+    if name == "hf":
+        return make_engine("hf", model_path, model=model, tokenizer=tokenizer, dtype=dtype)
+    return make_engine(
+        "vllm",
+        model_path,
+        dtype=dtype,
+        seed=seed,
+        max_model_len=config.data.max_prompt_length + config.rollout.max_completion_length,
+        gpu_memory_utilization=config.rollout.vllm_memory_fraction,
+        cpu_kv_cache_gib=config.rollout.vllm_cpu_kv_cache_gib,
+    )

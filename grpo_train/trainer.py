@@ -9,17 +9,16 @@ in ``groups.py``, run management in ``checkpoint.py`` and ``logging.py``.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
 import signal
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -29,7 +28,14 @@ from grpo_envs.types import Sample
 from grpo_train.advantages import compute_advantages
 from grpo_train.checkpoint import MODEL_DIR, latest_checkpoint, load_checkpoint, save_checkpoint
 from grpo_train.config import TrainConfig
-from grpo_train.groups import Group, PromptSampler, encode_prompt, safe_scores
+from grpo_train.groups import (
+    Group,
+    PromptSampler,
+    build_engine,
+    check_splits,
+    encode_prompt,
+    safe_scores,
+)
 from grpo_train.logging import (
     MetricSums,
     RunLogger,
@@ -48,9 +54,6 @@ from grpo_train.loss import (
 )
 from grpo_train.rollout.base import RolloutEngine, SamplingConfig
 
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
 
 class TrainingAborted(RuntimeError):
     """Too many updates in a row had a NaN/inf loss or gradient; the last checkpoint is kept."""
@@ -67,32 +70,6 @@ class TrainResult:
     wall_s: float
     interrupted: bool
     last_checkpoint: Path | None
-
-
-def build_engine(
-    config: TrainConfig, model_path: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
-) -> RolloutEngine:
-    """Build the configured rollout engine (``auto``: vLLM when importable, else HF generate).
-
-    The HF engine shares the trainer's module, so its weight sync is free; vLLM loads
-    ``model_path`` and receives new weights through ``sync_weights`` after each update.
-    """
-    from grpo_train.rollout import make_engine
-
-    name = config.rollout.engine
-    if name == "auto":
-        name = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
-    dtype, seed = config.policy.dtype, config.run.seed
-    if name == "hf":
-        return make_engine("hf", model_path, model=model, tokenizer=tokenizer, dtype=dtype)
-    return make_engine(
-        "vllm",
-        model_path,
-        dtype=dtype,
-        seed=seed,
-        max_model_len=config.data.max_prompt_length + config.rollout.max_completion_length,
-        gpu_memory_utilization=config.rollout.vllm_memory_fraction,
-    )
 
 
 class Trainer:
@@ -121,6 +98,7 @@ class Trainer:
             env = [grpo_envs.make(e.id, **e.kwargs) for e in cfg.data.env]
         self.envs = [env] if isinstance(env, Environment) else list(env)
         self.env_names = [e.env_id or type(e).__name__ for e in self.envs]
+        check_splits(self.envs, self.env_names, cfg.data)
         same = len(cfg.data.env) == len(self.envs)
         weights = [e.weight for e in cfg.data.env] if same else [1.0] * len(self.envs)
         self.train_rows = [e.dataset(cfg.data.train_split) for e in self.envs]
@@ -181,7 +159,10 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         cfg.save(self.run_dir / "config.yaml")
         log = RunLogger(self.run_dir, cfg, start_step=self.start_step)
-        handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        # Handlers can only be installed from the main thread; elsewhere Ctrl-C is the caller's.
+        in_main = threading.current_thread() is threading.main_thread()
+        signals = (signal.SIGINT, signal.SIGTERM) if in_main else ()
+        handlers = {s: signal.signal(s, self._on_signal) for s in signals}
         step, last_ckpt, acc_before, acc_after = self.start_step, None, None, None
         if cfg.algorithm.beta == 0 and cfg.algorithm.mu == 1:  # TRL/verl users' FAQ: "loss is 0"
             logger.info(

@@ -24,14 +24,11 @@ die with the run.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
-import ctypes
 import errno
 import fcntl
 import gc
 import importlib.util
-import io
 import json
 import os
 import resource
@@ -41,7 +38,6 @@ import socket
 import sys
 import time
 import traceback
-import types
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -60,39 +56,14 @@ def _load(name: str, path: str) -> ModuleType:
 
 
 if TYPE_CHECKING:
-    from sandbox import _codec, _landlock
-else:
+    from sandbox import _child, _codec, _landlock, _verdict
+else:  # by file path: this process runs with -I -S, the package is not importable
     _codec = _load("_sandbox_codec", os.path.join(_HERE, "_codec.py"))
     _landlock = _load("_sandbox_landlock", os.path.join(_HERE, "_landlock.py"))
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-CLONE_NEWNS = 0x00020000
-CLONE_NEWUTS = 0x04000000
-CLONE_NEWIPC = 0x08000000
-CLONE_NEWUSER = 0x10000000
-CLONE_NEWPID = 0x20000000
-CLONE_NEWNET = 0x40000000
-CLONE_NEWCGROUP = 0x02000000
-MS_RDONLY = 1
-MS_NOSUID = 2
-MS_NODEV = 4
-MS_NOEXEC = 8
-MS_REC = 16384
-MS_PRIVATE = 1 << 18
-PR_SET_PDEATHSIG = 1
-PR_SET_NO_NEW_PRIVS = 38
-PR_SET_CHILD_SUBREAPER = 36
-PR_SET_SECCOMP = 22
-SECCOMP_MODE_FILTER = 2
+    _child = _load("_sandbox_child", os.path.join(_HERE, "_child.py"))
+    _verdict = _load("_sandbox_verdict", os.path.join(_HERE, "_verdict.py"))
 
 CGROUP_ROOT = "/sys/fs/cgroup"
-#: Host directories hidden (empty read-only tmpfs) inside the mount namespace: homes, checkouts,
-#: runtime secrets (/run/secrets). Skipped when the interpreter itself lives below one of them.
-HIDDEN_DIRS = ("/root", "/home", "/work", "/mnt", "/media", "/srv", "/run", "/var/tmp", "/opt")
-#: Directories the program may read and execute from (Landlock); writes only in its work dir.
-READ_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc")
-READ_FILES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full")
 #: Syscalls no test program needs and every container escape wants (EPERM).
 DENIED_SYSCALLS = (
     "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
@@ -115,35 +86,6 @@ PRELOAD = (
     "functools", "hashlib", "heapq", "itertools", "math", "operator", "random", "re",
     "statistics", "string", "typing",
 )  # fmt: skip
-#: The layer names and order of ``sandbox.types.ALL_LAYERS`` (this file cannot import the package).
-_ALL_LAYERS = (
-    "empty_env", "session", "cgroup", "pid_ns", "net_ns", "mount_ns", "ipc_ns", "uid", "rlimits",
-    "no_new_privs", "landlock", "seccomp",
-)  # fmt: skip
-
-
-def _errno_call(res: int, what: str) -> None:
-    if res != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
-def _close_all_except(keep: set[int]) -> None:
-    """Close every fd except ``keep`` (closerange between the kept ones)."""
-    low = 0
-    for fd in sorted(keep):
-        if fd > low:
-            os.closerange(low, fd)
-        low = fd + 1
-    os.closerange(low, 65536)
-
-
-def _set_pdeathsig() -> None:
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
 
 
 def _build_seccomp(pyseccomp_path: str | None) -> dict[bool, bytes]:
@@ -165,8 +107,8 @@ def _build_seccomp(pyseccomp_path: str | None) -> dict[bool, bytes]:
         # clone: no new namespaces. clone3 passes flags in memory where BPF cannot look, so it
         # gets ENOSYS and glibc falls back to clone (documented glibc behaviour).
         for flag in (
-            CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
-            CLONE_NEWCGROUP,
+            _child.CLONE_NEWNS, _child.CLONE_NEWUTS, _child.CLONE_NEWIPC, _child.CLONE_NEWUSER,
+            _child.CLONE_NEWPID, _child.CLONE_NEWNET, _child.CLONE_NEWCGROUP,
         ):  # fmt: skip
             filt.add_rule(
                 seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag)
@@ -184,14 +126,6 @@ def _build_seccomp(pyseccomp_path: str | None) -> dict[bool, bytes]:
             handle.seek(0)
             programs[network] = handle.read()
     return programs
-
-
-def _load_seccomp(program: bytes) -> None:
-    buf = ctypes.create_string_buffer(program, len(program))
-    prog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
-    _errno_call(
-        _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp"
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,17 +170,17 @@ class Zygote:
         self.own_pid_ns = -1
         self.host_net = -1
         self.net_isolated = False
-        _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        _child.libc.prctl(_child.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         if self.is_root:
             try:
                 self.own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
                 self.host_net = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
                 pass
-            self.net_isolated = _libc.unshare(CLONE_NEWNET) == 0
-            _libc.unshare(CLONE_NEWUTS)
+            self.net_isolated = _child.libc.unshare(_child.CLONE_NEWNET) == 0
+            _child.libc.unshare(_child.CLONE_NEWUTS)
             with contextlib.suppress(OSError):
-                _write("/proc/self/oom_score_adj", "-1000")
+                _child.write_file("/proc/self/oom_score_adj", "-1000")
         # Interpreter paths the children must keep reading (stdlib, extension modules).
         self.stdlib_dirs = sorted(
             {
@@ -255,7 +189,7 @@ class Zygote:
             }
         )
         self.landlock_reads = _minimal_paths(
-            [*READ_DIRS, *self.stdlib_dirs, *READ_FILES, "/sys/devices/system/cpu"]
+            [*_child.READ_DIRS, *self.stdlib_dirs, *_child.READ_FILES, "/sys/devices/system/cpu"]
         )
 
     # -- uid pair: lock files make the pair unique across every Sandbox on this machine --------
@@ -289,7 +223,7 @@ class Zygote:
                 self._kill_cgroup(path)  # a stale one from a crashed zygote
                 # Join once: every child inherits it. Moving each run in instead costs an RCU
                 # grace period per write to cgroup.procs (3-25 ms measured here).
-                _write(f"{path}/cgroup.procs", str(os.getpid()))
+                _child.write_file(f"{path}/cgroup.procs", str(os.getpid()))
                 self.cgroups.append(path)
             except OSError:
                 self.cgroups = []
@@ -304,9 +238,11 @@ class Zygote:
             with contextlib.suppress(OSError):
                 if "/memory/" in path:
                     # + headroom for the zygote and verdict process (also members) and tmpfs pages.
-                    _write(f"{path}/memory.limit_in_bytes", str((memory_mb + 128) << 20))
+                    _child.write_file(f"{path}/memory.limit_in_bytes", str((memory_mb + 128) << 20))
                 else:
-                    _write(f"{path}/pids.max", str(max_processes + 3))  # + zygote, V, spare
+                    _child.write_file(
+                        f"{path}/pids.max", str(max_processes + 3)
+                    )  # + zygote, V, spare
 
     def oom_killed_since_last_check(self) -> bool:
         """Return True when the memory cgroup's OOM-kill counter grew since the last check.
@@ -419,14 +355,6 @@ def _minimal_paths(paths: list[str]) -> list[str]:
     return kept
 
 
-def _write(path: str, value: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, value.encode())
-    finally:
-        os.close(fd)
-
-
 def _oom_kills(path: str) -> int:
     try:
         with open(f"{path}/memory.oom_control") as handle:
@@ -441,35 +369,6 @@ def _oom_kills(path: str) -> int:
 # ---------------------------------------------------------------------------------------------
 # Spawning one untrusted child
 # ---------------------------------------------------------------------------------------------
-
-
-class RunSpec:
-    """One run's parameters, parsed from the request (trusted: it comes from the library)."""
-
-    def __init__(
-        self, req: dict[str, object], child_request: dict[str, object] | None = None
-    ) -> None:
-        limits = req.get("limits")
-        if child_request is not None:  # the subset the zygote forwards to a prepared child
-            limits = {**child_request, "timeout_s": 0, "output_bytes": 0, "network": False}
-            req = child_request
-        if not isinstance(limits, dict):
-            raise ValueError("missing limits")
-        self.code = str(req.get("code", ""))
-        self.stdin = str(req.get("stdin", ""))
-        files = req.get("files") or {}
-        self.files = {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
-        self.timeout_s = float(limits["timeout_s"])
-        self.cpu_s = int(limits["cpu_s"])
-        self.memory_mb = int(limits["memory_mb"])
-        self.output_bytes = int(limits["output_bytes"])
-        self.max_processes = int(limits["max_processes"])
-        self.max_file_mb = int(limits["max_file_mb"])
-        self.network = bool(limits["network"])
-        required = req.get("required") or []
-        self.required = [str(x) for x in required] if isinstance(required, list) else []
-        entry = req.get("entry_point")
-        self.entry_point: str | None = str(entry) if entry else None  # run_tests (serve mode)
 
 
 class Child:
@@ -528,19 +427,15 @@ class Child:
         self.ctl.close()
 
 
-#: Largest request (code + stdin + files) a child accepts in one control message.
-MAX_REQUEST = 64 << 20
-
-
 def _big_seqpacket_pair() -> tuple[socket.socket, socket.socket]:
     """Return a SOCK_SEQPACKET pair whose buffers hold a whole request (root forces the size)."""
     pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     for sock in pair:
         for opt, force in ((socket.SO_SNDBUF, 32), (socket.SO_RCVBUF, 33)):  # SO_*BUFFORCE
             try:
-                sock.setsockopt(socket.SOL_SOCKET, force, MAX_REQUEST + (1 << 20))
+                sock.setsockopt(socket.SOL_SOCKET, force, _child.MAX_REQUEST + (1 << 20))
             except OSError:  # not root: as large as the system allows
-                sock.setsockopt(socket.SOL_SOCKET, opt, MAX_REQUEST + (1 << 20))
+                sock.setsockopt(socket.SOL_SOCKET, opt, _child.MAX_REQUEST + (1 << 20))
     return pair
 
 
@@ -559,15 +454,15 @@ def _fork_child(z: Zygote, network: bool, max_file_mb: int) -> Child:
         layers.append("cgroup")
     if not network and z.net_isolated:
         layers.append("net_ns")
-    pid_ns = z.own_pid_ns >= 0 and _libc.unshare(CLONE_NEWPID) == 0
+    pid_ns = z.own_pid_ns >= 0 and _child.libc.unshare(_child.CLONE_NEWPID) == 0
     try:
         pid = os.fork()
     except OSError:
         pid = -1
     # Point our own future children (the verdict process, the next run) back at the zygote's
-    # PID namespace; unshare(CLONE_NEWPID) only affects children. If this failed every later
+    # PID namespace; unshare(_child.CLONE_NEWPID) only affects children. If this failed every later
     # fork would fail, so the zygote exits and the library restarts it.
-    if pid != 0 and pid_ns and _libc.setns(z.own_pid_ns, CLONE_NEWPID) != 0:
+    if pid != 0 and pid_ns and _child.libc.setns(z.own_pid_ns, _child.CLONE_NEWPID) != 0:
         os._exit(70)
     if pid < 0:
         raise OSError(errno.EAGAIN, "fork failed")
@@ -578,11 +473,11 @@ def _fork_child(z: Zygote, network: bool, max_file_mb: int) -> Child:
             keep = {out_w, err_w, ctl_c.fileno()}
             if network and z.host_net >= 0:
                 keep.add(z.host_net)
-            _close_all_except(keep)
-            workdir = _isolate(z, network, max_file_mb, host_workdir, layers, ctl_c)
-            _await_program(z, workdir, layers, out_w, err_w, ctl_c)
+            _child.close_all_except(keep)
+            workdir = _child.isolate(z, network, max_file_mb, host_workdir, layers, ctl_c)
+            _child.await_program(z, workdir, layers, out_w, err_w, ctl_c)
         except BaseException as exc:
-            _report_error(ctl_c, f"setup: {exc!r}")
+            _child.report_error(ctl_c, f"setup: {exc!r}")
         os._exit(125)
     os.close(out_w)
     os.close(err_w)
@@ -595,7 +490,7 @@ def _fork_child(z: Zygote, network: bool, max_file_mb: int) -> Child:
     return child
 
 
-def spawn(z: Zygote, spec: RunSpec, chan: int = -1) -> Child:
+def spawn(z: Zygote, spec: _child.RunSpec, chan: int = -1) -> Child:
     """Start ``spec``'s program in a prepared child (pre-forked if one matches); no waiting."""
     z.set_cgroup_limits(spec.memory_mb, spec.max_processes)
     key = (spec.network, spec.max_file_mb)
@@ -611,8 +506,8 @@ def spawn(z: Zygote, spec: RunSpec, chan: int = -1) -> Child:
         "required": spec.required,
     }
     payload = b"R" + _codec.dumps(request)
-    if len(payload) > MAX_REQUEST:
-        raise ValueError(f"the program and its inputs exceed {MAX_REQUEST} bytes")
+    if len(payload) > _child.MAX_REQUEST:
+        raise ValueError(f"the program and its inputs exceed {_child.MAX_REQUEST} bytes")
     z.last_key = key
     child = z.warm if z.warm is not None and z.warm.key == key else None
     z.discard_warm(keep=child)
@@ -630,45 +525,6 @@ def spawn(z: Zygote, spec: RunSpec, chan: int = -1) -> Child:
     raise OSError(errno.ECHILD, "could not start a child")
 
 
-def _report_error(ctl: socket.socket, message: str) -> None:
-    with contextlib.suppress(OSError):
-        ctl.send(b"E" + message.encode("utf-8", "replace")[:4000])
-
-
-def _setup_mounts(z: Zygote, max_file_mb: int, layers: list[str]) -> str:
-    """Set up the new mount namespace: fresh /proc, tmpfs /tmp and /dev/shm, hidden homes."""
-    _errno_call(_libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make-rprivate")
-    tmp_mb = max(16, 2 * max_file_mb)
-    owner = f",uid={z.uid},gid={z.uid}" if z.uid > 0 else ""
-    opts = f"size={tmp_mb}m,mode=0700{owner}".encode()
-    _errno_call(_libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, opts), "mount /tmp")
-    if os.path.isdir("/dev/shm"):
-        _errno_call(
-            _libc.mount(
-                b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                b"size=16m,mode=1777",
-            ),
-            "mount /dev/shm",
-        )  # fmt: skip
-    if "pid_ns" in layers:
-        _errno_call(
-            _libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
-            "mount /proc",
-        )
-    keep = [sys.base_prefix, sys.prefix, *z.stdlib_dirs]
-    for path in HIDDEN_DIRS:
-        if not os.path.isdir(path) or any(k == path or k.startswith(path + "/") for k in keep):
-            continue
-        _errno_call(
-            _libc.mount(
-                b"tmpfs", path.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                b"size=4k,mode=0755",
-            ),
-            f"hide {path}",
-        )  # fmt: skip
-    return "/tmp"
-
-
 def _host_workdir_base(z: Zygote) -> str:
     return f"/tmp/grpo-sandbox-{z.uid if z.uid > 0 else os.getuid()}"
 
@@ -683,210 +539,6 @@ def _host_workdir(z: Zygote) -> str:
     if z.uid > 0:
         os.chown(path, z.uid, z.uid)
     return path
-
-
-def _isolate(
-    z: Zygote,
-    network: bool,
-    max_file_mb: int,
-    host_workdir: str,
-    layers: list[str],
-    ctl: socket.socket,
-) -> str:
-    """Apply every program-independent layer (as root, then the slot uid); return the workdir."""
-    _set_pdeathsig()
-    os.setsid()
-    layers.append("session")
-    if network and z.host_net >= 0:
-        _errno_call(_libc.setns(z.host_net, CLONE_NEWNET), "setns(net)")
-        os.close(z.host_net)
-    # The OOM killer must pick this run, never the zygote or the verdict process (-1000).
-    _write("/proc/self/oom_score_adj", "1000")
-    wanted = {"ipc_ns": CLONE_NEWIPC}
-    if z.use_mount_ns:
-        wanted["mount_ns"] = CLONE_NEWNS
-    if _libc.unshare(sum(wanted.values())) == 0:
-        layers.extend(wanted)
-    else:  # some hosts allow only some namespaces
-        layers.extend(name for name, flag in wanted.items() if _libc.unshare(flag) == 0)
-    if "mount_ns" in layers:
-        try:
-            workdir = _setup_mounts(z, max_file_mb, layers)
-        except OSError as exc:
-            _report_error(ctl, f"mount namespace setup failed: {exc}")
-            os._exit(125)
-    else:
-        workdir = host_workdir
-    if z.uid > 0:
-        os.setgroups([])
-        os.setresgid(z.uid, z.uid, z.uid)
-        os.setresuid(z.uid, z.uid, z.uid)
-        layers.append("uid")
-        _set_pdeathsig()  # credential changes clear it
-    os.chdir(workdir)
-    _errno_call(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    layers.append("no_new_privs")
-    if z.landlock_abi > 0:
-        with contextlib.suppress(OSError):
-            writable = [workdir, "/dev/null"]
-            if "mount_ns" in layers:
-                writable.append("/dev/shm")  # private and size-capped in the mount namespace
-            _landlock.restrict(z.landlock_reads, writable, deny_tcp=not network)
-            layers.append("landlock")
-    program = z.seccomp.get(network)
-    if program:
-        _load_seccomp(program)
-        layers.append("seccomp")
-    return workdir
-
-
-def _await_program(
-    z: Zygote, workdir: str, layers: list[str], out_w: int, err_w: int, ctl: socket.socket
-) -> None:
-    """Wait (isolated) for the program, then apply its limits, write its inputs and run it."""
-    msg, fds, _flags, _addr = socket.recv_fds(ctl, MAX_REQUEST + 1024, 1)
-    if not msg.startswith(b"R"):
-        os._exit(0)  # the zygote discarded this prepared child
-    req = json.loads(msg[1:])
-    chan = fds[0] if fds else -1
-    spec = RunSpec({"limits": {}}, child_request=req)
-    for name, content in spec.files.items():
-        if os.path.dirname(name):
-            os.makedirs(os.path.dirname(name), exist_ok=True)
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(content)
-    stdin_fd = os.memfd_create("stdin")
-    view = memoryview(spec.stdin.encode("utf-8"))
-    while view:
-        view = view[os.write(stdin_fd, view) :]
-    os.lseek(stdin_fd, 0, os.SEEK_SET)
-    mib = 1 << 20
-    for res, value in (
-        (resource.RLIMIT_AS, spec.memory_mb * mib),
-        (resource.RLIMIT_CPU, spec.cpu_s),
-        (resource.RLIMIT_FSIZE, spec.max_file_mb * mib),
-        (resource.RLIMIT_NOFILE, 256),
-        (resource.RLIMIT_CORE, 0),
-        (resource.RLIMIT_MEMLOCK, 0),
-        (resource.RLIMIT_NPROC, spec.max_processes),
-    ):
-        resource.setrlimit(res, (value, value))
-    layers.append("rlimits")
-    order = {name: i for i, name in enumerate(_ALL_LAYERS)}
-    layers.sort(key=lambda name: order.get(name, len(order)))
-    missing = [layer for layer in spec.required if layer not in layers]
-    if missing:
-        _report_error(ctl, f"required isolation layers unavailable: {', '.join(missing)}")
-        os._exit(125)
-    ctl.send(b"L" + json.dumps(layers).encode())
-    ctl.close()
-
-    # Wire up fds 0-3 and drop everything else.
-    staged = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (stdin_fd, out_w, err_w)]
-    chan_staged = fcntl.fcntl(chan, fcntl.F_DUPFD, 100) if chan >= 0 else -1
-    for target, fd in enumerate(staged):
-        os.dup2(fd, target)
-    if chan_staged >= 0:
-        os.dup2(chan_staged, 3)
-    _close_all_except({0, 1, 2, 3} if chan_staged >= 0 else {0, 1, 2})
-    os.environ.clear()
-    os.environ.update(
-        {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
-         "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
-    )  # fmt: skip
-    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, signal.SIG_DFL)
-    _run_program(spec, chan_staged >= 0)
-
-
-def _run_program(spec: RunSpec, serve: bool) -> None:
-    """Run the untrusted program in a fresh namespace; in serve mode then answer calls on fd 3."""
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
-    sys.stdout = io.TextIOWrapper(
-        io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace"
-    )
-    sys.stderr = io.TextIOWrapper(
-        io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
-        line_buffering=True,
-    )  # fmt: skip
-    sys.argv = ["main.py"]
-    name = "__sandbox_candidate__" if serve else "__main__"
-    namespace: dict[str, object] = {"__name__": name, "__builtins__": builtins}
-    code = 0
-    try:
-        exec(compile(spec.code, "main.py", "exec"), namespace)
-        if serve:
-            _serve(namespace, spec.entry_point or "")
-    except SystemExit as exc:
-        if exc.code is None:
-            code = 0
-        elif isinstance(exc.code, int):
-            code = exc.code & 0xFF
-        else:
-            print(exc.code, file=sys.stderr)
-            code = 1
-    except BaseException as exc:
-        # Skip our own frame: the program sees a traceback that starts at main.py.
-        with contextlib.suppress(BaseException):
-            traceback.print_exception(
-                type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None
-            )
-        code = 1
-    try:
-        import atexit
-
-        atexit._run_exitfuncs()
-    except BaseException:
-        pass
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(BaseException):
-            stream.flush()
-    os._exit(code)
-
-
-def _serve(namespace: dict[str, object], entry_point: str) -> None:
-    """Untrusted side of the call channel: answer ``call`` frames with the function's results.
-
-    Everything here runs inside the untrusted process and may be tampered with by the program;
-    that is fine because the verdict process only ever receives plain values from it.
-    """
-    sys.stdout.flush()
-    fn = namespace.get(entry_point)
-    if not callable(fn):
-        _codec.write_frame(
-            3, _codec.dumps(["error", "NameError", f"entry point {entry_point!r} is not defined"])
-        )
-        return
-    _codec.write_frame(3, _codec.dumps(["ready"]))
-    while True:
-        raw = _codec.read_frame(3)
-        if raw is None:
-            return
-        msg = _codec.loads(raw)
-        if not isinstance(msg, list) or len(msg) != 4 or msg[0] != "call":
-            return
-        seq = msg[1]
-        try:
-            args = _codec.decode_value(msg[2])
-            kwargs = _codec.decode_value(msg[3])
-            if not isinstance(args, list) or not isinstance(kwargs, dict):
-                raise TypeError("malformed call")
-            result = fn(*args, **kwargs)
-            reply = ["ret", seq, _codec.encode_value(result)]
-        except BaseException as exc:
-            try:
-                text = str(exc)[:2000]
-            except BaseException:
-                text = "<unprintable>"
-            if isinstance(exc, _codec.CodecError):
-                reply = ["exc", seq, "TypeError", f"return value not serializable: {text}"]
-            else:
-                reply = ["exc", seq, type(exc).__name__, text]
-        payload = _codec.dumps(reply)
-        if len(payload) > _codec.DEFAULT_MAX_FRAME:
-            payload = _codec.dumps(["exc", seq, "ValueError", "return value too large"])
-        _codec.write_frame(3, payload)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -916,6 +568,7 @@ class Supervisor:
         self.child.kill()
 
     def _drain(self, fd: int, buf: bytearray) -> bool:
+        """Read what one pipe has; False at EOF."""
         try:
             data = os.read(fd, 65536)
         except BlockingIOError:
@@ -924,6 +577,10 @@ class Supervisor:
             data = b""
         if not data:
             return False
+        self._take(data, buf)
+        return True
+
+    def _take(self, data: bytes, buf: bytearray) -> None:
         room = self.cap - self.total
         if len(data) > room:
             buf += data[: max(room, 0)]
@@ -933,7 +590,18 @@ class Supervisor:
         else:
             buf += data
             self.total += len(data)
-        return True
+
+    def _drain_available(self, open_fds: dict[int, bytearray]) -> None:
+        """Before giving up on the pipes, keep whatever is already in them."""
+        for fd, buf in open_fds.items():
+            for _ in range(64):  # bounded: the output is capped anyway
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:  # includes BlockingIOError: nothing more for now
+                    break
+                if not data:
+                    break
+                self._take(data, buf)
 
     def loop(
         self,
@@ -962,14 +630,18 @@ class Supervisor:
                     with contextlib.suppress(OSError):
                         os.kill(helper_pid, signal.SIGKILL)
             if child.status is not None and not grace_deadline:
-                # C is dead, and with a PID namespace so is everything it started. Without one,
-                # escaped processes may still hold the pipes: kill them and drain briefly.
+                # C is dead, and with a PID namespace so is everything it started: the pipes are
+                # at EOF (5 s is only a safety net). Without one, escaped processes may still
+                # hold them: kill them and drain briefly.
                 self.cleanup(child.layers)
-                grace_deadline = now + 0.5
-            if grace_deadline and now >= grace_deadline and not extra_open:
+                grace_deadline = now + (5.0 if "pid_ns" in child.layers else 0.5)
+            grace_over = grace_deadline and now >= grace_deadline and not extra_open
+            # After a kill, give the kernel 5 s to tear the run down, then stop waiting.
+            if grace_over or (self.killed_at and now >= self.killed_at + 5.0):
+                # This process may itself have been descheduled past the grace period on a
+                # loaded host: collect what the pipes already hold before returning.
+                self._drain_available(open_fds)
                 break
-            if self.killed_at and now >= self.killed_at + 5.0:
-                break  # the kernel is taking too long to tear down: give up waiting
             wait = min(deadline, grace_deadline or deadline) - now
             events = poller.poll(max(0.0, wait) * 1000 + 1)
             for fd, _ev in events:
@@ -990,7 +662,7 @@ class Supervisor:
 # ---------------------------------------------------------------------------------------------
 
 
-def _classify(z: Zygote, sup: Supervisor, spec: RunSpec) -> tuple[str, str, int]:
+def _classify(z: Zygote, sup: Supervisor, spec: _child.RunSpec) -> tuple[str, str, int]:
     """Return (status, detail, exit_code) of a finished run.
 
     Only trusted facts decide, except that a final ``MemoryError`` line on stderr (the
@@ -1040,7 +712,7 @@ def _decode_output(buf: bytearray, limit: int) -> str:
 
 def handle_run(z: Zygote, req: dict[str, object]) -> dict[str, object]:
     """Run one program; the reply mirrors ``sandbox.ExecResult``."""
-    spec = RunSpec(req)
+    spec = _child.RunSpec(req)
     start = time.monotonic()
     child = spawn(z, spec)
     sup = Supervisor(child, spec.output_bytes, z.cleanup)
@@ -1071,120 +743,8 @@ def _rmtree(path: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# run_tests: the verdict process
+# run_tests: the verdict server (its job logic is in _verdict.py)
 # ---------------------------------------------------------------------------------------------
-
-
-class _CandidateDied(BaseException):
-    """The candidate process died or broke the protocol (BaseException: tests cannot swallow it)."""
-
-
-class _CandidateTimeout(BaseException):
-    """A call did not return before the test's deadline."""
-
-
-class Proxy:
-    """Stands in for the candidate function inside the trusted verdict process."""
-
-    def __init__(self, sock: socket.socket, name: str) -> None:
-        self.sock = sock
-        self.__name__ = name
-        self.reader = _codec.FrameReader()
-        self.pending: list[bytes] = []
-        self.seq = 0
-        self.deadline = 0.0
-        self.dead = False
-        self.timed_out = False
-        self.detail = ""
-        self.unsupported = False
-
-    def recv(self) -> object:
-        """Receive one message before the deadline; mark the candidate dead/timed out on failure."""
-        while not self.pending:
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0:
-                self.dead = self.timed_out = True
-                raise _CandidateTimeout()
-            ready, _, _ = select.select([self.sock], [], [], remaining)
-            if not ready:
-                continue
-            try:
-                data = self.sock.recv(1 << 20)
-            except OSError:
-                data = b""
-            if not data:
-                self.dead = True
-                self.detail = self.detail or "the candidate process exited"
-                raise _CandidateDied()
-            try:
-                self.pending.extend(self.reader.feed(data))
-            except _codec.CodecError as exc:
-                self.dead = True
-                self.detail = f"protocol violation: {exc}"
-                raise _CandidateDied() from None
-        raw = self.pending.pop(0)
-        try:
-            return _codec.loads(raw)
-        except _codec.CodecError as exc:
-            self.dead = True
-            self.detail = f"protocol violation: {exc}"
-            raise _CandidateDied() from None
-
-    def __call__(self, *args: object, **kwargs: object) -> object:
-        """Call the candidate with plain values; return its plain result or raise its error."""
-        if self.dead:
-            raise _CandidateTimeout() if self.timed_out else _CandidateDied()
-        try:
-            payload = _codec.dumps(
-                ["call", self.seq, _codec.encode_value(list(args)), _codec.encode_value(kwargs)]
-            )
-        except _codec.CodecError as exc:
-            self.unsupported = True
-            raise TypeError(f"sandbox cannot send this argument to the candidate: {exc}") from None
-        self.sock.settimeout(max(0.001, self.deadline - time.monotonic()))
-        try:
-            self.sock.sendall(_codec.frame(payload))
-        except TimeoutError:
-            self.dead = self.timed_out = True
-            raise _CandidateTimeout() from None
-        except OSError:
-            self.dead = True
-            self.detail = self.detail or "the candidate process exited"
-            raise _CandidateDied() from None
-        finally:
-            self.sock.settimeout(None)
-        reply = self.recv()
-        seq, self.seq = self.seq, self.seq + 1
-        if not (isinstance(reply, list) and len(reply) >= 3 and reply[1] == seq):
-            self.dead = True
-            self.detail = "protocol violation: unexpected reply"
-            raise _CandidateDied()
-        if reply[0] == "ret" and len(reply) == 3:
-            try:
-                return _codec.decode_value(reply[2])
-            except _codec.CodecError as exc:
-                self.dead = True
-                self.detail = f"protocol violation: {exc}"
-                raise _CandidateDied() from None
-        if reply[0] == "exc" and len(reply) == 4:
-            raise _candidate_exception(str(reply[2]), str(reply[3]))
-        self.dead = True
-        self.detail = "protocol violation: unexpected reply"
-        raise _CandidateDied()
-
-
-def _candidate_exception(type_name: str, message: str) -> BaseException:
-    cls = getattr(builtins, type_name, None)
-    exc: BaseException
-    if isinstance(cls, type) and issubclass(cls, Exception):
-        try:
-            exc = cls(message)
-        except Exception:
-            exc = _codec.CandidateError(f"{type_name}: {message}")
-    else:
-        exc = _codec.CandidateError(f"{type_name}: {message}")
-    exc._sandbox_candidate = True  # type: ignore[attr-defined]
-    return exc
 
 
 #: Largest run_tests request (setup + test sources) the verdict server accepts in one message.
@@ -1213,7 +773,7 @@ class VerdictServer:
         if pid == 0:
             with contextlib.suppress(BaseException):
                 ours.close()
-                _close_all_except({theirs.fileno()})
+                _child.close_all_except({theirs.fileno()})
                 _verdict_server(z, theirs)
             os._exit(0)
         theirs.close()
@@ -1243,14 +803,14 @@ class VerdictServer:
 
 def _verdict_server(z: Zygote, sock: socket.socket) -> None:
     """V's main loop: drop privileges once, then run jobs until the zygote goes away."""
-    _set_pdeathsig()
+    _child.set_pdeathsig()
     if z.uid > 0:
         os.setgroups([])
         os.setresgid(z.verdict_uid, z.verdict_uid, z.verdict_uid)
         os.setresuid(z.verdict_uid, z.verdict_uid, z.verdict_uid)
-        _set_pdeathsig()
+        _child.set_pdeathsig()
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
-    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    _child.libc.prctl(_child.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 
     def report(message: list[object]) -> None:
         sock.send(_codec.dumps(message))
@@ -1262,103 +822,12 @@ def _verdict_server(z: Zygote, sock: socket.socket) -> None:
         chan = socket.socket(fileno=fds[0])
         try:
             job = json.loads(msg)
-            _verdict_job(job, int(job["first"]), chan, report)
+            _verdict.run_job(job, int(job["first"]), chan, report)
         except Exception as exc:
             report(["setup_error", f"verdict server: {type(exc).__name__}: {exc}"[:500]])
         finally:
             chan.close()
         report(["done"])
-
-
-_COMPILED: dict[tuple[str, str], types.CodeType] = {}
-
-
-def _compile_trusted(source: str, name: str) -> types.CodeType:
-    """Compile trusted code with asserts kept (``optimize=0``), cached across jobs.
-
-    GRPO scores many completions of the same problem, so the same setup and tests recur.
-    """
-    key = (name, source)
-    code = _COMPILED.get(key)
-    if code is None:
-        code = compile(source, name, "exec", optimize=0)
-        if len(_COMPILED) >= 512:
-            _COMPILED.clear()
-        _COMPILED[key] = code
-    return code
-
-
-def _verdict_job(
-    req: dict[str, object],
-    first: int,
-    chan: socket.socket,
-    report: Callable[[list[object]], None],
-) -> None:
-    """Run the trusted setup and test code against the proxy; report one message per test."""
-    sources = [str(s) for s in req.get("tests", [])]  # type: ignore[attr-defined]
-    timeout_s = float(req["limits"]["timeout_s"])  # type: ignore[index]
-    per_test = float(req.get("per_test_timeout_s") or timeout_s)  # type: ignore[arg-type]
-    entry = str(req.get("entry_point") or "")
-
-    proxy = Proxy(chan, entry)
-    namespace: dict[str, object] = {"__name__": "__verdict__", "__builtins__": builtins}
-    try:
-        exec(_compile_trusted(str(req.get("setup", "")), "<setup>"), namespace)
-    except BaseException as exc:
-        report(["setup_error", f"{type(exc).__name__}: {exc}"[:500]])
-        return
-    proxy.deadline = time.monotonic() + timeout_s
-    try:
-        hello = proxy.recv()
-    except _CandidateTimeout:
-        report(["not_ready", "timeout", "the program did not finish loading in time"])
-        return
-    except _CandidateDied:
-        report(["not_ready", "died", proxy.detail])
-        return
-    if hello != ["ready"]:
-        detail = "protocol violation"
-        if isinstance(hello, list) and len(hello) == 3 and hello[0] == "error":
-            detail = f"{hello[1]}: {hello[2]}"[:500]
-        report(["not_ready", "error", detail])
-        return
-    report(["ready"])
-    namespace["candidate"] = proxy
-    if entry:
-        namespace[entry] = proxy
-    for index in range(first, len(sources)):
-        proxy.deadline = time.monotonic() + per_test
-        status, detail = "passed", ""
-        try:
-            code = _compile_trusted(sources[index], f"<test {index}>")
-        except SyntaxError as exc:
-            report(["result", index, "sandbox_error", f"invalid test source: {exc}"[:500]])
-            continue
-        try:
-            exec(code, namespace)
-        except _CandidateTimeout:
-            pass
-        except _CandidateDied:
-            pass
-        except BaseException as exc:
-            text = f"{type(exc).__name__}: {exc}"[:500]
-            if getattr(exc, "_sandbox_candidate", False):
-                status = "memory" if isinstance(exc, MemoryError) else "runtime_error"
-                detail = text
-            elif proxy.unsupported:
-                status, detail = "sandbox_error", text
-            else:  # an assertion (or the test's own code) failed on the candidate's values
-                status, detail = "failed", text
-        # The proxy's flags override whatever the test code did with the exception.
-        if proxy.timed_out:
-            status, detail = "timeout", f"no answer within {per_test:g} s"
-        elif proxy.dead:
-            status, detail = "died", proxy.detail or "the candidate process exited"
-        report(["result", index, status, detail])
-        if proxy.dead or proxy.unsupported:
-            return
-        if bool(req.get("stop_on_first_failure")) and status != "passed":
-            return
 
 
 class _Round:
@@ -1410,7 +879,7 @@ def _death(run_status: str) -> str:
 
 def handle_tests(z: Zygote, req: dict[str, object]) -> dict[str, object]:
     """Run CallTests: respawn the program after a test kills it; every verdict comes from V."""
-    spec = RunSpec(req)
+    spec = _child.RunSpec(req)
     spec.entry_point = str(req.get("entry_point") or "")
     sources = req.get("tests")
     if not isinstance(sources, list):
@@ -1475,7 +944,12 @@ def handle_tests(z: Zygote, req: dict[str, object]) -> dict[str, object]:
 
 
 def _run_round(
-    z: Zygote, spec: RunSpec, req: dict[str, object], first: int, per_test: float, rnd: _Round
+    z: Zygote,
+    spec: _child.RunSpec,
+    req: dict[str, object],
+    first: int,
+    per_test: float,
+    rnd: _Round,
 ) -> tuple[Supervisor, str, str]:
     """Spawn the program and a verdict process for tests ``first``..; return how the run ended."""
     n = len(req["tests"])  # type: ignore[arg-type]
@@ -1551,6 +1025,9 @@ def main() -> None:
         z.use_mount_ns = False
         probe = handle_run(z, {"code": "pass", "limits": _PROBE_LIMITS})
     layers = list(probe["isolation"])  # type: ignore[call-overload]
+    # The programs' environment, set once here (children inherit it): nothing from the library.
+    os.environ.clear()
+    os.environ.update(_child.CHILD_ENV)
     hello = {
         "op": "hello",
         "layers": layers,

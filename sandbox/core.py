@@ -118,12 +118,19 @@ class _Slot:
         self._in = self.proc.stdin.fileno()
         self._out = self.proc.stdout.fileno()
         self._reader = _codec.FrameReader(max_size=1 << 30)
+        self.layers: tuple[str, ...] = ()
+        self.uid = -1
+        self.probe_status = self.probe_detail = ""
+
+    def wait_ready(self) -> _Slot:
+        """Wait for the fork server's start-up report (layers detected by its probe run)."""
         hello = self._receive(time.monotonic() + _START_TIMEOUT_S)
         self.layers = _layers(hello)
         uid = hello.get("uid", -1)
         self.uid = uid if isinstance(uid, int) and not isinstance(uid, bool) else -1
         self.probe_status = _str(hello, "probe_status")
         self.probe_detail = _str(hello, "probe_detail")
+        return self
 
     def _receive(self, deadline: float) -> dict[str, object]:
         frames: list[bytes] = []
@@ -228,10 +235,14 @@ class Sandbox:
         self._all: list[_Slot] = []
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sandbox")
         try:
+            # Start every fork server first, then wait: they start up in parallel.
             for _ in range(self.workers):
-                slot = _Slot(self._python, debug, self.limits)
-                self._all.append(slot)
-                self._idle.put(slot)
+                self._all.append(_Slot(self._python, debug, self.limits))
+            for slot in self._all:
+                self._idle.put(slot.wait_ready())
+        except (_SlotError, OSError) as exc:
+            self.close()
+            raise SandboxUnavailableError(f"a fork server failed to start: {exc}") from exc
         except BaseException:
             self.close()
             raise
@@ -291,7 +302,7 @@ class Sandbox:
             # If no replacement starts, the dead slot goes back and the next call retries.
             slot.close()
             try:
-                replacement = _Slot(self._python, self._debug, self.limits)
+                replacement = _Slot(self._python, self._debug, self.limits).wait_ready()
             except (_SlotError, OSError):
                 raise _SlotError("the fork server died and could not be restarted") from None
             with self._lock:

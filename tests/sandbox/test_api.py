@@ -139,3 +139,21 @@ def test_runs_do_not_share_state(sb: Sandbox) -> None:
     assert leftover.stdout.strip() == "['a.txt']"
     again = sb.run("import os\nprint(sorted(os.listdir('.')))")
     assert again.stdout.strip() == "[]"
+
+
+def test_each_run_refuses_when_a_required_layer_is_missing() -> None:
+    with Sandbox(limits=FAST, workers=1, required_layers=["rlimits"]) as box:
+        assert box.run("print(1)").status is Status.OK
+        # As if the host lost a layer after start-up: the child itself must refuse to run.
+        box.required_layers = ("rlimits", "no_such_layer")
+        res = box.run("print('ran anyway')")
+        assert res.status is Status.SANDBOX_ERROR
+        assert "no_such_layer" in res.detail
+        assert "ran anyway" not in res.stdout
+
+
+def test_unusable_interpreter_is_a_clear_error() -> None:
+    from sandbox import SandboxUnavailableError
+
+    with pytest.raises(SandboxUnavailableError):
+        Sandbox(workers=1, python="/nonexistent/python3")

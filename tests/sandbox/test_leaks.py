@@ -56,9 +56,23 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def settle(servers: list[int]) -> None:
+    """Each server prepares its next child right after replying: wait until all have one."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        # the verdict server + the prepared child, each ready (blocked, not still starting)
+        kids = [descendants(s) for s in servers]
+        if all(len(k) == 2 for k in kids):
+            fds = [fd_count(s) for s in servers]
+            time.sleep(0.2)
+            if fds == [fd_count(s) for s in servers]:
+                return
+        time.sleep(0.05)
+
+
 def snapshot(box: Sandbox) -> dict[str, int]:
-    time.sleep(0.5)  # each server prepares its next child right after replying: let it settle
     servers = [slot.proc.pid for slot in box._all]
+    settle(servers)
     tree = [p for s in servers for p in descendants(s)]
     return {
         "parent_fds": fd_count(os.getpid()),

@@ -1,0 +1,477 @@
+"""Learning curves: held-out accuracy against training wall time, ours against TRL's GRPOTrainer.
+
+Both trainers get the same task, model (the converted default folder unless ``--model``), training
+split, reward (the environment's, through ``grpo_envs.adapters.trl_reward_funcs`` for TRL), group
+size, prompts per step and completion length. Each run is a subprocess (clean memory, a crash is a
+row in the table, not the end of the benchmark) that saves the policy every ``--eval-every`` steps;
+the parent then scores every saved policy with ONE evaluation function (greedy HF ``generate`` on
+the first ``--eval-size`` held-out prompts, scored by the environment), so the two curves differ
+only in training. Time is training-step wall time (generation + scoring + update + weight sync),
+summed over steps; engine start-up and checkpoint writes are reported separately::
+
+    python benchmarks/learning_curve.py                   # ours vs TRL, then our loss variants
+    python benchmarks/learning_curve.py --runs ours trl   # just the head-to-head
+    python benchmarks/learning_curve.py --quick           # smoke: 2 steps each, 8 eval prompts
+
+Prints one side-by-side table (accuracy at each evaluated step, with the time it was reached) and
+writes ``learning_curve.png`` and ``learning_curve.json`` into ``--out``. Runs one training process
+at a time: the machine it was written for has 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+ROOT = HERE.parent.parent
+
+
+@dataclass(frozen=True)
+class Task:
+    """The environment both trainers train and evaluate on."""
+
+    env_id: str
+    kwargs: dict[str, str | int | float]
+
+    def make(self):
+        """Build the environment."""
+        import grpo_envs
+
+        return grpo_envs.make(self.env_id, **self.kwargs)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run: which trainer, its steps, and our config overrides for variants."""
+
+    name: str
+    trainer: str  # "ours" or "trl"
+    steps: int
+    learning_rate: float
+    overrides: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Shared:
+    """Settings both trainers share."""
+
+    model: str
+    task: Task
+    prompts: int
+    group: int
+    completion_length: int
+    temperature: float
+    eval_every: int
+    seed: int
+
+
+@dataclass
+class Point:
+    """One saved policy: its step, the training seconds to reach it, and (later) its accuracy."""
+
+    step: int
+    train_s: float
+    path: str
+    accuracy: float | None = None
+
+
+@dataclass
+class RunResult:
+    """What one run produced."""
+
+    spec: RunSpec
+    points: list[Point] = field(default_factory=list)
+    startup_s: float = 0.0
+    process_s: float = 0.0
+    error: str = ""
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def evaluate(model_dir: str, task: Task, n: int, max_new_tokens: int, batch: int = 32) -> float:
+    """Greedy held-out accuracy of the policy in ``model_dir``: the one evaluation for all runs.
+
+    HF ``generate`` rather than either trainer's engine, so that neither trainer's rollout engine
+    or precision is favoured; prompts go through the same chat template both trainers use.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpo_envs.types import Sample
+    from grpo_train.groups import encode_prompt
+
+    env = task.make()
+    rows = env.dataset("test")
+    samples = [Sample.from_row(rows[i]) for i in range(min(n, len(rows)))]
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    texts: list[str] = []
+    for start in range(0, len(samples), batch):
+        ids = [encode_prompt(tokenizer, s, 512)[0] for s in samples[start : start + batch]]
+        width = max(map(len, ids))
+        # Left padding: every row's generation starts right after its own prompt.
+        inputs = torch.tensor([[pad] * (width - len(i)) + i for i in ids])
+        attention = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids])
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=inputs,
+                attention_mask=attention,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=pad,
+            )
+        texts += [tokenizer.decode(row[width:], skip_special_tokens=True) for row in out]
+    scores = env.score_batch(texts, samples)
+    return sum(s.correct for s in scores) / max(len(samples), 1)
+
+
+# --------------------------------------------------------------------------- the two trainers
+
+
+def run_ours(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
+    """Train with ``grpo train`` (default preset + matched settings) and collect its checkpoints."""
+    from grpo_train.checkpoint import MODEL_DIR, list_checkpoints
+    from grpo_train.logging import read_metrics
+
+    config = {
+        "env": [{"id": shared.task.env_id, "kwargs": dict(shared.task.kwargs)}],
+        "model": shared.model,
+        "num_generations": shared.group,
+        "prompts_per_step": shared.prompts,
+        "max_completion_length": shared.completion_length,
+        "temperature": shared.temperature,
+        "learning_rate": spec.learning_rate,
+        "max_steps": spec.steps,
+        "save_every": shared.eval_every,
+        "keep_last": spec.steps // shared.eval_every + 2,
+        "eval_size": 0,  # evaluated afterwards by `evaluate`, like TRL's checkpoints
+        "seed": shared.seed,
+        "progress": False,
+        "output_dir": str(out),
+        **spec.overrides,
+    }
+    import yaml
+
+    (out.parent / f"{spec.name}.yaml").write_text(yaml.safe_dump(config))
+    t0 = time.perf_counter()
+    cmd = [
+        sys.executable,
+        "-m",
+        "grpo_train.cli",
+        "train",
+        "--config",
+        str(out.parent / f"{spec.name}.yaml"),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    result = RunResult(spec, process_s=time.perf_counter() - t0)
+    (out.parent / f"{spec.name}.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        result.error = f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-300:]}"
+    rows = (
+        [r for r in read_metrics(out) if "time/step" in r]
+        if (out / "metrics.jsonl").exists()
+        else []
+    )
+    elapsed, cumulative = 0.0, {}
+    for row in sorted(rows, key=lambda r: r["step"]):
+        elapsed += float(row["time/step"])
+        cumulative[int(row["step"])] = elapsed
+    for ckpt in list_checkpoints(out):
+        step = int(ckpt.name.split("-")[-1])
+        result.points.append(Point(step, cumulative.get(step, float("nan")), str(ckpt / MODEL_DIR)))
+    result.startup_s = max(result.process_s - elapsed, 0.0)
+    return result
+
+
+def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
+    """Train with TRL's GRPOTrainer in this (child) process; write ``points.json`` into ``out``.
+
+    Matches the issue's reference: HF generation, fp32, full fine-tuning, beta 0, TRL's default
+    loss (``dapo``) and std scaling (``group``); the policy is saved every ``eval_every`` steps
+    outside the timed step.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from grpo_envs.adapters import trl_reward_funcs
+
+    t0 = time.perf_counter()
+    env = shared.task.make()
+    tokenizer = AutoTokenizer.from_pretrained(shared.model)
+    model = AutoModelForCausalLM.from_pretrained(shared.model, dtype=torch.float32)
+    cfg = GRPOConfig(
+        output_dir=str(out / "trl"),
+        per_device_train_batch_size=shared.prompts * shared.group,
+        gradient_accumulation_steps=1,
+        num_generations=shared.group,
+        max_completion_length=shared.completion_length,
+        temperature=shared.temperature,
+        learning_rate=spec.learning_rate,
+        lr_scheduler_type="constant",
+        beta=0.0,
+        max_steps=spec.steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_vllm=False,
+        use_cpu=True,
+        bf16=False,
+        seed=shared.seed,
+        dataloader_num_workers=0,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=trl_reward_funcs(env),  # type: ignore[arg-type]
+        args=cfg,
+        train_dataset=env.dataset("train"),
+        processing_class=tokenizer,
+    )
+    startup = time.perf_counter() - t0
+    points: list[Point] = []
+    clock = {"train_s": 0.0, "began": 0.0}
+
+    class Checkpoints(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            clock["began"] = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            clock["train_s"] += time.perf_counter() - clock["began"]
+            if state.global_step % shared.eval_every == 0 or state.global_step == spec.steps:
+                path = out / f"step-{state.global_step:06d}"
+                trainer.model.save_pretrained(path)  # type: ignore[union-attr]
+                tokenizer.save_pretrained(path)
+                points.append(Point(state.global_step, clock["train_s"], str(path)))
+
+    trainer.add_callback(Checkpoints())
+    trainer.train()
+    payload = {"startup_s": startup, "points": [asdict(p) for p in points]}
+    (out / "points.json").write_text(json.dumps(payload))
+
+
+def run_trl(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
+    """Run ``trl_child`` in a subprocess and read its points back."""
+    out.mkdir(parents=True, exist_ok=True)
+    payload = json.dumps({"spec": asdict(spec), "shared": asdict(shared)})
+    t0 = time.perf_counter()
+    cmd = [sys.executable, str(HERE), "--child", payload, "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    result = RunResult(spec, process_s=time.perf_counter() - t0)
+    (out.parent / f"{spec.name}.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        result.error = f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-300:]}"
+    if (out / "points.json").exists():
+        data = json.loads((out / "points.json").read_text())
+        result.startup_s = data["startup_s"]
+        result.points = [Point(**p) for p in data["points"]]
+    return result
+
+
+# --------------------------------------------------------------------------- report
+
+
+def table(results: Sequence[RunResult], base_accuracy: float) -> str:
+    """Side-by-side table: one column per run, one row per evaluated step: ``acc% @ seconds``."""
+    steps = sorted({p.step for r in results for p in r.points} | {0})
+    width = max(16, *(len(r.spec.name) + 2 for r in results))
+    lines = ["step".ljust(6) + "".join(r.spec.name.rjust(width) for r in results)]
+    for step in steps:
+        cells = []
+        for r in results:
+            if step == 0:
+                cells.append(f"{base_accuracy:.1%} @ 0s")
+                continue
+            match = [p for p in r.points if p.step == step]
+            p = match[0] if match else None
+            acc = "-" if p is None or p.accuracy is None else f"{p.accuracy:.1%}"
+            cells.append("" if p is None else f"{acc} @ {p.train_s:.0f}s")
+        lines.append(str(step).ljust(6) + "".join(c.rjust(width) for c in cells))
+    lines.append("start".ljust(6) + "".join(f"{r.startup_s:.0f}s".rjust(width) for r in results))
+    lines.append("total".ljust(6) + "".join(f"{r.process_s:.0f}s".rjust(width) for r in results))
+    errors = [f"{r.spec.name}: {r.error}" for r in results if r.error]
+    return "\n".join(lines + errors)
+
+
+def plot(results: Sequence[RunResult], base_accuracy: float, path: Path) -> Path | None:
+    """Accuracy against training seconds, one line per run; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in results:
+        xs = [0.0] + [p.train_s for p in r.points if p.accuracy is not None]
+        ys = [base_accuracy] + [p.accuracy for p in r.points if p.accuracy is not None]
+        ax.plot(xs, [100 * y for y in ys], marker="o", label=r.spec.name)  # type: ignore[operator]
+    ax.set_xlabel("training wall time (s): generate + score + update + sync")
+    ax.set_ylabel("held-out greedy accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def default_learning_rate() -> float:
+    """Our run's learning rate: the one the default ``grpo train`` uses."""
+    from grpo_train.config import preset_config
+
+    return preset_config().optim.learning_rate
+
+
+def build_runs(args: argparse.Namespace) -> list[RunSpec]:
+    """The runs asked for: ours, trl, and our loss/std-scaling variants."""
+    ours_lr = args.lr if args.lr is not None else default_learning_rate()
+    runs: list[RunSpec] = []
+    if "ours" in args.runs:
+        runs.append(RunSpec("ours", "ours", args.steps, ours_lr))
+    if "trl" in args.runs:
+        runs.append(RunSpec("trl", "trl", args.trl_steps, args.trl_lr))
+    if "variants" in args.runs:
+        # Loss aggregation x reward std scaling (Dr. GRPO, arXiv:2503.20783, drops both the
+        # per-sequence length normalisation and the std division).
+        for loss, scale in (
+            ("grpo", "group"),
+            ("dr_grpo", "none"),
+            ("dapo", "group"),
+            ("dapo", "none"),
+        ):
+            runs.append(
+                RunSpec(
+                    f"{loss}/{scale}",
+                    "ours",
+                    args.variant_steps,
+                    ours_lr,
+                    {"loss_type": loss, "scale_rewards": scale},
+                )
+            )
+    return runs
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line options (see the module doc)."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="default", help="HF folder; default: the converted SmolLM2")
+    p.add_argument("--env", default="math/arithmetic-v0")
+    p.add_argument(
+        "--env-kwargs",
+        default='{"task": "add2", "format": "boxed", "format_weight": 0.5}',
+        help="JSON kwargs for grpo_envs.make (the same reward for both trainers)",
+    )
+    p.add_argument("--runs", nargs="+", default=["ours", "trl", "variants"])
+    p.add_argument("--steps", type=int, default=20, help="our training steps")
+    p.add_argument("--trl-steps", type=int, default=20)
+    p.add_argument("--variant-steps", type=int, default=10)
+    p.add_argument("--eval-every", type=int, default=5)
+    p.add_argument("--eval-size", type=int, default=64)
+    p.add_argument("--prompts", type=int, default=4, help="prompts per step")
+    p.add_argument("--group", type=int, default=8, help="completions per prompt")
+    p.add_argument("--completion-length", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--lr", type=float, default=None, help="ours; default: DEFAULT_PRESET's")
+    p.add_argument("--trl-lr", type=float, default=5e-6, help="the issue's TRL reference: 5e-6")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="", help="output folder (default: a temp folder)")
+    p.add_argument("--keep", action="store_true", help="keep the saved policies")
+    p.add_argument("--quick", action="store_true", help="smoke: 2 steps, 8 eval prompts")
+    p.add_argument("--child", default="", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.steps = args.trl_steps = 2
+        args.variant_steps, args.eval_every, args.eval_size = 1, 1, 8
+        args.completion_length = min(args.completion_length, 24)
+        args.prompts, args.group = 2, 4
+    if args.eval_every < 1:
+        p.error("--eval-every must be >= 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every asked-for training, evaluate their policies, print the table, draw the plot."""
+    args = parse_args(argv)
+    if args.child:
+        data = json.loads(args.child)
+        shared = data["shared"]
+        shared["task"] = Task(**shared["task"])
+        trl_child(RunSpec(**data["spec"]), Shared(**shared), Path(args.out))
+        return 0
+
+    from grpo_train.models import resolve_model
+
+    task = Task(args.env, json.loads(args.env_kwargs))
+    shared = Shared(
+        model=resolve_model(args.model),
+        task=task,
+        prompts=args.prompts,
+        group=args.group,
+        completion_length=args.completion_length,
+        temperature=args.temperature,
+        eval_every=args.eval_every,
+        seed=args.seed,
+    )
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="learning-curve-"))
+    out.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()
+    print(
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs, "
+        f"load {load_before[0]:.1f}; {task.env_id} {task.kwargs}; {args.prompts} prompts x "
+        f"{args.group} completions, <= {args.completion_length} tokens; eval: greedy HF, "
+        f"{args.eval_size} held-out prompts",
+        flush=True,
+    )
+    t = time.perf_counter()
+    base = evaluate(shared.model, task, args.eval_size, args.completion_length)
+    print(f"base model: {base:.1%} ({time.perf_counter() - t:.0f} s to evaluate)", flush=True)
+    results: list[RunResult] = []
+    for spec in build_runs(args):
+        run_dir = out / spec.name.replace("/", "-")
+        print(
+            f"training {spec.name}: {spec.steps} steps, lr {spec.learning_rate:g} ...", flush=True
+        )
+        run = run_trl if spec.trainer == "trl" else run_ours
+        result = run(spec, shared, run_dir)
+        for point in result.points:
+            point.accuracy = evaluate(point.path, task, args.eval_size, args.completion_length)
+            print(
+                f"  step {point.step}: {point.accuracy:.1%} after {point.train_s:.0f} s", flush=True
+            )
+        if not args.keep:  # policies are 0.5-1.5 GB each
+            for point in result.points:
+                shutil.rmtree(
+                    Path(point.path).parent if spec.trainer == "ours" else point.path,
+                    ignore_errors=True,
+                )
+        results.append(result)
+    text = table(results, base)
+    load_after = os.getloadavg()
+    print(f"\n{text}\nload average (1 min) before {load_before[0]:.1f}, after {load_after[0]:.1f}")
+    png = plot(results, base, out / "learning_curve.png")
+    summary = {"base_accuracy": base, "args": vars(args), "results": [asdict(r) for r in results]}
+    (out / "learning_curve.json").write_text(json.dumps(summary, indent=1, default=str))
+    print(f"results: {out / 'learning_curve.json'}; plot: {png or 'not drawn (no matplotlib)'}")
+    return 1 if any(r.error for r in results) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
