@@ -350,10 +350,15 @@ def serve_calls(namespace: dict[str, object], entry_point: str) -> None:
         )
         return
     _codec.write_frame(3, _codec.dumps(["ready"]))
+    reader = _codec.FrameReader()
+    frames: list[bytes] = []
     while True:
-        raw = _codec.read_frame(3)
-        if raw is None:
-            return
+        while not frames:  # one read per call in the usual case (not two: header, body)
+            data = os.read(3, 1 << 20)
+            if not data:
+                return
+            frames = reader.feed(data)
+        raw = frames.pop(0)
         msg = _codec.loads(raw)
         if not isinstance(msg, list) or len(msg) != 4 or msg[0] != "call":
             return

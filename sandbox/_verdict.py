@@ -34,6 +34,7 @@ class Proxy:
 
     def __init__(self, sock: socket.socket, name: str) -> None:
         self.sock = sock
+        sock.setblocking(False)  # once: every wait is a select() with the test's deadline
         self.__name__ = name
         self.reader = _codec.FrameReader()
         self.pending: list[bytes] = []
@@ -43,6 +44,25 @@ class Proxy:
         self.timed_out = False
         self.detail = ""
         self.unsupported = False
+
+    def _send(self, data: bytes) -> None:
+        """Send all of ``data`` before the deadline (the socket is non-blocking)."""
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[self.sock.send(view) :]
+                continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                self.dead = True
+                self.detail = self.detail or "the candidate process exited"
+                raise _CandidateDied() from None
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                self.dead = self.timed_out = True
+                raise _CandidateTimeout()
+            select.select([], [self.sock], [], remaining)
 
     def recv(self) -> object:
         """Receive one message before the deadline; mark the candidate dead/timed out on failure."""
@@ -56,6 +76,8 @@ class Proxy:
                 continue
             try:
                 data = self.sock.recv(1 << 20)
+            except BlockingIOError:
+                continue
             except OSError:
                 data = b""
             if not data:
@@ -87,18 +109,7 @@ class Proxy:
         except _codec.CodecError as exc:
             self.unsupported = True
             raise TypeError(f"sandbox cannot send this argument to the candidate: {exc}") from None
-        self.sock.settimeout(max(0.001, self.deadline - time.monotonic()))
-        try:
-            self.sock.sendall(_codec.frame(payload))
-        except TimeoutError:
-            self.dead = self.timed_out = True
-            raise _CandidateTimeout() from None
-        except OSError:
-            self.dead = True
-            self.detail = self.detail or "the candidate process exited"
-            raise _CandidateDied() from None
-        finally:
-            self.sock.settimeout(None)
+        self._send(_codec.frame(payload))
         reply = self.recv()
         seq, self.seq = self.seq, self.seq + 1
         if not (isinstance(reply, list) and len(reply) >= 3 and reply[1] == seq):

@@ -7,15 +7,18 @@ stdin/stdout.
 
 At start-up the zygote moves itself into its slot's cgroups and into an empty network and UTS
 namespace (keeping a handle on the host's network namespace for ``network=True`` runs), so none
-of that costs anything per run. Per run it forks:
+of that costs anything per run, and forks its long-lived verdict server. Per run it forks C:
 
     zygote (trusted, root)          supervises: output caps, wall clock, reaping, verdicts
       C (untrusted after setup)     forked right after unshare(CLONE_NEWPID), so it is pid 1 of a
-                                    fresh PID namespace; then: setsid, unshare(mount|ipc), fresh
-                                    /proc + tmpfs /tmp + /dev/shm, hidden homes, drop to the slot
-                                    uid, rlimits, no_new_privs, Landlock, seccomp, run the program
-      V "verdict" (trusted code)    run_tests only, unprivileged uid: runs the TRUSTED test code
-                                    against proxies that call C's function over a private socket
+                                    fresh PID namespace; then (``_child.py``): setsid,
+                                    unshare(mount|ipc), fresh /proc + tmpfs /tmp + /dev/shm,
+                                    hidden homes, drop to the slot uid, no_new_privs, Landlock,
+                                    seccomp; waits for its program; rlimits; runs the program.
+                                    The next C is prepared right after each reply.
+      V "verdict server" (trusted)  run_tests only, unprivileged uid, long-lived: runs the TRUSTED
+                                    test code (``_verdict.py``) against proxies that call C's
+                                    function over a private socket
 
 C is the zygote's own unreaped child, and it is killed through a pidfd, so a recycled pid can
 never be hit; killing it tears down its whole PID namespace, which is how double-forked daemons

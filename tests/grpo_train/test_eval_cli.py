@@ -1,6 +1,7 @@
 """`grpo eval` end to end on real HumanEval data with the tiny random model, and argument checks."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -99,3 +100,31 @@ def test_cli_humaneval_end_to_end_vllm(tiny_model_path, tmp_path, capsys):
     _, summary = _check_run(out, n=1, ks=(1,))
     assert summary["engine"] == "vllm" and summary["sampling"]["temperature"] == 0.0
     assert summary["results"][0]["greedy"] is True
+
+
+def test_trainer_api_reuses_a_running_hf_engine(tiny_model_path):
+    """What the trainer does every N steps: evaluate with its live engine, log flat metrics."""
+    import grpo_envs
+    from grpo_train.eval import GREEDY, evaluate
+    from grpo_train.models import load_policy
+    from grpo_train.rollout import make_engine
+
+    model, tokenizer = load_policy(str(tiny_model_path))
+    engine = make_engine("hf", tiny_model_path, model=model, tokenizer=tokenizer)
+    env = grpo_envs.make("math/add2-v0", train_size=4, test_size=3)
+    sampling = replace(GREEDY, max_new_tokens=8)
+    first = evaluate(engine, tokenizer, [env], sampling=sampling, progress=False)
+    second = evaluate(engine, tokenizer, {"add": env}, sampling=sampling, progress=False)
+    assert engine.model is model  # the trainer's module, not a reloaded copy
+    m = first.metrics("eval")
+    assert set(m) >= {"eval/accuracy", "eval/math/add2-v0/accuracy", "eval/math/add2-v0/pass@1"}
+    assert {"eval/math/add2-v0/strict_accuracy", "eval/math/add2-v0/flexible_accuracy"} <= set(m)
+    r1, r2 = first["math/add2-v0"], second["add"]
+    assert r1.num_prompts == r2.num_prompts == 3 and r1.greedy
+    # Greedy decoding of the same weights gives the same results both times.
+    assert (r1.accuracy, r1.mean_completion_tokens, dict(r1.outcome_counts)) == (
+        r2.accuracy,
+        r2.mean_completion_tokens,
+        dict(r2.outcome_counts),
+    )
+    assert 0 < r1.mean_completion_tokens <= 8

@@ -310,15 +310,15 @@ def test_malformed_scores_become_errors_and_overall_accuracy_is_logged():
 
 
 def test_long_prompts_keep_their_last_tokens():
-    class Recording(ScriptedEngine):
-        seen: list[int] = []
+    seen: list[list[int]] = []
 
+    class Recording(ScriptedEngine):
         def generate(self, prompt_token_ids, sampling):
-            Recording.seen = [len(p) for p in prompt_token_ids]
+            seen.append([len(p) for p in prompt_token_ids])
             return super().generate(prompt_token_ids, sampling)
 
     kw = dict(limit=2, progress=False)
     evaluate(Recording(), CharTokenizer(), [AddEnv()], **kw)
-    assert Recording.seen == [30, 30]  # "user: What is 0+0?\nassistant: "
+    assert seen[-1] == [30, 30]  # "user: What is 0+0?\nassistant: "
     summary = evaluate(Recording(), CharTokenizer(), [AddEnv()], max_prompt_tokens=20, **kw)
-    assert Recording.seen == [20, 20] and summary["toy/add-v0"].accuracy == 0.5
+    assert seen[-1] == [20, 20] and summary["toy/add-v0"].accuracy == 0.5
