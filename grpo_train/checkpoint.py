@@ -57,6 +57,11 @@ def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
+def checkpoint_path(run_dir: str | Path, step: int) -> Path:
+    """Return the folder of the checkpoint of ``step``."""
+    return checkpoint_dir(run_dir) / f"{_PREFIX}{step:06d}"
+
+
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
     """Complete checkpoints of a run, oldest first."""
     root = checkpoint_dir(run_dir)
@@ -107,7 +112,7 @@ def save_checkpoint(
     """Write a checkpoint of ``step`` atomically and delete all but the newest ``keep_last``."""
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"{_PREFIX}{step:06d}"
+    final = checkpoint_path(run_dir, step)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
     try:
         model.save_pretrained(tmp / MODEL_DIR, safe_serialization=True)

@@ -26,7 +26,13 @@ import torch
 from grpo_envs.base import Environment
 from grpo_envs.types import Sample
 from grpo_train.advantages import compute_advantages
-from grpo_train.checkpoint import MODEL_DIR, latest_checkpoint, load_checkpoint, save_checkpoint
+from grpo_train.checkpoint import (
+    MODEL_DIR,
+    checkpoint_path,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from grpo_train.config import TrainConfig
 from grpo_train.groups import (
     Group,
@@ -169,6 +175,8 @@ class Trainer:
                 "beta=0, mu=1: the logged loss stays near 0 by design, the gradient does not "
                 "(see 'Why is the loss 0?' in grpo_train/README.md); watch reward/mean"
             )
+        if self.start_step >= run.max_steps:  # never train 0 steps silently (a TRL resume bug)
+            logger.warning("resumed at step %d >= max_steps: nothing to do", self.start_step)
         try:
             if self.start_step == 0 and cfg.data.eval_size > 0:
                 before = self.evaluate()
@@ -186,7 +194,7 @@ class Trainer:
                 log.log_step(step, metrics)
                 if last or (run.save_every and step % run.save_every == 0):
                     last_ckpt = self.save(step)
-            if self._stop_signal is not None:
+            if self._stop_signal is not None and last_ckpt != checkpoint_path(self.run_dir, step):
                 log.write(f"signal {self._stop_signal}: saving step {step} and stopping")
                 last_ckpt = self.save(step)
         finally:

@@ -159,12 +159,6 @@ def test_mbpp_scoring(own_sandbox):
 
 
 @needs_sandbox
-@pytest.mark.xfail(
-    strict=False,
-    reason="sandbox race (reported): a CallTest program lacking its entry point is sometimes "
-    "reported as status 'timeout' ('CPU limit of N s'): after verdict_done the sandbox's own "
-    "SIGKILL of a never-ready child is read by _classify as RLIMIT_CPU",
-)
 def test_a_program_without_the_entry_point_is_a_runtime_error():
     env = MBPPEnv(data_files=MBPP_FULL, workers=2, calibrate=False)
     sample = next(s for s in map(Sample.from_row, env.dataset("test")) if s.id == "mbpp/17")

@@ -178,6 +178,34 @@ def test_module_level_hang_and_crash(sb: Sandbox) -> None:
     assert "ZeroDivisionError" in crash.stderr
 
 
+def test_missing_entry_point_is_a_runtime_error_not_a_timeout() -> None:
+    """Regression: the sandbox's own kill after the verdicts was once read as RLIMIT_CPU.
+
+    The program without its entry point exits by itself right after saying so, while the zygote
+    kills it as soon as the verdict process is done: whichever comes first decided the status
+    (about half the time 'timeout', "CPU limit of N s"). One worker and a passing run before
+    each check reproduce the interleaving; 25 rounds made the old code fail every time here.
+    """
+    with Sandbox(limits=FAST, workers=1) as box:
+        seen = set()
+        for _ in range(25):
+            assert box.run_tests(CORRECT_ADD, ADD_TESTS, entry_point="add").all_passed
+            report = box.run_tests("def plus(a, b):\n    return a + b\n", ADD_TESTS, entry_point="add")
+            seen.add((report.status, *((r.status, r.detail) for r in report.results)))
+    detail = "NameError: entry point 'add' is not defined"
+    expected = (Status.RUNTIME_ERROR, *[(TestStatus.RUNTIME_ERROR, detail)] * 2)
+    assert seen == {expected}
+
+
+def test_candidate_closing_its_channel_is_a_runtime_error(sb: Sandbox) -> None:
+    """A program that closes the call channel and lingers is killed by us: not a CPU timeout."""
+    program = "def add(a, b):\n    import os, time\n    os.close(3)\n    time.sleep(30)\n"
+    report = sb.run_tests(program, ADD_TESTS, entry_point="add")
+    assert [r.status for r in report.results] == [TestStatus.RUNTIME_ERROR] * 2
+    assert report.status is Status.RUNTIME_ERROR
+    assert report.wall_s < 10
+
+
 def test_memory_and_output_limits_in_calls(sb: Sandbox) -> None:
     mem = "def add(a, b):\n    return len(bytearray(8 << 30))\n"
     report = sb.run_tests(mem, ADD_TESTS[:1], entry_point="add", limits=Limits(memory_mb=256))
