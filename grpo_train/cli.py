@@ -13,8 +13,14 @@ import sys
 
 #: sub-command -> (module exposing ``main(argv: list[str]) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("grpo_train.train_cli", "train a model with GRPO (no arguments: the embedded default)"),
-    "eval": ("grpo_train.eval.cli", "evaluate a model on benchmark suites; `grpo eval compare A B`"),
+    "train": (
+        "grpo_train.train_cli",
+        "train a model with GRPO (no arguments: the embedded default)",
+    ),
+    "eval": (
+        "grpo_train.eval.cli",
+        "evaluate a model on benchmark suites; `grpo eval compare A B`",
+    ),
     "envs": ("grpo_envs.cli", "list, show and score registered environments"),
     "plot": ("grpo_train.plot", "draw PNG curves of a run folder"),
 }
