@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -108,14 +109,20 @@ def save_checkpoint(
     sampler: SamplerState,
     config: TrainConfig,
     keep_last: int,
+    state_dict: Mapping[str, torch.Tensor] | None = None,
 ) -> Path:
-    """Write a checkpoint of ``step`` atomically and delete all but the newest ``keep_last``."""
+    """Write a checkpoint of ``step`` atomically and delete all but the newest ``keep_last``.
+
+    A LoRA (peft) model writes only its adapter into ``model/``. ``state_dict``: the gathered
+    full weights of a sharded (FSDP / ZeRO-3) model (``distributed.full_state_dict``).
+    """
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = checkpoint_path(run_dir, step)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
     try:
-        model.save_pretrained(tmp / MODEL_DIR, safe_serialization=True)
+        full = None if state_dict is None else dict(state_dict)
+        model.save_pretrained(tmp / MODEL_DIR, safe_serialization=True, state_dict=full)
         tokenizer.save_pretrained(tmp / MODEL_DIR)
         state = {
             "step": step,

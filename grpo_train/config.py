@@ -58,6 +58,25 @@ class PolicyConfig:
     """Parameter dtype for training (float32 is the safe choice on CPU)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: less memory, about 30% more compute."""
+    lora_r: int = 0
+    """LoRA rank (peft); 0 trains every weight (full fine-tuning). 16 is a common choice."""
+    lora_alpha: int = 32
+    """LoRA scale numerator: the update is lora_alpha / lora_r * B @ A (common: 2 * lora_r)."""
+    lora_dropout: float = 0.0
+    """Dropout on the adapters' input; 0 keeps the importance ratio exactly 1 at mu = 1."""
+    target_modules: str = "all-linear"
+    """Layers that get adapters: ``all-linear`` or comma-separated names (``q_proj,v_proj``)."""
+    use_qlora: bool = False
+    """QLoRA: load the frozen base in 4-bit NF4 (bitsandbytes, CUDA only); needs lora_r > 0."""
+    save_merged: bool = False
+    """LoRA: also write the merged policy as a plain HF folder (run_dir/merged) at the end."""
+    offload_reference: bool = False
+    """Full fine-tuning with beta > 0: keep the KL reference model in host RAM between uses."""
+    cpu_autocast_bf16: bool = False
+    """CPU only: run the training forward/backward under bf16 autocast (faster on CPUs with
+    AVX512-BF16/AMX; logprobs then differ from float32 by ~1e-2). Parameters stay float32."""
+    num_threads: int = 0
+    """CPU threads for the trainer's torch ops (torch.set_num_threads); 0 keeps torch's choice."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +116,12 @@ class RolloutConfig:
     """GPU only: fraction of GPU memory vLLM may take (the rest stays for the trainer)."""
     vllm_cpu_kv_cache_gib: float = 1.0
     """CPU only: vLLM's KV-cache size in GiB (on CPU it takes a fixed size, not a fraction)."""
+    vllm_sleep_mode: bool = False
+    """GPU only: put the colocated vLLM engine to sleep during the update (frees its memory)."""
+    seed_per_prompt: bool = False
+    """Sample each prompt's group with its own seed (run seed + global prompt index): rollouts do
+    not depend on how prompts are split over ranks or batches (a multi-rank run then matches a
+    single-process one); costs batching with the hf engine."""
 
 
 @dataclass(frozen=True)
@@ -480,6 +505,18 @@ def _validate(cfg: TrainConfig) -> list[str]:
     need(
         0 <= o.adam_beta1 < 1 and 0 <= o.adam_beta2 < 1, "adam_beta1/adam_beta2: must be in [0, 1)"
     )
+    need(cfg.policy.lora_r >= 0, f"lora_r: {cfg.policy.lora_r}; must be >= 0 (0 disables LoRA)")
+    need(cfg.policy.lora_alpha > 0, f"lora_alpha: {cfg.policy.lora_alpha}; must be > 0 (try 2 * r)")
+    need(
+        0 <= cfg.policy.lora_dropout < 1,
+        f"lora_dropout: {cfg.policy.lora_dropout}; must be in [0, 1)",
+    )
+    need(bool(cfg.policy.target_modules.strip()), "target_modules: empty; use all-linear")
+    need(
+        cfg.policy.lora_r > 0 or not (cfg.policy.use_qlora or cfg.policy.save_merged),
+        "use_qlora/save_merged: need LoRA; set lora_r (e.g. 16)",
+    )
+    need(cfg.policy.num_threads >= 0, f"num_threads: {cfg.policy.num_threads}; must be >= 0")
     need(run.max_steps >= 0, f"max_steps: {run.max_steps}; must be >= 0")
     need(run.save_every >= 0, f"save_every: {run.save_every}; must be >= 0 (0: only at the end)")
     need(run.keep_last >= 1, f"keep_last: {run.keep_last}; keep at least 1 checkpoint")

@@ -13,7 +13,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -150,15 +150,22 @@ def build_engine(
     name = config.rollout.engine
     if name == "auto":
         name = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
-    dtype, seed = config.policy.dtype, config.run.seed
+    dtype = config.policy.dtype
     if name == "hf":
         return make_engine("hf", model_path, model=model, tokenizer=tokenizer, dtype=dtype)
+    from grpo_train.distributed import vllm_colocate_kwargs
+
+    # Under `accelerate launch` each rank's engine joins the job (external_launcher) with its
+    # own sampling seed; a single process gets just the seed.
+    extra: dict[str, Any] = dict(vllm_colocate_kwargs(config.run.seed))
+    if config.rollout.vllm_sleep_mode:
+        extra["enable_sleep_mode"] = True
     return make_engine(
         "vllm",
         model_path,
         dtype=dtype,
-        seed=seed,
         max_model_len=config.data.max_prompt_length + config.rollout.max_completion_length,
         gpu_memory_utilization=config.rollout.vllm_memory_fraction,
         cpu_kv_cache_gib=config.rollout.vllm_cpu_kv_cache_gib,
+        **extra,
     )

@@ -77,10 +77,18 @@ class RunLogger:
         *,
         start_step: int = 0,
         use_tensorboard: bool = True,
+        enabled: bool = True,
     ) -> None:
+        """Open the sinks; ``enabled=False`` (non-main ranks) writes nothing at all."""
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.enabled = enabled
+        self._tb = None
+        self._wandb = None
+        self._bar = None
         self._metrics_path = self.run_dir / METRICS_FILE
+        if not enabled:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         # On resume, forget rows the interrupted run wrote after its checkpoint: they are redone.
         if self._metrics_path.exists():
             kept = [r for r in read_metrics(self.run_dir) if r.get("step", 0) <= start_step]
@@ -115,6 +123,8 @@ class RunLogger:
 
     def log_step(self, step: int, metrics: Mapping[str, float]) -> None:
         """Append one step's metrics to every sink and advance the progress bar."""
+        if not self.enabled:
+            return
         row = {"step": step, **{k: _finite(v) for k, v in metrics.items()}}
         with self._metrics_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
@@ -132,6 +142,8 @@ class RunLogger:
 
     def log_eval(self, step: int, metrics: Mapping[str, float]) -> None:
         """Record an evaluation that is not attached to a training step row (before training)."""
+        if not self.enabled:
+            return
         row = {"step": step, **{k: _finite(v) for k, v in metrics.items()}}
         with self._metrics_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
@@ -143,12 +155,16 @@ class RunLogger:
 
     def log_samples(self, records: Sequence[SampleRecord]) -> None:
         """Append sample completions to ``samples.jsonl``."""
+        if not self.enabled:
+            return
         with (self.run_dir / SAMPLES_FILE).open("a") as f:
             for rec in records:
                 f.write(json.dumps(asdict(rec)) + "\n")
 
     def write(self, message: str) -> None:
         """Print a line without breaking the progress bar."""
+        if not self.enabled:
+            return
         if self._bar is not None:
             self._bar.write(message)
         else:
@@ -186,6 +202,15 @@ class MetricSums:
             else:
                 self._sums[key] += value * tokens
                 self._weights[key] += tokens
+
+    def merge(self, other: MetricSums) -> None:
+        """Fold another rank's sums into these (averages stay token-weighted over both)."""
+        for key, value in other._sums.items():
+            self._sums[key] += value
+            self._weights[key] += other._weights[key]
+        for key, value in other._extremes.items():
+            pick = min if key.endswith("_min") else max
+            self._extremes[key] = pick(self._extremes.get(key, value), value)
 
     def result(self) -> dict[str, float]:
         """Return the averages and extremes."""

@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         trainer.close()
+    if not trainer.rank.is_main:  # under `accelerate launch` only the main rank reports
+        return _EXIT_INTERRUPTED if result.interrupted else 0
 
     run_dir = Path(result.run_dir)
     plots = _plot(run_dir)

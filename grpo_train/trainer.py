@@ -9,6 +9,7 @@ in ``groups.py``, run management in ``checkpoint.py`` and ``logging.py``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import signal
@@ -16,16 +17,17 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import numpy as np
 import torch
 
 from grpo_envs.base import Environment
 from grpo_envs.types import Sample
-from grpo_train.advantages import compute_advantages
+from grpo_train import distributed, memory
 from grpo_train.checkpoint import (
     MODEL_DIR,
     checkpoint_path,
@@ -50,7 +52,9 @@ from grpo_train.logging import (
     rollout_metrics,
     sample_records,
 )
+from grpo_train.lora import LoraSettings, reference_logprobs, save_merged
 from grpo_train.loss import (
+    MicroBatch,
     grpo_loss,
     loss_share,
     make_micro_batches,
@@ -59,6 +63,11 @@ from grpo_train.loss import (
     truncated_is_weights,
 )
 from grpo_train.rollout.base import RolloutEngine, SamplingConfig
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+T = TypeVar("T")
 
 
 class TrainingAborted(RuntimeError):
@@ -78,6 +87,16 @@ class TrainResult:
     last_checkpoint: Path | None
 
 
+def lora_settings(cfg: TrainConfig) -> LoraSettings | None:
+    """Return the run's LoRA settings, or None for full fine-tuning (``lora_r = 0``)."""
+    p = cfg.policy
+    if p.lora_r == 0:
+        return None
+    names = [m.strip() for m in p.target_modules.split(",") if m.strip()]
+    targets: str | tuple[str, ...] = "all-linear" if names == ["all-linear"] else tuple(names)
+    return LoraSettings(p.lora_r, p.lora_alpha, p.lora_dropout, targets, p.use_qlora)
+
+
 class Trainer:
     """GRPO on one or more environments: ``Trainer(config).train()`` runs the whole thing.
 
@@ -91,13 +110,22 @@ class Trainer:
         env: Environment | Sequence[Environment] | None = None,
         engine: RolloutEngine | None = None,
     ) -> None:
+        from accelerate import Accelerator
+        from accelerate.utils import DistributedType
         from transformers import get_scheduler
 
         from grpo_train.models import load_policy, resolve_model
 
         self.cfg = cfg = config
         self.run_dir = Path(cfg.run.output_dir)
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        # accelerate reads `accelerate launch`'s settings (DDP / FSDP / DeepSpeed, the device);
+        # a plain `python` run is one process on cuda:0 or the CPU.
+        self.accelerator = Accelerator()
+        self.distributed = self.accelerator.distributed_type != DistributedType.NO
+        self.rank = distributed.rank_info()
+        self.device = str(self.accelerator.device)
+        if cfg.policy.num_threads:
+            torch.set_num_threads(cfg.policy.num_threads)
         if env is None:
             import grpo_envs
 
@@ -113,38 +141,60 @@ class Trainer:
         random.seed(cfg.run.seed)
         np.random.seed(cfg.run.seed)
         base_model = resolve_model(cfg.policy.model)
-        model_path = str(self.resume_from / MODEL_DIR) if self.resume_from else base_model
-        self.model, self.tokenizer = load_policy(model_path, cfg.policy.dtype, self.device)
+        saved = str(self.resume_from / MODEL_DIR) if self.resume_from else None
+        self.lora = lora_settings(cfg)
+        if self.lora is not None:
+            from grpo_train.lora import load_lora_policy
+
+            # A LoRA checkpoint's model/ folder holds only the adapter: load the base, then it.
+            peft_model, self.tokenizer = load_lora_policy(
+                base_model, self.lora, dtype=cfg.policy.dtype, device=self.device, adapter_dir=saved
+            )
+            # A PeftModel forwards generate / save_pretrained / forward like the model it wraps.
+            model = cast("PreTrainedModel", peft_model)
+            model_path = base_model  # what a vLLM engine starts from; merged weights follow
+        else:
+            model_path = saved or base_model
+            model, self.tokenizer = load_policy(model_path, cfg.policy.dtype, self.device)
         if cfg.policy.gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
+            memory.enable_gradient_checkpointing(model)
         # The KL reference is the initial policy, and exists only when it is used (beta > 0).
+        # With LoRA it is the same module with the adapter switched off: no second copy.
         self.ref_model = None
-        if cfg.algorithm.beta > 0:
-            self.ref_model = load_policy(base_model, cfg.policy.dtype, self.device)[0]
+        if cfg.algorithm.beta > 0 and self.lora is None:
+            ref_device = "cpu" if cfg.policy.offload_reference else self.device
+            self.ref_model = load_policy(base_model, cfg.policy.dtype, ref_device)[0]
             self.ref_model.eval().requires_grad_(False)
         o = cfg.optim
-        self.optimizer = torch.optim.AdamW(
-            [p for p in self.model.parameters() if p.requires_grad],
+        optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad],
             lr=o.learning_rate,
             betas=(o.adam_beta1, o.adam_beta2),
             weight_decay=o.weight_decay,
         )
         schedule = "constant_with_warmup" if o.lr_scheduler == "constant" else o.lr_scheduler
         total_updates = max(1, cfg.run.max_steps * cfg.algorithm.mu)
-        self.scheduler = get_scheduler(schedule, self.optimizer, o.warmup_steps, total_updates)
+        # The scheduler is not handed to accelerate: its wrapper steps once per process per
+        # update (it assumes the batch grows with the world), which would shift the schedule.
+        self.scheduler = get_scheduler(schedule, optimizer, o.warmup_steps, total_updates)
         self.start_step, sampler_state = 0, None
         if self.resume_from:
-            state = load_checkpoint(
-                self.resume_from, optimizer=self.optimizer, scheduler=self.scheduler
-            )
+            state = load_checkpoint(self.resume_from, optimizer=optimizer, scheduler=self.scheduler)
             self.start_step, sampler_state = state.step, state.sampler
+        self.policy = model  # the unwrapped module: engines, checkpoints, evaluation
+        self.model: torch.nn.Module = model
+        self.optimizer = optimizer
+        if self.distributed:  # DDP / FSDP / ZeRO wrappers; gradients reduced by them
+            self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         sizes = [len(rows) for rows in self.train_rows]
         self.sampler = PromptSampler(sizes, weights, cfg.run.seed, sampler_state)
         self.engine = (
             engine
             if engine is not None
-            else build_engine(cfg, model_path, self.model, self.tokenizer)
+            else build_engine(cfg, model_path, self.policy, self.tokenizer)
         )
+        if self.lora is not None and self.resume_from:
+            distributed.sync_rollout_weights(self.engine, self.model)  # the resumed adapter
         self._stop_signal: int | None = None
         self._bad_updates = 0
 
@@ -160,17 +210,23 @@ class Trainer:
         return path
 
     def train(self) -> TrainResult:
-        """Run up to ``max_steps`` steps (from the resumed step), evaluating before and after."""
+        """Run up to ``max_steps`` steps (from the resumed step), evaluating before and after.
+
+        Under ``accelerate launch`` every rank runs this; only the main rank evaluates, logs and
+        writes files (the others get a logger that writes nothing).
+        """
         cfg, run, t0 = self.cfg, self.cfg.run, time.perf_counter()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        cfg.save(self.run_dir / "config.yaml")
-        log = RunLogger(self.run_dir, cfg, start_step=self.start_step)
+        main = self.rank.is_main
+        if main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            cfg.save(self.run_dir / "config.yaml")
+        log = RunLogger(self.run_dir, cfg, start_step=self.start_step, enabled=main)
         # Handlers can only be installed from the main thread; elsewhere Ctrl-C is the caller's.
         in_main = threading.current_thread() is threading.main_thread()
         signals = (signal.SIGINT, signal.SIGTERM) if in_main else ()
         handlers = {s: signal.signal(s, self._on_signal) for s in signals}
         step, last_ckpt, acc_before, acc_after = self.start_step, None, None, None
-        if cfg.algorithm.beta == 0 and cfg.algorithm.mu == 1:  # TRL/verl users' FAQ: "loss is 0"
+        if cfg.algorithm.beta == 0 and cfg.algorithm.mu == 1 and main:  # TRL/verl users' FAQ
             logger.info(
                 "beta=0, mu=1: the logged loss stays near 0 by design, the gradient does not "
                 "(see 'Why is the loss 0?' in grpo_train/README.md); watch reward/mean"
@@ -178,16 +234,21 @@ class Trainer:
         if self.start_step >= run.max_steps:  # never train 0 steps silently (a TRL resume bug)
             logger.warning("resumed at step %d >= max_steps: nothing to do", self.start_step)
         try:
-            if self.start_step == 0 and cfg.data.eval_size > 0:
+            if self.start_step == 0 and cfg.data.eval_size > 0 and main:
                 before = self.evaluate()
                 acc_before = before["eval/accuracy"]
                 log.log_eval(0, before)
-            while step < run.max_steps and self._stop_signal is None:
+            while step < run.max_steps and not self._should_stop():
                 step += 1
                 metrics = self.train_step(step, log)
                 last = step == run.max_steps
-                if cfg.data.eval_size > 0 and (
-                    last or (run.eval_every and step % run.eval_every == 0)
+                if last and self.distributed and not distributed.is_sharded(self.model):
+                    # Data-parallel replicas must agree exactly; 0.0 says DDP kept them in step.
+                    metrics["dist/max_rank_diff"] = distributed.max_rank_difference(self.model)
+                if (
+                    main
+                    and cfg.data.eval_size > 0
+                    and (last or (run.eval_every and step % run.eval_every == 0))
                 ):
                     metrics.update(self.evaluate())
                     acc_after = metrics["eval/accuracy"] if last else None
@@ -197,6 +258,10 @@ class Trainer:
             if self._stop_signal is not None and last_ckpt != checkpoint_path(self.run_dir, step):
                 log.write(f"signal {self._stop_signal}: saving step {step} and stopping")
                 last_ckpt = self.save(step)
+            if self.lora is not None and cfg.policy.save_merged:
+                save_merged(
+                    self.model, self.tokenizer, self.run_dir / "merged", is_main_process=main
+                )
         finally:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
@@ -205,38 +270,58 @@ class Trainer:
         wall = time.perf_counter() - t0
         return TrainResult(self.run_dir, step, acc_before, acc_after, wall, interrupted, last_ckpt)
 
+    def _should_stop(self) -> bool:
+        """Return True once a signal arrived on any rank (all ranks must stop at the same step)."""
+        stop = 1.0 if self._stop_signal is not None else 0.0
+        return distributed.global_max(stop)[0] > 0
+
     def train_step(self, step: int, log: RunLogger) -> dict[str, float]:
         """Run one step (generate, score, advantages, update, sync) and return its metrics."""
         cfg, a, m = self.cfg, self.cfg.algorithm, {}
         times: dict[str, float] = defaultdict(float)
+        p_step = cfg.rollout.prompts_per_step
         # (1)-(3) Prompts -> a group of completions each -> scores. DAPO dynamic sampling
         # (arXiv:2503.14476, 3.2) drops groups whose rewards all agree and refills the batch from
-        # the next prompts, for at most `dynamic_sampling_rounds` extra rounds.
-        sampled = self.collect(cfg.rollout.prompts_per_step, step, 0, times)
-        groups = sampled
+        # the next prompts, for at most `dynamic_sampling_rounds` extra rounds. Every rank draws
+        # the same prompts and keeps its share, so counts are global sums.
+        sampled = self.collect(p_step, step, 0, times)
+        groups, padding = sampled, False
         if a.dynamic_sampling:
             groups, rounds = [g for g in sampled if g.informative], 0
-            while len(groups) < cfg.rollout.prompts_per_step and rounds < a.dynamic_sampling_rounds:
+            kept = int(distributed.global_sum(len(groups))[0])
+            while kept < p_step and rounds < a.dynamic_sampling_rounds:
                 rounds += 1
-                more = self.collect(cfg.rollout.prompts_per_step - len(groups), step, rounds, times)
+                more = self.collect(p_step - kept, step, rounds, times)
                 sampled, groups = sampled + more, groups + [g for g in more if g.informative]
-            m.update({"dynamic/groups_kept": float(len(groups)), "dynamic/rounds": float(rounds)})
-        m.update(rollout_metrics(sampled, self.env_names))
+                kept = int(distributed.global_sum(len(groups))[0])
+            m.update({"dynamic/groups_kept": float(kept), "dynamic/rounds": float(rounds)})
+            if not groups and kept > 0 and sampled:
+                # Every rank must run the same number of backward passes (DDP collectives):
+                # a rank with nothing left trains on one dropped group with zero loss weight.
+                groups, padding = [sampled[0]], True
+        # Statistics describe the whole step's batch: every rank's groups, as one process.
+        m.update(rollout_metrics(self._gathered(sampled), self.env_names))
 
-        # (4)-(5) Group-relative advantages, then the clipped policy-gradient updates.
+        # (4)-(5) Group-relative advantages over the whole step's batch (all ranks), then the
+        # clipped policy-gradient updates on this rank's groups.
         t = time.perf_counter()
         advantages = torch.zeros(0, cfg.rollout.num_generations)
-        if groups:
-            rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float64)  # (P, G)
-            advantages = compute_advantages(rewards, a.advantage_estimator, a.scale_rewards)
-            m.update(self.update(groups, advantages.flatten()))
+        rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float64)  # (P_rank, G)
+        if rewards.numel() == 0:
+            rewards = rewards.reshape(0, cfg.rollout.num_generations)
+        ga = distributed.global_advantages(rewards, a.advantage_estimator, a.scale_rewards)
+        if ga.rewards.shape[0] > 0:
+            advantages = ga.local.float()
+            # vLLM sleep mode (GPU): the engine's memory is free while the trainer needs it.
+            with memory.engine_asleep(self.engine):
+                m.update(self.update(groups, advantages.flatten(), padding))
         else:
             logger.warning("step %d: every group had equal rewards; no update", step)
         times["train"] = time.perf_counter() - t
 
-        # (6) Push the new weights into the rollout engine.
+        # (6) Push the new weights into the rollout engine (merged LoRA, gathered shards).
         t = time.perf_counter()
-        self.engine.sync_weights(self.model)
+        distributed.sync_rollout_weights(self.engine, self.model)
         times["sync"] = time.perf_counter() - t
 
         # (7) Time split, throughput, memory, sample completions.
@@ -253,11 +338,21 @@ class Trainer:
     def collect(
         self, n_prompts: int, step: int, round_: int, times: dict[str, float]
     ) -> list[Group]:
-        """Draw ``n_prompts`` prompts, generate ``num_generations`` completions each, score them."""
-        cfg, groups = self.cfg, []
+        """Draw ``n_prompts`` prompts, generate ``num_generations`` completions each, score them.
+
+        Every rank draws the same ``n_prompts`` prompts (same sampler, same seed) and keeps its
+        contiguous share (``distributed.shard_prompts``); a group never spans two ranks.
+        """
+        cfg, drawn = self.cfg, []
         for _ in range(n_prompts):
             env_index, row = self.sampler.next()
             sample = Sample.from_row(self.train_rows[env_index][row])
+            drawn.append((sample, env_index))
+        start = distributed.shard_bounds(n_prompts, self.rank.rank, self.rank.world_size)[0]
+        groups = []
+        for sample, env_index in distributed.shard_prompts(
+            drawn, self.rank.rank, self.rank.world_size
+        ):
             ids, cut = encode_prompt(self.tokenizer, sample, cfg.data.max_prompt_length)
             if cut:
                 logger.warning(
@@ -268,16 +363,26 @@ class Trainer:
             groups.append(Group(sample, env_index, ids))
         t = time.perf_counter()
         # A seed per (step, round) makes sampling independent of the past: resume is exact.
+        # Ranks offset it by their first prompt's global index so they sample differently.
+        n = cfg.rollout.num_generations
+        seed = cfg.run.seed * 1_000_003 + step * 101 + round_ + start * n
         sampling = SamplingConfig(
-            n=cfg.rollout.num_generations,
+            n=n,
             max_new_tokens=cfg.rollout.max_completion_length,
             temperature=cfg.rollout.temperature,
             top_p=cfg.rollout.top_p,
-            seed=cfg.run.seed * 1_000_003 + step * 101 + round_,
+            seed=seed,
         )
-        for g, completions in zip(
-            groups, self.engine.generate([g.prompt_ids for g in groups], sampling)
-        ):
+        prompts = [g.prompt_ids for g in groups]
+        if cfg.rollout.seed_per_prompt:  # seed = base + global prompt index: split-independent
+            base = seed - start * n
+            results = [
+                self.engine.generate([p], replace(sampling, seed=base + (start + i) * n))[0]
+                for i, p in enumerate(prompts)
+            ]
+        else:
+            results = self.engine.generate(prompts, sampling) if prompts else []
+        for g, completions in zip(groups, results):
             g.completions = completions
         times["generate"] += time.perf_counter() - t
         t = time.perf_counter()
@@ -290,9 +395,16 @@ class Trainer:
         times["score"] += time.perf_counter() - t
         return groups
 
-    def update(self, groups: list[Group], advantages: torch.Tensor) -> dict[str, float]:
-        """Run ``mu`` clipped policy-gradient updates on the groups' completions; return metrics."""
-        cfg, a = self.cfg, self.cfg.algorithm
+    def update(
+        self, groups: list[Group], advantages: torch.Tensor, padding: bool = False
+    ) -> dict[str, float]:
+        """Run ``mu`` clipped policy-gradient updates on the groups' completions; return metrics.
+
+        ``padding``: this rank's groups only keep the data-parallel collectives in step; they get
+        no loss weight. Losses are normalised by global token / sequence counts and scaled by the
+        world size, so DDP's gradient average equals the single-process gradient.
+        """
+        cfg, a, dev = self.cfg, self.cfg.algorithm, self.device
         rows = [(g.prompt_ids, c) for g in groups for c in g.completions]
         batches = make_micro_batches(
             [p for p, _ in rows],
@@ -301,60 +413,117 @@ class Trainer:
             self.tokenizer.pad_token_id,
         )
         # DAPO overlong filtering: truncated completions get no loss (their reward is unreliable).
-        keep = torch.tensor([0.0 if a.mask_truncated and c.truncated else 1.0 for _, c in rows])
-        total_tokens = int(sum(len(c.token_ids) * float(keep[i]) for i, (_, c) in enumerate(rows)))
+        keep = torch.tensor(
+            [0.0 if padding or (a.mask_truncated and c.truncated) else 1.0 for _, c in rows]
+        )
+        local_tokens = int(sum(len(c.token_ids) * float(keep[i]) for i, (_, c) in enumerate(rows)))
+        total_tokens, total_seqs = distributed.global_loss_normalizers(
+            local_tokens, 0 if padding else len(rows)
+        )
+        dp_scale = distributed.data_parallel_loss_scale()
+        schedule = distributed.micro_batch_schedule(len(batches))
+        advantages = advantages.to(dev)
         old: dict[int, torch.Tensor] = {}  # micro-batch -> trainer logprobs before any update
         sums, loss_total, grad_norm = MetricSums(), 0.0, 0.0
+        temperature = cfg.rollout.temperature
         self.model.train()
         for iteration in range(a.mu):
             loss_total = 0.0
-            for k, mb in enumerate(batches):
-                mask = mb.completion_mask.float() * keep[list(mb.rows)].unsqueeze(1)  # (B, C)
-                tokens = float(mask.sum())
-                first = iteration == 0
-                logprobs, entropy = token_logprobs(
-                    self.model, mb, cfg.rollout.temperature, with_entropy=first
-                )
-                if first:  # before the first update the current policy is the "old" one
-                    old[k] = logprobs.detach()
-                if entropy is not None:
-                    sums.add({"entropy": float((entropy * mask).sum() / max(tokens, 1.0))}, tokens)
-                ref, weights = None, None
-                if self.ref_model is not None:
-                    with torch.no_grad():
-                        ref = token_logprobs(self.ref_model, mb, cfg.rollout.temperature)[0]
-                if a.is_correction:
-                    sampled = pad_rows([rows[i][1].logprobs for i in mb.rows], mask.shape[1])
-                    weights, is_metrics = truncated_is_weights(old[k], sampled, mask, a.is_cap)
-                    if first:
-                        sums.add(is_metrics, tokens)
-                loss, metrics = grpo_loss(
-                    logprobs,
-                    old[k],
-                    advantages[list(mb.rows)],
-                    mask,
-                    ref_logprobs=ref,
-                    beta=a.beta,
-                    epsilon_low=a.epsilon_low,
-                    epsilon_high=a.epsilon_high,
-                    loss_type=a.loss_type,
-                    max_completion_length=cfg.rollout.max_completion_length,
-                    importance_weights=weights,
-                )
-                # Each micro-batch's loss is a mean over its own tokens/sequences; weighting by
-                # its share makes the accumulated gradient that of the whole batch.
-                share = loss_share(a.loss_type, mask, total_tokens, len(rows))
-                (loss * share).backward()
+            done: set[int] = set()
+            for k, (i, weight) in enumerate(schedule):
+                mb = _to_device(batches[i], dev)
+                rows_i = list(mb.rows)
+                mask = mb.completion_mask.float() * keep[rows_i].to(dev).unsqueeze(1)  # (B, C)
+                tokens = float(mask.sum()) * weight
+                first = iteration == 0 and i not in old
+                with (
+                    distributed.gradient_sync(
+                        self.accelerator if self.distributed else None, self.model, k, len(schedule)
+                    ),
+                    self._autocast(),
+                ):
+                    logprobs, entropy = token_logprobs(
+                        self.model, mb, temperature, with_entropy=first
+                    )
+                    logprobs = logprobs.float()
+                    if first:  # before the first update the current policy is the "old" one
+                        old[i] = logprobs.detach()
+                    if entropy is not None and weight:
+                        entropy_mean = float((entropy * mask).sum() / max(tokens, 1.0))
+                        sums.add({"entropy": entropy_mean}, tokens)
+                    ref = self._reference_logprobs(mb) if a.beta > 0 else None
+                    weights = None
+                    if a.is_correction:
+                        sampled = pad_rows([rows[r][1].logprobs for r in rows_i], mask.shape[1])
+                        weights, is_metrics = truncated_is_weights(
+                            old[i], sampled.to(dev), mask, a.is_cap
+                        )
+                        if first and weight:
+                            sums.add(is_metrics, tokens)
+                    loss, metrics = grpo_loss(
+                        logprobs,
+                        old[i],
+                        advantages[rows_i],
+                        mask,
+                        ref_logprobs=ref,
+                        beta=a.beta,
+                        epsilon_low=a.epsilon_low,
+                        epsilon_high=a.epsilon_high,
+                        loss_type=a.loss_type,
+                        max_completion_length=cfg.rollout.max_completion_length,
+                        importance_weights=weights,
+                    )
+                    # Each micro-batch's loss is a mean over its own tokens/sequences; weighting
+                    # by its share of the global batch makes the accumulated gradient that of
+                    # the whole batch (a padding pass has weight 0).
+                    share = loss_share(a.loss_type, mask, total_tokens, total_seqs) * weight
+                    if padding:
+                        share = 0.0
+                    self.accelerator.backward(loss * (share * dp_scale))
                 loss_total += float(loss.detach()) * share
-                if iteration == a.mu - 1:
+                if iteration == a.mu - 1 and weight and i not in done:
                     sums.add(metrics, tokens)
+                    done.add(i)
+            loss_total = distributed.global_sum(loss_total)[0]
             grad_norm = self.optimizer_step(loss_total)
+        for other in self._gathered([sums])[1:] if self.distributed else ():
+            sums.merge(other)
         return {**sums.result(), "loss": loss_total, "grad_norm": grad_norm}
+
+    def _gathered(self, items: list[T]) -> list[T]:
+        """Every rank's ``items`` concatenated in rank order (picklable objects; collective)."""
+        if not self.distributed:
+            return items
+        parts: list[list[T] | None] = [None] * self.rank.world_size
+        torch.distributed.all_gather_object(parts, items)
+        return [item for part in parts for item in (part or [])]
+
+    def _autocast(self) -> contextlib.AbstractContextManager[object]:
+        """bf16 autocast: on CUDA for a bfloat16 run; on CPU only with ``cpu_autocast_bf16``."""
+        if self.cfg.policy.cpu_autocast_bf16 and torch.device(self.device).type == "cpu":
+            return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
+        return memory.autocast(self.device, self.cfg.policy.dtype)
+
+    def _reference_logprobs(self, mb: MicroBatch) -> torch.Tensor:
+        """Per-token logprobs under the KL reference: the adapter switched off, or the copy."""
+        temperature = self.cfg.rollout.temperature
+        if self.lora is not None:
+            return reference_logprobs(self.model, mb, temperature).float()
+        assert self.ref_model is not None  # built in __init__ whenever beta > 0 without LoRA
+        with torch.no_grad():
+            if self.cfg.policy.offload_reference:
+                with memory.on_device(self.ref_model, self.device) as ref:
+                    return token_logprobs(ref, mb, temperature)[0].float()
+            return token_logprobs(self.ref_model, mb, temperature)[0].float()
 
     def optimizer_step(self, loss: float) -> float:
         """Clip and step; skip (and count) an update whose loss or gradient is not finite."""
         max_norm = self.cfg.optim.max_grad_norm or float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.distributed:  # sharded models need accelerate's (collective) norm
+            grad_norm = float(self.accelerator.clip_grad_norm_(params, max_norm))
+        else:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
         if math.isfinite(loss) and math.isfinite(grad_norm):
             self.optimizer.step()
             self.scheduler.step()
@@ -378,37 +547,51 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Held-out accuracy, greedy, on the first ``eval_size`` rows of each environment."""
-        cfg, out, correct, total = self.cfg, {}, 0, 0
-        greedy = SamplingConfig(
-            n=1, max_new_tokens=cfg.rollout.max_completion_length, temperature=0.0
+        """Held-out accuracy, greedy, on the first ``eval_size`` rows of each environment.
+
+        Runs ``grpo_train.eval.evaluate`` with the running engine: ``eval/accuracy`` over all
+        environments plus ``eval/<env id>/accuracy`` and ``pass@1`` per environment.
+        """
+        from grpo_train.eval import GREEDY, evaluate
+
+        cfg = self.cfg
+        summary = evaluate(
+            self.engine,
+            self.tokenizer,
+            self.envs,
+            split=cfg.data.eval_split,
+            limit=cfg.data.eval_size,
+            sampling=replace(GREEDY, max_new_tokens=cfg.rollout.max_completion_length),
+            max_prompt_tokens=cfg.data.max_prompt_length,
+            progress=False,
         )
-        for env, name in zip(self.envs, self.env_names):
-            rows = env.dataset(cfg.data.eval_split)
-            samples = [Sample.from_row(rows[i]) for i in range(min(cfg.data.eval_size, len(rows)))]
-            prompts = [
-                encode_prompt(self.tokenizer, s, cfg.data.max_prompt_length)[0] for s in samples
-            ]
-            texts = [group[0].text for group in self.engine.generate(prompts, greedy)]
-            hits = sum(s.correct for s in safe_scores(env, texts, samples))
-            out[f"eval/accuracy/{name}"] = hits / max(len(samples), 1)
-            correct, total = correct + hits, total + len(samples)
-        out["eval/accuracy"] = correct / max(total, 1)
-        return out
+        return summary.metrics("eval")
 
     def save(self, step: int) -> Path:
-        """Checkpoint the current state (model, optimizer, scheduler, RNG, data position)."""
-        return save_checkpoint(
-            self.run_dir,
-            step,
-            model=self.model,
-            tokenizer=self.tokenizer,
-            optimizer=self.optimizer,
-            scheduler=self.scheduler,
-            sampler=self.sampler.state(),
-            config=self.cfg,
-            keep_last=self.cfg.run.keep_last,
-        )
+        """Checkpoint the current state (model, optimizer, scheduler, RNG, data position).
+
+        Collective: every rank calls it (sharded weights are gathered), the main rank writes.
+        A LoRA run's ``model/`` folder holds only the adapter.
+        """
+        state = None
+        if distributed.is_sharded(self.model):
+            state = distributed.full_state_dict(self.model, rank0_only=True)
+        path = checkpoint_path(self.run_dir, step)
+        if self.rank.is_main:
+            path = save_checkpoint(
+                self.run_dir,
+                step,
+                model=self.policy,
+                tokenizer=self.tokenizer,
+                optimizer=self.optimizer,
+                scheduler=self.scheduler,
+                sampler=self.sampler.state(),
+                config=self.cfg,
+                keep_last=self.cfg.run.keep_last,
+                state_dict=state,
+            )
+        self.accelerator.wait_for_everyone()
+        return path
 
     def close(self) -> None:
         """Free the rollout engine."""
@@ -419,3 +602,17 @@ class Trainer:
         if self._stop_signal is not None:
             raise KeyboardInterrupt
         self._stop_signal = signum
+
+
+def _to_device(mb: MicroBatch, device: str) -> MicroBatch:
+    """Return the micro-batch with its tensors on the model's device (they are built on the CPU)."""
+    if device == "cpu":
+        return mb
+    return replace(
+        mb,
+        input_ids=mb.input_ids.to(device),
+        attention_mask=mb.attention_mask.to(device),
+        position_ids=mb.position_ids.to(device),
+        completion_ids=mb.completion_ids.to(device),
+        completion_mask=mb.completion_mask.to(device),
+    )

@@ -141,11 +141,6 @@ class RunSpec:
 
 #: Largest request (code + stdin + files) a child accepts in one control message.
 MAX_REQUEST = 64 << 20
-#: Where the harness reports "the program finished, exit code N" (after flushing its output), so
-#: the zygote can answer without waiting for the kernel to tear C's namespaces down (1-3 ms
-#: measured, as much as the run itself). The program can write here too, but that only ends its
-#: own run as ``os._exit(N)`` would. Below RLIMIT_NOFILE (256), above any fd a program gets.
-FINISHED_FD = 255
 
 
 def report_error(ctl: socket.socket, message: str) -> None:
@@ -243,11 +238,7 @@ def isolate(
 
 
 def await_program(
-    z: Zygote,
-    workdir: str,
-    layers: list[str],
-    pipes: tuple[int, int, int],
-    ctl: socket.socket,
+    z: Zygote, workdir: str, layers: list[str], out_w: int, err_w: int, ctl: socket.socket
 ) -> None:
     """Wait (isolated) for the program, then apply its limits, write its inputs and run it."""
     msg, fds, _flags, _addr = socket.recv_fds(ctl, MAX_REQUEST + 1024, 1)
@@ -288,16 +279,13 @@ def await_program(
     ctl.close()
 
     # Wire up fds 0-3 and drop everything else.
-    out_w, err_w, fin_w = pipes
     staged = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (stdin_fd, out_w, err_w)]
     chan_staged = fcntl.fcntl(chan, fcntl.F_DUPFD, 100) if chan >= 0 else -1
-    fin_staged = fcntl.fcntl(fin_w, fcntl.F_DUPFD, 100)
     for target, fd in enumerate(staged):
         os.dup2(fd, target)
     if chan_staged >= 0:
         os.dup2(chan_staged, 3)
-    os.dup2(fin_staged, FINISHED_FD)
-    close_all_except({0, 1, 2, 3, FINISHED_FD} if chan_staged >= 0 else {0, 1, 2, FINISHED_FD})
+    close_all_except({0, 1, 2, 3} if chan_staged >= 0 else {0, 1, 2})
     if os.environ.get("HOME") != workdir:  # the zygote set the rest (see main)
         os.environ["HOME"] = os.environ["TMPDIR"] = workdir
     run_program(spec, chan_staged >= 0)
@@ -345,8 +333,6 @@ def run_program(spec: RunSpec, serve: bool) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(BaseException):
             stream.flush()
-    with contextlib.suppress(BaseException):
-        os.write(FINISHED_FD, str(code).encode())
     os._exit(code)
 
 

@@ -80,8 +80,6 @@ DENIED_SYSCALLS = (
     "ioperm", "fanotify_init", "personality", "vhangup", "uselib", "nfsservctl",
 )  # fmt: skip
 OUTPUT_EXCERPT = 64 << 10
-#: Finished children whose exit the kernel may still be completing (see ``Child.detach``).
-MAX_DETACHED = 4
 #: Standard-library modules model-written code and test code often import. Imported once in the
 #: zygote, they cost a child nothing (an import in the child reads, unmarshals and executes the
 #: module, ~1.6 ms measured for random+heapq+copy+string); forked children do not share their
@@ -166,7 +164,6 @@ class Zygote:
             self.env_empty = set(os.environ) <= {"LC_CTYPE"}
         self.verdict: VerdictServer | None = None
         self.warm: Child | None = None  # a prepared child waiting for its program
-        self.detached: list[Child] = []  # killed after they finished, not yet reaped
         self.last_key: tuple[bool, int] | None = None
         self.use_mount_ns = True  # switched off if the start-up probe shows mounts do not work
         # Namespaces entered once, here, instead of per run (a new network namespace per run
@@ -305,7 +302,7 @@ class Zygote:
         The zygote is a child subreaper, so daemons a run double-forked were reparented to it
         instead of to init; this is the cleanup that works without root.
         """
-        keep = {c.pid for c in (self.verdict, self.warm, *self.detached) if c is not None}
+        keep = {c.pid for c in (self.verdict, self.warm) if c is not None}
         for _ in range(20):
             try:
                 with open(f"/proc/self/task/{os.getpid()}/children") as handle:
@@ -320,28 +317,6 @@ class Zygote:
             for pid in stray:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, 0)
-
-    def reap_detached(self, block: bool = True) -> None:
-        """Reap the children detached after they finished.
-
-        Without ``block`` only those already gone, so the next request is served while the kernel
-        tears the last run's namespaces down; at most ``MAX_DETACHED`` wait at a time. They are
-        SIGKILLed, so nothing of theirs runs meanwhile.
-        """
-        pending = [c for c in self.detached if not c.reap_detached(block=False)]
-        while block and pending or len(pending) > MAX_DETACHED:
-            pending.pop(0).reap_detached()
-        self.detached = pending
-
-    def release(self, child: Child, sup: Supervisor) -> None:
-        """Release a run's child: detach it when it finished cleanly, else kill and reap it."""
-        # Only a C alone in its PID namespace (no children: every process there descends from
-        # C, orphans included) is detached, so leftovers are always dead before the reply.
-        if sup.finished and not sup.killed_for and "pid_ns" in child.layers and child.alone():
-            child.detach()
-            self.detached.append(child)
-        else:
-            child.close()
 
     def prewarm(self) -> None:
         """Prepare the next child now, while idle, for the last request's kind of run."""
@@ -360,7 +335,6 @@ class Zygote:
     def close(self) -> None:
         """Stop the verdict server, remove the cgroups and work-dir base, release the uid lock."""
         self.discard_warm()
-        self.reap_detached()
         if self.verdict is not None:
             self.verdict.kill()
         with contextlib.suppress(OSError):
@@ -403,16 +377,15 @@ def _oom_kills(path: str) -> int:
 class Child:
     """The zygote's handle on one running untrusted child C."""
 
-    def __init__(self, pid: int, ctl: socket.socket, pipes: tuple[int, int, int]) -> None:
+    def __init__(self, pid: int, ctl: socket.socket, out_r: int, err_r: int) -> None:
         self.pid = pid
         self.pidfd = os.pidfd_open(pid)  # our unreaped child: this is exactly that process
         self.ctl = ctl
-        self.out_r, self.err_r, self.fin_r = pipes
+        self.out_r = out_r
+        self.err_r = err_r
         self.layers: list[str] = []
         self.error = ""
-        self.status: int | None = None  # C's raw wait status once reaped (or reported)
-        self.reaped = False
-        self.exit_reported = False  # the harness reported the exit code (``finish``)
+        self.status: int | None = None  # C's raw wait status once reaped
         self.cpu_s = 0.0
         # Set once the sandbox itself has sent C a SIGKILL: from then on a SIGKILL exit status
         # may be ours, and is not by itself evidence of RLIMIT_CPU (see ``_classify``).
@@ -428,11 +401,9 @@ class Child:
 
     def reap(self) -> None:
         """Collect C's exit status and CPU time (call once its pidfd is readable)."""
-        if not self.reaped:
+        if self.status is None:
             _, status, usage = os.wait4(self.pid, 0)
-            self.reaped = True
-            if not self.exit_reported:  # else the status is our own SIGKILL after the report
-                self.status, self.cpu_s = status, usage.ru_utime + usage.ru_stime
+            self.status, self.cpu_s = status, usage.ru_utime + usage.ru_stime
         self.read_ctl()
 
     def read_ctl(self) -> None:
@@ -450,57 +421,16 @@ class Child:
             elif kind == b"E":
                 self.error = body.decode("utf-8", "replace")
 
-    def finish(self, code: int) -> None:
-        """Record that the program finished with ``code`` (the harness said so; see ``detach``)."""
-        self.status = (code & 0xFF) << 8  # the wait status of a normal exit with that code
-        self.exit_reported = True
-        self.read_ctl()
-
-    def alone(self) -> bool:
-        """Tell whether C has no child processes (conservatively False when unsure)."""
-        try:
-            with open(f"/proc/{self.pid}/task/{self.pid}/children", "rb") as handle:
-                return not handle.read().strip()
-        except OSError:
-            return False
-
-    def detach(self) -> None:
-        """Kill C and close its pipes without waiting for its exit; ``reap_detached`` later.
-
-        C (pid 1 of its PID namespace) exits slowly: its namespaces and mounts are torn down
-        before its pipes reach EOF (1-3 ms measured). Once the harness has reported the exit code
-        after flushing the output, nothing more is needed from it.
-        """
-        self.kill()
-        self._close_fds(keep_pidfd=True)
-
-    def reap_detached(self, block: bool = True) -> bool:
-        """Reap a detached C; without ``block`` only if it is gone already. True once reaped."""
-        try:
-            pid, _status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
-        except ChildProcessError:
-            pid = self.pid  # reaped already (by _kill_orphans)
-        if pid == 0:
-            return False
-        self.reaped = True
-        self._close_fds()
-        return True
-
     def close(self) -> None:
         """Kill and reap C if still needed, and close every fd held for it."""
-        if not self.reaped:
+        if self.status is None:
             self.kill()
             self.reap()
-        self._close_fds()
-
-    def _close_fds(self, keep_pidfd: bool = False) -> None:
-        for fd in (self.out_r, self.err_r, self.fin_r, -1 if keep_pidfd else self.pidfd):
+        for fd in (self.out_r, self.err_r, self.pidfd):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self.out_r = self.err_r = self.fin_r = -1
-        if not keep_pidfd:
-            self.pidfd = -1
+        self.out_r = self.err_r = self.pidfd = -1
         self.ctl.close()
 
 
@@ -524,7 +454,6 @@ def _fork_child(z: Zygote, network: bool, max_file_mb: int) -> Child:
     """
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    fin_r, fin_w = os.pipe()
     ctl_z, ctl_c = _big_seqpacket_pair()
     host_workdir = "" if z.use_mount_ns else _host_workdir(z)
     layers = ["empty_env"] if z.env_empty else []
@@ -548,21 +477,21 @@ def _fork_child(z: Zygote, network: bool, max_file_mb: int) -> Child:
         try:
             if pid_ns:
                 layers.append("pid_ns")
-            keep = {out_w, err_w, fin_w, ctl_c.fileno()}
+            keep = {out_w, err_w, ctl_c.fileno()}
             if network and z.host_net >= 0:
                 keep.add(z.host_net)
             _child.close_all_except(keep)
             workdir = _child.isolate(z, network, max_file_mb, host_workdir, layers, ctl_c)
-            _child.await_program(z, workdir, layers, (out_w, err_w, fin_w), ctl_c)
+            _child.await_program(z, workdir, layers, out_w, err_w, ctl_c)
         except BaseException as exc:
             _child.report_error(ctl_c, f"setup: {exc!r}")
         os._exit(125)
-    for fd in (out_w, err_w, fin_w):
-        os.close(fd)
+    os.close(out_w)
+    os.close(err_w)
     ctl_c.close()
-    for fd in (out_r, err_r, fin_r):
+    for fd in (out_r, err_r):
         os.set_blocking(fd, False)
-    child = Child(pid, ctl_z, (out_r, err_r, fin_r))
+    child = Child(pid, ctl_z, out_r, err_r)
     child.key = (network, max_file_mb)
     child.host_workdir = host_workdir
     return child
@@ -587,7 +516,6 @@ def spawn(z: Zygote, spec: _child.RunSpec, chan: int = -1) -> Child:
     if len(payload) > _child.MAX_REQUEST:
         raise ValueError(f"the program and its inputs exceed {_child.MAX_REQUEST} bytes")
     z.last_key = key
-    z.reap_detached(block=False)
     child = z.warm if z.warm is not None and z.warm.key == key else None
     z.discard_warm(keep=child)
     for _attempt in range(2):
@@ -638,10 +566,6 @@ class Supervisor:
         self.total = 0
         self.truncated = False
         self.killed_for = ""
-        # Set once the outcome is known before C has exited: the harness reported the exit code
-        # (``watch_finished``) or, in run_tests, every verdict is in. The loop then stops waiting.
-        self.finished = False
-        self.watch_finished = False
 
     def kill(self, reason: str) -> None:
         """Kill the child's whole run, remembering why (the first reason wins)."""
@@ -674,16 +598,6 @@ class Supervisor:
             buf += data
             self.total += len(data)
 
-    def _on_finished(self) -> None:
-        """Read the harness's "finished, exit code N"; anything malformed is ignored."""
-        try:
-            raw = os.read(self.child.fin_r, 16)
-        except OSError:
-            return
-        if raw.isdigit() and len(raw) <= 3 and int(raw) <= 255 and self.child.status is None:
-            self.child.finish(int(raw))
-            self.finished = True
-
     def _drain_available(self, open_fds: dict[int, bytearray]) -> None:
         """Before giving up on the pipes, keep whatever is already in them."""
         for fd, buf in open_fds.items():
@@ -713,8 +627,6 @@ class Supervisor:
         open_fds = {child.out_r: self.out, child.err_r: self.err}
         for fd in (*open_fds, child.pidfd, *(extra or {})):
             poller.register(fd, select.POLLIN)
-        if self.watch_finished:
-            poller.register(child.fin_r, select.POLLIN)
         extra_open = set(extra or {})
         grace_deadline = 0.0
         while open_fds or child.status is None or extra_open:
@@ -730,11 +642,6 @@ class Supervisor:
                 # hold them: kill them and drain briefly.
                 self.cleanup(child.layers)
                 grace_deadline = now + (5.0 if "pid_ns" in child.layers else 0.5)
-            if self.finished and self.killed_for in ("", "verdict_done") and not extra_open:
-                # Everything the program wrote before its harness reported the exit is in the
-                # pipes already (sequential writes of one thread).
-                self._drain_available(open_fds)
-                break
             grace_over = grace_deadline and now >= grace_deadline and not extra_open
             # After a kill, give the kernel 5 s to tear the run down, then stop waiting.
             if grace_over or (self.killed_at and now >= self.killed_at + 5.0):
@@ -752,9 +659,6 @@ class Supervisor:
                 elif fd == child.pidfd:
                     poller.unregister(fd)
                     child.reap()
-                elif fd == child.fin_r:
-                    poller.unregister(fd)
-                    self._on_finished()
                 elif fd in extra_open and on_extra is not None and not on_extra(fd):
                     poller.unregister(fd)
                     extra_open.discard(fd)
@@ -831,11 +735,10 @@ def handle_run(z: Zygote, req: dict[str, object]) -> dict[str, object]:
     start = time.monotonic()
     child = spawn(z, spec)
     sup = Supervisor(child, spec.output_bytes, z.cleanup)
-    sup.watch_finished = True
     try:
         sup.loop(start + spec.timeout_s)
     finally:
-        z.release(child, sup)
+        child.close()
         z.cleanup(child.layers)
         if child.host_workdir:
             _rmtree(child.host_workdir)
@@ -971,11 +874,6 @@ class _Round:
         if not raw or self.done:
             if self.sup is not None:
                 self.sup.kill("verdict_done")  # V is finished: stop the program now
-                if self.done and self.ready and not self.died_at and self.sup.child.status is None:
-                    # Nothing more is needed from the program (see _run_round): don't wait
-                    # for its exit.
-                    self.sup.child.finish(0)
-                    self.sup.finished = True
             return False
         if msg[0] == "ready":
             self.ready = True
@@ -1096,9 +994,7 @@ def _run_round(
     try:
         sup.loop(deadline, {vfd: None}, rnd.on_report, verdict.pid)
     finally:
-        if sup.killed_for == "verdict_done" and sup.finished:
-            sup.killed_for = ""
-        z.release(child, sup)
+        child.close()
         z.cleanup(child.layers)
         if not rnd.done:  # V died, overran the deadline or broke protocol: replace it
             verdict.kill()
@@ -1193,7 +1089,6 @@ def main() -> None:
                 reply = {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"[:4000]}
             _codec.write_frame(rep_fd, _codec.dumps(reply))
             z.prewarm()  # off the critical path: the library is busy reading the reply
-            z.reap_detached(block=False)
     finally:
         z.close()
 

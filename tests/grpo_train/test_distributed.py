@@ -401,6 +401,85 @@ def test_two_cpu_ranks_match_single_process(tmp_path: Path, tiny_model_path: Pat
     assert summed == pytest.approx(losses, abs=1e-5)
 
 
+def _cli_args(model: Path, out: Path) -> list[str]:
+    return [
+        "grpo", "train", "--model", str(model), "--env", "test/digit-v0", "--engine", "hf",
+        "--max_steps", "2", "--num_generations", "4", "--prompts_per_step", "4",
+        "--max_completion_length", "6", "--eval_size", "0", "--save_every", "0",
+        "--learning_rate", "5e-3", "--seed", "11", "--seed_per_prompt", "true",
+        "--progress", "false", "--log_every_samples", "0", "--output_dir", str(out),
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_grpo_train_cli_on_two_cpu_ranks_matches_one_process(
+    tmp_path: Path, tiny_model_path: Path
+) -> None:
+    """The real `grpo train` under `accelerate launch`: 2 gloo ranks == 1 process, same batch."""
+    from safetensors.torch import load_file
+
+    from grpo_train.logging import read_metrics
+
+    bindir = Path(sys.executable).parent
+    launch = [
+        str(bindir / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", str(_free_port()), __file__,
+    ]  # fmt: skip
+    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    two = subprocess.Popen(
+        launch + _cli_args(tiny_model_path, tmp_path / "two"),
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    one = subprocess.Popen(
+        [sys.executable, __file__, *_cli_args(tiny_model_path, tmp_path / "one")],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        outs = [p.communicate(timeout=280) for p in (two, one)]
+    finally:
+        for p in (two, one):
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    for p, (stdout, stderr) in zip((two, one), outs):
+        assert p.returncode == 0, stdout[-2000:] + stderr[-4000:]
+    # Only the main rank reports; both ranks end with bit-identical weights.
+    assert outs[0][0].count("held-out accuracy") == 1
+    two_rows, one_rows = read_metrics(tmp_path / "two"), read_metrics(tmp_path / "one")
+    assert [r["step"] for r in two_rows] == [1, 2]
+    assert two_rows[-1]["dist/max_rank_diff"] == 0.0
+    # Same global batch: the same rewards, and the same loss (summed over ranks).
+    for a, b in zip(two_rows, one_rows):
+        assert a["reward/mean"] == pytest.approx(b["reward/mean"], abs=1e-9)
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
+        assert a["entropy"] == pytest.approx(b["entropy"], rel=1e-5)
+    weights = [
+        load_file(tmp_path / run / "checkpoints" / "step-000002" / "model" / "model.safetensors")
+        for run in ("two", "one")
+    ]
+    initial = load_file(tiny_model_path / "model.safetensors")
+    assert max(float((weights[1][k] - initial[k]).abs().max()) for k in initial) > 1e-4
+    for name, tensor in weights[1].items():
+        torch.testing.assert_close(weights[0][name], tensor, rtol=0, atol=2e-5, msg=name)
+
+
+def _grpo_with_digit_env(argv: list[str]) -> int:
+    """``grpo`` (the real CLI) with the toy ``test/digit-v0`` registered: a reward a random tiny
+    model finds now and then, so the updates are not all zero."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import grpo_envs
+    from grpo_train.cli import main
+
+    grpo_envs.register("test/digit-v0", "toy_env:DigitEnv")
+    return main(argv)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["grpo"]:
+    raise SystemExit(_grpo_with_digit_env(sys.argv[2:]))
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", required=True)

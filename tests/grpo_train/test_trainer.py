@@ -288,3 +288,62 @@ class TrainOnlyEnv(DigitEnv):
 def test_a_missing_eval_split_is_reported_with_the_fix(tiny_model_path, tmp_path):
     with pytest.raises(ValueError, match="eval_size=0"):
         Trainer(make_config(tiny_model_path, tmp_path), env=TrainOnlyEnv())
+
+
+@pytest.mark.slow
+def test_lora_run_trains_adapters_only_saves_them_resumes_and_syncs_merged(
+    tiny_model_path, tmp_path
+):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from grpo_train.distributed import sync_rollout_weights
+    from grpo_train.rollout import make_engine
+
+    initial = load_file(tiny_model_path / "model.safetensors")
+    lora = {"lora_r": 4, "lora_alpha": 8, "beta": 0.05, "save_every": 1, "save_merged": True}
+    trainer, result = run(make_config(tiny_model_path, tmp_path, **lora))
+    params = dict(trainer.policy.named_parameters())
+    trained = {k for k, p in params.items() if p.requires_grad}
+    assert trained and all(".lora_" in k for k in trained)
+    base_names = [k for k in params if ".lora_" not in k]
+    for name in base_names:  # the frozen base is untouched (KL reference = adapter off)
+        short = name.replace("base_model.model.", "").replace(".base_layer", "")
+        if short in initial:
+            assert torch.equal(params[name].detach(), initial[short]), name
+    assert max(float(p.detach().abs().max()) for k, p in params.items() if "lora_B" in k) > 1e-4
+    assert math.isfinite(read_metrics(tmp_path)[-1]["kl"])
+
+    # Adapter-only checkpoint.
+    saved = result.last_checkpoint / "model"
+    assert (saved / "adapter_config.json").is_file()
+    assert (saved / "adapter_model.safetensors").is_file()
+    assert not (saved / "model.safetensors").exists()
+
+    # A separate engine (its own weights, as vLLM) receives the merged policy: same logprobs.
+    mb = make_micro_batches([[5, 6, 7], [8, 9]], [[10, 11, 12], [13]], 10_000, 0)[0]
+    with torch.no_grad():
+        want = token_logprobs(trainer.policy, mb)[0]
+        engine = make_engine("hf", str(tiny_model_path), dtype="float32")
+        before = token_logprobs(engine.model, mb)[0]
+        sync_rollout_weights(engine, trainer.model)
+        got = token_logprobs(engine.model, mb)[0]
+        merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
+        from_disk = token_logprobs(merged, mb)[0]
+    assert float((before - want).abs().max()) > 1e-5  # the adapter changed the policy
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    torch.testing.assert_close(from_disk, want, rtol=0, atol=1e-5)
+
+    # Resume: the base is loaded, then the saved adapter; training continues from step 2.
+    resumed = Trainer(
+        make_config(tiny_model_path, tmp_path, **lora, max_steps=3, resume="latest"),
+        env=DigitEnv(),
+    )
+    try:
+        assert resumed.start_step == 2
+        for name, p in resumed.policy.named_parameters():
+            torch.testing.assert_close(p.detach(), params[name].detach(), rtol=0, atol=0)
+        assert resumed.train().steps == 3
+    finally:
+        resumed.close()
+    assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2, 3]

@@ -70,6 +70,18 @@ def test_statuses_and_exit_codes(sb: Sandbox) -> None:
     assert results[4].stdout == "x\n"
 
 
+def test_output_written_just_before_exit_is_complete(sb: Sandbox) -> None:
+    """Everything a program writes to both streams right before it exits is kept, in full."""
+    big = Limits(timeout_s=5.0, output_bytes=1 << 20)
+    code = (
+        "import sys\nsys.stdout.write('x' * 300_000)\nsys.stderr.write('y' * 200_000)\nsys.exit(4)"
+    )
+    for res in sb.run_many([Job(code, limits=big)] * 4):
+        assert (res.status, res.exit_code) == (Status.RUNTIME_ERROR, 4)
+        assert (res.stdout, res.stderr) == ("x" * 300_000, "y" * 200_000)
+        assert not res.truncated
+
+
 def test_run_many_is_in_input_order(sb: Sandbox) -> None:
     jobs = [f"import time\ntime.sleep({0.05 * (i % 3)})\nprint({i})" for i in range(8)]
     assert [r.stdout for r in sb.run_many(jobs)] == [f"{i}\n" for i in range(8)]

@@ -190,7 +190,9 @@ def test_missing_entry_point_is_a_runtime_error_not_a_timeout() -> None:
         seen = set()
         for _ in range(25):
             assert box.run_tests(CORRECT_ADD, ADD_TESTS, entry_point="add").all_passed
-            report = box.run_tests("def plus(a, b):\n    return a + b\n", ADD_TESTS, entry_point="add")
+            report = box.run_tests(
+                "def plus(a, b):\n    return a + b\n", ADD_TESTS, entry_point="add"
+            )
             seen.add((report.status, *((r.status, r.detail) for r in report.results)))
     detail = "NameError: entry point 'add' is not defined"
     expected = (Status.RUNTIME_ERROR, *[(TestStatus.RUNTIME_ERROR, detail)] * 2)
