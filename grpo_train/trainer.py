@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 T = TypeVar("T")
+_FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 class TrainingAborted(RuntimeError):
@@ -166,11 +167,16 @@ class Trainer:
             self.ref_model = load_policy(base_model, cfg.policy.dtype, ref_device)[0]
             self.ref_model.eval().requires_grad_(False)
         o = cfg.optim
+        # The fused kernel (one pass over all parameters, CPU and CUDA since torch 2.4) instead
+        # of a per-tensor loop: same update, about a tenth of the optimizer time on CPU.
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        fused = all(p.dtype in _FUSED_DTYPES for p in trainable)
         optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad],
+            trainable,
             lr=o.learning_rate,
             betas=(o.adam_beta1, o.adam_beta2),
             weight_decay=o.weight_decay,
+            fused=fused or None,
         )
         schedule = "constant_with_warmup" if o.lr_scheduler == "constant" else o.lr_scheduler
         total_updates = max(1, cfg.run.max_steps * cfg.algorithm.mu)
