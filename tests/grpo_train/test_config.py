@@ -106,3 +106,21 @@ def test_bad_yaml_is_a_config_error(tmp_path):
         TrainConfig.from_yaml(path)
     with pytest.raises(ConfigError, match="cannot read"):
         TrainConfig.from_yaml(tmp_path / "missing.yaml")
+
+
+def test_lora_fields_validate_and_parse_module_lists(tmp_path):
+    from grpo_train.trainer import lora_settings
+
+    assert lora_settings(TrainConfig()) is None  # lora_r = 0: full fine-tuning
+    path = tmp_path / "lora.yaml"
+    path.write_text("lora_r: 8\nlora_alpha: 16\ntarget_modules: [q_proj, v_proj]\n")
+    cfg = TrainConfig.from_yaml(path)
+    assert cfg.policy.target_modules == "q_proj,v_proj"
+    settings = lora_settings(cfg)
+    assert settings is not None and settings.target_modules == ("q_proj", "v_proj")
+    assert settings.scale == 2.0
+    assert lora_settings(TrainConfig.from_flat({"lora_r": 4})).target_modules == "all-linear"
+    with pytest.raises(ConfigError, match="save_merged: need LoRA"):
+        TrainConfig.from_flat({"save_merged": True})
+    with pytest.raises(ConfigError, match="lora_r"):
+        TrainConfig.from_flat({"lora_r": -1})

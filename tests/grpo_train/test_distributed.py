@@ -405,7 +405,7 @@ def _cli_args(model: Path, out: Path) -> list[str]:
     return [
         "grpo", "train", "--model", str(model), "--env", "test/digit-v0", "--engine", "hf",
         "--max_steps", "2", "--num_generations", "4", "--prompts_per_step", "4",
-        "--max_completion_length", "6", "--eval_size", "0", "--save_every", "0",
+        "--max_completion_length", "6", "--eval_size", "2", "--save_every", "0",
         "--learning_rate", "5e-3", "--seed", "11", "--seed_per_prompt", "true",
         "--progress", "false", "--log_every_samples", "0", "--output_dir", str(out),
     ]  # fmt: skip
@@ -449,10 +449,11 @@ def test_grpo_train_cli_on_two_cpu_ranks_matches_one_process(
     # Only the main rank reports; both ranks end with bit-identical weights.
     assert outs[0][0].count("held-out accuracy") == 1
     two_rows, one_rows = read_metrics(tmp_path / "two"), read_metrics(tmp_path / "one")
-    assert [r["step"] for r in two_rows] == [1, 2]
+    assert [r["step"] for r in two_rows] == [0, 1, 2]  # rank 0 evaluated before and after
+    assert two_rows[-1]["eval/accuracy"] == one_rows[-1]["eval/accuracy"]
     assert two_rows[-1]["dist/max_rank_diff"] == 0.0
     # Same global batch: the same rewards, and the same loss (summed over ranks).
-    for a, b in zip(two_rows, one_rows):
+    for a, b in zip(two_rows[1:], one_rows[1:], strict=True):
         assert a["reward/mean"] == pytest.approx(b["reward/mean"], abs=1e-9)
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)

@@ -347,3 +347,35 @@ def test_lora_run_trains_adapters_only_saves_them_resumes_and_syncs_merged(
     finally:
         resumed.close()
     assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2, 3]
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_vllm_engine_serves_the_merged_lora_policy(tiny_model_path, tmp_path):
+    pytest.importorskip("vllm")
+    config = make_config(tiny_model_path, tmp_path, engine="vllm", lora_r=4, lora_alpha=8)
+    trainer = Trainer(config, env=DigitEnv())
+    try:
+        trainer.train()
+        from grpo_train.distributed import sync_rollout_weights
+        from grpo_train.lora import reference_logprobs
+
+        lora_b = [p for k, p in trainer.policy.named_parameters() if "lora_B" in k]
+        assert max(float(p.detach().abs().max()) for p in lora_b) > 1e-4
+        # Make the adapter's effect large, then sync as the trainer does after an update.
+        with torch.no_grad():
+            for p in lora_b:
+                p.add_(0.05 * torch.randn_like(p))
+        sync_rollout_weights(trainer.engine, trainer.model)
+        sample = Sample.from_row(DigitEnv().dataset("test")[0])
+        prompt = encode_prompt(trainer.tokenizer, sample, 64)[0]
+        greedy = SamplingConfig(n=1, max_new_tokens=4, temperature=0.0)
+        (completion,) = trainer.engine.generate([prompt], greedy)[0]
+        (batch,) = make_micro_batches([prompt], [list(completion.token_ids)], 1000, 0)
+        with torch.no_grad():
+            ours, _ = token_logprobs(trainer.model.eval(), batch)
+            base = reference_logprobs(trainer.model, batch)
+        torch.testing.assert_close(ours[0], torch.tensor(completion.logprobs), atol=2e-2, rtol=0)
+        assert float((base[0] - ours[0]).abs().max()) > 0.1  # the engine has the adapter
+    finally:
+        trainer.close()
