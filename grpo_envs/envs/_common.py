@@ -138,25 +138,53 @@ def parse_integer(text: str) -> int | None:
     return int(cleaned.split(".", 1)[0])
 
 
-def integer_correctness(ctx: ScoringContext) -> Judgement:
-    """1.0 iff the final answer is exactly the gold integer.
+#: A whole number as written in prose: digits with optional thousands commas and sign.
+_LOOSE_INTEGER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.0+)?(?!\d)")
+#: How much of a completion's tail the loose extraction reads: the final answer is at the end, and
+#: a bound keeps extraction linear on megabyte-long junk.
+_LOOSE_TAIL_CHARS = 4000
 
-    Integer answers need no symbolic equivalence, so this avoids sympy entirely: fast, and no
-    false positive is possible beyond formatting (commas, ``$``, ``.0``).
+
+def loose_final_answer(completion: str) -> str | None:
+    r"""Return the committed final answer (``final_answer``), else the last integer in the text.
+
+    For models that state their answer in prose ("3 + 2 = 5"); only the *last* number counts, so
+    listing many numbers earns nothing. lm-eval's "flexible extract" for GSM8K does the same.
     """
-    extracted = final_answer(ctx.completion)
+    committed = final_answer(completion)
+    if committed is not None:
+        return committed
+    numbers = _LOOSE_INTEGER.findall(completion[-_LOOSE_TAIL_CHARS:])
+    return numbers[-1] if numbers else None
+
+
+def _judge_integer(extracted: str | None, gold_text: str) -> Judgement:
     if extracted is None:
-        return Judgement(0.0, Outcome.UNPARSABLE, {"reason": "no \\boxed{} or <answer> found"})
+        return Judgement(0.0, Outcome.UNPARSABLE, {"reason": "no final answer found"})
     value = parse_integer(extracted)
-    gold = parse_integer(ctx.sample.answer)
+    gold = parse_integer(gold_text)
     if gold is None:
-        raise ValueError(f"gold answer {ctx.sample.answer!r} is not an integer")
+        raise ValueError(f"gold answer {gold_text!r} is not an integer")
     details = {"extracted": extracted[:200]}
     if value is None:
         return Judgement(0.0, Outcome.WRONG, {**details, "reason": "answer is not an integer"})
     return Judgement(
         float(value == gold), Outcome.CORRECT if value == gold else Outcome.WRONG, details
     )
+
+
+def integer_correctness(ctx: ScoringContext) -> Judgement:
+    """1.0 iff the committed final answer (boxed / ``<answer>``) is the gold integer.
+
+    Integer answers need no symbolic equivalence, so this avoids sympy entirely: fast, and no
+    false positive is possible beyond formatting (commas, ``$``, ``.0``).
+    """
+    return _judge_integer(final_answer(ctx.completion), ctx.sample.answer)
+
+
+def loose_integer_correctness(ctx: ScoringContext) -> Judgement:
+    """Like ``integer_correctness``, but a final answer stated in prose counts too."""
+    return _judge_integer(loose_final_answer(ctx.completion), ctx.sample.answer)
 
 
 def math_correctness(timeout_s: float, strict: bool) -> RewardComponent:

@@ -20,6 +20,7 @@ from grpo_envs.envs._common import (
     extra_components,
     instruction,
     integer_correctness,
+    loose_integer_correctness,
     problem_sample,
     procedural_split,
     reference_answer,
@@ -31,6 +32,7 @@ from grpo_envs.types import Sample
 #: difficulty -> (number of operands, max digits per operand)
 LEVELS: dict[int, tuple[int, int]] = {1: (2, 1), 2: (3, 2), 3: (4, 2), 4: (5, 3), 5: (6, 3)}
 TASKS = ("chain", "add2")
+ANSWER_MODES = ("strict", "loose")
 
 
 def add2_problem(rng: random.Random) -> Problem:
@@ -65,6 +67,7 @@ class ArithmeticEnv(SingleTurnEnv):
         test_size: int = 500,
         format: str = "none",
         format_weight: float = 0.0,
+        answer: str = "strict",
     ) -> None:
         """Configure the generator.
 
@@ -77,6 +80,9 @@ class ArithmeticEnv(SingleTurnEnv):
             format: ``none``, ``boxed`` or ``think_answer``: the answer format the prompt asks for
                 and the format component added to the rubric.
             format_weight: that component's weight (0: logged only).
+            answer: ``strict`` counts only a committed answer (boxed / ``<answer>``);
+                ``loose`` also takes the last integer of the text, for models that answer in
+                prose (the embedded default model rarely boxes anything).
         """
         super().__init__()
         if task not in TASKS:
@@ -84,10 +90,13 @@ class ArithmeticEnv(SingleTurnEnv):
         if difficulty not in LEVELS:
             raise ValueError(f"difficulty must be one of {sorted(LEVELS)}, got {difficulty}")
         self.task, self.difficulty, self.seed, self.format = task, difficulty, seed, format
+        if answer not in ANSWER_MODES:
+            raise ValueError(f"answer must be one of {ANSWER_MODES}, got {answer!r}")
         self.sizes = {"train": train_size, "test": test_size}
+        judge = integer_correctness if answer == "strict" else loose_integer_correctness
         self.rubric = Rubric(
             [
-                RewardComponent("correct", 1.0, integer_correctness),
+                RewardComponent("correct", 1.0, judge),
                 *extra_components(format, format_weight),
             ]
         )
