@@ -85,3 +85,23 @@ def test_think_answer_format_env_rewards_format_and_answer():
     assert sloppy.reward == 1.0 and sloppy.component("format_soft").value == 1.0
     wrong = env.score("<think>a</think><answer>-1</answer>", row)
     assert wrong.reward == 1.0 and wrong.outcome is Outcome.WRONG
+
+
+def test_loose_answers_count_the_last_integer_stated_in_prose():
+    env = grpo_envs.make("math/add2-v0", train_size=5, test_size=5, answer="loose")
+    row = env.dataset("test")[0]
+    gold = int(row["answer"])
+
+    def outcome(text: str) -> Outcome:
+        return env.score(text, row).outcome
+
+    assert outcome(f"So the sum is {gold}.") is Outcome.CORRECT
+    assert outcome(f"{gold - 10} + 10 = {gold:,}") is Outcome.CORRECT  # thousands commas allowed
+    assert outcome(f"\\boxed{{{gold}}} or maybe {gold + 1}") is Outcome.CORRECT  # a box commits
+    assert outcome(f"{gold} ... no wait, {gold + 1}") is Outcome.WRONG  # only the last one counts
+    assert outcome(f"{gold}7") is Outcome.WRONG  # no partial digit match
+    assert outcome("I don't know") is Outcome.UNPARSABLE
+    # The tail bound keeps extraction linear on junk; the answer must be near the end anyway.
+    assert outcome(f"{gold} " + "x" * 1_000_000) is Outcome.UNPARSABLE
+    with pytest.raises(ValueError, match="answer"):
+        grpo_envs.make("math/add2-v0", answer="fuzzy")
