@@ -101,6 +101,11 @@ class VLLMEngine:
         kwargs: dict[str, Any] = {}
         if self.on_cpu:
             kwargs["kv_cache_memory_bytes"] = int(cpu_kv_cache_gib * 2**30)
+            # A prompt whose prefill is split across engine steps (chunked prefill, once a step's
+            # prompts exceed the token budget) makes vLLM rewind the request's seeded generator,
+            # which CPU generators cannot do: "CPU Generator does not use offset" killed the
+            # engine for 24 prompts x 900 tokens with a seed. Whole prefills avoid the rewind.
+            kwargs["enable_chunked_prefill"] = False
         else:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
             # Keep the worker in this process so sync_weights can hand it tensors by reference

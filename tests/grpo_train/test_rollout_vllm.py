@@ -111,3 +111,15 @@ def test_peft_model_sync(engine, trainer_model) -> None:
     groups = engine.generate(PROMPTS, SamplingConfig(n=2, max_new_tokens=16, seed=2))
     assert max_logprob_gap(wrapped, groups, PROMPTS, 1.0) < 1e-3
     assert max_logprob_gap(trainer_model, groups, PROMPTS, 1.0) > 1e-2
+
+
+def test_seeded_batch_larger_than_one_prefill_step(engine) -> None:
+    # 40 prompts x 240 tokens exceed a CPU engine step's token budget; with chunked prefill vLLM
+    # then rewinds the seeded generator of a split prompt and the CPU engine died ("CPU Generator
+    # does not use offset"). The engine must serve such a batch, reproducibly.
+    prompts = [[5 + (i * 7 + j) % 300 for i in range(240)] for j in range(40)]
+    sampling = SamplingConfig(n=4, max_new_tokens=4, temperature=1.0, seed=11)
+    first = engine.generate(prompts, sampling)
+    assert [len(group) for group in first] == [4] * 40
+    again = engine.generate(prompts, sampling)
+    assert [c.token_ids for g in again for c in g] == [c.token_ids for g in first for c in g]
