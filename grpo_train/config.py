@@ -219,17 +219,27 @@ SECTIONS: dict[str, type] = {
 
 #: What ``grpo train`` runs with no arguments: the embedded SmolLM2-135M-Instruct on two-digit
 #: addition, on CPU. The single place to tune the out-of-the-box run; flat field -> value.
-#: Chosen by measurement (benchmarks/README.md, "Learning"): the converted model never boxes a
-#: correct sum unprompted (0/1024 samples), so correctness alone gives all-zero advantages; the
-#: 0.5 format reward for a ``\boxed{}`` is the only signal it can earn. 4 prompts x 8 completions
-#: and 8 steps fit the 15-minute budget on 2 CPU cores with both evaluations.
+#: Chosen by measurement (benchmarks/README.md, "Learning"): the converted model states its sums
+#: in prose and almost never boxes a correct one (0/1024 samples), so a boxed-only reward gives
+#: all-zero advantages and a reward for any box is hacked (\boxed{N}); ``answer="loose"`` (the
+#: last integer of the text counts, as lm-eval's flexible GSM8K extraction does) gives a signal it
+#: can earn: held-out greedy accuracy 10.9% -> 53% after 5 steps, 56% after 10 (lr 2e-5, 4 prompts
+#: x 8 completions, <= 64 tokens). 8 steps with both evaluations fit 15 minutes on 2 CPU cores.
 DEFAULT_PRESET: Mapping[str, object] = {
     "model": "default",
-    "env": [
-        {
-            "id": "math/arithmetic-v0",
-            "kwargs": {"task": "add2", "format": "boxed", "format_weight": 0.5},
-        }
+    "env": [{"id": "math/arithmetic-v0", "kwargs": {"task": "add2", "answer": "loose"}}],
+    "engine": "auto",
+    "num_generations": 8,
+    "prompts_per_step": 4,
+    "max_prompt_length": 256,
+    "max_completion_length": 64,
+    "temperature": 1.0,
+    "learning_rate": 2e-5,
+    "max_steps": 8,
+    "eval_size": 64,
+    "save_every": 10,
+    "output_dir": "runs/grpo-default",
+}
     ],
     "engine": "auto",
     "num_generations": 8,
