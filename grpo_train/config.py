@@ -240,19 +240,6 @@ DEFAULT_PRESET: Mapping[str, object] = {
     "save_every": 10,
     "output_dir": "runs/grpo-default",
 }
-    ],
-    "engine": "auto",
-    "num_generations": 8,
-    "prompts_per_step": 4,
-    "max_prompt_length": 256,
-    "max_completion_length": 64,
-    "temperature": 1.0,
-    "learning_rate": 2e-5,
-    "max_steps": 8,
-    "eval_size": 64,
-    "save_every": 10,
-    "output_dir": "runs/grpo-default",
-}
 
 
 @dataclass(frozen=True)
