@@ -125,16 +125,7 @@ class RunLogger:
         """Append one step's metrics to every sink and advance the progress bar."""
         if not self.enabled:
             return
-        row = {"step": step, **{k: _finite(v) for k, v in metrics.items()}}
-        with self._metrics_path.open("a") as f:
-            f.write(json.dumps(row) + "\n")
-        if self._tb is not None:
-            for name, value in metrics.items():
-                if value is not None and math.isfinite(value):
-                    self._tb.add_scalar(name, value, step)
-            self._tb.flush()
-        if self._wandb is not None:
-            self._wandb.log(dict(metrics), step=step)
+        self._write(step, metrics)
         if self._bar is not None:
             shown = {k: metrics[k] for k in ("reward/mean", "eval/accuracy") if k in metrics}
             self._bar.set_postfix({k.split("/")[0]: f"{v:.3f}" for k, v in shown.items()})
@@ -144,12 +135,18 @@ class RunLogger:
         """Record an evaluation that is not attached to a training step row (before training)."""
         if not self.enabled:
             return
+        self._write(step, metrics)
+
+    def _write(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Append one row to the JSONL file and send the finite values to TensorBoard / W&B."""
         row = {"step": step, **{k: _finite(v) for k, v in metrics.items()}}
         with self._metrics_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         if self._tb is not None:
             for name, value in metrics.items():
-                self._tb.add_scalar(name, value, step)
+                if value is not None and math.isfinite(value):
+                    self._tb.add_scalar(name, value, step)
+            self._tb.flush()
         if self._wandb is not None:
             self._wandb.log(dict(metrics), step=step)
 
