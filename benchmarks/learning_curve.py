@@ -375,7 +375,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--env", default="math/arithmetic-v0")
     p.add_argument(
         "--env-kwargs",
-        default='{"task": "add2", "format": "boxed", "format_weight": 0.5}',
+        default='{"task": "add2", "answer": "loose"}',
         help="JSON kwargs for grpo_envs.make (the same reward for both trainers)",
     )
     p.add_argument("--runs", nargs="+", default=["ours", "trl", "variants"])
