@@ -436,7 +436,11 @@ def parse_envs(value: object) -> tuple[EnvEntry, ...]:
         if isinstance(item, EnvEntry):
             entries.append(item)
         elif isinstance(item, str):
-            env_id, _, weight = item.partition(":")
+            # ``module:ns/name-v0`` (import the module first) also has a colon: a weight is only
+            # what follows the last colon when there is no "/" after it.
+            env_id, sep, weight = item.rpartition(":")
+            if not sep or "/" in weight:
+                env_id, weight = item, ""
             try:
                 entries.append(EnvEntry(env_id.strip(), float(weight) if weight else 1.0))
             except ValueError:

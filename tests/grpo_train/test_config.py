@@ -124,3 +124,17 @@ def test_lora_fields_validate_and_parse_module_lists(tmp_path):
         TrainConfig.from_flat({"save_merged": True})
     with pytest.raises(ConfigError, match="lora_r"):
         TrainConfig.from_flat({"lora_r": -1})
+
+
+def test_env_option_accepts_module_prefixed_ids_with_and_without_weights():
+    from grpo_train.config import parse_envs as parse
+
+    assert [(e.id, e.weight) for e in parse("pkg.envs:demo/double-v0")] == [
+        ("pkg.envs:demo/double-v0", 1.0)
+    ]
+    assert [(e.id, e.weight) for e in parse("pkg.envs:demo/double-v0:3,math/gsm8k-v0:0.5")] == [
+        ("pkg.envs:demo/double-v0", 3.0),
+        ("math/gsm8k-v0", 0.5),
+    ]
+    with pytest.raises(ValueError, match="not a number"):
+        parse("math/gsm8k-v0:heavy")
