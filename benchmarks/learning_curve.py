@@ -167,6 +167,8 @@ def run_ours(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
     }
     import yaml
 
+    # Variant names such as "grpo/group" nest one folder deeper than the run folder itself.
+    (out.parent / f"{spec.name}.yaml").parent.mkdir(parents=True, exist_ok=True)
     (out.parent / f"{spec.name}.yaml").write_text(yaml.safe_dump(config))
     t0 = time.perf_counter()
     cmd = [
