@@ -68,6 +68,27 @@ def _median(rows: Sequence[dict[str, float]], key: str) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def _report(model: str, engine: str, mode: str, rows: Sequence[dict[str, float]]) -> Report:
+    """Summarise per-step rows (medians) with the peak GPU memory seen so far."""
+    from grpo_train.memory import peak_memory  # lazy, like every grpo_train import here
+
+    peak = peak_memory()
+    return Report(
+        model=model,
+        engine=engine,
+        mode=mode,
+        steps=len(rows),
+        tokens_per_s=_median(rows, "tokens_per_s"),
+        step_s=_median(rows, "time/step"),
+        generate_s=_median(rows, "time/generate"),
+        score_s=_median(rows, "time/score"),
+        train_s=_median(rows, "time/train"),
+        sync_s=_median(rows, "time/sync"),
+        peak_allocated_mb=peak.cuda_allocated_mb,
+        peak_reserved_mb=peak.cuda_reserved_mb,
+    )
+
+
 # ------------------------------------------------------------------------------- trainer mode
 
 
@@ -75,7 +96,7 @@ def run_trainer(model: str, engine: str, args: argparse.Namespace, out: Path) ->
     """Run ``Trainer`` for ``args.steps`` steps and summarise its logged timings."""
     from grpo_train.config import TrainConfig
     from grpo_train.logging import read_metrics
-    from grpo_train.memory import peak_memory, reset_peak_memory
+    from grpo_train.memory import reset_peak_memory
     from grpo_train.trainer import Trainer
 
     config = TrainConfig.from_flat(
@@ -106,21 +127,7 @@ def run_trainer(model: str, engine: str, args: argparse.Namespace, out: Path) ->
     finally:
         trainer.close()
     rows = [r for r in read_metrics(out) if "time/step" in r][1:]  # drop the warm-up step
-    peak = peak_memory()
-    return Report(
-        model=model,
-        engine=engine,
-        mode="trainer",
-        steps=len(rows),
-        tokens_per_s=_median(rows, "tokens_per_s"),
-        step_s=_median(rows, "time/step"),
-        generate_s=_median(rows, "time/generate"),
-        score_s=_median(rows, "time/score"),
-        train_s=_median(rows, "time/train"),
-        sync_s=_median(rows, "time/sync"),
-        peak_allocated_mb=peak.cuda_allocated_mb,
-        peak_reserved_mb=peak.cuda_reserved_mb,
-    )
+    return _report(model, engine, "trainer", rows)
 
 
 # ------------------------------------------------------------------------------- minimal mode
@@ -132,7 +139,7 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
     from grpo_envs.types import Sample
     from grpo_train.advantages import compute_advantages
     from grpo_train.loss import grpo_loss, loss_share, make_micro_batches, token_logprobs
-    from grpo_train.memory import enable_gradient_checkpointing, peak_memory, reset_peak_memory
+    from grpo_train.memory import enable_gradient_checkpointing, reset_peak_memory
     from grpo_train.models import load_policy, resolve_model
     from grpo_train.rollout.base import SamplingConfig
 
@@ -232,21 +239,7 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
     finally:
         engine.close()  # type: ignore[attr-defined]
     kept = records[1:] if len(records) > 1 else records
-    peak = peak_memory()
-    return Report(
-        model=model_name,
-        engine=engine_name,
-        mode="minimal",
-        steps=len(kept),
-        tokens_per_s=_median(kept, "tokens_per_s"),
-        step_s=_median(kept, "time/step"),
-        generate_s=_median(kept, "time/generate"),
-        score_s=_median(kept, "time/score"),
-        train_s=_median(kept, "time/train"),
-        sync_s=_median(kept, "time/sync"),
-        peak_allocated_mb=peak.cuda_allocated_mb,
-        peak_reserved_mb=peak.cuda_reserved_mb,
-    )
+    return _report(model_name, engine_name, "minimal", kept)
 
 
 def _to(mb: MicroBatch, device: str) -> MicroBatch:
