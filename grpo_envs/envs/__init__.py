@@ -32,7 +32,7 @@ _BUILTIN: tuple[tuple[str, str, str, dict[str, object]], ...] = (
     (
         "math/arithmetic-v0",
         "grpo_envs.envs.arithmetic:ArithmeticEnv",
-        "procedural multi-step integer arithmetic (difficulty 1-5; task='add2')",
+        "procedural multi-step integer arithmetic (difficulty 1-5, operands/digits/ops, add2)",
         {},
     ),
     (

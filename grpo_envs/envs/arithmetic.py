@@ -2,7 +2,9 @@ r"""``math/arithmetic-v0``: procedural multi-step integer arithmetic, offline an
 
 Tasks:
 - ``chain`` (default): ``difficulty`` 1-5 sets the number of operands and their digits (see
-  ``LEVELS``); operators ``+ - *`` with the usual precedence.
+  ``LEVELS``); operators ``+ - *`` with the usual precedence. ``operands``, ``digits`` and
+  ``operators`` override the level for a custom curriculum (e.g. ``operands=3, digits=2,
+  operators="+-"``: "What is 45 + 23 - 17?").
 - ``add2``: two two-digit numbers, "What is 37 + 58? Give the final answer as \boxed{N}."
   (also registered as ``math/add2-v0``).
 
@@ -41,18 +43,27 @@ def add2_problem(rng: random.Random) -> Problem:
     return Problem(f"What is {a} + {b}?", str(a + b), {"task": "add2", "operands": [a, b]})
 
 
-def chain_problem(rng: random.Random, difficulty: int) -> Problem:
-    """Return a chain of ``+ - *`` over operands of up to ``LEVELS[difficulty]`` digits."""
-    operands, digits = LEVELS[difficulty]
+#: the default operator mix: addition twice as likely as ``-`` or ``*``
+DEFAULT_OPERATORS = "++-*"
+
+
+def chain_problem(
+    rng: random.Random, operands: int, digits: int, operators: str = DEFAULT_OPERATORS
+) -> Problem:
+    """Return a chain of ``operands`` numbers of up to ``digits`` digits joined by ``operators``."""
     parts = [str(rng.randint(1, 10**digits - 1))]
     for _ in range(operands - 1):
-        op = rng.choice("++-*")
+        op = rng.choice(operators)
         # A single-digit multiplier keeps products in a range a small model can check by hand.
         operand = rng.randint(2, 9) if op == "*" else rng.randint(1, 10**digits - 1)
         parts += [op, str(operand)]
     expr = " ".join(parts)
     value = safe_eval(expr).value
-    return Problem(f"What is {expr}?", str(int(value)), {"task": "chain", "difficulty": difficulty})
+    return Problem(
+        f"What is {expr}?",
+        str(int(value)),
+        {"task": "chain", "operands": operands, "digits": digits},
+    )
 
 
 class ArithmeticEnv(SingleTurnEnv):
@@ -68,6 +79,9 @@ class ArithmeticEnv(SingleTurnEnv):
         format: str = "none",
         format_weight: float = 0.0,
         answer: str = "strict",
+        operands: int | None = None,
+        digits: int | None = None,
+        operators: str = DEFAULT_OPERATORS,
     ) -> None:
         """Configure the generator.
 
@@ -83,6 +97,10 @@ class ArithmeticEnv(SingleTurnEnv):
             answer: ``strict`` counts only a committed answer (boxed / ``<answer>``);
                 ``loose`` also takes the last integer of the text, for models that answer in
                 prose (the embedded default model rarely boxes anything).
+            operands: ``chain`` only: number of operands (2-8), overriding ``difficulty``'s.
+            digits: ``chain`` only: max digits per operand (1-6), overriding ``difficulty``'s.
+            operators: ``chain`` only: the operators to draw from, uniformly per position
+                (repeat one to weight it); any of ``+``, ``-``, ``*``.
         """
         super().__init__()
         if task not in TASKS:
@@ -90,6 +108,16 @@ class ArithmeticEnv(SingleTurnEnv):
         if difficulty not in LEVELS:
             raise ValueError(f"difficulty must be one of {sorted(LEVELS)}, got {difficulty}")
         self.task, self.difficulty, self.seed, self.format = task, difficulty, seed, format
+        level_operands, level_digits = LEVELS[difficulty]
+        self.operands = level_operands if operands is None else operands
+        self.digits = level_digits if digits is None else digits
+        if not 2 <= self.operands <= 8:
+            raise ValueError(f"operands must be between 2 and 8, got {self.operands}")
+        if not 1 <= self.digits <= 6:
+            raise ValueError(f"digits must be between 1 and 6, got {self.digits}")
+        if not operators or set(operators) - set("+-*"):
+            raise ValueError(f"operators must be a non-empty string of + - *, got {operators!r}")
+        self.operators = operators
         if answer not in ANSWER_MODES:
             raise ValueError(f"answer must be one of {ANSWER_MODES}, got {answer!r}")
         self.sizes = {"train": train_size, "test": test_size}
@@ -104,7 +132,7 @@ class ArithmeticEnv(SingleTurnEnv):
     def _generate(self, rng: random.Random) -> Problem:
         if self.task == "add2":
             return add2_problem(rng)
-        return chain_problem(rng, self.difficulty)
+        return chain_problem(rng, self.operands, self.digits, self.operators)
 
     def load_split(self, split: str) -> Iterator[Sample]:
         """Return generated problems for ``split``."""

@@ -105,3 +105,37 @@ def test_loose_answers_count_the_last_integer_stated_in_prose():
     assert outcome(f"{gold} " + "x" * 1_000_000) is Outcome.UNPARSABLE
     with pytest.raises(ValueError, match="answer"):
         grpo_envs.make("math/add2-v0", answer="fuzzy")
+
+
+def test_operands_digits_and_operators_override_the_level():
+    env = grpo_envs.make(
+        "math/arithmetic-v0", operands=4, digits=1, operators="+-", train_size=40, test_size=2
+    )
+    seen_ops: set[str] = set()
+    for row in env.dataset("train"):
+        expr = row["prompt"][0]["content"].removeprefix("What is ").split("?")[0]
+        tokens = expr.split()
+        numbers, ops = tokens[0::2], tokens[1::2]
+        assert len(numbers) == 4 and all(len(n) == 1 for n in numbers)
+        seen_ops |= set(ops)
+        assert int(row["answer"]) == eval(expr)  # our own generated text: trusted here
+    assert seen_ops == {"+", "-"}  # never "*" when not asked for; both drawn over 40 rows
+
+
+def test_default_operators_keep_the_level_problems_unchanged():
+    # Explicit level values give exactly the problems of the level (same rng draws).
+    level = grpo_envs.make("math/arithmetic-v0", difficulty=3, train_size=20, test_size=2)
+    operands, digits = LEVELS[3]
+    explicit = grpo_envs.make(
+        "math/arithmetic-v0", operands=operands, digits=digits, train_size=20, test_size=2
+    )
+    assert level.dataset("train")["prompt"] == explicit.dataset("train")["prompt"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"operands": 1}, "operands"), ({"digits": 7}, "digits"), ({"operators": "/"}, "operators")],
+)
+def test_bad_chain_options_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        grpo_envs.make("math/arithmetic-v0", **kwargs)
