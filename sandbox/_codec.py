@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import struct
 from typing import TypeAlias
 
@@ -24,7 +25,12 @@ PlainValue: TypeAlias = (
 #: Frames larger than this are refused (a hostile peer cannot make the reader allocate more).
 DEFAULT_MAX_FRAME = 16 << 20
 MAX_DEPTH = 100
+#: Bytes asked for per read of a stream. Below glibc's mmap threshold (128 KiB): a 1 MiB read
+#: buffer cost an mmap, page faults, an mremap and a munmap per message (seen with strace).
+READ_CHUNK = 64 << 10
 _HEADER = struct.Struct(">I")
+#: Plain ints: combining the ``socket.MSG_*`` IntFlag members runs enum code in every child.
+_PEEK_LENGTH = int(socket.MSG_PEEK) | int(socket.MSG_TRUNC)
 
 
 class CandidateError(Exception):
@@ -126,15 +132,21 @@ def decode_value(tree: object, depth: int = 0) -> object:
     raise CodecError(f"unknown or malformed tag {tag!r}")
 
 
+#: Built once: ``json.dumps`` with these options builds a new encoder per call (several
+#: messages per run, and two per call of a candidate function).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+_DECODER = json.JSONDecoder()
+
+
 def dumps(message: object) -> bytes:
     """Serialize a JSON-compatible message (already tagged where needed) to bytes."""
-    return json.dumps(message, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    return _ENCODER.encode(message).encode("utf-8")
 
 
 def loads(data: bytes) -> object:
     """Parse bytes produced by ``dumps``; malformed or too deeply nested input raises CodecError."""
     try:
-        return json.loads(data.decode("utf-8"))
+        return _DECODER.decode(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CodecError(f"malformed message: {type(exc).__name__}") from None
 
@@ -179,6 +191,18 @@ def read_frame(fd: int, max_size: int = DEFAULT_MAX_FRAME) -> bytes | None:
     if body is None:
         raise CodecError("truncated frame")
     return body
+
+
+def recv_packet(sock: socket.socket, max_size: int, maxfds: int = 0) -> tuple[bytes, list[int]]:
+    """Receive one SOCK_SEQPACKET message (and up to ``maxfds`` fds) into a buffer of its size.
+
+    The length is peeked first (``MSG_PEEK | MSG_TRUNC`` returns the real length), because a
+    buffer of ``max_size`` (64 MiB for a request) is mmapped, faulted and mremapped per message.
+    A message over ``max_size`` arrives truncated, which every caller's parser rejects.
+    """
+    size = sock.recvmsg_into([bytearray(1)], 0, _PEEK_LENGTH)[0]
+    msg, fds, _flags, _addr = socket.recv_fds(sock, max(1, min(size, max_size + 1)), maxfds)
+    return msg, fds
 
 
 class FrameReader:

@@ -75,7 +75,7 @@ class Proxy:
             if not ready:
                 continue
             try:
-                data = self.sock.recv(1 << 20)
+                data = self.sock.recv(_codec.READ_CHUNK)
             except BlockingIOError:
                 continue
             except OSError:

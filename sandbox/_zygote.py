@@ -91,43 +91,67 @@ PRELOAD = (
 )  # fmt: skip
 
 
-def _build_seccomp(pyseccomp_path: str | None) -> dict[bool, bytes]:
-    """Compile the two seccomp policies (network allowed or not) to BPF once, in the zygote.
+def _compile_bpf(pyseccomp_path: str, network: bool) -> bytes:
+    """Compile one seccomp policy to a BPF program with libseccomp (via pyseccomp)."""
+    seccomp = _load("pyseccomp", pyseccomp_path)
+    filt = seccomp.SyscallFilter(seccomp.ALLOW)
+    for name in DENIED_SYSCALLS:
+        # A name that is not a syscall on this architecture is skipped.
+        with contextlib.suppress(OSError, ValueError, RuntimeError):
+            filt.add_rule(seccomp.ERRNO(errno.EPERM), name)
+    # clone: no new namespaces. clone3 passes flags in memory where BPF cannot look, so it
+    # gets ENOSYS and glibc falls back to clone (documented glibc behaviour).
+    for flag in (
+        _child.CLONE_NEWNS, _child.CLONE_NEWUTS, _child.CLONE_NEWIPC, _child.CLONE_NEWUSER,
+        _child.CLONE_NEWPID, _child.CLONE_NEWNET, _child.CLONE_NEWCGROUP,
+    ):  # fmt: skip
+        filt.add_rule(
+            seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag)
+        )
+    filt.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    if not network:
+        filt.add_rule(
+            seccomp.ERRNO(errno.EAFNOSUPPORT),
+            "socket",
+            seccomp.Arg(0, seccomp.NE, socket.AF_UNIX),
+        )
+    fd = os.memfd_create("bpf")
+    with os.fdopen(fd, "w+b") as handle:
+        filt.export_bpf(handle)
+        handle.seek(0)
+        return handle.read()
 
-    libseccomp (via pyseccomp) does the compilation; children only load the ready BPF program
-    with one prctl, which costs microseconds instead of ~0.3 ms per run.
+
+def _build_seccomp(pyseccomp_path: str | None) -> dict[bool, _child.SeccompFilter]:
+    """Compile the two seccomp policies (network allowed or not) to BPF once, at start-up.
+
+    Children only load the ready program with one prctl. The compilation runs in a throw-away
+    child: pyseccomp imports ``ctypes.util``, hence ``subprocess`` and ``threading``, which would
+    add ~1 MB to this process (copied at every fork) and a Python at-fork hook that every run's
+    child would execute.
     """
     if not pyseccomp_path or not os.path.exists(pyseccomp_path):
         return {}
-    seccomp = _load("pyseccomp", pyseccomp_path)
-    programs: dict[bool, bytes] = {}
-    for network in (False, True):
-        filt = seccomp.SyscallFilter(seccomp.ALLOW)
-        for name in DENIED_SYSCALLS:
-            # A name that is not a syscall on this architecture is skipped.
-            with contextlib.suppress(OSError, ValueError, RuntimeError):
-                filt.add_rule(seccomp.ERRNO(errno.EPERM), name)
-        # clone: no new namespaces. clone3 passes flags in memory where BPF cannot look, so it
-        # gets ENOSYS and glibc falls back to clone (documented glibc behaviour).
-        for flag in (
-            _child.CLONE_NEWNS, _child.CLONE_NEWUTS, _child.CLONE_NEWIPC, _child.CLONE_NEWUSER,
-            _child.CLONE_NEWPID, _child.CLONE_NEWNET, _child.CLONE_NEWCGROUP,
-        ):  # fmt: skip
-            filt.add_rule(
-                seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag)
-            )
-        filt.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
-        if not network:
-            filt.add_rule(
-                seccomp.ERRNO(errno.EAFNOSUPPORT),
-                "socket",
-                seccomp.Arg(0, seccomp.NE, socket.AF_UNIX),
-            )
-        fd = os.memfd_create("bpf")
-        with os.fdopen(fd, "w+b") as handle:
-            filt.export_bpf(handle)
-            handle.seek(0)
-            programs[network] = handle.read()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_fd)
+            for network in (False, True):
+                _codec.write_frame(write_fd, _compile_bpf(pyseccomp_path, network))
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    programs: dict[bool, _child.SeccompFilter] = {}
+    try:
+        for network in (False, True):
+            program = _codec.read_frame(read_fd, 1 << 20)
+            if not program:  # the helper failed: no seccomp layer
+                return {}
+            programs[network] = _child.SeccompFilter(program)
+    finally:
+        os.close(read_fd)
+        os.waitpid(pid, 0)
     return programs
 
 
@@ -194,6 +218,16 @@ class Zygote:
         self.landlock_reads = _minimal_paths(
             [*_child.READ_DIRS, *self.stdlib_dirs, *_child.READ_FILES, "/sys/devices/system/cpu"]
         )
+        self.host_dirs_hidden = False
+        if self.is_root:
+            self.enter_mount_ns()
+        # Rules for the paths every run shares, prepared once (after the mounts above: the rules
+        # hold the inodes seen here). /proc is a fresh mount per run, so each child adds it.
+        self.landlock: _landlock.Rules | None = None
+        if self.landlock_abi > 0:
+            with contextlib.suppress(OSError):
+                fixed = [p for p in self.landlock_reads if p != "/proc"]
+                self.landlock = _landlock.Rules(fixed, ["/dev/null"])
 
     # -- uid pair: lock files make the pair unique across every Sandbox on this machine --------
     def _allocate_uid(self, base: int) -> None:
@@ -212,6 +246,19 @@ class Zygote:
                 continue
             self.uid, self.lock_fd = uid, fd
             return
+
+    def enter_mount_ns(self) -> None:
+        """Hide the host's homes and checkouts once, in a mount namespace of our own.
+
+        Runs copy this namespace (``unshare(CLONE_NEWNS)``) and add only their per-run mounts.
+        Everything this process reads from hidden paths (its own modules, pyseccomp) is loaded
+        by now; the verdict server, forked from here, sees the same hidden view.
+        """
+        if _child.libc.unshare(_child.CLONE_NEWNS) != 0:
+            return
+        with contextlib.suppress(OSError):
+            _child.hide_host_dirs(self)
+            self.host_dirs_hidden = True
 
     @property
     def verdict_uid(self) -> int:
@@ -258,12 +305,13 @@ class Zygote:
         return grew
 
     @staticmethod
-    def _kill_cgroup(path: str) -> None:
+    def _kill_cgroup(path: str, keep: frozenset[int] = frozenset()) -> None:
+        """Kill every member of the cgroup but this process and ``keep``."""
         for _ in range(50):
             try:
                 with open(f"{path}/cgroup.procs") as handle:
                     pids = [int(line) for line in handle if line.strip()]
-                    pids = [pid for pid in pids if pid != os.getpid()]
+                    pids = [pid for pid in pids if pid != os.getpid() and pid not in keep]
             except OSError:
                 return
             if not pids:
@@ -273,17 +321,21 @@ class Zygote:
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.001)
 
-    def cleanup(self, layers: list[str]) -> None:
+    def cleanup(self, child: Child) -> None:
         """Kill anything the run left behind.
 
-        With a PID namespace nothing can be left; without one, kill the run's cgroup members,
-        and as the slot uid ``kill(-1, SIGKILL)``, which reaches every process of that uid
-        (POSIX kill semantics).
+        With a PID namespace nothing can be left; without one, kill the run's cgroup members
+        (but the verdict server), and as the slot uid ``kill(-1, SIGKILL)``, which reaches every
+        process of that uid (POSIX kill semantics). Whether the run had a PID namespace is what
+        this process did when forking it, not the child's report: a run killed before reporting
+        its layers (its wall clock can run out while it is still being set up on a loaded host)
+        once took this path and killed the verdict server with the cgroup.
         """
-        if "pid_ns" in layers:
+        if child.pid_ns:
             return
+        keep = frozenset(v.pid for v in (self.verdict,) if v is not None and v.alive)
         for path in self.cgroups:
-            self._kill_cgroup(path)
+            self._kill_cgroup(path, keep)
         self._kill_orphans()
         if self.uid > 0:
             pid = os.fork()
@@ -392,6 +444,7 @@ class Child:
         self.killed_by_sandbox = False
         self.key: tuple[bool, int] = (False, 0)  # (network, max_file_mb) it was prepared for
         self.host_workdir = ""  # only without a mount namespace
+        self.pid_ns = False  # forked into a new PID namespace (pid 1 there)
 
     def kill(self) -> None:
         """SIGKILL C and with it its whole PID namespace; harmless once it has exited."""
@@ -478,6 +531,8 @@ def _fork_child(z: Zygote, network: bool, max_file_mb: int) -> Child:
             if pid_ns:
                 layers.append("pid_ns")
             keep = {out_w, err_w, ctl_c.fileno()}
+            if z.landlock is not None:
+                keep.update(z.landlock.fds)  # closed with the rest before the program runs
             if network and z.host_net >= 0:
                 keep.add(z.host_net)
             _child.close_all_except(keep)
@@ -493,6 +548,7 @@ def _fork_child(z: Zygote, network: bool, max_file_mb: int) -> Child:
         os.set_blocking(fd, False)
     child = Child(pid, ctl_z, out_r, err_r)
     child.key = (network, max_file_mb)
+    child.pid_ns = pid_ns
     child.host_workdir = host_workdir
     return child
 
@@ -556,7 +612,7 @@ def _host_workdir(z: Zygote) -> str:
 class Supervisor:
     """Drains a child's stdout/stderr with a shared cap and enforces a deadline."""
 
-    def __init__(self, child: Child, cap: int, cleanup: Callable[[list[str]], None]) -> None:
+    def __init__(self, child: Child, cap: int, cleanup: Callable[[Child], None]) -> None:
         self.child = child
         self.cap = cap
         self.cleanup = cleanup
@@ -640,8 +696,8 @@ class Supervisor:
                 # C is dead, and with a PID namespace so is everything it started: the pipes are
                 # at EOF (5 s is only a safety net). Without one, escaped processes may still
                 # hold them: kill them and drain briefly.
-                self.cleanup(child.layers)
-                grace_deadline = now + (5.0 if "pid_ns" in child.layers else 0.5)
+                self.cleanup(child)
+                grace_deadline = now + (5.0 if child.pid_ns else 0.5)
             grace_over = grace_deadline and now >= grace_deadline and not extra_open
             # After a kill, give the kernel 5 s to tear the run down, then stop waiting.
             if grace_over or (self.killed_at and now >= self.killed_at + 5.0):
@@ -714,7 +770,7 @@ def _cpu_limit_kill(child: Child, spec: _child.RunSpec) -> bool:
     """
     if child.cpu_s >= 0.8 * spec.cpu_s:
         return True
-    return "pid_ns" in child.layers and not child.killed_by_sandbox
+    return child.pid_ns and not child.killed_by_sandbox
 
 
 def _exit_code(status: int | None) -> int:
@@ -739,7 +795,7 @@ def handle_run(z: Zygote, req: dict[str, object]) -> dict[str, object]:
         sup.loop(start + spec.timeout_s)
     finally:
         child.close()
-        z.cleanup(child.layers)
+        z.cleanup(child)
         if child.host_workdir:
             _rmtree(child.host_workdir)
     status, detail, code = _classify(z, sup, spec)
@@ -835,7 +891,7 @@ def _verdict_server(z: Zygote, sock: socket.socket) -> None:
         sock.send(_codec.dumps(message))
 
     while True:
-        msg, fds, _flags, _addr = socket.recv_fds(sock, MAX_VERDICT_MESSAGE + 1024, 1)
+        msg, fds = _codec.recv_packet(sock, MAX_VERDICT_MESSAGE, maxfds=1)
         if not msg or not fds:
             return
         chan = socket.socket(fileno=fds[0])
@@ -864,7 +920,7 @@ class _Round:
     def on_report(self, fd: int) -> bool:
         """Consume one message from V; False once V is done with this job (or gone)."""
         try:
-            raw = os.read(fd, 1 << 20)
+            raw = os.read(fd, _codec.READ_CHUNK)  # V's reports are < 1 KiB packets
         except OSError:
             raw = b""
         if raw:
@@ -995,7 +1051,7 @@ def _run_round(
         sup.loop(deadline, {vfd: None}, rnd.on_report, verdict.pid)
     finally:
         child.close()
-        z.cleanup(child.layers)
+        z.cleanup(child)
         if not rnd.done:  # V died, overran the deadline or broke protocol: replace it
             verdict.kill()
         if child.host_workdir:

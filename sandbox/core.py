@@ -141,7 +141,7 @@ class _Slot:
             ready, _, _ = select.select([self._out], [], [], remaining)
             if not ready:
                 continue
-            data = os.read(self._out, 1 << 20)
+            data = os.read(self._out, _codec.READ_CHUNK)
             if not data:
                 raise _SlotError(f"the fork server exited (status {self.proc.poll()})")
             try:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sandbox_helpers import CANARY_ENV, CANARY_VALUE, FAST, require_any
 
-from sandbox import Limits, Sandbox, Status
+from sandbox import CallTest, Limits, Sandbox, Status, TestJob
 
 
 def test_infinite_loop_times_out_on_time(sb: Sandbox) -> None:
@@ -394,3 +394,68 @@ def test_concurrent_callers_share_the_pool(sb: Sandbox) -> None:
     for t in threads:
         t.join()
     assert sorted(out, key=int) == [str(i) for i in range(6)]
+
+
+def test_consecutive_runs_of_one_slot_share_nothing() -> None:
+    """State a fork server sets up once (its mount namespace with the hidden host folders, the
+    Landlock rules' O_PATH fds, the network namespace) is reused by every run of that slot:
+    nothing one run leaves there may reach the next, and the inherited fds are closed."""
+    leave = """
+import os, socket
+open("/tmp/left-behind", "w").write("x")
+open("/dev/shm/left-behind", "w").write("x")
+for folder in ("/work", "/root", "/run"):
+    try:
+        open(folder + "/left-behind", "w").write("x")
+        print("wrote", folder)
+    except OSError:
+        pass
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind("\\0grpo-left-behind")
+s.listen(1)
+if os.fork() == 0:  # a daemon holding the socket
+    os.setsid()
+    import time
+    time.sleep(30)
+print("left")
+"""
+    look = """
+import os, socket
+print("fds", max(int(fd) for fd in os.listdir("/proc/self/fd")))
+print("tmp", os.listdir("/tmp"), "shm", os.listdir("/dev/shm"))
+for folder in ("/work", "/root", "/run"):
+    print(folder, os.path.exists(folder + "/left-behind"))
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect("\\0grpo-left-behind")
+    print("connected")
+except OSError as exc:
+    print("socket gone", type(exc).__name__)
+"""
+    with Sandbox(limits=FAST, workers=1) as box:  # one slot: both runs use the same fork server
+        first = box.run(leave)
+        assert first.status is Status.OK, first
+        assert "wrote" not in first.stdout
+        second = box.run(look)
+    assert second.status is Status.OK, second
+    lines = dict(line.split(" ", 1) for line in second.stdout.splitlines())
+    # 0-2, plus the fd of the /proc/self/fd listing itself: no inherited Landlock path fds.
+    assert int(lines["fds"]) <= 3, second
+    assert lines["tmp"] == "[] shm []"
+    assert lines["/work"] == lines["/root"] == lines["/run"] == "False"
+    assert lines["socket"].startswith("gone"), second
+
+
+def test_run_killed_before_it_starts_spares_the_verdict_server() -> None:
+    """A run whose wall clock ends while its child is still being set up (here: writing 3,000
+    input files) reports no layers; it once made the fork server clean up as if there were no
+    PID namespace and kill its whole cgroup, verdict server included, so that the next
+    ``run_tests`` failed with a broken pipe."""
+    job = TestJob("def f(x):\n    return x + 1\n", (CallTest("assert f(1) == 2"),), entry_point="f")
+    with Sandbox(limits=FAST, workers=1) as box:  # one slot: the same verdict server throughout
+        assert box.run_tests_many([job])[0].all_passed
+        files = {f"f{i}.txt": "x" for i in range(3000)}
+        res = box.run("print(1)", files=files, limits=Limits(timeout_s=0.001))
+        assert res.status is Status.TIMEOUT, res
+        report = box.run_tests_many([job])[0]
+    assert report.all_passed, report
