@@ -7,11 +7,24 @@ runs a few steps in its own subprocess (clean peak RSS), and the parent prints o
     python benchmarks/trainer_bench.py --steps 6 --variants ours-hf trl-hf
     python benchmarks/trainer_bench.py --model path/to/model --completion-length 64
 
-Columns: seconds per step, the generate / score / train / sync split and completion tokens per
-second of step time (medians over the steps after the first, which warms caches), peak RSS of the
-process tree (trainer plus any engine processes, sampled every 0.1 s) and the start-up time. The
-variants run round robin ``--repeats`` times and the fastest run of each is shown: on a shared
-machine the load drifts by several x within minutes.
+Columns: seconds per step, the generate / score / train / sync split, completion tokens per step
+(to check that the variants generate comparable lengths), the fraction of groups whose rewards all
+agree (no learning signal; ours skips their rows in the update, so its train time depends on it)
+and completion tokens per second of step time (medians over the steps after the first, which warms
+caches and is excluded for every variant; the fraction is a mean over them), peak RSS of the
+process tree (trainer plus any engine processes, sampled every 0.1 s), the start-up time, and the
+CPU seconds per step of the process tree (user + system, median): with one thread per process
+this is close to the wall time of an idle machine and far less sensitive to other jobs than the
+wall time, which on a loaded machine measures the scheduler's share. The variants run round robin
+``--repeats`` times and the fastest run of each is shown: on a shared machine the load drifts by
+several x within minutes.
+
+Fairness: every variant trains the same float32 model with the same prompts, group size, length
+cap, sampling (temperature 1, no top-k/top-p), learning rate, loss (``dapo``, clip 0.2/0.28,
+beta 0) and one optimizer step per step, in its own process with the same number of CPU threads
+(``--threads``, default 1: on a small machine shared with other jobs, OpenMP threads that spin
+while another process holds the cores make every kernel several times slower and the timings
+measure the load rather than the code; the vLLM engine gets the same count).
 """
 
 from __future__ import annotations
@@ -29,7 +42,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-VARIANTS = ("ours-hf", "ours-vllm", "trl-hf")
+VARIANTS = ("ours-hf", "ours-vllm", "ours-vllm-inproc", "trl-hf")
 
 
 @dataclass
@@ -42,12 +55,30 @@ class Result:
     train_s: float = 0.0
     sync_s: float = 0.0
     tokens_per_s: float = 0.0
+    tokens_per_step: float = 0.0
+    cpu_s: float = 0.0
+    """CPU seconds per step of the whole process tree (trainer and engine processes)."""
+    equal_groups: float = 0.0
+    """Mean fraction of groups whose rewards all agree (no gradient: ours skips their rows)."""
     peak_rss_mb: float = 0.0
     startup_s: float = 0.0
     reward_first: float = 0.0
     reward_last: float = 0.0
     error: str = ""
     per_step: list[float] = field(default_factory=list)
+
+
+def tree_cpu_seconds() -> float:
+    """User + system CPU seconds used so far by this process and its live children."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for p in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):  # a child may exit meanwhile
+            times = p.cpu_times()
+            total += times.user + times.system
+    return total
 
 
 class RssPeak:
@@ -125,12 +156,14 @@ def make_env(n_prompts: int):
 # --------------------------------------------------------------------------- variants
 
 
-def run_ours(args: argparse.Namespace, engine: str) -> Result:
+def run_ours(args: argparse.Namespace, variant: str) -> Result:
+    """``ours-hf``, ``ours-vllm`` or ``ours-vllm-inproc`` (``vllm_in_process: true``)."""
     from grpo_train.config import TrainConfig
     from grpo_train.logging import read_metrics
     from grpo_train.trainer import Trainer
 
-    out = tempfile.mkdtemp(prefix=f"bench-{engine}-")
+    engine = "hf" if variant == "ours-hf" else "vllm"
+    out = tempfile.mkdtemp(prefix=f"bench-{variant}-")
     cfg = TrainConfig.from_flat(
         {
             "model": args.model,
@@ -150,6 +183,7 @@ def run_ours(args: argparse.Namespace, engine: str) -> Result:
             "log_every_samples": 0,
             "micro_batch_tokens": args.micro_batch_tokens,
             "vllm_cpu_kv_cache_gib": args.kv_cache_gib,
+            **({"vllm_in_process": True} if variant == "ours-vllm-inproc" else {}),
         }
     )
     start = time.perf_counter()
@@ -158,10 +192,13 @@ def run_ours(args: argparse.Namespace, engine: str) -> Result:
     walls: list[float] = []
     original = trainer.train_step
 
+    cpus: list[float] = []
+
     def timed(step, log):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), tree_cpu_seconds()
         metrics = original(step, log)
         walls.append(time.perf_counter() - t)
+        cpus.append(tree_cpu_seconds() - c)
         return metrics
 
     trainer.train_step = timed  # type: ignore[method-assign]
@@ -182,7 +219,9 @@ def run_ours(args: argparse.Namespace, engine: str) -> Result:
         )
         for w, r in zip(walls[1:], rows)
     ]
-    res = summarize(f"ours-{engine}", steps, startup, walls)
+    res = summarize(variant, steps, startup, walls)
+    res.cpu_s = statistics.median(cpus[1:])
+    res.equal_groups = statistics.mean(r["group/frac_zero_std"] for r in rows)
     all_rows = [r for r in read_metrics(out) if "reward/mean" in r]
     res.reward_first, res.reward_last = all_rows[0]["reward/mean"], all_rows[-1]["reward/mean"]
     return res
@@ -197,6 +236,7 @@ def run_trl(args: argparse.Namespace) -> Result:
     timings = {"generate": 0.0, "score": 0.0}
     counts = {"tokens": 0}
     rewards: list[float] = []
+    equal: list[float] = []  # per call (one per step): fraction of groups with equal rewards
 
     def reward_func(completions, completion_ids=None, **kwargs):
         if completion_ids is not None:
@@ -204,6 +244,8 @@ def run_trl(args: argparse.Namespace) -> Result:
         texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
         scores = [digit_reward(t) for t in texts]
         rewards.append(sum(scores) / len(scores))
+        groups = [scores[i : i + args.group] for i in range(0, len(scores), args.group)]
+        equal.append(sum(len(set(g)) == 1 for g in groups) / len(groups))
         return scores
 
     start = time.perf_counter()
@@ -256,14 +298,16 @@ def run_trl(args: argparse.Namespace) -> Result:
     trainer._calculate_rewards = timed("score", trainer._calculate_rewards)
     walls: list[float] = []
     splits: list[tuple[float, float, int]] = []
+    cpus: list[float] = []
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, *a, **kw):
-            self.t = time.perf_counter()
+            self.t, self.c = time.perf_counter(), tree_cpu_seconds()
             self.base = (timings["generate"], timings["score"], counts["tokens"])
 
         def on_step_end(self, *a, **kw):
             walls.append(time.perf_counter() - self.t)
+            cpus.append(tree_cpu_seconds() - self.c)
             g0, s0, k0 = self.base
             splits.append((timings["generate"] - g0, timings["score"] - s0, counts["tokens"] - k0))
 
@@ -271,6 +315,8 @@ def run_trl(args: argparse.Namespace) -> Result:
     trainer.train()
     steps = [(w, g, sc, 0.0, float(k)) for w, (g, sc, k) in zip(walls[1:], splits[1:])]
     res = summarize("trl-hf", steps, startup, walls)
+    res.cpu_s = statistics.median(cpus[1:])
+    res.equal_groups = statistics.mean(equal[1:]) if len(equal) > 1 else 0.0
     if rewards:
         res.reward_first, res.reward_last = rewards[0], rewards[-1]
     return res
@@ -294,16 +340,17 @@ def summarize(
     res.sync_s = med(s[3] for s in steps)
     res.train_s = med(s[0] - s[1] - s[2] - s[3] for s in steps)
     res.tokens_per_s = med(s[4] / s[0] for s in steps)
+    res.tokens_per_step = med(s[4] for s in steps)
     return res
 
 
 def child(args: argparse.Namespace) -> None:
+    import torch
+
+    torch.set_num_threads(args.threads)
     peak = RssPeak()
     try:
-        if args.child == "trl-hf":
-            res = run_trl(args)
-        else:
-            res = run_ours(args, args.child.split("-", 1)[1])
+        res = run_trl(args) if args.child == "trl-hf" else run_ours(args, args.child)
     except Exception as exc:  # report, don't crash the table
         res = Result(args.child, error=f"{type(exc).__name__}: {exc}")
     res.peak_rss_mb = peak.stop()
@@ -314,7 +361,9 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
     head = (
         f"tiny model, {args.prompts} prompts x {args.group} completions, "
         f"{args.completion_length} new tokens max, {args.steps} steps (first one not counted); "
-        f"medians over steps, best of {args.repeats} round-robin runs\n"
+        f"medians over steps, best of {args.repeats} round-robin runs; "
+        f"{args.threads} CPU thread(s) per variant; 1-min load average "
+        f"{args.load_before:.1f} before, {os.getloadavg()[0]:.1f} after\n"
     )
     cols = (
         "variant",
@@ -323,10 +372,14 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
         "score",
         "train",
         "sync",
+        "tokens/step",
+        "equal-reward groups",
         "tok/s",
         "peak RSS MB",
         "startup s",
         "vs TRL",
+        "CPU s/step",
+        "vs TRL (CPU)",
     )
     lines = [head, "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     trl = next((r for r in results if r.variant == "trl-hf" and not r.error), None)
@@ -335,12 +388,26 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
             lines.append(f"| {r.variant} | failed: {r.error} |")
             continue
         speed = f"{trl.step_s / r.step_s:.1f}x" if trl and r.step_s else "-"
+        cpu_speed = f"{trl.cpu_s / r.cpu_s:.1f}x" if trl and r.cpu_s else "-"
         lines.append(
             f"| {r.variant} | {r.step_s:.2f} | {r.generate_s:.2f} | {r.score_s:.3f} "
-            f"| {r.train_s:.2f} | {r.sync_s:.2f} | "
-            f"{r.tokens_per_s:.0f} | {r.peak_rss_mb:.0f} | {r.startup_s:.1f} | {speed} |"
+            f"| {r.train_s:.2f} | {r.sync_s:.2f} | {r.tokens_per_step:.0f} | "
+            f"{r.equal_groups:.2f} | "
+            f"{r.tokens_per_s:.0f} | {r.peak_rss_mb:.0f} | {r.startup_s:.1f} | {speed} | "
+            f"{r.cpu_s:.2f} | {cpu_speed} |"
         )
     return "\n".join(lines)
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """Environment giving a variant's processes (trainer, vLLM engine) ``threads`` threads."""
+    count = str(threads)
+    # vLLM's CPU worker otherwise binds one OpenMP thread per core ("auto").
+    return {
+        "OMP_NUM_THREADS": count,
+        "MKL_NUM_THREADS": count,
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    }
 
 
 def main() -> int:
@@ -355,6 +422,7 @@ def main() -> int:
     parser.add_argument("--micro-batch-tokens", type=int, default=8192)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--kv-cache-gib", type=float, default=0.25, help="vLLM CPU KV cache")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads for every variant")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -365,6 +433,7 @@ def main() -> int:
         from grpo_train.models import build_tiny_model
 
         args.model = str(build_tiny_model(Path(tempfile.mkdtemp(prefix="bench-model-")) / "tiny"))
+    args.load_before = os.getloadavg()[0]
     runs: dict[str, list[Result]] = {v: [] for v in args.variants}
     # Round robin: load on a shared machine drifts, so each variant sees the same conditions.
     for variant in [v for _ in range(args.repeats) for v in args.variants]:
@@ -392,11 +461,13 @@ def main() -> int:
             str(args.micro_batch_tokens),
             "--kv-cache-gib",
             str(args.kv_cache_gib),
+            "--threads",
+            str(args.threads),
         ]
         print(f"running {variant} ...", file=sys.stderr, flush=True)
         proc = subprocess.run(
             cmd,
-            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+            env={**os.environ, **thread_env(args.threads), "TOKENIZERS_PARALLELISM": "false"},
             capture_output=True,
             text=True,
         )

@@ -100,8 +100,8 @@ class RolloutConfig:
     """How completions are sampled."""
 
     engine: Literal["auto", "vllm", "hf"] = "auto"
-    """Rollout engine: ``vllm`` (colocated vllm.LLM), ``hf`` (model.generate), ``auto`` (vllm when
-    importable)."""
+    """Rollout engine: ``vllm`` (colocated vllm.LLM), ``hf`` (transformers, in the trainer's
+    process), ``auto`` (vllm when importable)."""
     num_generations: int = 8
     """Completions per prompt (the group size G); at least 2."""
     prompts_per_step: int = 8
@@ -116,6 +116,9 @@ class RolloutConfig:
     """GPU only: fraction of GPU memory vLLM may take (the rest stays for the trainer)."""
     vllm_cpu_kv_cache_gib: float = 1.0
     """CPU only: vLLM's KV-cache size in GiB (on CPU it takes a fixed size, not a fraction)."""
+    vllm_in_process: bool = False
+    """CPU only: run vLLM's engine in the trainer's process, not a child (GPU always does):
+    faster generation for small models (no inter-process hop per decode step), less RSS."""
     vllm_sleep_mode: bool = False
     """GPU only: put the colocated vLLM engine to sleep during the update (frees its memory)."""
     seed_per_prompt: bool = False
@@ -176,6 +179,10 @@ class OptimConfig:
     micro_batch_tokens: int = 2048
     """Token budget per forward/backward micro-batch (rows x padded length); bounds activation
     memory (SmolLM2-135M: about 1.2 GB per 1,000 tokens in float32); raise it on a GPU."""
+    share_prompt_forward: bool = True
+    """Run each group's prompt once in the update and reuse its KV cache for the group's
+    completions (single process, no gradient checkpointing). False runs one full forward per
+    row: the same math in another float32 summation order, for bitwise comparisons."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,9 @@ DDP, or sharded by FSDP / DeepSpeed ZeRO) and its own rollout engine. Per step:
    all-gather parameters inside each forward, so a rank with fewer micro-batches would hang the
    others), padding with zero-weight micro-batches.
 6. ``sync_rollout_weights``: the engine gets full weights, gathered from shards when sharded.
+7. Checkpoints (``checkpoint.py``): the HF folder gets ``full_state_dict(rank0_only=True)``; when
+   ``shards_training_state`` (FSDP, DeepSpeed) the optimizer goes through accelerate's
+   ``save_state`` / ``load_state``.
 
 Every function works single-process (no process group: world size 1, nothing to communicate)
 and on CPU with the gloo backend, which is how the tests run them.
@@ -27,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -291,6 +294,42 @@ def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return extract_model_from_parallel(model)
 
 
+def shards_training_state(accelerator: Any) -> bool:
+    """Tell whether ``accelerator`` keeps the optimizer state split over ranks (FSDP, DeepSpeed).
+
+    Such a run must checkpoint through ``accelerator.save_state`` (``checkpoint.py``): rank 0's
+    optimizer holds only its shard (FSDP) or sits inside DeepSpeed's engine (ZeRO-1/2/3).
+    """
+    if accelerator is None:
+        return False
+    from accelerate.utils import DistributedType
+
+    return accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+
+
+@contextlib.contextmanager
+def every_rank_loads_weights() -> Iterator[None]:
+    """Let ``from_pretrained`` read the weights on every rank, not only on rank 0.
+
+    With ``fsdp_cpu_ram_efficient_loading`` (``examples/accelerate/fsdp.yaml``) accelerate sets
+    ``FSDP_CPU_RAM_EFFICIENT_LOADING``, and transformers then loads real weights on local rank 0
+    only (``transformers.distributed.fsdp.is_fsdp_enabled``); the other ranks get empty tensors
+    that ``accelerator.prepare`` later fills by broadcast. That is right for the policy, but a
+    model that is never prepared (an HF engine's own copy, the KL reference) would stay empty
+    on those ranks: seen on 2 CPU ranks as an all-zero engine on rank 1.
+    """
+    key = "FSDP_CPU_RAM_EFFICIENT_LOADING"
+    saved = os.environ.get(key)
+    os.environ[key] = "False"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = saved
+
+
 def is_sharded(model: torch.nn.Module) -> bool:
     """Tell whether this rank holds only shards of the parameters (FSDP1/2, DeepSpeed ZeRO-3)."""
     if type(model).__name__ == "FullyShardedDataParallel":
@@ -411,10 +450,23 @@ def sync_rollout_weights(engine: RolloutEngine, model: torch.nn.Module) -> None:
     if not is_sharded(model):
         engine.sync_weights(_unwrap(model))
         return
+    # Every rank gathers (the all-gathers are collectives; a rank that skipped them would hang
+    # the others) and feeds its own engine.
+    engine.sync_weights(StateDictModule(merged_full_state_dict(model)))
+
+
+def merged_full_state_dict(
+    model: torch.nn.Module, *, rank0_only: bool = False
+) -> dict[str, torch.Tensor]:
+    """``full_state_dict`` with a LoRA adapter folded in (base checkpoint names); collective.
+
+    A plain model's gathered state dict is returned as is. With ``rank0_only`` the other ranks
+    get ``{}``.
+    """
+    state = full_state_dict(model, rank0_only=rank0_only)
+    scale = _lora_scale(model)
+    if scale is None or not state:
+        return state
     from grpo_train.lora import merge_lora_state_dict
 
-    state = full_state_dict(model)
-    scale = _lora_scale(model)
-    if scale is not None:
-        state = merge_lora_state_dict(state, scale)
-    engine.sync_weights(StateDictModule(state))
+    return merge_lora_state_dict(state, scale)

@@ -142,8 +142,9 @@ def build_engine(
 ) -> RolloutEngine:
     """Build the configured rollout engine (``auto``: vLLM when importable, else HF generate).
 
-    The HF engine shares the trainer's module, so its weight sync is free; vLLM loads
-    ``model_path`` and receives new weights through ``sync_weights`` after each update.
+    The HF engine shares the trainer's module, so its weight sync is free (a sharded module: a
+    copy loaded from ``model_path``); vLLM loads ``model_path`` and receives new weights through
+    ``sync_weights`` after each update.
     """
     from grpo_train.rollout import make_engine
 
@@ -152,7 +153,15 @@ def build_engine(
         name = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
     dtype = config.policy.dtype
     if name == "hf":
-        return make_engine("hf", model_path, model=model, tokenizer=tokenizer, dtype=dtype)
+        from grpo_train.distributed import every_rank_loads_weights, is_sharded
+
+        if not is_sharded(model):
+            return make_engine("hf", model_path, model=model, tokenizer=tokenizer, dtype=dtype)
+        # A sharded (FSDP / ZeRO-3) policy cannot generate on one rank alone: its forwards
+        # all-gather across ranks, and ranks decode different lengths (and only rank 0
+        # evaluates). The engine then keeps its own full copy, refreshed by the weight sync.
+        with every_rank_loads_weights():
+            return make_engine("hf", model_path, tokenizer=tokenizer, dtype=dtype)
     from grpo_train.distributed import vllm_colocate_kwargs
 
     # Under `accelerate launch` each rank's engine joins the job (external_launcher) with its
@@ -160,6 +169,8 @@ def build_engine(
     extra: dict[str, Any] = dict(vllm_colocate_kwargs(config.run.seed))
     if config.rollout.vllm_sleep_mode:
         extra["enable_sleep_mode"] = True
+    if config.rollout.vllm_in_process:
+        extra["in_process"] = True
     return make_engine(
         "vllm",
         model_path,

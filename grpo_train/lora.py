@@ -409,11 +409,21 @@ def save_merged(
     The folder loads with ``AutoModelForCausalLM.from_pretrained`` and in vLLM with no peft
     involved. The trainer's model is not modified (no ``merge_and_unload``). Sharded safetensors
     files are written by ``huggingface_hub.save_torch_state_dict`` (5 GB shards, as transformers).
+    Under FSDP / ZeRO-3 it is collective: call it on every rank.
     """
     from huggingface_hub import save_torch_state_dict
 
+    from grpo_train.distributed import is_sharded, merged_full_state_dict
+
     out = Path(directory)
-    state = merged_state_dict(model, dtype=dtype)
+    if is_sharded(model):
+        # FSDP / ZeRO-3: this rank's tensors are shards; gather (collective: every rank calls
+        # save_merged) onto rank 0's CPU and merge the adapter on the gathered dict.
+        state = merged_full_state_dict(model, rank0_only=True)
+        if dtype is not None:
+            state = {k: v.to(dtype) for k, v in state.items()}
+    else:
+        state = merged_state_dict(model, dtype=dtype)
     if not is_main_process:
         return out
     out.mkdir(parents=True, exist_ok=True)
@@ -427,7 +437,19 @@ def save_merged(
     config.save_pretrained(out)
     if getattr(base, "generation_config", None) is not None:
         base.generation_config.save_pretrained(out)
-    save_torch_state_dict({k: v.contiguous() for k, v in state.items()}, out)
+    save_torch_state_dict({k: _own_storage(v) for k, v in state.items()}, out)
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
     return out
+
+
+def _own_storage(tensor: torch.Tensor) -> torch.Tensor:
+    """Return a contiguous tensor that covers its whole storage, as safetensors requires.
+
+    Full tensors gathered from FSDP shards can be views into a larger buffer, which
+    ``huggingface_hub`` refuses to save ("None is covering the entire storage").
+    """
+    tensor = tensor.contiguous()
+    if tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size():
+        tensor = tensor.clone()
+    return tensor

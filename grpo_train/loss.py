@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 import torch
 
@@ -158,6 +159,30 @@ def truncated_is_weights(
     return ratio.clamp(max=cap), metrics
 
 
+def rows_with_gradient(advantages: torch.Tensor, weights: torch.Tensor, beta: float) -> list[int]:
+    """Return the rows whose loss can have a non-zero gradient: the only ones worth a forward pass.
+
+    A row's per-token loss is ``w * -min(r * A, clip(r) * A) + beta * kl`` on its masked tokens.
+    With ``beta == 0`` and ``A == 0`` it is exactly 0 whatever the ratio ``r``, and so is its
+    gradient; a row with loss weight 0 (``weights``: 0 for masked truncations and padding groups)
+    has no unmasked token at all. Skipping them changes nothing but time, provided the loss
+    normalisers (``loss_share``'s token and sequence totals) still count every row. Groups whose
+    rewards all agree are common (every sample wrong early in training), and each is
+    ``num_generations`` rows. At least one row is kept, so that every rank runs a backward pass
+    (DDP's collectives) and every parameter gets a gradient (0) for the optimizer step.
+
+    >>> rows_with_gradient(torch.tensor([0.5, 0.0, -0.5, 0.2]), torch.tensor([1, 1, 1, 0]), 0.0)
+    [0, 2]
+    >>> rows_with_gradient(torch.tensor([0.0, 0.0]), torch.ones(2), beta=0.0)
+    [0]
+    """
+    live = weights != 0
+    if beta == 0:
+        live = live & (advantages != 0)
+    rows = [int(i) for i in live.nonzero().flatten()]
+    return rows or list(range(min(1, advantages.shape[0])))
+
+
 @dataclass(frozen=True)
 class MicroBatch:
     """Padded (prompt, completion) pairs for one forward pass.
@@ -180,20 +205,35 @@ def make_micro_batches(
     completions: Sequence[Sequence[int]],
     token_budget: int,
     pad_id: int,
+    select: Sequence[int] | None = None,
+    group_prompts: bool = False,
 ) -> list[MicroBatch]:
     """Split pairs into micro-batches whose padded size (rows x longest row) fits ``token_budget``.
 
     Pairs are sorted by length first so that similar lengths share a micro-batch (less padding);
-    a pair longer than the budget gets a micro-batch of its own.
+    a pair longer than the budget gets a micro-batch of its own. ``select``: only these pairs
+    (e.g. ``rows_with_gradient``); ``MicroBatch.rows`` still index the full lists.
+    ``group_prompts``: sort by prompt instead (length, then tokens), so that the completions of
+    one prompt share micro-batches and ``token_logprobs(share_prompts=True)`` runs the prompt once.
     """
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(completions[i]))
+    chosen = range(len(prompts)) if select is None else select
+
+    def total(i: int) -> int:
+        return len(prompts[i]) + len(completions[i])
+
+    if group_prompts:
+        order = sorted(chosen, key=lambda i: (len(prompts[i]), tuple(prompts[i]), total(i)))
+    else:
+        order = sorted(chosen, key=total)
     groups: list[list[int]] = []
+    longest = 0
     for i in order:
-        length = len(prompts[i]) + len(completions[i])
-        if groups and (len(groups[-1]) + 1) * length <= token_budget:
-            groups[-1].append(i)  # sorted ascending, so `length` is the new longest row
+        if groups and (len(groups[-1]) + 1) * max(longest, total(i)) <= token_budget:
+            groups[-1].append(i)
+            longest = max(longest, total(i))
         else:
             groups.append([i])
+            longest = total(i)
     return [
         _pad([prompts[i] for i in g], [completions[i] for i in g], tuple(g), pad_id) for g in groups
     ]
@@ -220,15 +260,34 @@ def _pad(
 
 
 def token_logprobs(
-    model: torch.nn.Module, mb: MicroBatch, temperature: float = 1.0, with_entropy: bool = False
+    model: torch.nn.Module,
+    mb: MicroBatch,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probability of each completion token under ``model``: (B, C), plus entropy (B, C).
 
     Logits are divided by the sampling temperature so that they describe the distribution the
     engine sampled from (as TRL does). Only the last ``C + 1`` positions' logits are materialised
-    (``logits_to_keep``), never the (B, P + C, V) tensor.
+    (``logits_to_keep``), never the (B, P + C, V) tensor. ``share_prompts``: rows with the same
+    prompt (a GRPO group) run it once (``_shared_prompt_forward``); same values and gradients.
     """
     c_len = mb.completion_ids.shape[1]
+    if share_prompts:
+        shared = _shared_prompt_forward(model, mb)
+        if shared is not None:
+            first, rest = shared  # (B, 1, V) and (B, C - 1, V)
+            lp_first, ent_first = _logprobs_from_logits(
+                first, mb.completion_ids[:, :1], temperature, with_entropy
+            )
+            lp_rest, ent_rest = _logprobs_from_logits(
+                rest, mb.completion_ids[:, 1:], temperature, with_entropy
+            )
+            entropy = None
+            if ent_first is not None and ent_rest is not None:
+                entropy = torch.cat([ent_first, ent_rest], dim=1)
+            return torch.cat([lp_first, lp_rest], dim=1), entropy
     out = model(
         input_ids=mb.input_ids,
         attention_mask=mb.attention_mask,
@@ -236,18 +295,81 @@ def token_logprobs(
         logits_to_keep=c_len + 1,
         use_cache=False,
     )
-    logits = out.logits[:, :-1, :].float()  # (B, C, V): position t predicts token t + 1
+    # (B, C, V): position t predicts token t + 1
+    return _logprobs_from_logits(
+        out.logits[:, :-1, :], mb.completion_ids, temperature, with_entropy
+    )
+
+
+def _logprobs_from_logits(
+    logits: torch.Tensor, token_ids: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Return the (B, C) logprobs of ``token_ids`` under (B, C, V) ``logits / temperature``."""
+    logits = logits.float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    logz = torch.logsumexp(logits, dim=-1)  # (B, C)
-    picked = torch.gather(logits, -1, mb.completion_ids.unsqueeze(-1)).squeeze(-1)
-    logprobs = picked - logz
+    # One full-vocabulary tensor, kept for the backward pass: the log-softmax. The token's
+    # logprob is a gather from it and the entropy reads it too (no separate softmax / logsumexp).
+    log_probs = torch.log_softmax(logits, dim=-1)  # (B, C, V)
+    logprobs = log_probs.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)  # (B, C)
     entropy = None
     if with_entropy:
         with torch.no_grad():
-            probs = torch.softmax(logits, dim=-1)
-            entropy = logz - (probs * logits).sum(dim=-1)
+            entropy = -(log_probs.exp() * log_probs).sum(dim=-1)
     return logprobs, entropy
+
+
+def _shared_prompt_forward(
+    model: torch.nn.Module, mb: MicroBatch
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Logits for the completion tokens with each distinct prompt run once; None if not worth it.
+
+    A GRPO group is ``n`` completions of one prompt, and the prompt is often as long as the
+    completions: the plain forward runs it ``n`` times. Here the distinct prompts run once with a
+    KV cache, their keys and values are repeated for each row (``index_select``, whose backward
+    sums the rows' gradients back into the one prompt pass), and the completions run on top.
+    Causal attention makes every logit the same as in the plain forward, up to float rounding.
+    Returns the (B, 1, V) logits predicting the first completion token and the (B, C - 1, V)
+    ones predicting the rest. None (use the plain forward) when no prompt repeats or the model's
+    cache is not a plain per-layer key/value cache (sliding windows, recurrent layers).
+    """
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    config = getattr(model, "config", None)
+    c_len = mb.completion_ids.shape[1]
+    p_len = mb.input_ids.shape[1] - c_len
+    key = torch.cat([mb.input_ids[:, :p_len], mb.attention_mask[:, :p_len]], dim=1)  # (B, 2P)
+    unique, owner = torch.unique(key, dim=0, return_inverse=True)  # (U, 2P), (B,)
+    # Checkpointed layers drop the cache (transformers turns use_cache off in training).
+    if config is None or getattr(model, "is_gradient_checkpointing", False):
+        return None
+    if unique.shape[0] == key.shape[0]:
+        return None
+    prefix = DynamicCache(config=config)
+    if not all(type(layer) is DynamicLayer for layer in prefix.layers):
+        return None
+    prompt_ids, prompt_mask = unique[:, :p_len], unique[:, p_len:]
+    out = model(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        position_ids=(prompt_mask.cumsum(dim=1) - 1).clamp(min=0),
+        past_key_values=prefix,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    rows = DynamicCache(config=config)
+    layers: list[Any] = list(prefix.layers)  # DynamicLayer each, checked above
+    for index, layer in enumerate(layers):  # (U, H, P, D) -> (B, H, P, D)
+        rows.update(layer.keys.index_select(0, owner), layer.values.index_select(0, owner), index)
+    completion = model(
+        input_ids=mb.completion_ids,
+        attention_mask=mb.attention_mask,  # prompt + completion columns, as the cache + input
+        position_ids=mb.position_ids[:, p_len:],
+        past_key_values=rows,
+        use_cache=True,
+        logits_to_keep=c_len,
+    )
+    return out.logits[:, -1:, :].index_select(0, owner), completion.logits[:, :-1, :]
 
 
 def pad_rows(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:

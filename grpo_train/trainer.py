@@ -59,6 +59,7 @@ from grpo_train.loss import (
     loss_share,
     make_micro_batches,
     pad_rows,
+    rows_with_gradient,
     token_logprobs,
     truncated_is_weights,
 )
@@ -164,7 +165,8 @@ class Trainer:
         self.ref_model = None
         if cfg.algorithm.beta > 0 and self.lora is None:
             ref_device = "cpu" if cfg.policy.offload_reference else self.device
-            self.ref_model = load_policy(base_model, cfg.policy.dtype, ref_device)[0]
+            with distributed.every_rank_loads_weights():  # never prepared: needs real weights
+                self.ref_model = load_policy(base_model, cfg.policy.dtype, ref_device)[0]
             self.ref_model.eval().requires_grad_(False)
         o = cfg.optim
         # The fused kernel (one pass over all parameters, CPU and CUDA since torch 2.4) instead
@@ -183,15 +185,20 @@ class Trainer:
         # The scheduler is not handed to accelerate: its wrapper steps once per process per
         # update (it assumes the batch grows with the world), which would shift the schedule.
         self.scheduler = get_scheduler(schedule, optimizer, o.warmup_steps, total_updates)
-        self.start_step, sampler_state = 0, None
-        if self.resume_from:
-            state = load_checkpoint(self.resume_from, optimizer=optimizer, scheduler=self.scheduler)
-            self.start_step, sampler_state = state.step, state.sampler
         self.policy = model  # the unwrapped module: engines, checkpoints, evaluation
         self.model: torch.nn.Module = model
         self.optimizer = optimizer
         if self.distributed:  # DDP / FSDP / ZeRO wrappers; gradients reduced by them
             self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.start_step, sampler_state = 0, None
+        if self.resume_from:  # after prepare: FSDP / DeepSpeed restore into the sharded state
+            state = load_checkpoint(
+                self.resume_from,
+                optimizer=self.optimizer,
+                scheduler=self.scheduler,
+                accelerator=self.accelerator if self.distributed else None,
+            )
+            self.start_step, sampler_state = state.step, state.sampler
         sizes = [len(rows) for rows in self.train_rows]
         self.sampler = PromptSampler(sizes, weights, cfg.run.seed, sampler_state)
         self.engine = (
@@ -201,6 +208,13 @@ class Trainer:
         )
         if self.lora is not None and self.resume_from:
             distributed.sync_rollout_weights(self.engine, self.model)  # the resumed adapter
+        # The update runs each group's prompt once (loss.token_logprobs, share_prompts): not
+        # under DDP/FSDP wrappers (two forwards per backward) or gradient checkpointing (no cache).
+        self.share_prompts = (
+            cfg.optim.share_prompt_forward
+            and not self.distributed
+            and not cfg.policy.gradient_checkpointing
+        )
         self._stop_signal: int | None = None
         self._bad_updates = 0
 
@@ -412,15 +426,28 @@ class Trainer:
         """
         cfg, a, dev = self.cfg, self.cfg.algorithm, self.device
         rows = [(g.prompt_ids, c) for g in groups for c in g.completions]
+        # DAPO overlong filtering: truncated completions get no loss (their reward is unreliable).
+        keep = torch.tensor(
+            [0.0 if padding or (a.mask_truncated and c.truncated) else 1.0 for _, c in rows]
+        )
+        # Only rows whose loss can have a gradient get a forward/backward pass (with beta = 0,
+        # not those with advantage 0); the normalisers below still count every row.
+        select = rows_with_gradient(advantages, keep, a.beta)
+        # With no row to learn from, one row still runs (every rank must run a backward). Its
+        # entropy/ratio metrics stand for the batch only when no rank trains anything; otherwise
+        # they would skew the trained rows' metrics (and differ from a single process's).
+        learns = any(
+            float(keep[r]) != 0 and (a.beta > 0 or float(advantages[r]) != 0) for r in select
+        )
+        anyone_learns = distributed.global_sum(float(learns))[0] > 0
+        silent = padding or (anyone_learns and not learns)
         batches = make_micro_batches(
             [p for p, _ in rows],
             [list(c.token_ids) for _, c in rows],
             cfg.optim.micro_batch_tokens,
             self.tokenizer.pad_token_id,
-        )
-        # DAPO overlong filtering: truncated completions get no loss (their reward is unreliable).
-        keep = torch.tensor(
-            [0.0 if padding or (a.mask_truncated and c.truncated) else 1.0 for _, c in rows]
+            select=select,
+            group_prompts=self.share_prompts,
         )
         local_tokens = int(sum(len(c.token_ids) * float(keep[i]) for i, (_, c) in enumerate(rows)))
         total_tokens, total_seqs = distributed.global_loss_normalizers(
@@ -440,7 +467,7 @@ class Trainer:
                 mb = _to_device(batches[i], dev)
                 rows_i = list(mb.rows)
                 mask = mb.completion_mask.float() * keep[rows_i].to(dev).unsqueeze(1)  # (B, C)
-                tokens = float(mask.sum()) * weight
+                tokens = 0.0 if silent else float(mask.sum()) * weight  # metric weight
                 first = iteration == 0 and i not in old
                 with (
                     distributed.gradient_sync(
@@ -449,12 +476,12 @@ class Trainer:
                     self._autocast(),
                 ):
                     logprobs, entropy = token_logprobs(
-                        self.model, mb, temperature, with_entropy=first
+                        self.model, mb, temperature, first, self.share_prompts
                     )
                     logprobs = logprobs.float()
                     if first:  # before the first update the current policy is the "old" one
                         old[i] = logprobs.detach()
-                    if entropy is not None and weight:
+                    if entropy is not None and tokens:
                         entropy_mean = float((entropy * mask).sum() / max(tokens, 1.0))
                         sums.add({"entropy": entropy_mean}, tokens)
                     ref = self._reference_logprobs(mb) if a.beta > 0 else None
@@ -464,7 +491,7 @@ class Trainer:
                         weights, is_metrics = truncated_is_weights(
                             old[i], sampled.to(dev), mask, a.is_cap
                         )
-                        if first and weight:
+                        if first and tokens:
                             sums.add(is_metrics, tokens)
                     loss, metrics = grpo_loss(
                         logprobs,
@@ -487,7 +514,7 @@ class Trainer:
                         share = 0.0
                     self.accelerator.backward(loss * (share * dp_scale))
                 loss_total += float(loss.detach()) * share
-                if iteration == a.mu - 1 and weight and i not in done:
+                if iteration == a.mu - 1 and tokens and i not in done:
                     sums.add(metrics, tokens)
                     done.add(i)
             loss_total = distributed.global_sum(loss_total)[0]
@@ -519,8 +546,8 @@ class Trainer:
         with torch.no_grad():
             if self.cfg.policy.offload_reference:
                 with memory.on_device(self.ref_model, self.device) as ref:
-                    return token_logprobs(ref, mb, temperature)[0].float()
-            return token_logprobs(self.ref_model, mb, temperature)[0].float()
+                    return token_logprobs(ref, mb, temperature, False, self.share_prompts)[0]
+            return token_logprobs(self.ref_model, mb, temperature, False, self.share_prompts)[0]
 
     def optimizer_step(self, loss: float) -> float:
         """Clip and step; skip (and count) an update whose loss or gradient is not finite."""
@@ -576,28 +603,26 @@ class Trainer:
     def save(self, step: int) -> Path:
         """Checkpoint the current state (model, optimizer, scheduler, RNG, data position).
 
-        Collective: every rank calls it (sharded weights are gathered), the main rank writes.
-        A LoRA run's ``model/`` folder holds only the adapter.
+        Collective: every rank calls it (sharded weights are gathered onto rank 0 for the HF
+        folder; FSDP / DeepSpeed optimizer shards go through ``accelerator.save_state``), the
+        main rank writes the shared files. A LoRA run's ``model/`` folder holds only the adapter.
         """
         state = None
         if distributed.is_sharded(self.model):
             state = distributed.full_state_dict(self.model, rank0_only=True)
-        path = checkpoint_path(self.run_dir, step)
-        if self.rank.is_main:
-            path = save_checkpoint(
-                self.run_dir,
-                step,
-                model=self.policy,
-                tokenizer=self.tokenizer,
-                optimizer=self.optimizer,
-                scheduler=self.scheduler,
-                sampler=self.sampler.state(),
-                config=self.cfg,
-                keep_last=self.cfg.run.keep_last,
-                state_dict=state,
-            )
-        self.accelerator.wait_for_everyone()
-        return path
+        return save_checkpoint(
+            self.run_dir,
+            step,
+            model=self.policy,
+            tokenizer=self.tokenizer,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            sampler=self.sampler.state(),
+            config=self.cfg,
+            keep_last=self.cfg.run.keep_last,
+            state_dict=state,
+            accelerator=self.accelerator if self.distributed else None,
+        )
 
     def close(self) -> None:
         """Free the rollout engine."""

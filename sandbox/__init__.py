@@ -20,6 +20,7 @@ from sandbox._codec import CandidateError
 from sandbox.core import Sandbox, normalize_output
 from sandbox.types import (
     ALL_LAYERS,
+    MAX_REQUEST_BYTES,
     CallTest,
     ExecResult,
     IOTest,
@@ -35,6 +36,7 @@ from sandbox.types import (
 
 __all__ = [
     "ALL_LAYERS",
+    "MAX_REQUEST_BYTES",
     "CallTest",
     "CandidateError",
     "ExecResult",

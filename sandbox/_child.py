@@ -12,6 +12,7 @@ import atexit  # here, not in the child: importing it there cost ~0.1 ms per run
 import builtins
 import contextlib
 import ctypes
+import errno
 import fcntl
 import io
 import json
@@ -149,8 +150,8 @@ class RunSpec:
         self.entry_point: str | None = str(entry) if entry else None  # run_tests (serve mode)
 
 
-#: Largest request (code + stdin + files) a child accepts in one control message.
-MAX_REQUEST = 64 << 20
+#: Largest request message (code, stdin, files and their metadata) a child accepts.
+MAX_MESSAGE = _codec.MAX_REQUEST + _codec.MAX_META + (1 << 10)
 
 
 def report_error(ctl: socket.socket, message: str) -> None:
@@ -263,18 +264,34 @@ def await_program(
     z: Zygote, workdir: str, layers: list[str], out_w: int, err_w: int, ctl: socket.socket
 ) -> None:
     """Wait (isolated) for the program, then apply its limits, write its inputs and run it."""
-    msg, fds = _codec.recv_packet(ctl, MAX_REQUEST, maxfds=1)
-    if not msg.startswith(b"R"):
+    kind, payload, fds = _codec.recv_message(ctl, MAX_MESSAGE, maxfds=1)
+    if kind != b"R":
         os._exit(0)  # the zygote discarded this prepared child
-    req = json.loads(msg[1:])
+    req, texts = _codec.unpack_texts(payload)
+    del payload
     chan = fds[0] if fds else -1
+    # texts: code, stdin, then (name, content) per file (``_zygote.spawn``).
+    files = dict(zip(texts[2::2], texts[3::2], strict=True))
+    req.update(code=texts[0], stdin=texts[1], files=files)
+    del texts
     spec = RunSpec({"limits": {}}, child_request=req)
-    for name, content in spec.files.items():
-        if os.path.dirname(name):
-            os.makedirs(os.path.dirname(name), exist_ok=True)
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(content)
+    try:
+        for name, content in spec.files.items():
+            if os.path.dirname(name):
+                os.makedirs(os.path.dirname(name), exist_ok=True)
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(content)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        tmp_mb = max(16, 2 * spec.max_file_mb)
+        report_error(
+            ctl,
+            f"the input files do not fit in the work dir: /tmp holds {tmp_mb} MiB "
+            f"(2 x Limits.max_file_mb, at least 16) ({exc.strerror})",
+        )
+        os._exit(125)
     stdin_fd = os.memfd_create("stdin")
     view = memoryview(spec.stdin.encode("utf-8"))
     while view:

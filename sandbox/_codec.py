@@ -16,7 +16,8 @@ import json
 import os
 import socket
 import struct
-from typing import TypeAlias
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TypeAlias
 
 PlainValue: TypeAlias = (
     object  # None|bool|int|float|complex|str|bytes|list|tuple|dict|set|frozenset
@@ -29,6 +30,18 @@ MAX_DEPTH = 100
 #: buffer cost an mmap, page faults, an mremap and a munmap per message (seen with strace).
 READ_CHUNK = 64 << 10
 _HEADER = struct.Struct(">I")
+_SIZE = struct.Struct(">Q")
+#: The most a request's texts may take, UTF-8 encoded, each with its 4-byte length prefix:
+#: ``run``: code, stdin, file names and contents; ``run_tests``: program, setup, test sources
+#: (or program and one test's stdin). Checked by the library (ValueError) before sending.
+MAX_REQUEST = 64 << 20
+#: The JSON metadata sent with those texts (limits, entry point, required layers): small.
+MAX_META = 1 << 20
+#: Messages up to this size travel inline in one SOCK_SEQPACKET packet; larger ones in a memfd
+#: passed with the packet. A unix datagram/seqpacket message is one kernel buffer (its linear
+#: part is one kmalloc), so above KMALLOC_MAX_SIZE (4 MiB) ``sendmsg`` fails with ENOBUFS
+#: whatever SO_SNDBUF says; without root, SO_SNDBUF itself caps it (wmem_max, often 208 KiB).
+INLINE_MAX = 64 << 10
 #: Plain ints: combining the ``socket.MSG_*`` IntFlag members runs enum code in every child.
 _PEEK_LENGTH = int(socket.MSG_PEEK) | int(socket.MSG_TRUNC)
 
@@ -164,22 +177,25 @@ def write_frame(fd: int, payload: bytes) -> None:
         view = view[n:]
 
 
-def read_exact(fd: int, n: int) -> bytes | None:
-    """Read exactly ``n`` bytes from a blocking fd; ``None`` on EOF before the first byte."""
-    chunks: list[bytes] = []
-    got = 0
+def read_exact(fd: int, n: int) -> bytes | bytearray | None:
+    """Read exactly ``n`` bytes from a blocking fd; ``None`` on EOF before the first byte.
+
+    Read in place into one buffer: a 64 MiB request must not be held twice (chunks and join).
+    """
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
     while got < n:
-        chunk = os.read(fd, min(n - got, 1 << 20))
-        if not chunk:
+        count = os.readv(fd, [view[got : got + (1 << 20)]])
+        if not count:
             if got == 0:
                 return None
             raise CodecError("truncated frame")
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
+        got += count
+    view.release()
+    return bytes(buf) if n <= 1 << 20 else buf  # callers parse it: a bytearray will do
 
 
-def read_frame(fd: int, max_size: int = DEFAULT_MAX_FRAME) -> bytes | None:
+def read_frame(fd: int, max_size: int = DEFAULT_MAX_FRAME) -> bytes | bytearray | None:
     """Read one frame from a blocking fd; ``None`` on a clean EOF, CodecError if oversized."""
     header = read_exact(fd, _HEADER.size)
     if header is None:
@@ -203,6 +219,128 @@ def recv_packet(sock: socket.socket, max_size: int, maxfds: int = 0) -> tuple[by
     size = sock.recvmsg_into([bytearray(1)], 0, _PEEK_LENGTH)[0]
     msg, fds, _flags, _addr = socket.recv_fds(sock, max(1, min(size, max_size + 1)), maxfds)
     return msg, fds
+
+
+def text_size(text: str) -> int:
+    """Bytes ``text`` takes in a request (``pack_texts``): UTF-8, lone surrogates kept."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def texts_size(texts: Sequence[str]) -> int:
+    """Bytes ``texts`` take in a request, length prefixes included (compare with MAX_REQUEST)."""
+    return sum(_HEADER.size + text_size(text) for text in texts)
+
+
+def pack_texts(meta: Mapping[str, object], texts: Sequence[str]) -> Iterator[bytes]:
+    """Lay out a request: JSON ``meta``, then each text as raw UTF-8 (no JSON escaping).
+
+    Yielded in pieces of at most 1 MiB of text, so that a large request is never held encoded
+    all at once next to its str and the memfd it is written to.
+    """
+    head = dumps(meta)
+    yield _HEADER.pack(len(head)) + head + _HEADER.pack(len(texts))
+    for text in texts:
+        yield _HEADER.pack(text_size(text))
+        for start in range(0, len(text), 1 << 20):
+            yield text[start : start + (1 << 20)].encode("utf-8", "surrogatepass")
+
+
+def unpack_texts(data: bytes | bytearray) -> tuple[dict[str, Any], list[str]]:
+    """Inverse of ``pack_texts``; anything malformed raises CodecError."""
+    view = memoryview(data)
+    try:
+        (size,) = _HEADER.unpack_from(view, 0)
+        if size > MAX_META:
+            raise CodecError("request metadata too large")
+        pos = _HEADER.size + size
+        meta = loads(bytes(view[_HEADER.size : pos]))
+        (count,) = _HEADER.unpack_from(view, pos)
+        pos += _HEADER.size
+        texts: list[str] = []
+        for _ in range(count):
+            (size,) = _HEADER.unpack_from(view, pos)
+            pos += _HEADER.size
+            if pos + size > len(view):
+                raise CodecError("truncated request")
+            texts.append(str(view[pos : pos + size], "utf-8", "surrogatepass"))
+            pos += size
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise CodecError(f"malformed request: {exc}") from None
+    if pos != len(view) or not isinstance(meta, dict):
+        raise CodecError("malformed request")
+    return meta, texts
+
+
+class Message:
+    """A message for a SOCK_SEQPACKET peer, sendable more than once (``recv_message`` reads it).
+
+    Small ones are one packet; a large one is written once to a memfd, and each send passes the
+    memfd along with a packet holding its size (no size limit from socket buffers or kmalloc).
+    """
+
+    def __init__(self, kind: bytes, meta: Mapping[str, object], texts: Sequence[str]) -> None:
+        self.memfd = -1
+        if texts_size(texts) <= INLINE_MAX // 2:  # meta is small: the packet stays inline
+            self.head = kind + b"I" + b"".join(pack_texts(meta, texts))
+            if len(self.head) <= INLINE_MAX + 2:
+                return
+        self.memfd = os.memfd_create("sandbox-message", os.MFD_CLOEXEC)
+        size = 0
+        try:
+            for part in pack_texts(meta, texts):
+                view = memoryview(part)
+                size += len(view)
+                while view:
+                    view = view[os.write(self.memfd, view) :]
+        except BaseException:
+            self.close()
+            raise
+        self.head = kind + b"M" + _SIZE.pack(size)
+
+    def send(self, sock: socket.socket, fds: Sequence[int] = ()) -> None:
+        """Send the message (and ``fds``) as one packet."""
+        memfd = [self.memfd] if self.memfd >= 0 else []
+        socket.send_fds(sock, [self.head], [*memfd, *fds])
+
+    def close(self) -> None:
+        """Release the memfd (a peer that received it keeps its own reference)."""
+        if self.memfd >= 0:
+            os.close(self.memfd)
+            self.memfd = -1
+
+
+def recv_message(
+    sock: socket.socket, max_size: int, maxfds: int = 0
+) -> tuple[bytes, bytes | bytearray, list[int]]:
+    """Receive one ``Message``: (kind, payload, the fds sent with it); kind is b"" at EOF.
+
+    A payload over ``max_size`` or a malformed packet raises CodecError.
+    """
+    msg, fds = recv_packet(sock, INLINE_MAX + 2, maxfds + 1)
+    if not msg:
+        return b"", b"", fds
+    kind, how = msg[:1], msg[1:2]
+    if how == b"I" and len(msg) <= INLINE_MAX + 2:
+        return kind, msg[2:], fds
+    if not (how == b"M" and fds and len(msg) == 2 + _SIZE.size):
+        raise CodecError("malformed message packet")
+    memfd = fds.pop(0)
+    try:
+        (size,) = _SIZE.unpack_from(msg, 2)
+        if size > max_size:
+            raise CodecError(f"message of {size} bytes exceeds the cap of {max_size}")
+        if os.fstat(memfd).st_size != size:
+            raise CodecError("message size mismatch")
+        buf = bytearray(size)
+        view, got = memoryview(buf), 0
+        while got < size:
+            n = os.preadv(memfd, [view[got:]], got)
+            if n <= 0:
+                raise CodecError("truncated message")
+            got += n
+    finally:
+        os.close(memfd)
+    return kind, buf, fds
 
 
 class FrameReader:

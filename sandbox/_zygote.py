@@ -148,7 +148,7 @@ def _build_seccomp(pyseccomp_path: str | None) -> dict[bool, _child.SeccompFilte
             program = _codec.read_frame(read_fd, 1 << 20)
             if not program:  # the helper failed: no seccomp layer
                 return {}
-            programs[network] = _child.SeccompFilter(program)
+            programs[network] = _child.SeccompFilter(bytes(program))
     finally:
         os.close(read_fd)
         os.waitpid(pid, 0)
@@ -279,20 +279,29 @@ class Zygote:
                 self.cgroups = []
                 return
 
-    def set_cgroup_limits(self, memory_mb: int, max_processes: int) -> None:
-        """Set this run's cgroup limits (written only when they change: each write costs)."""
-        if (memory_mb, max_processes) == self.cgroup_limits:
+    def set_cgroup_limits(self, memory_mb: int, max_processes: int, input_bytes: int = 0) -> None:
+        """Set this run's cgroup limits (written only when they change: each write costs).
+
+        The memory limit is ``memory_mb`` + 128 MB of headroom for the zygote and verdict process
+        (also members) + 4x the run's inputs when they exceed 1 MiB, rounded up to 16 MiB: on
+        their way in they are held by the zygote (a str), a memfd, the child (bytes, then str)
+        and the files/stdin they become, and the program must still get its ``memory_mb``.
+        """
+        extra_mb = 0 if input_bytes <= 1 << 20 else 4 * (-(-input_bytes // (16 << 20)) * 16)
+        limits = (memory_mb + 128 + extra_mb, max_processes)
+        if limits == self.cgroup_limits:
             return
-        self.cgroup_limits = (memory_mb, max_processes)
+        self.cgroup_limits = limits
         for path in self.cgroups:
-            with contextlib.suppress(OSError):
+            try:
                 if "/memory/" in path:
-                    # + headroom for the zygote and verdict process (also members) and tmpfs pages.
-                    _child.write_file(f"{path}/memory.limit_in_bytes", str((memory_mb + 128) << 20))
+                    _child.write_file(f"{path}/memory.limit_in_bytes", str(limits[0] << 20))
                 else:
                     _child.write_file(
                         f"{path}/pids.max", str(max_processes + 3)
                     )  # + zygote, V, spare
+            except OSError:  # e.g. EBUSY when lowering below the current usage: retry next run
+                self.cgroup_limits = None
 
     def oom_killed_since_last_check(self) -> bool:
         """Return True when the memory cgroup's OOM-kill counter grew since the last check.
@@ -487,18 +496,6 @@ class Child:
         self.ctl.close()
 
 
-def _big_seqpacket_pair() -> tuple[socket.socket, socket.socket]:
-    """Return a SOCK_SEQPACKET pair whose buffers hold a whole request (root forces the size)."""
-    pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    for sock in pair:
-        for opt, force in ((socket.SO_SNDBUF, 32), (socket.SO_RCVBUF, 33)):  # SO_*BUFFORCE
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, force, _child.MAX_REQUEST + (1 << 20))
-            except OSError:  # not root: as large as the system allows
-                sock.setsockopt(socket.SOL_SOCKET, opt, _child.MAX_REQUEST + (1 << 20))
-    return pair
-
-
 def _fork_child(z: Zygote, network: bool, max_file_mb: int) -> Child:
     """Fork a child into a fresh PID namespace and isolate it; it then waits for its program.
 
@@ -507,7 +504,8 @@ def _fork_child(z: Zygote, network: bool, max_file_mb: int) -> Child:
     """
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    ctl_z, ctl_c = _big_seqpacket_pair()
+    # Default buffers: requests over INLINE_MAX travel in a memfd (``_codec.Message``).
+    ctl_z, ctl_c = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     host_workdir = "" if z.use_mount_ns else _host_workdir(z)
     layers = ["empty_env"] if z.env_empty else []
     if z.cgroups:
@@ -555,12 +553,8 @@ def _fork_child(z: Zygote, network: bool, max_file_mb: int) -> Child:
 
 def spawn(z: Zygote, spec: _child.RunSpec, chan: int = -1) -> Child:
     """Start ``spec``'s program in a prepared child (pre-forked if one matches); no waiting."""
-    z.set_cgroup_limits(spec.memory_mb, spec.max_processes)
     key = (spec.network, spec.max_file_mb)
-    request = {
-        "code": spec.code,
-        "stdin": spec.stdin,
-        "files": spec.files,
+    meta = {
         "cpu_s": spec.cpu_s,
         "memory_mb": spec.memory_mb,
         "max_file_mb": spec.max_file_mb,
@@ -568,23 +562,32 @@ def spawn(z: Zygote, spec: _child.RunSpec, chan: int = -1) -> Child:
         "entry_point": spec.entry_point,
         "required": spec.required,
     }
-    payload = b"R" + _codec.dumps(request)
-    if len(payload) > _child.MAX_REQUEST:
-        raise ValueError(f"the program and its inputs exceed {_child.MAX_REQUEST} bytes")
-    z.last_key = key
-    child = z.warm if z.warm is not None and z.warm.key == key else None
-    z.discard_warm(keep=child)
-    for _attempt in range(2):
-        if child is None:
-            child = _fork_child(z, *key)
-        try:
-            socket.send_fds(child.ctl, [payload], [chan] if chan >= 0 else [])
-            return child
-        except OSError:  # the prepared child died while waiting: use a fresh one
-            child.close()
-            if child.host_workdir:
-                _rmtree(child.host_workdir)
-            child = None
+    texts = [spec.code, spec.stdin]
+    for name, content in spec.files.items():
+        texts += (name, content)
+    size = _codec.texts_size(texts)
+    if size > _codec.MAX_REQUEST:  # the library refuses these first (ValueError)
+        raise ValueError(f"the request takes {size} bytes, over {_codec.MAX_REQUEST}")
+    z.set_cgroup_limits(spec.memory_mb, spec.max_processes, size)
+    message = _codec.Message(b"R", meta, texts)
+    del texts
+    try:
+        z.last_key = key
+        child = z.warm if z.warm is not None and z.warm.key == key else None
+        z.discard_warm(keep=child)
+        for _attempt in range(2):
+            if child is None:
+                child = _fork_child(z, *key)
+            try:
+                message.send(child.ctl, [chan] if chan >= 0 else [])
+                return child
+            except OSError:  # the prepared child died while waiting: use a fresh one
+                child.close()
+                if child.host_workdir:
+                    _rmtree(child.host_workdir)
+                child = None
+    finally:
+        message.close()
     raise OSError(errno.ECHILD, "could not start a child")
 
 
@@ -790,6 +793,10 @@ def handle_run(z: Zygote, req: dict[str, object]) -> dict[str, object]:
     spec = _child.RunSpec(req)
     start = time.monotonic()
     child = spawn(z, spec)
+    # The child has its own copy now: free ours (up to 64 MiB, charged to the run's cgroup).
+    req.clear()
+    spec.code = spec.stdin = ""
+    spec.files = {}
     sup = Supervisor(child, spec.output_bytes, z.cleanup)
     try:
         sup.loop(start + spec.timeout_s)
@@ -822,8 +829,8 @@ def _rmtree(path: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-#: Largest run_tests request (setup + test sources) the verdict server accepts in one message.
-MAX_VERDICT_MESSAGE = 32 << 20
+#: Largest job message (setup, test sources and their metadata) the verdict server accepts.
+MAX_VERDICT_MESSAGE = _codec.MAX_REQUEST + _codec.MAX_META + (1 << 10)
 #: The verdict server is replaced after this many jobs, bounding state left by trusted test code.
 VERDICT_SERVER_JOBS = 500
 
@@ -841,9 +848,9 @@ class VerdictServer:
         for sock in (ours, theirs):
             for opt, force in ((socket.SO_SNDBUF, 32), (socket.SO_RCVBUF, 33)):  # *BUFFORCE
                 try:
-                    sock.setsockopt(socket.SOL_SOCKET, force, 2 * MAX_VERDICT_MESSAGE)
+                    sock.setsockopt(socket.SOL_SOCKET, force, 1 << 20)
                 except OSError:  # not root: the largest unprivileged size
-                    sock.setsockopt(socket.SOL_SOCKET, opt, 2 * MAX_VERDICT_MESSAGE)
+                    sock.setsockopt(socket.SOL_SOCKET, opt, 1 << 20)
         pid = os.fork()
         if pid == 0:
             with contextlib.suppress(BaseException):
@@ -859,10 +866,15 @@ class VerdictServer:
 
     def start(self, job: dict[str, object], chan: int) -> None:
         """Hand one job (and the program's end of nothing: V's end of the channel) to V."""
-        payload = _codec.dumps(job)
-        if len(payload) > MAX_VERDICT_MESSAGE:
-            raise ValueError("setup + tests exceed the verdict server's message size")
-        socket.send_fds(self.sock, [payload], [chan])
+        tests = job.pop("tests", None)
+        texts = [str(job.pop("setup", "") or ""), *(tests if isinstance(tests, list) else [])]
+        if _codec.texts_size(texts) > _codec.MAX_REQUEST:  # the library refuses these first
+            raise ValueError("setup + tests exceed the request size limit")
+        message = _codec.Message(b"J", job, texts)
+        try:
+            message.send(self.sock, [chan])
+        finally:
+            message.close()
         self.jobs += 1
 
     def kill(self) -> None:
@@ -891,12 +903,14 @@ def _verdict_server(z: Zygote, sock: socket.socket) -> None:
         sock.send(_codec.dumps(message))
 
     while True:
-        msg, fds = _codec.recv_packet(sock, MAX_VERDICT_MESSAGE, maxfds=1)
-        if not msg or not fds:
+        kind, payload, fds = _codec.recv_message(sock, MAX_VERDICT_MESSAGE, maxfds=1)
+        if kind != b"J" or not fds:
             return
         chan = socket.socket(fileno=fds[0])
         try:
-            job = json.loads(msg)
+            job, texts = _codec.unpack_texts(payload)
+            del payload
+            job["setup"], job["tests"] = texts[0], texts[1:]
             _verdict.run_job(job, int(job["first"]), chan, report)
         except Exception as exc:
             report(["setup_error", f"verdict server: {type(exc).__name__}: {exc}"[:500]])
@@ -1133,6 +1147,7 @@ def main() -> None:
             if raw is None:
                 break
             req = json.loads(raw)
+            del raw  # up to 64 MiB of request: not kept while the run is served
             op = req.get("op")
             try:
                 if op == "run":

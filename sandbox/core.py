@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from sandbox import _codec
 from sandbox.types import (
     ALL_LAYERS,
+    MAX_REQUEST_BYTES,
     CallTest,
     ExecResult,
     IOTest,
@@ -45,6 +46,27 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 #: How long past a job's own time budget the parent waits for a fork server before restarting it.
 _SLACK_S = 10.0
 _START_TIMEOUT_S = 30.0
+
+
+def _check_size(texts: Sequence[str], what: str) -> None:
+    """Refuse a request over ``MAX_REQUEST_BYTES`` before it is sent (ValueError naming it)."""
+    size = _codec.texts_size(texts)
+    if size > MAX_REQUEST_BYTES:
+        raise ValueError(
+            f"{what} take {size} bytes (UTF-8, 4 more per text), over the limit of "
+            f"{MAX_REQUEST_BYTES} bytes (64 MiB, sandbox.MAX_REQUEST_BYTES)"
+        )
+
+
+def _check_files_fit(files: dict[str, str], limits: Limits) -> None:
+    """Refuse input files that cannot fit in the run's private /tmp (2 x max_file_mb)."""
+    tmp_bytes = max(16, 2 * limits.max_file_mb) << 20
+    size = sum(_codec.text_size(content) for content in files.values())
+    if size > tmp_bytes:
+        raise ValueError(
+            f"the input files take {size} bytes, more than the run's /tmp holds "
+            f"({tmp_bytes >> 20} MiB = 2 x Limits.max_file_mb, at least 16): raise max_file_mb"
+        )
 
 
 class _SlotError(RuntimeError):
@@ -319,11 +341,17 @@ class Sandbox:
         if not isinstance(code, str) or not isinstance(stdin, str):
             raise TypeError("code and stdin must be str")
         lim = limits if limits is not None else self.limits
+        checked = check_files(files)
+        texts = [code, stdin]
+        for name, content in checked.items():
+            texts += (name, content)
+        _check_size(texts, "code, stdin and files")
+        _check_files_fit(checked, lim)
         message: dict[str, object] = {
             "op": "run",
             "code": code,
             "stdin": stdin,
-            "files": check_files(files),
+            "files": checked,
             "limits": _limits_payload(lim),
             "required": list(self.required_layers),
         }
@@ -419,6 +447,16 @@ class Sandbox:
             raise ValueError("CallTest jobs need entry_point, the name of the function to test")
         if job.per_test_timeout_s is not None and not job.per_test_timeout_s > 0:
             raise ValueError("per_test_timeout_s must be positive or None")
+        if tests and isinstance(tests[0], IOTest):
+            for test in tests:  # each IOTest is one run of the program with its stdin
+                if not isinstance(test, IOTest) or not isinstance(test.stdin, str):
+                    raise TypeError("IOTest.stdin must be str")
+                _check_size([job.program, test.stdin], "the program and a test's stdin")
+        elif tests:
+            sources = [t.source for t in tests if isinstance(t, CallTest)]
+            if not all(isinstance(source, str) for source in sources):
+                raise TypeError("CallTest.source must be str")
+            _check_size([job.program, job.setup, *sources], "the program, setup and tests")
         return job
 
     def _run_test_job(self, job: TestJob) -> TestReport:

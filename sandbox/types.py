@@ -12,6 +12,13 @@ import posixpath
 from dataclasses import dataclass
 from enum import StrEnum
 
+from sandbox import _codec
+
+#: The most one run's inputs may take (``ValueError`` beyond it, before anything is sent): code,
+#: stdin and files (names and contents) for ``run``; program, setup and test sources for a
+#: ``CallTest`` job; program and one test's stdin per ``IOTest``. UTF-8 bytes, plus 4 per text.
+MAX_REQUEST_BYTES: int = _codec.MAX_REQUEST
+
 #: Every isolation layer the sandbox knows, in the order it applies them to a child.
 #: ``ExecResult.isolation`` lists the subset that was actually applied to that run.
 ALL_LAYERS: tuple[str, ...] = (
@@ -65,7 +72,8 @@ class Limits:
     max_processes: int = 64
     """Processes + threads the run may have at once (RLIMIT_NPROC of its uid, cgroup pids.max)."""
     max_file_mb: int = 64
-    """Largest file the run may write (RLIMIT_FSIZE); the private /tmp is 2x this size."""
+    """Largest file the run may write (RLIMIT_FSIZE); the private /tmp is 2x this size (at least
+    16 MiB), and the run's input ``files`` must fit in it."""
     network: bool = False
     """Allow network access: no network namespace, TCP and all socket families allowed."""
 

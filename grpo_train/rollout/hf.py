@@ -1,4 +1,10 @@
-"""Rollouts with transformers' ``model.generate``: the engine for machines without vLLM."""
+"""Rollouts with transformers models in the trainer's process: the engine for machines without vLLM.
+
+By default completions come from a decode loop over the model's forward with a preallocated
+(static) KV cache, each distinct prompt prefilled once for its whole group; ``decode="generate"``
+uses ``model.generate`` instead (and models whose cache is not plain full attention always do).
+Both sample from the same warped distribution (``warp_logits``) and report its logprobs.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ import contextlib
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from grpo_train.rollout.base import Completion, SamplingConfig, check_prompts
 from grpo_train.rollout.weights import checkpoint_state_dict
@@ -17,7 +23,7 @@ if TYPE_CHECKING:
 
 
 class HFEngine:
-    """A rollout engine on ``model.generate``: batched, left-padded, stops at EOS.
+    """A rollout engine on a transformers model: batched, left-padded, stops at EOS.
 
     Give it the trainer's policy module to share it (``sync_weights`` is then free), or a model
     path to load a separate copy (``sync_weights`` copies the trainer's weights into it).
@@ -33,17 +39,22 @@ class HFEngine:
         dtype: str = "auto",
         device: str = "auto",
         max_batch_size: int = 64,
+        decode: Literal["loop", "generate"] = "loop",
     ) -> None:
         """Wrap ``model`` (a module or a model folder / hub id) for generation.
 
         ``dtype`` / ``device`` apply when loading from a path (``"auto"``: see ``load_policy``).
         ``max_batch_size`` caps the sequences (prompts x n) decoded together; larger requests
-        run in chunks so memory stays bounded.
+        run in chunks so memory stays bounded. ``decode``: ``"loop"`` (the static-cache decode
+        loop, see ``_decode_loop``) or ``"generate"`` (``model.generate``); same distribution.
         """
         from grpo_train.models import load_policy
 
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if decode not in ("loop", "generate"):
+            raise ValueError(f"decode must be 'loop' or 'generate', got {decode!r}")
+        self.decode = decode
         if isinstance(model, str | Path):
             self.model, loaded_tok = load_policy(str(model), dtype=dtype, device=device)
             tokenizer = tokenizer or loaded_tok
@@ -73,8 +84,9 @@ class HFEngine:
         embeddings: Any = self.model.get_input_embeddings()
         vocab = int(embeddings.weight.shape[0])
         prompts = check_prompts(prompt_token_ids, vocab)
-        # One row per (prompt, sample): repeating the prompt instead of num_return_sequences
-        # also covers greedy decoding, where transformers refuses num_return_sequences > 1.
+        # One row per (prompt, sample), a prompt's rows adjacent: the decode loop prefills each
+        # prompt once for its rows; for generate, repeating the prompt instead of
+        # num_return_sequences also covers greedy decoding (which refuses it above 1).
         rows = [(i, prompt) for i, prompt in enumerate(prompts) for _ in range(sampling.n)]
         results: list[list[Completion]] = [[] for _ in prompts]
         rng = torch.random.fork_rng() if sampling.seed is not None else contextlib.nullcontext()
@@ -91,18 +103,106 @@ class HFEngine:
     def _generate_batch(
         self, rows: list[tuple[int, list[int]]], sampling: SamplingConfig
     ) -> list[Completion]:
-        """Decode a left-padded batch of (prompt index, prompt) rows; cut each at its first EOS."""
+        """Decode a batch of (prompt index, prompt) rows; cut each at its first EOS."""
+        decoded = self._decode_loop(rows, sampling) if self.decode == "loop" else None
+        new_tokens, logprobs = decoded or self._decode_generate(rows, sampling)  # (B, T) each
+        completions = []
+        for row, (prompt_index, _) in enumerate(rows):
+            ids = new_tokens[row].tolist()
+            stop = next((t for t, tok in enumerate(ids) if tok in self.eos_token_ids), None)
+            length = len(ids) if stop is None else stop + 1
+            token_ids = tuple(ids[:length])
+            completions.append(
+                Completion(
+                    prompt_index=prompt_index,
+                    text=str(self.tokenizer.decode(list(token_ids), skip_special_tokens=True)),
+                    token_ids=token_ids,
+                    logprobs=tuple(logprobs[row, :length].tolist()),
+                    finish_reason="length" if stop is None else "stop",
+                )
+            )
+        return completions
+
+    def _decode_loop(
+        self, rows: list[tuple[int, list[int]]], sampling: SamplingConfig
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Sample with a decode loop over the model's forward; None if the model's cache can't.
+
+        Why a loop of our own instead of ``model.generate``: profiling the trainer benchmark's
+        decode (transformers 5.19, CPU) showed half of ``generate``'s time in ``torch.cat``:
+        its ``DynamicCache`` re-copies every layer's keys and values at every step (O(T^2)
+        copying), and each prompt is prefilled once per sample (``n`` times). Here each
+        distinct prompt is prefilled once, its keys/values are copied into one row per sample
+        of a preallocated ``StaticCache`` (written in place afterwards), and the sampling
+        logprob is one gather from the warped log-softmax. Returns (B, T) tokens and logprobs,
+        rows past their EOS padded, like ``model.generate``.
+        """
         import torch
+        from transformers.cache_utils import DynamicCache, StaticCache, StaticLayer
+
+        model: Any = self.model
+        device = next(model.parameters()).device
+        # Rows come grouped: each run of equal prompt indices is one prompt's samples.
+        firsts = [r for r in range(len(rows)) if r == 0 or rows[r][0] != rows[r - 1][0]]
+        unique = [rows[r][1] for r in firsts]
+        counts = torch.tensor([b - a for a, b in zip(firsts, [*firsts[1:], len(rows)])])
+        expand = torch.repeat_interleave(torch.arange(len(unique)), counts).to(device)  # (B,)
+        ids, mask = left_pad(unique, self.pad_token_id)  # (U, W)
+        ids, mask = ids.to(device), mask.to(device)
+        width, steps, batch = ids.shape[1], sampling.max_new_tokens, len(rows)
+        cache = StaticCache(config=model.config, max_cache_len=width + steps)
+        if not all(type(layer) is StaticLayer for layer in cache.layers):
+            return None  # sliding-window / hybrid / recurrent layers: let generate handle them
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # as in training (loss._pad)
+        prefill = DynamicCache(config=model.config)
+        out = model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=prefill,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        layers: list[Any] = list(prefill.layers)  # plain key/value layers, checked above
+        for index, layer in enumerate(layers):  # (U, H, W, D) -> (B, H, W, D)
+            cache.update(
+                layer.keys.index_select(0, expand), layer.values.index_select(0, expand), index
+            )
+        logits = out.logits[:, -1, :].index_select(0, expand)  # (B, V)
+        attention = torch.zeros((batch, width + steps), dtype=mask.dtype, device=device)
+        attention[:, :width] = mask.index_select(0, expand)
+        position = positions[:, -1].index_select(0, expand)  # (B,)
+        tokens = torch.full((batch, steps), self.pad_token_id, dtype=torch.long, device=device)
+        logprobs = torch.zeros((batch, steps), dtype=torch.float32, device=device)
+        eos = torch.tensor(sorted(self.eos_token_ids), device=device)
+        done = torch.zeros(batch, dtype=torch.bool, device=device)
+        for t in range(steps):
+            token, logprob = sample_tokens(logits, sampling)  # (B,), (B,)
+            token = token.masked_fill(done, self.pad_token_id)
+            tokens[:, t], logprobs[:, t] = token, logprob
+            done |= torch.isin(token, eos)
+            if t == steps - 1 or bool(done.all()):
+                return tokens[:, : t + 1].cpu(), logprobs[:, : t + 1].cpu()
+            attention[:, width + t] = 1
+            position = position + 1
+            logits = model(
+                input_ids=token.unsqueeze(1),
+                attention_mask=attention,
+                position_ids=position.unsqueeze(1),
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits[:, -1, :]
+        raise AssertionError("unreachable: max_new_tokens >= 1")
+
+    def _decode_generate(
+        self, rows: list[tuple[int, list[int]]], sampling: SamplingConfig
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample with ``model.generate``; return (B, T) new tokens and their sampling logprobs."""
         from transformers import GenerationConfig, LogitsProcessorList
 
         device = next(self.model.parameters()).device
-        prompts = [prompt for _, prompt in rows]
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
-            attention_mask[row, width - len(prompt) :] = 1
+        input_ids, attention_mask = left_pad([prompt for _, prompt in rows], self.pad_token_id)
         recorder = _LogprobRecorder(sampling)
         # A fresh config so the checkpoint's own sampling defaults (top_k=50 in many) never apply:
         # the recorder applies temperature / top-k / top-p itself and transformers adds nothing.
@@ -120,24 +220,8 @@ class HFEngine:
             generation_config=config,
             logits_processor=LogitsProcessorList([recorder]),
         )
-        new_tokens = sequences[:, width:].cpu()  # (B, T)
-        logprobs = recorder.finish(new_tokens)  # (B, T)
-        completions = []
-        for row in range(len(prompts)):
-            ids = new_tokens[row].tolist()
-            stop = next((t for t, tok in enumerate(ids) if tok in self.eos_token_ids), None)
-            length = len(ids) if stop is None else stop + 1
-            token_ids = tuple(ids[:length])
-            completions.append(
-                Completion(
-                    prompt_index=rows[row][0],
-                    text=str(self.tokenizer.decode(list(token_ids), skip_special_tokens=True)),
-                    token_ids=token_ids,
-                    logprobs=tuple(logprobs[row, :length].tolist()),
-                    finish_reason="length" if stop is None else "stop",
-                )
-            )
-        return completions
+        new_tokens = sequences[:, input_ids.shape[1] :].cpu()  # (B, T)
+        return new_tokens, recorder.finish(new_tokens)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Copy the trainer's weights in; free when the engine shares the trainer's module."""
@@ -161,26 +245,106 @@ class HFEngine:
         self.model = None  # type: ignore[assignment]
 
 
+def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists into (B, W) ``input_ids`` and ``attention_mask`` (1 on real tokens).
+
+    >>> left_pad([[5, 6], [7]], pad_id=0)
+    (tensor([[5, 6],
+            [0, 7]]), tensor([[1, 1],
+            [0, 1]]))
+    """
+    import torch
+
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        input_ids[row, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
+        attention_mask[row, width - len(prompt) :] = 1
+    return input_ids, attention_mask
+
+
+def warp_logits(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """Return the (B, V) scores samples are drawn from: logits / T, then top-k, then top-p.
+
+    Removed tokens get ``-inf``. Top-p keeps the smallest set of most likely tokens whose
+    probability reaches ``top_p`` (a token is dropped when the tokens ranked above it already
+    hold ``top_p``; the most likely one always stays). Greedy (``temperature == 0``) leaves the
+    logits as they are: its logprobs are the model's plain distribution (module doc of base.py).
+    """
+    import torch
+
+    if sampling.greedy:
+        return logits
+    scores = logits / sampling.temperature if sampling.temperature != 1.0 else logits
+    if 0 < sampling.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, sampling.top_k, dim=-1).values[:, -1:]  # (B, 1)
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if sampling.top_p < 1.0:
+        ordered, order = torch.sort(scores, dim=-1, descending=True)
+        probs = torch.softmax(ordered, dim=-1)
+        mass_before = torch.cumsum(probs, dim=-1) - probs  # (B, V), in sorted order
+        drop_sorted = mass_before >= sampling.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # original order
+        scores = scores.masked_fill(drop, float("-inf"))
+    return scores
+
+
+def sample_tokens(
+    logits: torch.Tensor, sampling: SamplingConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row of (B, V) ``logits``; return the tokens (B,) and their logprobs (B,).
+
+    The logprob is the token's log-probability under the distribution it was drawn from
+    (``log_softmax(warp_logits(...))``), the engines' shared definition (base.py).
+    """
+    import torch
+
+    log_probs = torch.log_softmax(warp_logits(logits.float(), sampling), dim=-1)  # (B, V)
+    if sampling.greedy:
+        tokens = log_probs.argmax(dim=-1)
+    else:
+        tokens = inverse_cdf_sample(log_probs.exp(), torch.rand(logits.shape[0], 1))
+    return tokens, log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
+
+
+def inverse_cdf_sample(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Draw token ``i`` of each row with probability ``probs[i]`` from one uniform per row.
+
+    ``probs`` (B, V) need not be normalised; ``uniform`` (B, 1) holds draws from [0, 1). The token
+    is the first whose cumulative probability exceeds ``u * total``, so a zero-probability token
+    is never drawn. Why not ``torch.multinomial``: on CPU it draws one exponential variate per
+    vocabulary entry (B x V per step; 20% of the decode time of the benchmark's tiny model with a
+    512-token vocabulary, and it grows with the vocabulary), where this needs B uniforms and a
+    cumulative sum. The sum is in float64 so that tokens of probability ~1e-8 keep their odds.
+
+    >>> import torch
+    >>> probs = torch.tensor([[0.2, 0.0, 0.8], [0.2, 0.0, 0.8]])
+    >>> inverse_cdf_sample(probs, torch.tensor([[0.1], [0.2]]))
+    tensor([0, 2])
+    """
+    import torch
+
+    cdf = torch.cumsum(probs.double(), dim=-1)  # (B, V)
+    total = cdf[:, -1:]  # (B, 1)
+    if not bool(torch.isfinite(total).all() and (total > 0).all()):
+        raise ValueError("cannot sample: the model produced NaN/inf or all-zero probabilities")
+    target = uniform.to(cdf.device, cdf.dtype) * total
+    tokens = torch.searchsorted(cdf, target, right=True).squeeze(1)
+    return tokens.clamp(max=probs.shape[-1] - 1)
+
+
 class _LogprobRecorder:
-    """A logits processor that applies temperature / top-k / top-p and records the sampling logprob.
+    """A logits processor for ``model.generate``: warps the scores and records sampling logprobs.
 
     transformers appends its own warpers after user processors and returns only the scores, not
-    which token was drawn; so this processor does the warping itself (with transformers' warper
-    classes) and, at step t, reads the token drawn at step t-1 from ``input_ids`` to gather its
-    logprob. Memory stays O(batch x vocab) instead of ``output_scores``' O(batch x vocab x T).
+    which token was drawn; so this processor does the warping itself (``warp_logits``) and, at
+    step t, reads the token drawn at step t-1 from ``input_ids`` to gather its logprob. Memory
+    stays O(batch x vocab) instead of ``output_scores``' O(batch x vocab x T).
     """
 
     def __init__(self, sampling: SamplingConfig) -> None:
-        from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
-
-        self.warpers: list[object] = []
-        if not sampling.greedy:
-            if sampling.temperature != 1.0:
-                self.warpers.append(TemperatureLogitsWarper(sampling.temperature))
-            if sampling.top_k > 0:
-                self.warpers.append(TopKLogitsWarper(sampling.top_k))
-            if sampling.top_p < 1.0:
-                self.warpers.append(TopPLogitsWarper(sampling.top_p))
+        self.sampling = sampling
         self.previous: torch.Tensor | None = None  # (B, V) logprobs of the last step
         self.gathered: list[torch.Tensor] = []  # T-1 tensors of shape (B,)
 
@@ -190,8 +354,7 @@ class _LogprobRecorder:
 
         if self.previous is not None:
             self.gathered.append(self.previous.gather(1, input_ids[:, -1:]).squeeze(1).cpu())
-        for warper in self.warpers:
-            scores = warper(input_ids, scores)  # type: ignore[operator]
+        scores = warp_logits(scores, self.sampling)
         self.previous = torch.log_softmax(scores.float(), dim=-1)
         return scores
 

@@ -1,4 +1,5 @@
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -117,3 +118,69 @@ def test_loading_a_non_checkpoint_names_the_problem(parts, tmp_path):
     with pytest.raises(FileNotFoundError, match="not a checkpoint"):
         load_checkpoint(tmp_path, optimizer=opt, scheduler=sched)
     assert latest_checkpoint(tmp_path / "nothing") is None
+
+
+class _FakeShardedAccelerator:
+    """Stands in for an FSDP ``Accelerator`` on one process: records save_state / load_state."""
+
+    def __init__(self) -> None:
+        from accelerate.utils import DistributedType
+
+        self.distributed_type = DistributedType.FSDP
+        self.is_main_process = True
+        self.calls: list[tuple[str, str]] = []
+
+    def wait_for_everyone(self) -> None:
+        self.calls.append(("barrier", ""))
+
+    def save_state(self, output_dir: str) -> None:
+        Path(output_dir).mkdir(parents=True)
+        (Path(output_dir) / "optimizer_0").write_text("shards")
+        self.calls.append(("save_state", output_dir))
+
+    def load_state(self, input_dir: str) -> None:
+        self.calls.append(("load_state", input_dir))
+
+
+def test_sharded_runs_save_and_load_the_optimizer_through_accelerate(parts, tmp_path):
+    model, tokenizer = parts
+    opt, sched = _optim(model)
+    acc = _FakeShardedAccelerator()
+    path = save_checkpoint(
+        tmp_path, 3, model=model, tokenizer=tokenizer, optimizer=opt, scheduler=sched,
+        sampler=SamplerState(12, (9, 3)), config=TrainConfig(), keep_last=2, accelerator=acc,
+    )  # fmt: skip
+    # save_state ran inside the temporary folder, which was then renamed into place.
+    assert [c for c, _ in acc.calls].count("save_state") == 1
+    assert Path(acc.calls[[c for c, _ in acc.calls].index("save_state")][1]).parent.name.startswith(
+        ".tmp-"
+    )
+    assert (path / "accelerate" / "optimizer_0").read_text() == "shards"
+    assert torch.load(path / "trainer_state.pt", weights_only=True)["optimizer"] is None
+    assert not [p for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith(".")]
+
+    opt2 = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched2 = torch.optim.lr_scheduler.LambdaLR(opt2, lambda s: 1.0 / (1 + s))
+    acc2 = _FakeShardedAccelerator()
+    state = load_checkpoint(path, optimizer=opt2, scheduler=sched2, accelerator=acc2)
+    assert ("load_state", str(path / "accelerate")) in acc2.calls
+    assert state.step == 3 and state.sampler == SamplerState(12, (9, 3))
+    assert sched2.last_epoch == sched.last_epoch
+    assert opt2.state_dict()["state"] == {}  # the optimizer is accelerate's to restore
+
+
+def test_resuming_across_sharded_and_replicated_runs_is_refused(parts, tmp_path):
+    model, tokenizer = parts
+    opt, sched = _optim(model)
+    plain = _save(tmp_path / "plain", 1, model, tokenizer, opt, sched)
+    with pytest.raises(ValueError, match="--model"):
+        load_checkpoint(
+            plain, optimizer=opt, scheduler=sched, accelerator=_FakeShardedAccelerator()
+        )
+    sharded = save_checkpoint(
+        tmp_path / "sharded", 1, model=model, tokenizer=tokenizer, optimizer=opt, scheduler=sched,
+        sampler=SamplerState(), config=TrainConfig(), keep_last=1,
+        accelerator=_FakeShardedAccelerator(),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="saved by a sharded"):
+        load_checkpoint(sharded, optimizer=opt, scheduler=sched)

@@ -3,7 +3,15 @@ import math
 import pytest
 import torch
 
-from grpo_train.loss import grpo_loss, loss_share, make_micro_batches, truncated_is_weights
+from grpo_train.loss import (
+    MicroBatch,
+    grpo_loss,
+    loss_share,
+    make_micro_batches,
+    rows_with_gradient,
+    token_logprobs,
+    truncated_is_weights,
+)
 
 RATIOS = torch.tensor([[1.0, 1.5, 0.5], [1.1, 0.7, 2.0]])
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
@@ -129,3 +137,115 @@ def test_micro_batches_pad_prompts_left_and_completions_right():
             assert b.input_ids[k, p_len - len(prompts[row]) : p_len].tolist() == prompts[row]
             first = p_len - len(prompts[row])
             assert b.position_ids[k, first].item() == 0  # positions count from the first real token
+
+
+def test_rows_with_gradient_skips_zero_advantages_only_without_kl():
+    adv = torch.tensor([0.5, 0.0, -0.5, 0.2, 0.0])
+    weights = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0])  # row 3: masked (e.g. truncated)
+    assert rows_with_gradient(adv, weights, beta=0.0) == [0, 2]
+    assert rows_with_gradient(adv, weights, beta=0.1) == [0, 1, 2, 4]  # the KL term has a gradient
+    # Nothing to learn: one row still runs (a zero gradient for every parameter, DDP in step).
+    assert rows_with_gradient(torch.zeros(3), torch.ones(3), beta=0.0) == [0]
+    assert rows_with_gradient(torch.zeros(0), torch.ones(0), beta=0.0) == []
+
+
+def test_zero_advantage_rows_add_nothing_to_the_loss_or_its_gradient():
+    # The premise of rows_with_gradient, on the loss itself: with beta = 0, dropping the rows with
+    # A = 0 and weighting by the full batch's counts gives the same loss and gradient, whatever
+    # their ratios (mu > 1) and importance weights.
+    torch.manual_seed(1)
+    lp = (torch.randn(4, 3) * 0.3).requires_grad_(True)
+    old, iw = torch.randn(4, 3) * 0.3, torch.rand(4, 3) + 0.5
+    adv = torch.tensor([1.0, 0.0, -2.0, 0.0])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1]]).float()
+    for loss_type in ("dapo", "grpo", "dr_grpo"):
+        kw = {"loss_type": loss_type, "max_completion_length": 3}
+        full, _ = grpo_loss(lp, old, adv, mask, importance_weights=iw, **kw)
+        (g_full,) = torch.autograd.grad(full, lp)
+        rows = rows_with_gradient(adv, torch.ones(4), beta=0.0)
+        part, _ = grpo_loss(
+            lp[rows], old[rows], adv[rows], mask[rows], importance_weights=iw[rows], **kw
+        )
+        part = part * loss_share(loss_type, mask[rows], int(mask.sum()), 4)
+        (g_part,) = torch.autograd.grad(part, lp)
+        assert part.item() == pytest.approx(full.item(), rel=1e-6)
+        torch.testing.assert_close(g_part, g_full)
+
+
+def test_make_micro_batches_select_keeps_full_batch_row_indices():
+    prompts, completions = [[5], [6, 7], [8], [9]], [[1], [2, 3], [4], [5, 6]]
+    batches = make_micro_batches(prompts, completions, 100, pad_id=0, select=[1, 3])
+    assert [b.rows for b in batches] == [(3, 1)]  # shortest first
+    assert batches[0].completion_ids.tolist() == [[5, 6], [2, 3]]
+
+
+class _FixedLogits(torch.nn.Module):
+    """A stand-in model whose logits are a given (B, L, V) tensor (``logits_to_keep`` honoured)."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        super().__init__()
+        self.logits = logits
+
+    def forward(self, logits_to_keep: int, **_: object) -> object:
+        return type("Out", (), {"logits": self.logits[:, -logits_to_keep:]})()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_token_logprobs_and_entropy_match_the_softmax_definitions(temperature):
+    torch.manual_seed(2)
+    logits = torch.randn(2, 4, 7, requires_grad=True)  # (B, P + C, V) with P = 1, C = 3
+    ids = torch.randint(0, 7, (2, 4))
+    mb = MicroBatch(
+        (0, 1),
+        ids,
+        torch.ones_like(ids),
+        torch.arange(4).expand(2, 4),
+        ids[:, 1:],
+        torch.ones(2, 3),
+    )
+    logprobs, entropy = token_logprobs(_FixedLogits(logits), mb, temperature, with_entropy=True)
+    scaled = logits[:, :-1] / temperature  # position t predicts token t + 1
+    probs = torch.softmax(scaled, dim=-1)
+    expected = torch.log(probs.gather(-1, ids[:, 1:, None]).squeeze(-1))
+    torch.testing.assert_close(logprobs, expected)
+    assert entropy is not None
+    torch.testing.assert_close(entropy, -(probs * probs.log()).sum(-1))
+    (g,) = torch.autograd.grad(logprobs.sum(), logits)
+    (g_ref,) = torch.autograd.grad(expected.sum(), logits)
+    torch.testing.assert_close(g, g_ref)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_shared_prompt_forward_gives_the_plain_logprobs_and_gradients(tiny_model_path, temperature):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path).train()
+    calls: list[int] = []
+    model.register_forward_hook(lambda *_: calls.append(1))
+    prompts = [[5, 6, 7, 8]] * 3 + [[9, 10]] * 2 + [[11, 12, 13]]
+    completions = [[20, 21, 22], [23], [24, 25, 26, 27], [28, 29], [30], [31, 32]]
+    (mb,) = make_micro_batches(prompts, completions, 10**6, pad_id=0, group_prompts=True)
+    got = {}
+    for share in (False, True):
+        model.zero_grad()
+        calls.clear()
+        lp, entropy = token_logprobs(model, mb, temperature, True, share_prompts=share)
+        (lp * mb.completion_mask).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        got[share] = (lp.detach(), entropy, grads, len(calls))
+    on = mb.completion_mask.bool()
+    assert got[False][3] == 1 and got[True][3] == 2  # plain: one forward; shared: prompts + rest
+    torch.testing.assert_close(got[True][0][on], got[False][0][on], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[True][1][on], got[False][1][on], atol=1e-5, rtol=1e-5)
+    for name, grad in got[False][2].items():
+        torch.testing.assert_close(got[True][2][name], grad, atol=1e-5, rtol=1e-4)
+
+
+def test_group_prompts_keeps_each_prompts_completions_together():
+    prompts = [[1, 2], [3], [1, 2], [3], [1, 2]]
+    completions = [[5, 5, 5], [6], [7], [8, 8, 8, 8], [9, 9]]
+    batches = make_micro_batches(prompts, completions, 1000, pad_id=0, group_prompts=True)
+    assert [b.rows for b in batches] == [(1, 3, 2, 4, 0)]  # prompt [3], then [1, 2]
+    split = make_micro_batches(prompts, completions, 10, pad_id=0, group_prompts=True)
+    assert all(b.input_ids.numel() <= 10 or len(b.rows) == 1 for b in split)
+    assert sorted(r for b in split for r in b.rows) == [0, 1, 2, 3, 4]

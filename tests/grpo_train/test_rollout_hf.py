@@ -199,3 +199,74 @@ def test_forward_logprobs_helper_matches_manual(policy) -> None:
     with torch.no_grad():
         logits = model(torch.tensor([[1, 2, 3, 4]])).logits[0]
     assert lp[1].item() == pytest.approx(torch.log_softmax(logits[3], -1)[5].item(), abs=1e-5)
+
+
+def test_decode_loop_matches_model_generate(policy) -> None:
+    # The static-cache decode loop (each prompt prefilled once for its group) against
+    # transformers' generate: the same greedy continuations, also when a chunk of
+    # max_batch_size rows splits a group, and sampled logprobs equal to the trainer's.
+    model, tok = policy
+    greedy = SamplingConfig(n=3, max_new_tokens=16, temperature=0.0)
+    reference = HFEngine(model, tok, decode="generate").generate(PROMPTS, greedy)
+    for size in (64, 4):
+        loop = HFEngine(model, tok, max_batch_size=size).generate(PROMPTS, greedy)
+        assert [[c.token_ids for c in g] for g in loop] == [
+            [c.token_ids for c in g] for g in reference
+        ]
+        assert max_logprob_gap(model, loop, PROMPTS, 1.0) < 1e-4
+    sampling = SamplingConfig(n=4, max_new_tokens=12, temperature=0.7, seed=2)
+    groups = HFEngine(model, tok, max_batch_size=5).generate(PROMPTS, sampling)
+    check_groups(groups, 4, 12, set(HFEngine(model, tok).eos_token_ids), tok.decode)
+    assert max_logprob_gap(model, groups, PROMPTS, 0.7) < 1e-4
+
+
+def test_models_without_a_plain_static_cache_fall_back_to_generate(policy, monkeypatch) -> None:
+    import transformers.cache_utils
+
+    class NoLayer:  # no cache layer is of this type: the loop declines the model
+        pass
+
+    model, tok = policy
+    sampling = SamplingConfig(n=2, max_new_tokens=8, seed=4)
+    expected = HFEngine(model, tok, decode="generate").generate(PROMPTS, sampling)
+    monkeypatch.setattr(transformers.cache_utils, "StaticLayer", NoLayer)
+    assert HFEngine(model, tok).generate(PROMPTS, sampling) == expected
+    with pytest.raises(ValueError, match="decode must be"):
+        HFEngine(model, tok, decode="beam")  # type: ignore[arg-type]
+
+
+def test_warp_logits_temperature_top_k_top_p_by_hand() -> None:
+    from grpo_train.rollout.hf import warp_logits
+
+    logits = torch.log(torch.tensor([[0.1, 0.2, 0.3, 0.4]]))
+    inf = float("-inf")
+    assert torch.equal(warp_logits(logits, SamplingConfig(temperature=0)), logits)  # greedy
+    torch.testing.assert_close(warp_logits(logits, SamplingConfig(temperature=0.5)), logits * 2)
+    top_k = warp_logits(logits, SamplingConfig(top_k=2))
+    assert top_k[0, :2].tolist() == [inf, inf] and torch.equal(top_k[0, 2:], logits[0, 2:])
+    # top_p 0.6: 0.4 (mass above it 0) and 0.3 (0.4) stay; 0.2 (0.7 above it) and 0.1 go.
+    top_p = warp_logits(logits, SamplingConfig(top_p=0.6))
+    assert top_p[0, :2].tolist() == [inf, inf] and torch.equal(top_p[0, 2:], logits[0, 2:])
+    tiny = warp_logits(logits, SamplingConfig(top_p=0.01))  # the most likely token always stays
+    assert torch.isfinite(tiny).tolist() == [[False, False, False, True]]
+
+
+def test_inverse_cdf_sample_draws_each_token_with_its_probability() -> None:
+    from grpo_train.rollout.hf import inverse_cdf_sample, sample_tokens
+
+    probs = torch.tensor([0.1, 0.0, 0.6, 0.3])
+    uniform = torch.rand(20000, 1, generator=torch.Generator().manual_seed(0))
+    tokens = inverse_cdf_sample(probs.expand(20000, 4), uniform)
+    freq = torch.bincount(tokens, minlength=4).double() / 20000
+    assert freq[1] == 0  # a zero-probability token is never drawn
+    torch.testing.assert_close(freq, probs.double(), atol=0.01, rtol=0)
+    edges = inverse_cdf_sample(probs.expand(2, 4), torch.tensor([[0.0], [1.0 - 1e-9]]))
+    assert edges.tolist() == [0, 3]
+    with pytest.raises(ValueError, match="NaN"):
+        inverse_cdf_sample(torch.tensor([[0.5, float("nan")]]), torch.zeros(1, 1))
+    # sample_tokens returns the drawn token's logprob under the warped distribution.
+    torch.manual_seed(0)
+    logits = torch.randn(5, 4)
+    drawn, logprob = sample_tokens(logits, SamplingConfig(temperature=0.5))
+    expected = torch.log_softmax(logits / 0.5, dim=-1).gather(1, drawn[:, None])[:, 0]
+    torch.testing.assert_close(logprob, expected)

@@ -123,3 +123,31 @@ def test_seeded_batch_larger_than_one_prefill_step(engine) -> None:
     assert [len(group) for group in first] == [4] * 40
     again = engine.generate(prompts, sampling)
     assert [c.token_ids for g in again for c in g] == [c.token_ids for g in first for c in g]
+
+
+def test_in_process_cpu_engine_samples_the_same_and_syncs(
+    tiny_model_path: Path, engine, trainer_model
+) -> None:
+    import os
+
+    from grpo_train.rollout.vllm_engine import VLLMEngine
+
+    if not engine.on_cpu:
+        pytest.skip("in_process is a CPU option (GPU engines always run in process)")
+    set_num_threads = torch.set_num_threads
+    env_before = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    inner = VLLMEngine(tiny_model_path, dtype="float32", max_model_len=256, seed=0, in_process=True)
+    try:
+        assert inner.in_process  # and the switch was only for building it:
+        assert os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == env_before
+        assert torch.set_num_threads is set_num_threads  # restored after vLLM replaced it
+        sampling = SamplingConfig(n=4, max_new_tokens=16, temperature=0.8, seed=3)
+        assert inner.generate(PROMPTS, sampling) == engine.generate(PROMPTS, sampling)
+        moved = copy.deepcopy(trainer_model)
+        with torch.no_grad():
+            for p in moved.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+        inner.sync_weights(moved)
+        assert max_logprob_gap(moved, inner.generate(PROMPTS, sampling), PROMPTS, 0.8) < 1e-3
+    finally:
+        inner.close()

@@ -379,3 +379,84 @@ def test_vllm_engine_serves_the_merged_lora_policy(tiny_model_path, tmp_path):
         assert float((base[0] - ours[0]).abs().max()) > 0.1  # the engine has the adapter
     finally:
         trainer.close()
+
+
+@pytest.mark.parametrize(("loss_type", "budget"), [("dapo", 64), ("grpo", 4096), ("dr_grpo", 4096)])
+def test_update_gradient_equals_the_plain_full_batch_computation(
+    tiny_model_path, tmp_path, loss_type, budget, monkeypatch
+):
+    # The update skips rows with advantage 0 (beta = 0), splits the rest into micro-batches, runs
+    # each group's prompt once and takes logprobs from one log-softmax; its loss and gradient must
+    # equal the textbook computation: every row in one batch, one plain forward,
+    # log(softmax(logits / T)), grpo_loss, backward.
+    from collections import defaultdict
+
+    import grpo_train.trainer as trainer_module
+    from grpo_train.loss import grpo_loss, pad_rows, truncated_is_weights
+
+    cfg = make_config(
+        tiny_model_path,
+        tmp_path,
+        loss_type=loss_type,
+        eval_size=0,
+        micro_batch_tokens=budget,
+        max_completion_length=6,
+        temperature=0.8,
+    )
+    trainer = Trainer(cfg, env=DigitEnv())
+    groups = trainer.collect(4, 1, 0, defaultdict(float))
+    torch.manual_seed(0)
+    adv = torch.randn(4, 8)
+    adv[0] = 0.0  # a group whose rewards all agree
+    adv[2, :3] = 0.0
+    adv = adv.flatten()
+    seen: list[int] = []
+    original = trainer_module.token_logprobs
+
+    def recording(model, mb, *args, **kwargs):
+        seen.extend(mb.rows)
+        return original(model, mb, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "token_logprobs", recording)
+    captured = {}
+
+    def capture(loss):
+        captured["loss"] = loss
+        captured["grads"] = {n: p.grad.clone() for n, p in trainer.model.named_parameters()}
+        trainer.optimizer.zero_grad(set_to_none=True)
+        return 0.0
+
+    trainer.optimizer_step = capture
+    trainer.update(groups, adv)
+    assert sorted(seen) == [i for i in range(32) if adv[i] != 0]  # zero rows: no forward
+    assert len(seen) > 0 and len(set(seen)) == len(seen)
+
+    rows = [(g.prompt_ids, c) for g in groups for c in g.completions]
+    (mb,) = make_micro_batches([p for p, _ in rows], [list(c.token_ids) for _, c in rows], 10**9, 0)
+    model = trainer.model
+    model.train()
+    c_len = mb.completion_ids.shape[1]
+    logits = model(
+        input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids
+    ).logits[:, -c_len - 1 : -1]
+    probs = torch.softmax(logits / 0.8, dim=-1)
+    logprobs = torch.log(probs.gather(-1, mb.completion_ids.unsqueeze(-1)).squeeze(-1))
+    mask = mb.completion_mask.float()
+    sampled = pad_rows([rows[r][1].logprobs for r in mb.rows], c_len)
+    weights, _ = truncated_is_weights(logprobs.detach(), sampled, mask, cfg.algorithm.is_cap)
+    loss, _ = grpo_loss(
+        logprobs,
+        logprobs.detach(),
+        adv[list(mb.rows)],
+        mask,
+        epsilon_low=cfg.algorithm.epsilon_low,
+        epsilon_high=cfg.algorithm.epsilon_high,
+        loss_type=loss_type,
+        max_completion_length=6,
+        importance_weights=weights,
+    )
+    loss.backward()
+    assert captured["loss"] == pytest.approx(loss.item(), abs=1e-6)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(captured["grads"][name], p.grad, atol=1e-6, rtol=1e-4)
+    trainer.close()

@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
-import pytest
-from sandbox_helpers import FAST
+import hashlib
+import os
+import socket
 
-from sandbox import ALL_LAYERS, ExecResult, Job, Limits, Sandbox, Status, normalize_output
+import pytest
+from sandbox_helpers import FAST, server_pids
+
+from sandbox import (
+    ALL_LAYERS,
+    MAX_REQUEST_BYTES,
+    CallTest,
+    ExecResult,
+    IOTest,
+    Job,
+    Limits,
+    Sandbox,
+    Status,
+    _codec,
+    normalize_output,
+)
 from sandbox.types import check_files
 
 
@@ -169,3 +185,158 @@ def test_unusable_interpreter_is_a_clear_error() -> None:
 
     with pytest.raises(SandboxUnavailableError):
         Sandbox(workers=1, python="/nonexistent/python3")
+
+
+# -- large inputs and outputs -------------------------------------------------------------------
+# A request used to travel as one SOCK_SEQPACKET message; above ~4 MiB (the kernel's largest
+# kmalloc) sendmsg failed with ENOBUFS and the run came back as "could not start a child".
+
+READ_BACK = (
+    "import hashlib, sys\n"
+    "data = open('big.txt', encoding='utf-8').read()\n"
+    "text = sys.stdin.read()\n"
+    "print(len(data), hashlib.sha256(data.encode()).hexdigest(), len(text))\n"
+)
+
+
+def test_inputs_of_several_megabytes_arrive_intact(sb: Sandbox) -> None:
+    content = "x" * 8_000_000
+    res = sb.run("import os\nprint(os.path.getsize('big.txt'))", files={"big.txt": content})
+    assert (res.status, res.stdout) == (Status.OK, "8000000\n"), res.detail
+    res = sb.run("import sys\nprint(len(sys.stdin.read()))", stdin="y" * 8_000_000)
+    assert (res.status, res.stdout) == (Status.OK, "8000000\n"), res.detail
+    program = "x = 41\n" + "# padding\n" * 500_000 + "print(x + 1)\n"  # a 5 MB program
+    res = sb.run(program)
+    assert (res.status, res.stdout) == (Status.OK, "42\n"), res.detail
+    # Non-ASCII text (2-, 3- and 4-byte UTF-8) in a file and on stdin, 2.7 MB each.
+    text = "é✓😀" * 300_000
+    res = sb.run(READ_BACK, stdin=text, files={"big.txt": text})
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    assert (res.status, res.stdout) == (Status.OK, f"{len(text)} {digest} {len(text)}\n")
+
+
+def test_a_request_of_exactly_the_limit_works_and_one_byte_more_raises(sb: Sandbox) -> None:
+    limits = Limits(timeout_s=20.0, memory_mb=512, output_bytes=1 << 16, max_file_mb=40)
+    stdin = "s" * (1 << 20)
+    file_size = MAX_REQUEST_BYTES - _codec.texts_size([READ_BACK, stdin, "big.txt", ""])
+    content = "f" * file_size
+    with pytest.raises(ValueError, match="64 MiB"):
+        sb.run(READ_BACK, stdin=stdin + "s", files={"big.txt": content}, limits=limits)
+    pids = server_pids(sb)
+    res = sb.run(READ_BACK, stdin=stdin, files={"big.txt": content}, limits=limits)
+    digest = hashlib.sha256(content.encode()).hexdigest()
+    assert (res.status, res.stdout) == (Status.OK, f"{file_size} {digest} {1 << 20}\n"), res
+    assert server_pids(sb) == pids  # neither request restarted a fork server
+
+
+def test_requests_over_the_limit_raise_before_running(sb: Sandbox) -> None:
+    over = "x" * MAX_REQUEST_BYTES
+    pids = server_pids(sb)
+    with pytest.raises(ValueError, match="MAX_REQUEST_BYTES"):
+        sb.run("pass", stdin=over)
+    with pytest.raises(ValueError, match="64 MiB"):
+        sb.run(over)
+    with pytest.raises(ValueError, match="64 MiB"):
+        sb.run_many(
+            [
+                "print(1)",
+                Job(
+                    "pass",
+                    files={"a.txt": over[: MAX_REQUEST_BYTES // 2]}
+                    | {"b.txt": over[: MAX_REQUEST_BYTES // 2]},
+                ),
+            ]
+        )
+    with pytest.raises(ValueError, match="64 MiB"):  # UTF-8 bytes count, not characters
+        sb.run("pass", stdin="é" * (MAX_REQUEST_BYTES // 2))
+    with pytest.raises(ValueError, match="64 MiB"):
+        sb.run_tests("def f(): pass", [CallTest("assert f() is None")], entry_point="f", setup=over)
+    with pytest.raises(ValueError, match="64 MiB"):
+        sb.run_tests("print(1)", [IOTest("", "1\n"), IOTest(over, "1\n")])
+    # Files larger than the run's private /tmp (2 x max_file_mb, FAST: 16 MiB) cannot be written.
+    with pytest.raises(ValueError, match="max_file_mb"):
+        sb.run("pass", files={"a.txt": "x" * (17 << 20)})
+    assert server_pids(sb) == pids
+    assert sb.run("print('still fine')").stdout == "still fine\n"
+
+
+def test_run_tests_with_large_program_and_setup(sb: Sandbox) -> None:
+    padding = "# padding\n" * 600_000  # 6 MB each
+    report = sb.run_tests(
+        padding + "def add(a, b):\n    return a + b\n",
+        [CallTest("assert candidate(1, 2) == 3"), CallTest("check(add)")],
+        entry_point="add",
+        setup=padding + "def check(f):\n    assert f(2, 2) == 4\n",
+    )
+    assert report.all_passed, report
+    report = sb.run_tests(
+        "import sys\nprint(len(sys.stdin.read()))", [IOTest("z" * 6_000_000, "6000000\n")]
+    )
+    assert report.all_passed, report
+
+
+def test_output_near_the_cap_truncates_exactly(sb: Sandbox) -> None:
+    cap = 1 << 20
+    limits = Limits(timeout_s=5.0, output_bytes=cap)
+    write = "import sys\nsys.stdout.write('a' * {})\nsys.stderr.write('b' * {})\n"
+    exact, over, split, echo = sb.run_many(
+        [
+            Job(write.format(cap, 0), limits=limits),
+            Job(write.format(cap + 1, 0), limits=limits),
+            Job(write.format(cap // 2, cap // 2 + 1), limits=limits),
+            # A large input echoed back: the output cap still holds.
+            Job("import sys\nsys.stdout.write(sys.stdin.read())", stdin="e" * 8_000_000,
+                limits=limits),
+        ]
+    )  # fmt: skip
+    assert (exact.status, exact.truncated, len(exact.stdout)) == (Status.OK, False, cap)
+    for res in (over, split, echo):
+        assert res.status is Status.OUTPUT_LIMIT and res.truncated, res.detail
+        assert len(res.stdout) + len(res.stderr) == cap
+        assert str(cap) in res.detail
+    assert set(over.stdout) == {"a"} and set(echo.stdout) == {"e"}
+
+
+def test_input_files_that_do_not_fit_the_work_dir_are_a_clear_error(sb: Sandbox) -> None:
+    """15 MB in 3,000 files passes the library's check but takes 24 MB of tmpfs pages."""
+    if "mount_ns" not in sb.isolation:
+        pytest.skip("the size-capped private /tmp needs the mount namespace")
+    files = {f"f{i}.txt": "x" * 5000 for i in range(3000)}
+    res = sb.run("pass", files=files)
+    assert res.status is Status.SANDBOX_ERROR
+    assert "do not fit" in res.detail and "max_file_mb" in res.detail, res.detail
+    assert sb.run("print(1)").stdout == "1\n"
+
+
+@pytest.mark.parametrize("size", [10, _codec.INLINE_MAX, 5_000_000])
+def test_request_messages_round_trip_inline_and_in_a_memfd(size: int) -> None:
+    """The zygote -> child transport: exact text round trip, fds passed along, memfd closed."""
+    texts = ["a" * size, "", "é\x00\ud800😀" * 3, "\n"]
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    extra_r, extra_w = os.pipe()
+    message = _codec.Message(b"R", {"k": [1, "v"]}, texts)
+    try:
+        assert (message.memfd >= 0) == (size > _codec.INLINE_MAX // 2)
+        message.send(ours, [extra_w])
+        kind, payload, fds = _codec.recv_message(
+            theirs, _codec.MAX_REQUEST + _codec.MAX_META, maxfds=1
+        )
+        assert kind == b"R" and len(fds) == 1
+        assert _codec.unpack_texts(payload) == ({"k": [1, "v"]}, texts)
+        os.write(fds[0], b"!")
+        assert os.read(extra_r, 1) == b"!"
+        os.close(fds[0])
+        message.send(ours)  # sendable again (a retry with a fresh child)
+        if message.memfd >= 0:
+            with pytest.raises(_codec.CodecError, match="exceeds the cap"):
+                _codec.recv_message(theirs, 1000)
+        else:
+            assert _codec.recv_message(theirs, 1000)[0] == b"R"
+    finally:
+        message.close()
+        for fd in (extra_r, extra_w):
+            os.close(fd)
+        ours.close()
+        theirs.close()
+    with pytest.raises(_codec.CodecError):
+        _codec.unpack_texts(b"".join(_codec.pack_texts({}, texts))[:-1])
