@@ -625,8 +625,13 @@ class Trainer:
         )
 
     def close(self) -> None:
-        """Free the rollout engine."""
+        """Free the rollout engine; under a distributed launch, leave the process group."""
         self.engine.close()
+        if self.distributed:
+            # A rank that exits with its gloo/NCCL group alive can abort in C++ teardown
+            # ("terminate called without an active exception", seen once in CI under FSDP);
+            # accelerate's end_training destroys the group, as its docs ask at the end of a run.
+            self.accelerator.end_training()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         """First Ctrl-C / SIGTERM: finish the step, save, stop. A second one: stop at once."""
