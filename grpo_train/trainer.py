@@ -286,6 +286,14 @@ class Trainer:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
             log.close()
+        if self.distributed:
+            # Ranks leave together, with no collective in flight: a rank that exited while gloo
+            # still had work aborted once in C++ teardown ("terminate called without an active
+            # exception", CI under FSDP). Only after a run that ended normally (a failed rank
+            # must exit so that the launcher stops the others), and not destroy_process_group:
+            # with gloo on torch 2.13 it deadlocked (its destructor joins a thread that waits
+            # for the GIL).
+            self.accelerator.wait_for_everyone()
         interrupted = self._stop_signal is not None
         wall = time.perf_counter() - t0
         return TrainResult(self.run_dir, step, acc_before, acc_after, wall, interrupted, last_ckpt)
@@ -625,13 +633,8 @@ class Trainer:
         )
 
     def close(self) -> None:
-        """Free the rollout engine; under a distributed launch, leave the process group."""
+        """Free the rollout engine."""
         self.engine.close()
-        if self.distributed:
-            # A rank that exits with its gloo/NCCL group alive can abort in C++ teardown
-            # ("terminate called without an active exception", seen once in CI under FSDP);
-            # accelerate's end_training destroys the group, as its docs ask at the end of a run.
-            self.accelerator.end_training()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         """First Ctrl-C / SIGTERM: finish the step, save, stop. A second one: stop at once."""
