@@ -243,17 +243,10 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
 
 
 def _to(mb: MicroBatch, device: str) -> MicroBatch:
-    """The micro-batch with its tensors on ``device``."""
-    import dataclasses
+    """The micro-batch with its tensors on ``device`` (the trainer's own helper)."""
+    from grpo_train.trainer import _to_device
 
-    return dataclasses.replace(
-        mb,
-        input_ids=mb.input_ids.to(device),
-        attention_mask=mb.attention_mask.to(device),
-        position_ids=mb.position_ids.to(device),
-        completion_ids=mb.completion_ids.to(device),
-        completion_mask=mb.completion_mask.to(device),
-    )
+    return _to_device(mb, device)
 
 
 def _sync_cuda() -> None:
