@@ -176,11 +176,19 @@ def rows_with_gradient(advantages: torch.Tensor, weights: torch.Tensor, beta: fl
     >>> rows_with_gradient(torch.tensor([0.0, 0.0]), torch.ones(2), beta=0.0)
     [0]
     """
+    return live_rows(advantages, weights, beta) or list(range(min(1, advantages.shape[0])))
+
+
+def live_rows(advantages: torch.Tensor, weights: torch.Tensor, beta: float) -> list[int]:
+    """Return the rows whose loss can have a non-zero gradient (possibly none).
+
+    >>> live_rows(torch.tensor([0.0, 0.3]), torch.tensor([1, 1]), beta=0.0)
+    [1]
+    """
     live = weights != 0
     if beta == 0:
         live = live & (advantages != 0)
-    rows = [int(i) for i in live.nonzero().flatten()]
-    return rows or list(range(min(1, advantages.shape[0])))
+    return [int(i) for i in live.nonzero().flatten()]
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ from grpo_train.lora import LoraSettings, reference_logprobs, save_merged
 from grpo_train.loss import (
     MicroBatch,
     grpo_loss,
+    live_rows,
     loss_share,
     make_micro_batches,
     pad_rows,
@@ -444,9 +445,7 @@ class Trainer:
         # With no row to learn from, one row still runs (every rank must run a backward). Its
         # entropy/ratio metrics stand for the batch only when no rank trains anything; otherwise
         # they would skew the trained rows' metrics (and differ from a single process's).
-        learns = any(
-            float(keep[r]) != 0 and (a.beta > 0 or float(advantages[r]) != 0) for r in select
-        )
+        learns = bool(live_rows(advantages, keep, a.beta))
         anyone_learns = distributed.global_sum(float(learns))[0] > 0
         silent = padding or (anyone_learns and not learns)
         batches = make_micro_batches(
