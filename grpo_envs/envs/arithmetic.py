@@ -9,12 +9,18 @@ Tasks:
   (also registered as ``math/add2-v0``).
 
 Scored by exact integer comparison of the final ``\boxed{}`` / ``<answer>`` content.
+``step_credit`` > 0 adds a ``steps`` component for ``chain``: the share of the expression's
+operations that the completion writes out as correct equations ("7 - 2 = 5"), a verifiable
+process reward for models that cannot yet do a whole chain in one line.
 """
 
 from __future__ import annotations
 
+import ast
 import random
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from grpo_envs.base import SingleTurnEnv
 from grpo_envs.envs._common import (
@@ -28,7 +34,7 @@ from grpo_envs.envs._common import (
     reference_answer,
 )
 from grpo_envs.envs._expr import safe_eval
-from grpo_envs.rubric import RewardComponent, Rubric
+from grpo_envs.rubric import Judgement, RewardComponent, Rubric, ScoringContext
 from grpo_envs.types import Sample
 
 #: difficulty -> (number of operands, max digits per operand)
@@ -62,8 +68,80 @@ def chain_problem(
     return Problem(
         f"What is {expr}?",
         str(int(value)),
-        {"task": "chain", "operands": operands, "digits": digits},
+        {"task": "chain", "operands": operands, "digits": digits, "expression": expr},
     )
+
+
+@dataclass(frozen=True)
+class Step:
+    """One binary operation of an expression: ``left op right = result``."""
+
+    left: int
+    op: str
+    right: int
+    result: int
+
+
+_STEP_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
+
+
+def expression_steps(expr: str) -> tuple[Step, ...]:
+    """Return the operations of a ``+ - *`` expression in evaluation order (precedence first).
+
+    ``"8 - 2 * 3"`` -> ``2 * 3 = 6``, ``8 - 6 = 2``. Only for the generator's own expressions;
+    anything else raises ValueError.
+    """
+    steps: list[Step] = []
+
+    def walk(node: ast.expr) -> int:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _STEP_OPS:
+            left, right = walk(node.left), walk(node.right)
+            op = _STEP_OPS[type(node.op)]
+            result = left + right if op == "+" else left - right if op == "-" else left * right
+            steps.append(Step(left, op, right, result))
+            return result
+        raise ValueError(f"not an integer + - * expression: {expr!r}")
+
+    walk(ast.parse(expr, mode="eval").body)
+    return tuple(steps)
+
+
+# How models spell the operators ("−" is U+2212, "×" U+00D7).
+_OP_SPELLINGS = {"+": r"\+", "-": r"[-−]", "*": r"(?:\*|×|x|\\times|\\cdot|·)"}
+
+
+def _number(value: int) -> str:
+    # Not inside a longer number: "17 - 7 = 10" must not count as "7 - 7 = 0".
+    sign = "[-−]" if value < 0 else ""
+    # A sentence's full stop may follow ("= 5."), a decimal point may not ("= 5.5").
+    return rf"(?<!\d)(?<!\d\.){sign}{abs(value)}(?!\d|\.\d)"
+
+
+def step_pattern(step: Step) -> re.Pattern[str]:
+    """Regex for ``step`` written as an equation, e.g. ``7 - 2 = 5``; either order for + and *."""
+    op = _OP_SPELLINGS[step.op]
+    result = rf"\s*=\s*{_number(step.result)}"
+    forms = [rf"{_number(step.left)}\s*{op}\s*{_number(step.right)}{result}"]
+    if step.op in "+*" and step.left != step.right:
+        forms.append(rf"{_number(step.right)}\s*{op}\s*{_number(step.left)}{result}")
+    return re.compile("|".join(f"(?:{form})" for form in forms))
+
+
+#: Only the head of a completion is searched (bounded work on megabyte-long junk).
+_STEP_SEARCH_CHARS = 4000
+
+
+def step_correctness(ctx: ScoringContext) -> Judgement:
+    """Share of the expression's operations written out correctly somewhere in the completion."""
+    expr = ctx.sample.metadata.get("expression")
+    if not isinstance(expr, str):
+        return Judgement(0.0, None, {"reason": "sample has no expression metadata"})
+    steps = expression_steps(expr)
+    text = ctx.completion[:_STEP_SEARCH_CHARS]
+    done = sum(1 for step in steps if step_pattern(step).search(text))
+    return Judgement(done / len(steps), None, {"steps_correct": done, "steps": len(steps)})
 
 
 class ArithmeticEnv(SingleTurnEnv):
@@ -82,6 +160,7 @@ class ArithmeticEnv(SingleTurnEnv):
         operands: int | None = None,
         digits: int | None = None,
         operators: str = DEFAULT_OPERATORS,
+        step_credit: float = 0.0,
     ) -> None:
         """Configure the generator.
 
@@ -101,6 +180,9 @@ class ArithmeticEnv(SingleTurnEnv):
             digits: ``chain`` only: max digits per operand (1-6), overriding ``difficulty``'s.
             operators: ``chain`` only: the operators to draw from, uniformly per position
                 (repeat one to weight it); any of ``+``, ``-``, ``*``.
+            step_credit: ``chain`` only: weight of the ``steps`` component (the share of the
+                operations written out as correct equations; see ``step_correctness``). 0 (the
+                default) leaves it out. Accuracy counts only the final answer either way.
         """
         super().__init__()
         if task not in TASKS:
@@ -120,11 +202,17 @@ class ArithmeticEnv(SingleTurnEnv):
         self.operators = operators
         if answer not in ANSWER_MODES:
             raise ValueError(f"answer must be one of {ANSWER_MODES}, got {answer!r}")
+        if not 0.0 <= step_credit <= 1.0:
+            raise ValueError(f"step_credit must be between 0 and 1, got {step_credit}")
+        if step_credit and task != "chain":
+            raise ValueError("step_credit applies to task='chain' only (add2 has one step)")
         self.sizes = {"train": train_size, "test": test_size}
         judge = integer_correctness if answer == "strict" else loose_integer_correctness
+        steps = [RewardComponent("steps", step_credit, step_correctness)] if step_credit else []
         self.rubric = Rubric(
             [
                 RewardComponent("correct", 1.0, judge),
+                *steps,
                 *extra_components(format, format_weight),
             ]
         )

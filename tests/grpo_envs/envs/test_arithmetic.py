@@ -1,10 +1,11 @@
+import json
 import re
 
 import pytest
 
 import grpo_envs
 from grpo_envs.envs._common import is_held_out, parse_integer
-from grpo_envs.envs.arithmetic import LEVELS
+from grpo_envs.envs.arithmetic import LEVELS, Step, expression_steps, step_pattern
 from grpo_envs.types import Outcome
 
 
@@ -139,3 +140,63 @@ def test_default_operators_keep_the_level_problems_unchanged():
 def test_bad_chain_options_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         grpo_envs.make("math/arithmetic-v0", **kwargs)
+
+
+def test_expression_steps_follow_precedence_then_left_to_right():
+    assert expression_steps("8 - 2 * 3") == (Step(2, "*", 3, 6), Step(8, "-", 6, 2))
+    assert expression_steps("7 - 7 - 1") == (Step(7, "-", 7, 0), Step(0, "-", 1, -1))
+    assert expression_steps("4 + 5") == (Step(4, "+", 5, 9),)
+    with pytest.raises(ValueError, match="expression"):
+        expression_steps("2 ** 3")
+
+
+def test_step_credit_rewards_each_operation_written_out_correctly():
+    env = grpo_envs.make(
+        "math/arithmetic-v0",
+        operands=3,
+        digits=1,
+        operators="+-",
+        answer="loose",
+        step_credit=0.5,
+        train_size=30,
+        test_size=5,
+    )
+    for row in env.dataset("train"):
+        first, second = expression_steps(json.loads(row["metadata"])["expression"])
+        gold = int(row["answer"])
+        both = f"{first.left} {first.op} {first.right} = {first.result}\n"
+        both += f"{second.left} {second.op} {second.right} = {second.result}"
+        full = env.score(both, row)
+        assert full.outcome is Outcome.CORRECT
+        assert full.component("steps").value == 1.0 and full.reward == 1.5
+        # Only the first step right: half the credit, and the final answer decides correctness.
+        half = env.score(f"{first.left} {first.op} {first.right} = {first.result}. So 99.", row)
+        assert half.component("steps").value == 0.5 and half.outcome is Outcome.WRONG
+        assert half.reward == 0.25
+        # A wrong intermediate result earns nothing for that step.
+        wrong = f"{first.left} {first.op} {first.right} = {first.result + 1}"
+        assert env.score(wrong, row).component("steps").value == 0.0
+        # The right answer in one line still counts as correct, without step credit.
+        one_line = env.score(f"The answer is {gold}", row)
+        assert one_line.outcome is Outcome.CORRECT and one_line.reward == 1.0
+
+
+def test_step_pattern_does_not_match_inside_longer_numbers_and_accepts_spellings():
+    minus, plus, times = Step(7, "-", 7, 0), Step(3, "+", 9, 12), Step(2, "*", 3, 6)
+    assert step_pattern(minus).search("7-7=0")
+    assert not step_pattern(minus).search("17 - 7 = 0") and not step_pattern(minus).search(
+        "7 - 7 = 01"
+    )
+    assert step_pattern(Step(0, "-", 1, -1)).search("0 − 1 = −1")  # unicode minus
+    assert step_pattern(plus).search("9 + 3 = 12")  # commutative: either order
+    assert not step_pattern(minus).search("7 + 7 = 0")
+    assert step_pattern(times).search("3 × 2 = 6") and step_pattern(times).search("2 \\times 3 = 6")
+    assert step_pattern(minus).search("so 7 - 7 = 0.")  # a full stop may follow
+    assert not step_pattern(minus).search("7 - 7 = 0.5")
+
+
+def test_step_credit_is_validated():
+    with pytest.raises(ValueError, match="step_credit"):
+        grpo_envs.make("math/arithmetic-v0", step_credit=2.0)
+    with pytest.raises(ValueError, match="step_credit"):
+        grpo_envs.make("math/arithmetic-v0", task="add2", step_credit=0.5)
