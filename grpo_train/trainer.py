@@ -273,6 +273,9 @@ class Trainer:
                 ):
                     metrics.update(self.evaluate())
                     acc_after = metrics["eval/accuracy"] if last else None
+                # Accuracy against wall time (issue 8's curves): seconds since this launch began
+                # training, evaluations included.
+                metrics["time/elapsed"] = time.perf_counter() - t0
                 log.log_step(step, metrics)
                 if last or (run.save_every and step % run.save_every == 0):
                     last_ckpt = self.save(step)

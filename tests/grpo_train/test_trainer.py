@@ -81,6 +81,9 @@ def test_few_steps_change_every_parameter_and_write_metrics_and_checkpoint(
     ):
         assert key in rows[1], key
     assert rows[2]["eval/accuracy"] == result.accuracy_after
+    # Wall time since training began: grows, covers each step's own time, and ends within the run.
+    assert rows[1]["time/step"] <= rows[1]["time/elapsed"] < rows[2]["time/elapsed"]
+    assert rows[2]["time/elapsed"] <= result.wall_s
     assert (tmp_path / "config.yaml").is_file()
     assert (tmp_path / "tensorboard").is_dir()
     samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
