@@ -1,5 +1,8 @@
+from pathlib import Path
+
 import pytest
 
+import grpo_envs
 from grpo_train.advantages import ScaleRewards
 from grpo_train.config import (
     DEFAULT_PRESET,
@@ -138,3 +141,20 @@ def test_env_option_accepts_module_prefixed_ids_with_and_without_weights():
     ]
     with pytest.raises(ValueError, match="not a number"):
         parse("math/gsm8k-v0:heavy")
+
+
+BENCHMARK_CONFIGS = sorted((Path(__file__).parents[2] / "benchmarks" / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", BENCHMARK_CONFIGS, ids=lambda p: p.name)
+def test_shipped_run_configs_load_and_build_their_environments(path):
+    # The README's recorded runs must stay runnable as the fields and environments evolve.
+    cfg = TrainConfig.from_yaml(path)
+    assert cfg.data.env and cfg.run.output_dir.startswith("runs/")
+    for entry in cfg.data.env:
+        env = grpo_envs.make(entry.id, **entry.kwargs)
+        assert env.dataset("test")[0]["answer"]
+
+
+def test_benchmark_configs_exist():
+    assert len(BENCHMARK_CONFIGS) >= 2
