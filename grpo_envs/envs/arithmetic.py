@@ -207,6 +207,7 @@ class ArithmeticEnv(SingleTurnEnv):
         if step_credit and task != "chain":
             raise ValueError("step_credit applies to task='chain' only (add2 has one step)")
         self.sizes = {"train": train_size, "test": test_size}
+        self.step_credit = step_credit
         judge = integer_correctness if answer == "strict" else loose_integer_correctness
         steps = [RewardComponent("steps", step_credit, step_correctness)] if step_credit else []
         self.rubric = Rubric(
@@ -231,5 +232,14 @@ class ArithmeticEnv(SingleTurnEnv):
             yield problem_sample(split, index, problem, suffix)
 
     def reference_completion(self, sample: Sample) -> str:
-        """Return the gold answer in the requested format."""
-        return reference_answer(self.format, sample.answer)
+        """Return the gold answer in the requested format.
+
+        With ``step_credit`` the worked steps come first, so that the reference earns the full
+        reward.
+        """
+        answer = reference_answer(self.format, sample.answer)
+        expr = sample.metadata.get("expression")
+        if not self.step_credit or not isinstance(expr, str) or self.format == "think_answer":
+            return answer
+        work = "\n".join(f"{s.left} {s.op} {s.right} = {s.result}" for s in expression_steps(expr))
+        return f"{work}\n{answer}"

@@ -4,9 +4,10 @@ import re
 import pytest
 
 import grpo_envs
+from grpo_envs import check_env
 from grpo_envs.envs._common import is_held_out, parse_integer
 from grpo_envs.envs.arithmetic import LEVELS, Step, expression_steps, step_pattern
-from grpo_envs.types import Outcome
+from grpo_envs.types import Outcome, Sample
 
 
 def test_add2_prompt_answer_and_scoring():
@@ -179,6 +180,16 @@ def test_step_credit_rewards_each_operation_written_out_correctly():
         # The right answer in one line still counts as correct, without step credit.
         one_line = env.score(f"The answer is {gold}", row)
         assert one_line.outcome is Outcome.CORRECT and one_line.reward == 1.0
+
+
+def test_step_credit_env_passes_the_contract_and_its_reference_earns_full_reward():
+    env = grpo_envs.make(
+        "math/arithmetic-v0", operands=4, digits=2, step_credit=0.5, train_size=20, test_size=5
+    )
+    check_env(env)
+    for row in env.dataset("test"):
+        score = env.score(env.reference_completion(Sample.from_row(row)), row)
+        assert score.outcome is Outcome.CORRECT and score.reward == 1.5
 
 
 def test_step_pattern_does_not_match_inside_longer_numbers_and_accepts_spellings():
