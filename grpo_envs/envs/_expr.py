@@ -20,6 +20,7 @@ _OPS = {
     ast.Mult: lambda a, b: a * b,
     ast.Div: lambda a, b: a / b,
 }
+_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 
 # LaTeX and unicode spellings of the four operations that models write.
 _REPLACEMENTS = (
@@ -42,11 +43,22 @@ class ExpressionError(ValueError):
 
 
 @dataclass(frozen=True)
+class Operation:
+    """One binary operation as evaluated: ``left op right = result``."""
+
+    left: Fraction
+    op: str
+    right: Fraction
+    result: Fraction
+
+
+@dataclass(frozen=True)
 class Evaluated:
-    """An expression's exact value and the integer literals it uses, in order."""
+    """An expression's exact value, the integer literals it uses and its operations, in order."""
 
     value: Fraction
     numbers: tuple[int, ...]
+    operations: tuple[Operation, ...]
 
 
 def normalize(text: str) -> str:
@@ -69,19 +81,23 @@ def safe_eval(text: str) -> Evaluated:
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise ExpressionError(f"not an expression: {type(exc).__name__}") from exc
     numbers: list[int] = []
-    value = _walk(tree.body, numbers)
-    return Evaluated(value, tuple(numbers))
+    operations: list[Operation] = []
+    value = _walk(tree.body, numbers, operations)
+    return Evaluated(value, tuple(numbers), tuple(operations))
 
 
-def _walk(node: ast.expr, numbers: list[int]) -> Fraction:
+def _walk(node: ast.expr, numbers: list[int], operations: list[Operation]) -> Fraction:
     if isinstance(node, ast.Constant):
         if type(node.value) is not int:
             raise ExpressionError(f"only integer literals are allowed, got {node.value!r}")
         numbers.append(node.value)
         return Fraction(node.value)
     if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-        left, right = _walk(node.left, numbers), _walk(node.right, numbers)
+        left = _walk(node.left, numbers, operations)
+        right = _walk(node.right, numbers, operations)
         if isinstance(node.op, ast.Div) and right == 0:
             raise ExpressionError("division by zero")
-        return _OPS[type(node.op)](left, right)  # type: ignore[no-any-return]
+        result: Fraction = _OPS[type(node.op)](left, right)
+        operations.append(Operation(left, _SYMBOLS[type(node.op)], right, result))
+        return result
     raise ExpressionError(f"{type(node).__name__} is not allowed (only + - * / and parentheses)")

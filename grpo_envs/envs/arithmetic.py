@@ -16,7 +16,6 @@ process reward for models that cannot yet do a whole chain in one line.
 
 from __future__ import annotations
 
-import ast
 import random
 import re
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from grpo_envs.envs._common import (
     procedural_split,
     reference_answer,
 )
-from grpo_envs.envs._expr import safe_eval
+from grpo_envs.envs._expr import ExpressionError, safe_eval
 from grpo_envs.rubric import Judgement, RewardComponent, Rubric, ScoringContext
 from grpo_envs.types import Sample
 
@@ -82,30 +81,16 @@ class Step:
     result: int
 
 
-_STEP_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
-
-
 def expression_steps(expr: str) -> tuple[Step, ...]:
-    """Return the operations of a ``+ - *`` expression in evaluation order (precedence first).
+    """Return the operations of an integer ``+ - *`` expression in evaluation order.
 
-    ``"8 - 2 * 3"`` -> ``2 * 3 = 6``, ``8 - 6 = 2``. Only for the generator's own expressions;
-    anything else raises ValueError.
+    ``"8 - 2 * 3"`` -> ``2 * 3 = 6``, ``8 - 6 = 2`` (precedence first, then left to right).
+    ValueError (``ExpressionError``) for anything else, division included.
     """
-    steps: list[Step] = []
-
-    def walk(node: ast.expr) -> int:
-        if isinstance(node, ast.Constant) and type(node.value) is int:
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in _STEP_OPS:
-            left, right = walk(node.left), walk(node.right)
-            op = _STEP_OPS[type(node.op)]
-            result = left + right if op == "+" else left - right if op == "-" else left * right
-            steps.append(Step(left, op, right, result))
-            return result
-        raise ValueError(f"not an integer + - * expression: {expr!r}")
-
-    walk(ast.parse(expr, mode="eval").body)
-    return tuple(steps)
+    operations = safe_eval(expr).operations
+    if any(o.op == "/" for o in operations):
+        raise ExpressionError(f"not an integer + - * expression: {expr!r}")
+    return tuple(Step(int(o.left), o.op, int(o.right), int(o.result)) for o in operations)
 
 
 # How models spell the operators ("−" is U+2212, "×" U+00D7).
