@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from grpo_train.loss import MicroBatch
+    pass
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -210,7 +210,7 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
             total_tokens = sum(len(c) for _, c in pairs)
             model.train()
             for mb in batches:
-                mb = _to(mb, device)
+                mb = mb.to(device)
                 logprobs, _ = token_logprobs(model, mb)
                 mask = mb.completion_mask.float()
                 loss, _ = grpo_loss(
@@ -240,13 +240,6 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
         engine.close()  # type: ignore[attr-defined]
     kept = records[1:] if len(records) > 1 else records
     return _report(model_name, engine_name, "minimal", kept)
-
-
-def _to(mb: MicroBatch, device: str) -> MicroBatch:
-    """The micro-batch with its tensors on ``device`` (the trainer's own helper)."""
-    from grpo_train.trainer import _to_device
-
-    return _to_device(mb, device)
 
 
 def _sync_cuda() -> None:

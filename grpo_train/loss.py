@@ -9,7 +9,7 @@ that correct for the gap between the rollout engine's sampling log-probabilities
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -206,6 +206,19 @@ class MicroBatch:
     position_ids: torch.Tensor  # (B, P + C)
     completion_ids: torch.Tensor  # (B, C)
     completion_mask: torch.Tensor  # (B, C): 1 on real completion tokens
+
+    def to(self, device: str) -> MicroBatch:
+        """Return this micro-batch with its tensors on ``device`` (they are built on the CPU)."""
+        if device == "cpu":
+            return self
+        return replace(
+            self,
+            input_ids=self.input_ids.to(device),
+            attention_mask=self.attention_mask.to(device),
+            position_ids=self.position_ids.to(device),
+            completion_ids=self.completion_ids.to(device),
+            completion_mask=self.completion_mask.to(device),
+        )
 
 
 def make_micro_batches(

@@ -474,7 +474,7 @@ class Trainer:
             loss_total = 0.0
             done: set[int] = set()
             for k, (i, weight) in enumerate(schedule):
-                mb = _to_device(batches[i], dev)
+                mb = batches[i].to(dev)
                 rows_i = list(mb.rows)
                 mask = mb.completion_mask.float() * keep[rows_i].to(dev).unsqueeze(1)  # (B, C)
                 tokens = 0.0 if silent else float(mask.sum()) * weight  # metric weight
@@ -643,17 +643,3 @@ class Trainer:
         if self._stop_signal is not None:
             raise KeyboardInterrupt
         self._stop_signal = signum
-
-
-def _to_device(mb: MicroBatch, device: str) -> MicroBatch:
-    """Return the micro-batch with its tensors on the model's device (they are built on the CPU)."""
-    if device == "cpu":
-        return mb
-    return replace(
-        mb,
-        input_ids=mb.input_ids.to(device),
-        attention_mask=mb.attention_mask.to(device),
-        position_ids=mb.position_ids.to(device),
-        completion_ids=mb.completion_ids.to(device),
-        completion_mask=mb.completion_mask.to(device),
-    )

@@ -249,3 +249,12 @@ def test_group_prompts_keeps_each_prompts_completions_together():
     split = make_micro_batches(prompts, completions, 10, pad_id=0, group_prompts=True)
     assert all(b.input_ids.numel() <= 10 or len(b.rows) == 1 for b in split)
     assert sorted(r for b in split for r in b.rows) == [0, 1, 2, 3, 4]
+
+
+def test_micro_batch_to_moves_every_tensor_and_keeps_rows():
+    (mb,) = make_micro_batches([[1, 2], [3]], [[4], [5, 6]], token_budget=100, pad_id=0)
+    assert mb.to("cpu") is mb  # built on the CPU: nothing to copy
+    moved = mb.to("meta")
+    tensors = ("input_ids", "attention_mask", "position_ids", "completion_ids", "completion_mask")
+    assert all(getattr(moved, name).device.type == "meta" for name in tensors)
+    assert moved.rows == mb.rows and moved.input_ids.shape == mb.input_ids.shape
