@@ -118,23 +118,65 @@ def shard_prompts(items: Sequence[T], rank: int, world: int, group_size: int = 1
 # --------------------------------------------------------------------- gathers and reductions
 
 
+def backend_device() -> torch.device:
+    """Return the device whose tensors the default process group's backend communicates.
+
+    gloo serves CPU tensors (and CUDA ones); NCCL serves CUDA tensors only and fails on a CPU
+    tensor ("No backend type associated with device type cpu"). accelerate starts multi-GPU jobs
+    with a plain ``nccl`` group, so every collective here stages its tensors on this device.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return torch.device("cpu")
+    kinds = {device.type for device in _backend_device_types()}
+    if "cpu" in kinds:
+        return torch.device("cpu")
+    kind = sorted(kinds)[0] if kinds else "cuda"
+    module = getattr(torch, kind, None)
+    if module is None or not module.is_available():
+        raise RuntimeError(
+            f"the process group's backend ({dist.get_backend()}) communicates {kind} tensors "
+            f"only, and this process sees no {kind} device; launch one process per device"
+        )
+    return torch.device(kind, module.current_device())
+
+
+def _backend_device_types() -> list[torch.device]:
+    """Return the device types the default group's backends serve (torch records them per group)."""
+    types = getattr(dist.group.WORLD, "_device_types", None)
+    if types is not None:
+        return list(types)
+    return [torch.device("cuda" if dist.get_backend() == "nccl" else "cpu")]
+
+
+def on_backend_device(tensor: torch.Tensor) -> torch.Tensor:
+    """Return ``tensor`` on ``backend_device()``: the one place collectives get tensors from.
+
+    Every tensor handed to a ``torch.distributed`` collective in this package, inputs and output
+    buffers, comes from here (the test suite runs the multi-rank tests with a guard that fails on
+    any other, so a CPU-only CI catches what NCCL would reject).
+    """
+    return tensor.to(backend_device())
+
+
 def gather_rows(local: torch.Tensor) -> torch.Tensor:
     """Concatenate every rank's ``local`` along dim 0, in rank order (row counts may differ).
 
     ``all_gather`` needs equal shapes, so rows are padded to the largest count and cut back.
+    The result is on ``local``'s device, whatever device the backend communicates on.
     """
     if not _active():
         return local
     world = dist.get_world_size()
-    count = torch.tensor([local.shape[0]], dtype=torch.long, device=local.device)
-    counts = [torch.zeros_like(count) for _ in range(world)]
+    count = on_backend_device(torch.tensor([local.shape[0]], dtype=torch.long))
+    counts = [on_backend_device(torch.zeros_like(count)) for _ in range(world)]
     dist.all_gather(counts, count)
     sizes = [int(c.item()) for c in counts]
     padded = local.new_zeros((max(sizes), *local.shape[1:]))
     padded[: local.shape[0]] = local
-    parts = [torch.empty_like(padded) for _ in range(world)]
-    dist.all_gather(parts, padded.contiguous())
-    return torch.cat([part[:size] for part, size in zip(parts, sizes)], dim=0)
+    padded = on_backend_device(padded.contiguous())
+    parts = [on_backend_device(torch.empty_like(padded)) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    return torch.cat([part[:size] for part, size in zip(parts, sizes)], dim=0).to(local.device)
 
 
 def gather_rewards(local_rewards: torch.Tensor) -> torch.Tensor:
@@ -183,9 +225,7 @@ def global_advantages(
 def _all_reduce(values: Sequence[float], op: Any) -> list[float]:
     if not _active():
         return list(values)
-    tensor = torch.tensor(list(values), dtype=torch.float64)
-    if dist.get_backend() == "nccl":  # NCCL reduces CUDA tensors only
-        tensor = tensor.cuda()
+    tensor = on_backend_device(torch.tensor(list(values), dtype=torch.float64))
     dist.all_reduce(tensor, op=op)
     return [float(v) for v in tensor.cpu()]
 
@@ -270,8 +310,8 @@ def max_rank_difference(model: torch.nn.Module) -> float:
             raise TypeError(
                 f"{name} is sharded; compare full_state_dict(model) across ranks instead"
             )
-        high = param.detach().clone()
-        low = param.detach().clone()
+        high = on_backend_device(param.detach().clone())
+        low = on_backend_device(param.detach().clone())
         dist.all_reduce(high, op=dist.ReduceOp.MAX)
         dist.all_reduce(low, op=dist.ReduceOp.MIN)
         if high.numel():

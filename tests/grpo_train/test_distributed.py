@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import torch
+from collective_guard.nccl_guard import GUARD_BANNER, guarded_env
 
 from grpo_train.advantages import compute_advantages
 from grpo_train.distributed import (
@@ -77,6 +78,42 @@ def test_shards_cover_in_order_and_keep_groups_whole(n_groups: int, world: int) 
 def test_partial_group_is_refused() -> None:
     with pytest.raises(ValueError, match="whole groups"):
         shard_prompts(list(range(7)), 0, 2, group_size=3)
+
+
+def test_backend_device_follows_the_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NCCL communicates CUDA tensors only; gloo takes CPU ones; no CUDA under NCCL is an error."""
+    import torch.distributed as dist
+
+    import grpo_train.distributed as d
+
+    assert d.backend_device() == torch.device("cpu")  # no process group
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_backend", lambda *a: "nccl")
+    monkeypatch.setattr(d, "_backend_device_types", lambda: [torch.device("cuda")])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert d.backend_device() == torch.device("cuda", 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="no cuda device"):
+        d.backend_device()
+    gloo = [torch.device("cuda"), torch.device("cpu")]  # what torch records for a gloo group
+    monkeypatch.setattr(d, "_backend_device_types", lambda: gloo)
+    assert d.backend_device() == torch.device("cpu")
+
+
+def test_collective_guard_rejects_a_tensor_the_backend_was_not_given() -> None:
+    """The guard the multi-rank tests run under: an unplaced tensor from our code is refused."""
+    from collective_guard import nccl_guard
+
+    calls: list[int] = []
+    guarded = nccl_guard._guarded("all_reduce", lambda t: calls.append(t.numel()))
+    ours: dict[str, Any] = {"__name__": "grpo_train.fake", "reduce": guarded, "torch": torch}
+    with pytest.raises(RuntimeError, match="NCCL would reject"):
+        exec("reduce(torch.zeros(3))", ours)
+    placed = nccl_guard._marking(lambda t: t.clone())(torch.zeros(2))
+    exec("reduce(placed)", {**ours, "placed": placed})
+    exec("reduce(torch.zeros(4))", {**ours, "__name__": "accelerate.utils"})  # not our call
+    assert calls == [2, 4]
 
 
 def test_single_process_helpers_are_identities() -> None:
@@ -341,7 +378,7 @@ def test_two_cpu_ranks_match_single_process(tmp_path: Path, tiny_model_path: Pat
         "--main_process_port", str(_free_port()),
         __file__, "--model", str(tiny_model_path), "--out", str(tmp_path),
     ]  # fmt: skip
-    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+    env = guarded_env({**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"})
     # Start the two ranks, and run the single-process reference while they work.
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -361,6 +398,7 @@ def test_two_cpu_ranks_match_single_process(tmp_path: Path, tiny_model_path: Pat
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, stdout[-3000:] + stderr[-5000:]
+    assert stderr.count(GUARD_BANNER) >= 2  # both ranks ran under the NCCL collective guard
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
 
     for rep in reports:
@@ -436,7 +474,7 @@ def test_grpo_train_cli_on_two_cpu_ranks_matches_one_process(
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
         "--main_process_port", str(_free_port()), __file__,
     ]  # fmt: skip
-    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+    env = guarded_env({**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"})
     env["TOKENIZERS_PARALLELISM"] = "false"
     two = subprocess.Popen(
         launch + _cli_args(tiny_model_path, tmp_path / "two"),
@@ -460,6 +498,7 @@ def test_grpo_train_cli_on_two_cpu_ranks_matches_one_process(
                 p.communicate()
     for p, (stdout, stderr) in zip((two, one), outs):
         assert p.returncode == 0, stdout[-2000:] + stderr[-4000:]
+    assert outs[0][1].count(GUARD_BANNER) >= 2  # both ranks ran under the NCCL collective guard
     # Only the main rank reports; both ranks end with bit-identical weights.
     assert outs[0][0].count("held-out accuracy") == 1
     two_rows, one_rows = read_metrics(tmp_path / "two"), read_metrics(tmp_path / "one")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from collective_guard.nccl_guard import guarded_env
 
 REPO = Path(__file__).resolve().parents[2]
 FSDP_CONFIG = REPO / "examples" / "accelerate" / "fsdp.yaml"
@@ -50,7 +51,7 @@ def _launch(args: list[str], state_dict_type: str) -> subprocess.CompletedProces
         "--fsdp_state_dict_type", state_dict_type, "--main_process_port", str(_free_port()),
         __file__, *args,
     ]  # fmt: skip
-    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+    env = guarded_env({**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"})
     env["TOKENIZERS_PARALLELISM"] = "false"
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=150)
 
