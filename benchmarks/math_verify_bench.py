@@ -1,17 +1,28 @@
-"""Score the labeled math-verification set with grpo_envs.math and with Math-Verify, side by side.
+"""Score labeled math answers with grpo_envs.math and with Math-Verify, side by side.
 
-    .venv/bin/python benchmarks/math_verify_bench.py            # both verifiers, full table
-    .venv/bin/python benchmarks/math_verify_bench.py --only ours --show-errors
+Three sources of labeled (gold, completion, correct?) cases:
 
-The set (benchmarks/data/math_verify_cases.jsonl) holds (gold, completion, label) triples:
-GSM8K-style solutions, MATH-style LaTeX answers, known false-positive traps, answer formats and
-hostile inputs. A false positive is a wrong completion judged correct (the costly error for RL);
-a false negative a right one judged wrong. Throughput is items/s over the whole set, single
-process (one call after another) and batched (2 processes: ``verify_batch(workers=2)`` for ours,
-a fork ``multiprocessing.Pool(2)`` for Math-Verify, whose SIGALRM timeouts need a main thread).
+    .venv/bin/python benchmarks/math_verify_bench.py                     # the project's set
+    .venv/bin/python benchmarks/math_verify_bench.py --suite PATH        # Math-Verify's own tests
+    .venv/bin/python benchmarks/math_verify_bench.py --gsm8k PATH        # OpenAI's GSM8K labels
+    (add --only ours|math-verify, --show-errors, --no-batched)
 
-Math-Verify is given the final answer of a GSM8K solution (the text after '####') and LaTeX golds
-wrapped in ``$...$``, as its documentation shows; our verifier gets the raw gold field.
+* default: ``benchmarks/data/math_verify_cases.jsonl`` (GSM8K-style, MATH-style LaTeX, known
+  false-positive traps, answer formats, hostile inputs).
+* ``--suite PATH``: the ``tests/`` of a huggingface/Math-Verify checkout (or that folder itself),
+  read as data by ``mv_suite.load_suite``. Golds and predictions go to both verifiers exactly as
+  the suite gives them; Math-Verify runs each case with the options its test uses (match types,
+  ``float_rounding``, ``strict``, ``allow_set_relation_comp``), ours with its defaults. Every
+  disagreement with the suite's label is listed, and the cases whose label needs a non-default
+  Math-Verify option are counted apart too.
+* ``--gsm8k PATH``: ``example_model_solutions.jsonl`` of openai/grade-school-math (or a checkout):
+  1,319 test problems x 4 model solutions, each labeled ``is_correct`` by OpenAI. Both verifiers
+  get the gold's final answer (the text after its last ``A:``) and the solution text unchanged.
+
+A false positive is a wrong completion judged correct (the costly error for RL); a false negative
+a right one judged wrong. Throughput is items/s over the whole set, single process (one call after
+another) and batched (2 processes: ``verify_batch(workers=2)`` for ours, a fork
+``multiprocessing.Pool(2)`` for Math-Verify, whose SIGALRM timeouts need a main thread).
 """
 
 from __future__ import annotations
@@ -36,6 +47,12 @@ class Case:
     gold: str
     completion: str
     label: bool
+    # How Math-Verify is called: its gold string and a compare_strings-style option tuple
+    # (match types, float_rounding, strict, allow_set_relation_comp), or None for parse/verify
+    # with defaults.
+    mv_gold: str = ""
+    mv_options: tuple[tuple[str, ...], int, bool, bool] | None = None
+    default_options: bool = True
 
 
 @dataclass(frozen=True)
@@ -53,9 +70,81 @@ def load_cases(path: Path) -> list[Case]:
             if line.strip():
                 d = json.loads(line)
                 cases.append(
-                    Case(d["id"], d["category"], d["gold"], d["completion"], bool(d["label"]))
+                    Case(
+                        d["id"],
+                        d["category"],
+                        d["gold"],
+                        d["completion"],
+                        bool(d["label"]),
+                        mv_gold=mv_gold(d["gold"]),
+                    )
                 )
     return cases
+
+
+def load_suite_cases(path: Path) -> list[Case]:
+    from mv_suite import load_suite
+
+    out = []
+    for c in load_suite(path):
+        options = (
+            None
+            if c.helper == "parse_verify"
+            else (
+                c.match_types,
+                int(c.options["precision"]),  # type: ignore[call-overload]
+                bool(c.options["strict"]),
+                bool(c.options["allow_set_relation_comp"]),
+            )
+        )
+        category = c.id.split("::")[0].removeprefix("test_")
+        out.append(
+            Case(
+                c.id,
+                category,
+                c.gold,
+                c.pred,
+                c.label,
+                mv_gold=c.gold,
+                mv_options=options,
+                default_options=c.default_options,
+            )
+        )
+    return out
+
+
+def load_gsm8k_cases(path: Path) -> list[Case]:
+    """OpenAI's labeled GSM8K model solutions (1,319 problems x 4 models)."""
+    if path.is_dir():
+        found = sorted(path.rglob("example_model_solutions.jsonl"))
+        if not found:
+            raise FileNotFoundError(f"no example_model_solutions.jsonl under {path}")
+        path = found[0]
+    out = []
+    with path.open() as f:
+        for i, line in enumerate(f):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            final = row["ground_truth"].rsplit("A:", 1)[-1].strip()
+            for model in (
+                "6b_finetuning",
+                "6b_verification",
+                "175b_finetuning",
+                "175b_verification",
+            ):
+                sol = row[model]
+                out.append(
+                    Case(
+                        f"gsm8k-{i:04d}-{model}",
+                        model,
+                        final,
+                        sol["solution"],
+                        bool(sol["is_correct"]),
+                        mv_gold=final,
+                    )
+                )
+    return out
 
 
 # --- Math-Verify --------------------------------------------------------------------------
@@ -69,28 +158,54 @@ def mv_gold(gold: str) -> str:
     return f"${gold}$"
 
 
-def mv_one(item: tuple[str, str]) -> bool:
-    from math_verify import parse, verify
+MVItem = tuple[str, str, tuple[tuple[str, ...], int, bool, bool] | None]
 
-    gold, completion = item
+
+def mv_one(item: MVItem) -> bool:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    gold, completion, options = item
     try:
-        return bool(verify(parse(mv_gold(gold)), parse(completion)))
+        if options is None:
+            return bool(verify(parse(gold), parse(completion)))
+        match_types, precision, strict, allow_set_rel = options
+        # The same extraction targets Math-Verify's own suite helper (compare_strings) builds.
+        targets: list[LatexExtractionConfig | ExprExtractionConfig] = []
+        for kind in match_types:
+            if kind == "latex":
+                targets.append(LatexExtractionConfig(boxed_match_priority=0))
+            elif kind == "expr":
+                targets.append(ExprExtractionConfig())
+        return bool(
+            verify(
+                parse(gold, targets),
+                parse(completion, targets),
+                float_rounding=precision,
+                strict=strict,
+                allow_set_relation_comp=allow_set_rel,
+            )
+        )
     except Exception:
         return False
 
 
-def run_math_verify(cases: list[Case], batched: bool, workers: int) -> Run:
+def run_math_verify(
+    cases: list[Case], batched: bool, workers: int, *, suite_options: bool = False
+) -> Run:
+    """Math-Verify's parse/verify with its defaults, or (``suite_options``) as its suite calls it."""
     import math_verify  # noqa: F401 - imported before forking, so workers start warm
 
-    items = [(c.gold, c.completion) for c in cases]
-    mv_one(("1", "1"))  # warm up its parser
+    items: list[MVItem] = [
+        (c.mv_gold, c.completion, c.mv_options if suite_options else None) for c in cases
+    ]
+    mv_one(("1", "1", None))  # warm up its parser
     batched_s = None
     pooled: list[bool] = []
     if batched:
         # Forked before the single-process run, so no cache it fills is inherited.
         ctx = multiprocessing.get_context("fork")
         with ctx.Pool(workers) as pool:
-            pool.map(mv_one, [("1", "1")] * workers)  # warm
+            pool.map(mv_one, [("1", "1", None)] * workers)  # warm
             t0 = time.perf_counter()
             pooled = pool.map(mv_one, items, chunksize=4)
             batched_s = time.perf_counter() - t0
@@ -100,7 +215,8 @@ def run_math_verify(cases: list[Case], batched: bool, workers: int) -> Run:
     if batched and pooled != single:
         diff = sum(a != b for a, b in zip(pooled, single))
         print(f"note: math-verify pooled and single runs disagree on {diff} items (timeouts)")
-    return Run("math-verify", single, single_s, batched_s)
+    name = "mv, suite opts" if suite_options else "math-verify"
+    return Run(name, single, single_s, batched_s)
 
 
 # --- ours ---------------------------------------------------------------------------------
@@ -191,40 +307,70 @@ def print_table(cases: list[Case], runs: list[Run]) -> None:
         print(
             f"errors by category, {run.name}: " + ", ".join(f"{c}={errs.get(c, 0)}" for c in cats)
         )
-    if len(runs) == 2 and runs[0].batched_s and runs[1].batched_s:
+    if len(runs) >= 2 and runs[0].batched_s and runs[1].batched_s:
         print(
             f"batched speed-up of {runs[0].name} over {runs[1].name}: "
             f"{runs[1].batched_s / runs[0].batched_s:.1f}x"
         )
 
 
-def print_errors(cases: list[Case], run: Run) -> None:
-    print(f"\n{run.name} errors:")
-    for c, v in zip(cases, run.verdicts):
-        if v != c.label:
-            kind = "FP" if v else "FN"
-            print(f"  {kind} {c.id}: gold={c.gold[-60:]!r} completion={c.completion[-90:]!r}")
+def print_disagreements(cases: list[Case], runs: list[Run]) -> None:
+    """Every case where a verifier differs from the label, with both verdicts."""
+    print(
+        "\ncases where a verifier differs from the label (label; "
+        + ", ".join(r.name for r in runs)
+        + "):"
+    )
+    for i, c in enumerate(cases):
+        verdicts = [r.verdicts[i] for r in runs]
+        if any(v != c.label for v in verdicts):
+            marks = " ".join(("FP" if v else "FN") if v != c.label else "ok" for v in verdicts)
+            opt = "" if c.default_options else " [non-default MV option]"
+            print(
+                f"  {c.id}{opt}: label={int(c.label)} -> {marks}\n"
+                f"      gold={c.gold[-80:]!r}\n      pred={c.completion[-120:]!r}"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cases", type=Path, default=DEFAULT_CASES)
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--cases", type=Path, default=DEFAULT_CASES, help="labeled jsonl")
+    src.add_argument("--suite", type=Path, help="huggingface/Math-Verify checkout or its tests/")
+    src.add_argument("--gsm8k", type=Path, help="openai/grade-school-math checkout or jsonl")
     ap.add_argument("--only", choices=["ours", "math-verify"], default=None)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=5.0, help="our per-item timeout (seconds)")
     ap.add_argument("--no-batched", action="store_true")
     ap.add_argument("--show-errors", action="store_true")
     args = ap.parse_args(argv)
-    cases = load_cases(args.cases)
+    if args.suite is not None:
+        cases = load_suite_cases(args.suite)
+    elif args.gsm8k is not None:
+        cases = load_gsm8k_cases(args.gsm8k)
+    else:
+        cases = load_cases(args.cases)
     runs = []
     if args.only in (None, "ours"):
         runs.append(run_ours(cases, not args.no_batched, args.workers, args.timeout))
     if args.only in (None, "math-verify"):
         runs.append(run_math_verify(cases, not args.no_batched, args.workers))
+        if args.suite is not None:
+            # Math-Verify passes its own suite by construction when each case gets the helper
+            # and options its test uses; the row above is what a user of its defaults gets.
+            runs.append(
+                run_math_verify(cases, not args.no_batched, args.workers, suite_options=True)
+            )
     print_table(cases, runs)
-    if args.show_errors:
-        for run in runs:
-            print_errors(cases, run)
+    subset = [i for i, c in enumerate(cases) if c.default_options]
+    if len(subset) < len(cases):
+        print(f"\nthe {len(subset)} cases whose label needs no non-default Math-Verify option:")
+        print_table(
+            [cases[i] for i in subset],
+            [Run(r.name, [r.verdicts[i] for i in subset], None, None) for r in runs],
+        )
+    if args.suite is not None or args.show_errors:
+        print_disagreements(cases, runs)
     return 0
 
 
