@@ -24,6 +24,7 @@ import re
 from typing import TYPE_CHECKING, Protocol
 
 from grpo_envs.math.normalize import (
+    Alt,
     Choice,
     Matrix,
     Node,
@@ -31,11 +32,14 @@ from grpo_envs.math.normalize import (
     Relation,
     Scalar,
     Seq,
+    SetOf,
     Union,
+    is_name_like,
     is_words,
     normalize_text,
     numbers_equal,
     parse_number,
+    relation_as_set,
     tower_log10,
 )
 
@@ -66,25 +70,38 @@ _SIMPLE_NAME = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?$|^\\[a-z]+$")
 
 def compare(gold: Node, pred: Node, cmp: Comparator) -> bool:
     """Tell whether ``pred`` answers ``gold``; ``cmp`` decides the leaves."""
+    if isinstance(gold, Alt):
+        return any(compare(g, pred, cmp) for g in gold.options)
+    if isinstance(pred, Alt):
+        return any(compare(gold, p, cmp) for p in pred.options)
     if isinstance(gold, Choice) or isinstance(pred, Choice):
         return isinstance(gold, Choice) and isinstance(pred, Choice) and gold.letter == pred.letter
     if isinstance(gold, Scalar) and isinstance(pred, Scalar):
         return cmp.scalar(gold, pred)
     if isinstance(gold, Relation) and isinstance(pred, Relation):
+        if (
+            gold.op == pred.op == "="
+            and gold.rhs_node is not None
+            and pred.rhs_node is not None
+            and _same_name(gold.lhs.text, pred.lhs.text)
+            and not (isinstance(gold.rhs_node, Scalar) and isinstance(pred.rhs_node, Scalar))
+        ):
+            return compare(gold.rhs_node, pred.rhs_node, cmp)  # (p, q) = (3, 2)
         return cmp.relation(gold, pred)
-    # "x = 5" answers "5" (and the reverse) when the left side is just a name.
+    # The values of a variable: x \in [a, b], a <= x <= b, x >= a, or the bare interval.
+    if isinstance(gold, SetOf | Relation) and isinstance(pred, SetOf | Relation | Seq | Union):
+        g_set = relation_as_set(gold) if isinstance(gold, Relation) else gold
+        if g_set is not None:
+            return _compare_set_of(g_set, pred, cmp)
+    if isinstance(pred, SetOf | Relation) and isinstance(gold, Seq | Union):
+        p_set = relation_as_set(pred) if isinstance(pred, Relation) else pred
+        if p_set is not None:
+            return compare(gold, p_set.members, cmp)
+    # "x = 5" answers "5" (and the reverse) when the left side only names the quantity.
     if isinstance(pred, Relation) and not isinstance(gold, Relation):
-        return (
-            pred.op == "="
-            and bool(_SIMPLE_NAME.match(pred.lhs.text))
-            and compare(gold, pred.rhs, cmp)
-        )
+        return _named_value(pred) is not None and compare(gold, _named_value(pred), cmp)  # type: ignore[arg-type]
     if isinstance(gold, Relation):
-        return (
-            gold.op == "="
-            and bool(_SIMPLE_NAME.match(gold.lhs.text))
-            and compare(gold.rhs, pred, cmp)
-        )
+        return _named_value(gold) is not None and compare(_named_value(gold), pred, cmp)  # type: ignore[arg-type]
     if isinstance(gold, Seq) and isinstance(pred, Seq):
         return _compare_seq(gold, pred, cmp)
     if isinstance(gold, Union) and isinstance(pred, Union):
@@ -92,6 +109,28 @@ def compare(gold: Node, pred: Node, cmp: Comparator) -> bool:
     if isinstance(gold, Matrix) or isinstance(pred, Matrix):
         return _compare_matrix(gold, pred, cmp)
     return False
+
+
+def _same_name(a: str, b: str) -> bool:
+    return re.sub(r"\s+", "", a) == re.sub(r"\s+", "", b)
+
+
+def _named_value(rel: Relation) -> Node | None:
+    """The value stated by ``name = value`` (``f(x) = 2x + 3``, ``|AB| = 1``), else None."""
+    if rel.op != "=" or not is_name_like(rel.lhs.text):
+        return None
+    return rel.rhs_node if rel.rhs_node is not None else rel.rhs
+
+
+def _compare_set_of(gold: SetOf, pred: Node, cmp: Comparator) -> bool:
+    if isinstance(pred, Relation):
+        as_set = relation_as_set(pred)
+        if as_set is None:
+            return False
+        pred = as_set
+    if isinstance(pred, SetOf):
+        return _same_name(gold.var, pred.var) and compare(gold.members, pred.members, cmp)
+    return compare(gold.members, pred, cmp)
 
 
 def _compare_seq(gold: Seq, pred: Seq, cmp: Comparator) -> bool:

@@ -10,7 +10,19 @@ Two modes, as in lm-eval's GSM8K task (strict-match vs flexible-extract):
 * strict: only the formats a prompt asks for -- ``<answer>...</answer>``, the last ``\boxed{}`` /
   ``\fbox{}``, or ``#### N``.
 * flexible (default): also "The (final) answer is ...", "Answer: ...", a bold final answer, a short
-  text after ``</think>``, and finally the last number in the text.
+  text after ``</think>``, then the last complete math span (``$...$``, ``$$...$$``, ``\(...\)``,
+  ``\[...\]``) or the last standalone number, whichever comes later.
+
+A standalone number is never cut out of an expression or a word: in ``\frac{1+\sqrt5}{2}``,
+``2^{10}``, ``x_2`` or ``AZYUK2A`` there is none (a digit run touching a letter, a brace, ``^``,
+``_``, ``/`` or a backslash command is part of something larger). Inline spans (``$``, ``\(``) may
+not cross a line, display spans may; a ``$`` pair around prose ("costs $5 and gets $") is read as
+two currency signs, not as math.
+
+Several boxes in a row, separated only by commas, "and"/"or", spacing or a short label
+(``\boxed{1}, \boxed{2}``; ``\boxed{(2, 2)} \text{ and } \boxed{(6, 2)}``) are one answer, the
+list of their contents. That is also the conservative reading: a list never equals a single
+gold value.
 """
 
 from __future__ import annotations
@@ -70,6 +82,97 @@ def find_last_boxed(text: str) -> str | None:
     return None
 
 
+_GAP_WORD = re.compile(r"[A-Za-z]+")
+_GAP_SEPARATORS = re.compile(
+    r"\\text\s*\{[^{}]{0,40}\}|\\(?:quad|qquad|[,;:! ]|\(|\)|\[|\])|\$+|[\s,;&+]"
+)
+# Words that may sit between two boxes of one answer ("\boxed{1} papers and \boxed{2} bins").
+# Anything that reads as a verdict or a sentence ("is", "so", "answer") ends the run.
+_GAP_STOP = {"is", "are", "was", "were", "not", "but", "so", "thus", "hence", "therefore",
+             "answer", "final", "wrong", "correct", "check", "then", "wait", "be", "the"}  # fmt: skip
+
+
+def _box_spans(text: str, limit: int = 64) -> list[tuple[int, int, str]]:
+    """Return up to ``limit`` complete boxes ``(start, end, content)``, the last ones, in order."""
+    spans: list[tuple[int, int, str]] = []
+    end = len(text)
+    failures = 0  # an unclosed box costs a scan to the end: only a few are tried
+    while len(spans) < limit and failures < _MAX_BOX_TRIES:
+        best, best_cmd = -1, ""
+        for cmd in _BOX_COMMANDS:
+            pos = text.rfind(cmd, 0, end)
+            if pos > best:
+                best, best_cmd = pos, cmd
+        if best < 0:
+            break
+        read = _read_box(text, best + len(best_cmd))
+        if read is not None:
+            content, stop = read
+            if not spans or stop <= spans[0][0]:
+                spans.insert(0, (best, stop, content))
+        else:
+            failures += 1
+        end = best
+    return spans
+
+
+def _joinable_gap(gap: str) -> bool:
+    """Tell whether the text between two boxes only separates them (commas, "and", spacing)."""
+    rest = _GAP_SEPARATORS.sub(" ", gap.rstrip("\\"))
+    # "y_1 = \boxed{..} and y_2 = \boxed{..}": a variable's label before the next box.
+    rest = re.sub(r"[A-Za-z](?:_\{?\w+\}?)?\s*=\s*$", " ", rest)
+    words = _GAP_WORD.findall(rest)
+    if re.search(r"[^A-Za-z\s()]", rest) or len(words) > 4:
+        return False
+    return not any(w.lower() in _GAP_STOP for w in words)
+
+
+def find_boxed_answer(text: str) -> str | None:
+    r"""Return the last box's content, or the comma list of a run of boxes that form one answer.
+
+    >>> find_boxed_answer(r"so \boxed{1} and \boxed{-2}.")
+    '1, -2'
+    >>> find_boxed_answer(r"\boxed{4} is wrong. The answer is \boxed{5}")
+    '5'
+    """
+    spans = _box_spans(text)
+    if not spans:
+        return None
+    run = [spans[-1]]
+    for prev in reversed(spans[:-1]):
+        if not _joinable_gap(text[prev[1] : run[0][0]]):
+            break
+        run.insert(0, prev)
+    if len(run) == 1:
+        return run[0][2]
+    return ", ".join(c.strip() for _, _, c in run)
+
+
+def _read_box(text: str, start: int) -> tuple[str, int] | None:
+    """Like ``_read_box_argument``, also returning the index just after the argument."""
+    i = start
+    n = len(text)
+    while i < n and text[i] in " \t":
+        i += 1
+    if i >= n:
+        return None
+    if text[i] != "{":
+        m = re.match(r"\s*([^\s${}]+)", text[start : start + 200])
+        if m is None or text[start : start + 1].isalpha():
+            return None
+        return m.group(1), start + m.end()
+    depth = 0
+    for j in range(i, n):
+        ch = text[j]
+        if ch == "{" and text[j - 1] != "\\":
+            depth += 1
+        elif ch == "}" and text[j - 1] != "\\":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1 : j], j + 1
+    return None
+
+
 def _read_box_argument(text: str, start: int) -> str | None:
     """Return the braced argument at ``start`` (after optional spaces), or one bare token."""
     i = start
@@ -122,16 +225,16 @@ def _strict_in(region: str, *, strict: bool = True) -> str | None:
     """
     inner = _last_answer_tag(region)
     if inner is not None:
-        boxed = find_last_boxed(inner)
+        boxed = find_boxed_answer(inner)
         if boxed is not None:
             return boxed
         inner_hashes = _HASHES.findall(inner)
         if inner_hashes:
             return inner_hashes[-1].strip()
         if not strict and _LONG_WORD.search(_COMMANDS.sub(" ", inner)):
-            return _flexible_in(inner) or _last_number(inner) or inner
+            return _flexible_in(inner) or _last_math(inner) or inner
         return inner
-    boxed = find_last_boxed(region)
+    boxed = find_boxed_answer(region)
     if boxed is not None:
         return boxed
     hashes = _HASHES.findall(region)
@@ -143,6 +246,10 @@ def _strict_in(region: str, *, strict: bool = True) -> str | None:
 def _trim_sentence(tail: str) -> str:
     """Cut "72 apples. So she ..." to the answer: the inline math, or up to the sentence end."""
     tail = tail.strip().lstrip(":").strip()
+    tail = re.sub(r'^(?:\\?["\'])+', "", tail)  # "the answer is \"$12$ and $13$\""
+    joined = _joined_spans(tail)
+    if joined is not None:
+        return joined
     for open_, close in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if tail.startswith(open_):
             # The first closing delimiter that is not an escaped dollar (\$).
@@ -158,6 +265,41 @@ def _trim_sentence(tail: str) -> str:
     return tail.strip().rstrip(".").strip()
 
 
+def _joined_spans(tail: str) -> str | None:
+    """"$12$ and $13$." -> "12 and 13": several spans joined only by "and", "or" or commas."""
+    spans = math_spans(tail)
+    if len(spans) < 2 or spans[0][0] != 0:
+        return None
+    parts = [spans[0][2]]
+    for (_, end, _), (start, _, content) in zip(spans, spans[1:]):
+        link = tail[end:start].strip().strip('"\\').strip()
+        if link not in ("and", "or", ",", ", and", ", or"):
+            break
+        parts.append(content)
+    if len(parts) < 2:
+        return None
+    return " and ".join(p.strip() for p in parts)
+
+
+_COPULA = re.compile(r"\s(?:is|are|equals|was|be|=)\s", re.IGNORECASE)
+
+
+def _answer_of_sentence(sentence: str) -> str:
+    """Reduce "The largest $n$ is 34" to "34"; a sentence that is already math stays whole."""
+    outside = _blank_spans(sentence, math_spans(sentence))
+    words = re.findall(r"[A-Za-z]{2,}", re.sub(r"\\[A-Za-z]+(?:\s*\{[^{}]*\})?", " ", outside))
+    if all(w.lower() in _UNIT_OR_LINK_WORDS for w in words):
+        return sentence
+    last = None
+    for last in _COPULA.finditer(sentence):  # noqa: B007 - the final one
+        pass
+    if last is not None:
+        rest = _trim_sentence(sentence[last.end() :])
+        if rest and not _is_prose(rest):
+            return rest
+    return _last_math(sentence) or sentence
+
+
 def _flexible_in(region: str) -> str | None:
     """Return the answer in a free-text format ("The answer is ...", bold), or None."""
     plain = region.replace("**", "")
@@ -170,7 +312,7 @@ def _flexible_in(region: str) -> str | None:
             if inner is None:
                 break
             tail = inner.group(1)
-        answer = _trim_sentence(tail)
+        answer = _answer_of_sentence(_trim_sentence(tail))
         if answer:
             return answer
     bolds = [b.strip() for b in _BOLD.findall(region)]
@@ -180,14 +322,181 @@ def _flexible_in(region: str) -> str | None:
     return None
 
 
-def _last_number(region: str) -> str | None:
-    """Return the last number in the text, thousands separators kept for the comparator."""
-    last = None
-    for last in _NUMBER.finditer(region):  # noqa: B007 - we want the final match
-        pass
-    if last is None:
+_OPENERS = re.compile(r"\$\$|\$|\\\[|\\\(")
+_CLOSERS = {"$$": "$$", "$": "$", "\\[": "\\]", "\\(": "\\)"}
+_PROSE = re.compile(r"[A-Za-z]{2,}[\s,]+[A-Za-z]{2,}[\s,]+[A-Za-z]{2,}")
+_TEXT_ARG = re.compile(r"\\(?:text\w*|mbox|mathrm|operatorname)\s*\{[^{}]*\}|\\[A-Za-z]+")
+
+
+def _is_prose(content: str) -> bool:
+    """Three words in a row outside ``\\text{}``: a sentence caught between two dollar signs."""
+    return bool(_PROSE.search(_TEXT_ARG.sub(" ", content)))
+
+
+def math_spans(text: str) -> list[tuple[int, int, str]]:
+    r"""Return the complete math spans of ``text`` as ``(start, end, content)``, in order.
+
+    ``$..$`` and ``\(..\)`` may not cross a line; ``$$..$$`` and ``\[..\]`` may. ``\$`` is an
+    escaped dollar, not a delimiter. A ``$`` pair whose content is prose, or a number followed by
+    words ("$5 and gets $"), is two currency signs. Linear time: each closer search either ends
+    a span or proves that no later opener of that kind can close.
+
+    >>> [c for _, _, c in math_spans(r"so $x=1$ and \(y\) cost $5 and $6.")]
+    ['x=1', 'y']
+    """
+    spans: list[tuple[int, int, str]] = []
+    no_closer: set[str] = set()
+    next_closer: dict[str, int] = {}
+    i = 0
+    n = len(text)
+    while i < n:
+        m = _OPENERS.search(text, i)
+        if m is None:
+            break
+        opener = m.group(0)
+        start = m.start()
+        if opener.startswith("$") and start > 0 and text[start - 1] == "\\":
+            i = start + 1  # \$ is a literal dollar
+            continue
+        if opener in no_closer:
+            i = m.end()
+            continue
+        closer = _CLOSERS[opener]
+        q = next_closer.get(opener, -1)
+        if q < m.end():
+            q = _find_closer(text, closer, m.end())
+            if q < 0:
+                no_closer.add(opener)
+                i = m.end()
+                continue
+            next_closer[opener] = q
+        content = text[m.end() : q]
+        inline = opener in ("$", "\\(")
+        if inline and "\n" in content:
+            # Not math (an inline span cannot cross a line), and not prose either: its content
+            # is no answer, so it is kept out of the number search too (an empty span).
+            spans.append((start, q + len(closer), ""))
+            i = q + len(closer)
+            continue
+        if opener == "$" and (_is_prose(content) or re.match(r"\d[\d,.]*\s+[A-Za-z]", content)):
+            i = q  # currency: the closing dollar may open the next span
+            continue
+        if content.strip():
+            spans.append((start, q + len(closer), content))
+        i = q + len(closer)
+    return spans
+
+
+def _find_closer(text: str, closer: str, start: int) -> int:
+    """Index of the next ``closer`` at or after ``start`` that is not an escaped ``\\$``."""
+    q = text.find(closer, start)
+    while q > 0 and closer.startswith("$") and text[q - 1] == "\\":
+        q = text.find(closer, q + 1)
+    if closer == "$" and q >= 0 and text.startswith("$$", q):
+        return q  # "$x$$y$": the first dollar closes
+    return q
+
+
+# A number token: thousands groups, a decimal point or a decimal comma ("2,74", "1000,99").
+_NUMBER_TOKEN = re.compile(
+    r"-?(?:\d+\s*/\s*[1-9]\d*(?!\d|[.,]\d)|\d{1,3}(?:,\d{3})+(?:\.\d+)?"
+    r"|\d{1,3}(?:[ \u2009\u202f]\d{3})+(?!\d|[.,]\d)|\d+(?:[.,]\d+)?|\.\d+)"
+)
+_GLUED_UNITS = {"", "cm", "mm", "km", "m", "kg", "g", "mg", "ml", "l", "s", "h", "ft", "in", "mi",
+                "m²", "cm²", "m³", "cm³", "km²", "€", "£", "$", "%", "°", "st", "nd", "rd", "th"}  # fmt: skip
+_EXPR_BEFORE = set("^_{/\\+*×·÷=<>|.,-") | set("0123456789")
+_EXPR_AFTER = set("^_{}/\\*×·÷+=<>|")
+
+
+def last_standalone_number(region: str) -> str | None:
+    r"""Return the last number that stands alone in ``region``, or None.
+
+    A digit run glued to a letter (``AZYUK2A``, ``x2``), inside braces or a fraction
+    (``\frac{1+\sqrt5}{2}``), an exponent or subscript (``2^{10}``, ``a_3``), or joined to an
+    operator (``3+4``) is part of a larger expression, not an answer. Glued units ("5cm",
+    "1,000.99m²", "12€") and ordinals ("3rd") are allowed.
+
+    >>> last_standalone_number("it is 1,000.99m² today")
+    '1,000.99'
+    >>> last_standalone_number(r"$2^{10}$ and AZYUK2A") is None
+    True
+    """
+    best = None
+    for m in _NUMBER_TOKEN.finditer(region):
+        a, b = m.start(), m.end()
+        before = region[a - 1] if a > 0 else " "
+        if before.isalpha() or before in _EXPR_BEFORE and not (before == "=" or before == "-"):
+            continue
+        if before == "-" and (a < 2 or not region[a - 2].isspace()):
+            continue
+        j = b
+        while j < len(region) and (region[j].isalpha() or region[j] in "²³€£$%°"):
+            j += 1
+        if region[b:j].lower() not in _GLUED_UNITS:
+            continue
+        k = j
+        while k < len(region) and region[k] == " ":
+            k += 1
+        after = region[k] if k < len(region) else " "
+        if after in _EXPR_AFTER or (after == "-" and region[k + 1 : k + 2].isdigit()):
+            continue
+        if region[b:j] == "" and after == "!" and region[k + 1 : k + 2] not in ("", " ", "\n"):
+            continue
+        best = m.group(0)
+    if best is None:
         return None
-    return last.group(0).rstrip(",")
+    return best.rstrip(",")
+
+
+_UNIT_OR_LINK_WORDS = {"and", "or", "percent", "percentage", "pct"}
+
+
+def _is_bare_expression(region: str) -> bool:
+    r"""A short text that is one expression without delimiters (``\frac{10}{9}``, ``28 pct``)."""
+    if len(region) > 200 or "\n" in region.strip():
+        return False
+    words = re.findall(r"[A-Za-z]{2,}", re.sub(r"\\[A-Za-z]+", " ", region))
+    return all(w.lower() in _UNIT_OR_LINK_WORDS for w in words)
+
+
+def _last_math(region: str) -> str | None:
+    """The later of the last math span and the last standalone number outside spans."""
+    spans = math_spans(region)
+    tail_from = spans[-1][1] if spans else 0
+    number = last_standalone_number(_blank_spans(region, spans)[tail_from:])
+    if number is not None:
+        return number
+    for _, _, content in reversed(spans):
+        if content:
+            return content.strip()
+        return None  # the last span was broken
+    if _is_bare_expression(region) and re.search(r"\d|\\", region):
+        return region.strip()
+    return None
+
+
+def _blank_spans(region: str, spans: list[tuple[int, int, str]]) -> str:
+    """``region`` with every math span replaced by spaces (offsets kept)."""
+    if not spans:
+        return region
+    parts = []
+    prev = 0
+    for a, b, _ in spans:
+        parts.append(region[prev:a])
+        parts.append(" " * (b - a))
+        prev = b
+    parts.append(region[prev:])
+    return "".join(parts)
+
+
+def _phrase_after_last_box(region: str) -> str | None:
+    spans = _box_spans(region, limit=1)
+    if not spans or "<answer>" in region.lower():
+        return None
+    after = region[spans[-1][1] :]
+    if not _ANSWER_IS.search(after.replace("**", "")):
+        return None
+    return _flexible_in(after)
 
 
 def extract_answer(completion: str, *, strict: bool = False) -> str | None:
@@ -212,6 +521,10 @@ def extract_answer(completion: str, *, strict: bool = False) -> str | None:
     think_end = text.rfind(_THINK_END)
     post = text[think_end + len(_THINK_END) :] if think_end >= 0 else text
     answer = _strict_in(post, strict=strict)
+    if answer is not None and not strict:
+        # "... \boxed{200} ... \boxed{255} ... The final answer is $10,455$.": a stated final
+        # answer after the last box supersedes the boxes (intermediate results).
+        answer = _phrase_after_last_box(post) or answer
     if answer is None and not strict:
         answer = _flexible_in(post)
         if answer is None and think_end >= 0:
@@ -221,7 +534,7 @@ def extract_answer(completion: str, *, strict: bool = False) -> str | None:
         if answer is None and think_end >= 0:
             answer = _strict_in(text, strict=False) or _flexible_in(text)
         if answer is None:
-            answer = _last_number(post) or _last_number(text)
+            answer = _last_math(post) or _last_math(text)
     if answer is None:
         return None
     answer = answer.strip()
@@ -243,4 +556,8 @@ def gold_answer(gold: str) -> str | None:
         return None
     if "####" in text or "\\boxed" in text or "\\fbox" in text or "<answer>" in text.lower():
         return _strict_in(text[-MAX_SCAN_CHARS:])
-    return text if len(text) <= MAX_ANSWER_CHARS else None
+    # A bare answer, maybe in math delimiters ("$x \\ge 5$", "$125$ miles", "$1$ and $2$"), is
+    # taken whole; a worked solution without a box is read like a completion.
+    if len(text) <= MAX_ANSWER_CHARS and not _is_prose(text):
+        return text
+    return extract_answer(text)

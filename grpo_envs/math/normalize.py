@@ -89,9 +89,30 @@ class Relation:
     op: str
     lhs: Scalar
     rhs: Scalar
+    #: The right side parsed as an answer of its own ("(p, q) = (3, 2)" -> the tuple (3, 2)).
+    rhs_node: Node | None = None
 
 
-Node = Scalar | Choice | Seq | Union | Matrix | Relation
+@dataclass(frozen=True)
+class SetOf:
+    r"""The values of one variable: ``x \in [a, b]``, ``a \le x \le b``, ``x > 5``.
+
+    ``members`` is an interval (a 2-tuple ``Seq`` with its brackets), a union or a set.
+    """
+
+    var: str
+    members: Node
+
+
+@dataclass(frozen=True)
+class Alt:
+    """An answer with two readings ("1,22": the decimal 1.22 or the list 1, 22): equal if either
+    reading is."""
+
+    options: tuple[Node, ...]
+
+
+Node = Scalar | Choice | Seq | Union | Matrix | Relation | SetOf | Alt
 
 
 # --- string clean-up ------------------------------------------------------------------------
@@ -116,11 +137,28 @@ _UNICODE = {
 _SPACING = re.compile(r"(?<!\\)\\[,;:! ]|\\quad|\\qquad|\\displaystyle|\\limits|~")
 _LEFT_RIGHT = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big)\s*(?=[()\[\]|.]|\\[{}|])")
 _LEFT_RIGHT_DOT = re.compile(r"\\(?:left|right)\.")
-_FRAC_VARIANTS = re.compile(r"\\[dt]frac")
-_TEXT_CMD = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname|mathit|rm)\s*\{")
+_FRAC_VARIANTS = re.compile(r"\\[dtc]frac")
+_TEXT_CMD = re.compile(
+    r"\\(?:text|textbf|textit|textnormal|textrm|textsf|texttt|mathrm|mathbf|mathsf|mathtt|mbox"
+    r"|operatorname|mathit|rm|bf|boldsymbol)\s*\{"
+)
+# "\\frac" in a string that was escaped twice: a LaTeX line break cannot precede a letter.
+_DOUBLE_BACKSLASH_CMD = re.compile(r"(?<!\\)\\\\(?=[A-Za-z])")
+_REL_WORDS = (
+    (re.compile(r"\\lt(?![A-Za-z])"), "<"),
+    (re.compile(r"\\gt(?![A-Za-z])"), ">"),
+    (re.compile(r"\\(?:leqslant|leqq|le)(?![A-Za-z])"), "\\le "),
+    (re.compile(r"\\(?:geqslant|geqq|ge)(?![A-Za-z])"), "\\ge "),
+    (re.compile(r"\\mathbb\s*\{?\s*R\s*\}?"), "(-\\infty, \\infty)"),
+    (re.compile(r"\\(?:dots|ldots|cdots)(?![A-Za-z])"), "\\ldots"),
+)
+_PERCENT_WORD = re.compile(r"\s*(?:percentage|percent|pct)\b\.?", re.IGNORECASE)
+# "16,\\!386" / "16{,}\\!386": a comma joined to the next group by a negative space is a
+# thousands separator, even with a space after it ("11,\\! 111").
+_NEG_SPACE_GROUP = re.compile(r"(?:\{,\}|,)\s*\\!\s*(?=\d{3}(?!\d))")
 _DEGREE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree")
 _DOLLAR = re.compile(r"\\\$|\$")
-_THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_THOUSANDS = re.compile(r"^-?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$")
 _ASCII_FUNCS = re.compile(r"(?<![\\A-Za-z])(sqrt|pi|sin|cos|tan|log|ln|exp|infty|cdot)(?![A-Za-z])")
 _CHOICE = re.compile(r"^\(?\s*([A-J])\s*\)?(?:\s*[).:]\s*.*|\s+.*)?$", re.DOTALL)
 _WORDS_ONLY = re.compile(r"^[A-Za-z][A-Za-z' -]*$")
@@ -166,6 +204,11 @@ def clean(answer: str) -> str:
     s = answer.strip()
     for src, dst in _UNICODE.items():
         s = s.replace(src, dst)
+    s = _DOUBLE_BACKSLASH_CMD.sub(r"\\", s)
+    s = _NEG_SPACE_GROUP.sub(",", s)
+    s = s.replace("\\!", "")
+    for pattern, repl in _REL_WORDS:
+        s = pattern.sub(lambda _m, r=repl: r, s)  # type: ignore[misc]
     for open_, close in (("\\[", "\\]"), ("\\(", "\\)")):
         s = s.replace(open_, " ").replace(close, " ")
     s = _SPACED_DIGITS.sub("", s)  # 1\,000 / 1{,}000 / "1 000" -> 1000
@@ -178,6 +221,7 @@ def clean(answer: str) -> str:
     s = _DOLLAR.sub("", s)
     s = _unwrap_text_commands(s)
     s = s.replace("\\%", "%")
+    s = _PERCENT_WORD.sub("%", s)
     s = _ASCII_FUNCS.sub(r"\\\1", s)
     s = _fix_sqrt_parens(s)
     s = " ".join(s.split())
@@ -466,6 +510,80 @@ def gold_choice(raw: str) -> str | None:
     return m.group(1) if m else None
 
 
+_DECIMAL_COMMA = re.compile(r"^(-?\d+),(\d+)$")
+_IN_SET = re.compile(r"^([A-Za-z](?:_\{?\w+\}?)?)\s*\\in\s*(.+)$", re.DOTALL)
+_OR_TIGHT = re.compile(r"(?<=[)\]}])\s*(?:or|and)\s*(?=[(\[{\\])")
+_SIMPLE_VAR = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?$")
+_NAME_COMMANDS = re.compile(
+    r"\\(?:frac|dfrac|overline|angle|measuredangle|triangle|widehat|hat|vec|bar|tilde|mathbf|"
+    r"mathrm|mathcal|text|operatorname|lvert|rvert|vert|mid|left|right|alpha|beta|gamma|delta|"
+    r"theta|phi|varphi|lambda|mu|sigma|omega|rho|tau|psi|epsilon|varepsilon|eta|xi|zeta|kappa|"
+    r"nu|chi|Delta|Gamma|Theta|Lambda|Sigma|Omega|Phi|Psi)(?![A-Za-z])"
+)
+
+
+def is_name_like(text: str) -> bool:
+    r"""Tell whether ``text`` only names a quantity: ``x``, ``f(x)``, ``(p, q)``, ``|AB|``,
+    ``A:B``, ``x_{1}``, ``\frac{NO}{BO}``, ``S_{ABC}``, ``\angle A``.
+
+    A name has letters and no arithmetic: ``a + 3z``, ``2x``, ``7`` or ``\sqrt{x}`` are
+    expressions, and "expression = value" does not state the answer "value".
+    """  # noqa: D205
+    t = re.sub(r"_\{[^{}]*\}|_\w|'", "", text)
+    t = re.sub(r"(?<=[A-Za-z])\([^()]*\)", "", t)  # f(2), P(A): function applications
+    t = _NAME_COMMANDS.sub(" ", t)
+    return (
+        bool(re.search(r"[A-Za-z]", t))
+        and "\\" not in t
+        and re.fullmatch(r"[A-Za-z{}()|:,\s]*", t) is not None
+    )
+
+
+def _is_constant(text: str) -> bool:
+    """No variables: letters only inside LaTeX commands (``\\infty``, ``\\pi``, ``\\sqrt``)."""
+    return not re.search(r"[A-Za-z]", re.sub(r"\\[A-Za-z]+", "", text))
+
+
+def relation_as_set(rel: Relation) -> SetOf | None:
+    """``x > 5`` -> the values of x, (5, oo); None when it is not a bound on one variable."""
+    if rel.op not in ("<", "<=", ">", ">="):
+        return None
+    lhs, rhs, op = rel.lhs.text, rel.rhs.text, rel.op
+    if _SIMPLE_VAR.match(rhs) and _is_constant(lhs):
+        lhs, rhs = rhs, lhs
+        op = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[op]
+    if not (_SIMPLE_VAR.match(lhs) and _is_constant(rhs)):
+        return None
+    bound = Scalar(rhs)
+    if op in ("<", "<="):
+        return SetOf(lhs, Seq("tuple", (Scalar("-\\infty"), bound), "(", ")" if op == "<" else "]"))
+    return SetOf(lhs, Seq("tuple", (bound, Scalar("\\infty")), "(" if op == ">" else "[", ")"))
+
+
+def _split_relation(s: str) -> tuple[list[str], list[str]]:
+    """Split ``s`` on its top-level relation signs: the sides and the (canonical) operators."""
+    sides = split_top(s, _REL_OPS)
+    ops = []
+    pos = 0
+    for side in sides[:-1]:
+        pos = s.index(side, pos) + len(side) if side else pos
+        ops.append(_relation_op(s[pos:], ""))
+        for op in _REL_OPS:
+            if s.startswith(op, pos):
+                pos += len(op)
+                break
+    return sides, ops
+
+
+def _dedupe(items: list[Node]) -> tuple[Node, ...]:
+    """Drop repeated identical elements: a solution set lists each solution once."""
+    out: list[Node] = []
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return tuple(out)
+
+
 def _parse(s: str, level: int) -> Node:
     s = s.strip()
     if not s:
@@ -479,6 +597,18 @@ def _parse(s: str, level: int) -> Node:
             raise AnswerTooComplex("matrix too large")
         cells = tuple(tuple(_parse(c, level + 1) for c in r.split("&")) for r in rows)
         return Matrix(cells)
+    m = _DECIMAL_COMMA.match(s)
+    if m and not _THOUSANDS.match(s):
+        whole, frac = m.group(1), m.group(2)
+        as_list = Seq("list", (_scalar(whole), _scalar(frac)))
+        # Decimal comma (1000,99; 0,111; 2,74) where a list of two integers is unlikely: see the
+        # module docstring of ``equivalence`` for the convention.
+        if whole.lstrip("-") == "0" or len(frac) == 2 or len(frac) >= 4:
+            return Alt((as_list, _scalar(f"{whole}.{frac}")))
+        return as_list
+    m = _IN_SET.match(s)
+    if m:
+        return SetOf(m.group(1), _parse(m.group(2), level + 1))
     unions = split_top(s, ("\\cup",))
     if len(unions) > 1:
         if len(unions) > MAX_ITEMS:
@@ -488,42 +618,90 @@ def _parse(s: str, level: int) -> Node:
     bracketed = is_set or (s[0] in "([" and _matching(s, 0) == len(s) - 1)
     # Bare comma list / "or" list (solutions), unless it is a thousands-separated number.
     if not bracketed and not _THOUSANDS.match(s):
-        parts = split_top(s, (",", ";"))
-        if len(parts) == 1 and level == 0:
-            parts = _OR.split(s)
+        if level == 0:
+            s_or = _OR_TIGHT.sub(", ", _OR.sub(", ", s))
+            parts = split_top(s_or, (",", ";"))
+        else:
+            parts = split_top(s, (",", ";"))
+        parts = [p for p in parts if p.strip()]
         if len(parts) > 1:
             if len(parts) > MAX_ITEMS:
                 raise AnswerTooComplex("too many elements")
-            return Seq("list", tuple(_parse(p, level + 1) for p in parts if p.strip()))
+            items = _dedupe([_parse(p, level + 1) for p in parts])
+            # "\\boxed{4} and again \\boxed{4}" states one answer.
+            return items[0] if len(items) == 1 else Seq("list", items)
     # Brackets enclosing the whole answer.
     if is_set:
         items = split_top(s[2:-2], (",", ";"))
         if len(items) > MAX_ITEMS:
             raise AnswerTooComplex("too many elements")
         # "\\{\\}" is the empty set, so empty items are dropped rather than rejected.
-        return Seq("set", tuple(_parse(p, level + 1) for p in items if p.strip()))
+        return Seq("set", _dedupe([_parse(p, level + 1) for p in items if p.strip()]))
     if bracketed:
         items = split_top(s[1:-1], (",",))
+        if len(items) == 1:
+            items = split_top(s[1:-1], (";",))  # (0;-2;6): semicolons as separators
         if len(items) > 1:
             if len(items) > MAX_ITEMS:
                 raise AnswerTooComplex("too many elements")
             return Seq("tuple", tuple(_parse(p, level + 1) for p in items), s[0], s[-1])
-        if s[0] == "(":
+        if s[0] == "(" or _MATRIX.match(s[1:-1].strip()):
             return _parse(s[1:-1], level + 1)
-    # "\\frac{1}{6} \\approx 0.167": the exact form before \\approx is the answer.
+    # "\\frac{1}{6} \\approx 0.167": the exact form before \\approx is the answer; in
+    # "x \\approx 11" the name is not, so the value after it is.
     approx = split_top(s, ("\\approx",))
     if len(approx) > 1:
-        return _parse(approx[0], level + 1)
+        first = approx[0].strip()
+        return _parse(approx[-1] if _SIMPLE_VAR.match(first) else first, level + 1)
+    sides, ops = _split_relation(s)
+    if len(sides) == 2:
+        return _relation(ops[0], sides[0], sides[1], level)
+    if len(sides) > 2:
+        if all(op == "=" for op in ops):
+            # "x = 5 + 5 + 1 = 11": the first side that names something, and the last side,
+            # which is the value.
+            name = next((p for p in sides[:-1] if is_name_like(p.strip())), sides[0])
+            return _relation("=", name, sides[-1], level)
+        if len(sides) == 3 and is_name_like(sides[1].strip()):
+            return _between(sides, ops, s)
+        return _scalar(s)
     # Plus-minus: a \\pm b is the set {a + b, a - b}.
     if "\\pm" in s or "\\mp" in s:
         plus = s.replace("\\pm", "+").replace("\\mp", "-")
         minus = s.replace("\\pm", "-").replace("\\mp", "+")
         return Seq("set", (_scalar(plus), _scalar(minus)))
-    sides = split_top(s, _REL_OPS)
-    if len(sides) == 2:
-        op = _relation_op(s, sides[0])
-        return Relation(op, _scalar(sides[0]), _scalar(sides[1]))
+    # A ratio or a time ("7:32", "12:00"): an ordered pair that only equals another ratio.
+    ratio = split_top(s, (":",))
+    if len(ratio) == 2 and all(p.strip() for p in ratio) and "\\" not in s:
+        return Seq("tuple", tuple(_scalar(p) for p in ratio), ":", ":")
     return _scalar(s)
+
+
+def _relation(op: str, lhs: str, rhs: str, level: int) -> Relation:
+    rhs_node: Node | None = None
+    if op == "=" and is_name_like(lhs.strip()):
+        try:
+            rhs_node = _parse(rhs, level + 1)
+        except AnswerRejected:
+            rhs_node = None
+    return Relation(op, _scalar(lhs), _scalar(rhs), rhs_node)
+
+
+def _between(sides: list[str], ops: list[str], s: str) -> Node:
+    """``a < x <= b`` -> the values of x, (a, b]; other chains stay text."""
+    lo, var, hi = (p.strip() for p in sides)
+    if ops[0] in ("<", "<=") and ops[1] in ("<", "<="):
+        pass
+    elif ops[0] in (">", ">=") and ops[1] in (">", ">="):
+        lo, hi = hi, lo
+        ops = [{">": "<", ">=": "<="}[ops[1]], {">": "<", ">=": "<="}[ops[0]]]
+    else:
+        return _scalar(s)
+    if not (_is_constant(lo) and _is_constant(hi)):
+        return _scalar(s)
+    left = "(" if ops[0] == "<" else "["
+    right = ")" if ops[1] == "<" else "]"
+    return SetOf(var, Seq("tuple", (_scalar(lo), _scalar(hi)), left, right))
 
 
 def _relation_op(s: str, lhs: str) -> str:
