@@ -192,7 +192,7 @@ def mv_one(item: MVItem) -> bool:
 def run_math_verify(
     cases: list[Case], batched: bool, workers: int, *, suite_options: bool = False
 ) -> Run:
-    """Math-Verify's parse/verify with its defaults, or (``suite_options``) as its suite calls it."""
+    """Math-Verify's parse/verify with its defaults, or (``suite_options``) as its suite does."""
     import math_verify  # noqa: F401 - imported before forking, so workers start warm
 
     items: list[MVItem] = [

@@ -116,8 +116,8 @@ def _same_name(a: str, b: str) -> bool:
 
 
 def _named_value(rel: Relation) -> Node | None:
-    """The value stated by ``name = value`` (``f(x) = 2x + 3``, ``|AB| = 1``), else None."""
-    if rel.op != "=" or not is_name_like(rel.lhs.text):
+    """Return the value stated by ``name = value`` (``f(x) = 2x + 3``, ``|AB| = 1``), else None."""
+    if rel.op != "=" or (rel.rhs_node is None and not is_name_like(rel.lhs.text)):
         return None
     return rel.rhs_node if rel.rhs_node is not None else rel.rhs
 

@@ -27,6 +27,7 @@ gold value.
 
 from __future__ import annotations
 
+import itertools
 import re
 
 #: Completions longer than this are scanned from their last MAX_SCAN_CHARS characters only: a
@@ -89,7 +90,8 @@ _GAP_SEPARATORS = re.compile(
 # Words that may sit between two boxes of one answer ("\boxed{1} papers and \boxed{2} bins").
 # Anything that reads as a verdict or a sentence ("is", "so", "answer") ends the run.
 _GAP_STOP = {"is", "are", "was", "were", "not", "but", "so", "thus", "hence", "therefore",
-             "answer", "final", "wrong", "correct", "check", "then", "wait", "be", "the"}  # fmt: skip
+             "answer", "final", "wrong", "correct", "check", "then", "wait", "be",
+             "the"}  # fmt: skip
 
 
 def _box_spans(text: str, limit: int = 64) -> list[tuple[int, int, str]]:
@@ -266,12 +268,12 @@ def _trim_sentence(tail: str) -> str:
 
 
 def _joined_spans(tail: str) -> str | None:
-    """"$12$ and $13$." -> "12 and 13": several spans joined only by "and", "or" or commas."""
+    """Join "$12$ and $13$." into "12 and 13": spans linked only by "and", "or" or commas."""
     spans = math_spans(tail)
     if len(spans) < 2 or spans[0][0] != 0:
         return None
     parts = [spans[0][2]]
-    for (_, end, _), (start, _, content) in zip(spans, spans[1:]):
+    for (_, end, _), (start, _, content) in itertools.pairwise(spans):
         link = tail[end:start].strip().strip('"\\').strip()
         if link not in ("and", "or", ",", ", and", ", or"):
             break
@@ -329,7 +331,7 @@ _TEXT_ARG = re.compile(r"\\(?:text\w*|mbox|mathrm|operatorname)\s*\{[^{}]*\}|\\[
 
 
 def _is_prose(content: str) -> bool:
-    """Three words in a row outside ``\\text{}``: a sentence caught between two dollar signs."""
+    r"""Three words in a row outside ``\text{}``: a sentence caught between two dollar signs."""
     return bool(_PROSE.search(_TEXT_ARG.sub(" ", content)))
 
 
@@ -388,7 +390,7 @@ def math_spans(text: str) -> list[tuple[int, int, str]]:
 
 
 def _find_closer(text: str, closer: str, start: int) -> int:
-    """Index of the next ``closer`` at or after ``start`` that is not an escaped ``\\$``."""
+    r"""Return the next ``closer`` at or after ``start`` that is not an escaped ``\$``."""
     q = text.find(closer, start)
     while q > 0 and closer.startswith("$") and text[q - 1] == "\\":
         q = text.find(closer, q + 1)
@@ -403,7 +405,8 @@ _NUMBER_TOKEN = re.compile(
     r"|\d{1,3}(?:[ \u2009\u202f]\d{3})+(?!\d|[.,]\d)|\d+(?:[.,]\d+)?|\.\d+)"
 )
 _GLUED_UNITS = {"", "cm", "mm", "km", "m", "kg", "g", "mg", "ml", "l", "s", "h", "ft", "in", "mi",
-                "m²", "cm²", "m³", "cm³", "km²", "€", "£", "$", "%", "°", "st", "nd", "rd", "th"}  # fmt: skip
+                "m²", "cm²", "m³", "cm³", "km²", "€", "£", "$", "%", "°", "st", "nd", "rd",
+                "th"}  # fmt: skip
 _EXPR_BEFORE = set("^_{/\\+*×·÷=<>|.,-") | set("0123456789")
 _EXPR_AFTER = set("^_{}/\\*×·÷+=<>|")
 
@@ -425,7 +428,7 @@ def last_standalone_number(region: str) -> str | None:
     for m in _NUMBER_TOKEN.finditer(region):
         a, b = m.start(), m.end()
         before = region[a - 1] if a > 0 else " "
-        if before.isalpha() or before in _EXPR_BEFORE and not (before == "=" or before == "-"):
+        if before.isalpha() or (before in _EXPR_BEFORE and before not in "=-"):
             continue
         if before == "-" and (a < 2 or not region[a - 2].isspace()):
             continue
@@ -452,7 +455,7 @@ _UNIT_OR_LINK_WORDS = {"and", "or", "percent", "percentage", "pct"}
 
 
 def _is_bare_expression(region: str) -> bool:
-    r"""A short text that is one expression without delimiters (``\frac{10}{9}``, ``28 pct``)."""
+    r"""Tell whether a short text is one expression, undelimited (``\frac{10}{9}``, ``28 pct``)."""
     if len(region) > 200 or "\n" in region.strip():
         return False
     words = re.findall(r"[A-Za-z]{2,}", re.sub(r"\\[A-Za-z]+", " ", region))
@@ -460,7 +463,7 @@ def _is_bare_expression(region: str) -> bool:
 
 
 def _last_math(region: str) -> str | None:
-    """The later of the last math span and the last standalone number outside spans."""
+    """Return the later of the last math span and the last standalone number outside spans."""
     spans = math_spans(region)
     tail_from = spans[-1][1] if spans else 0
     number = last_standalone_number(_blank_spans(region, spans)[tail_from:])

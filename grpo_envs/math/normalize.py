@@ -106,8 +106,10 @@ class SetOf:
 
 @dataclass(frozen=True)
 class Alt:
-    """An answer with two readings ("1,22": the decimal 1.22 or the list 1, 22): equal if either
-    reading is."""
+    """An answer with two readings ("1,22": the decimal 1.22 or the list 1, 22).
+
+    It equals another answer when either reading does.
+    """
 
     options: tuple[Node, ...]
 
@@ -354,7 +356,14 @@ class Number:
 
     value: Fraction
     decimal: bool
+    #: Digits after the decimal point as written (0 for integers and fractions).
+    places: int = 0
 
+
+#: A decimal written with at least this many significant digits matches a value with no finite
+#: decimal expansion when it is that value correctly rounded (2.6667 for 8/3). Fewer digits
+#: (0.33, 1.41, 3.14) are an approximation, not the answer.
+MIN_ROUNDED_DIGITS = 5
 
 _INT_OR_DEC = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)$")
 _SLASH = re.compile(r"^([+-]?)\s*(\d+)\s*/\s*(\d+)$")
@@ -387,7 +396,8 @@ def parse_number(s: str) -> Number | None:
     if _THOUSANDS.match(s):
         s = s.replace(",", "")
     if _INT_OR_DEC.match(s):
-        return Number(Fraction(s), "." in s)
+        places = len(s.split(".", 1)[1]) if "." in s else 0
+        return Number(Fraction(s), "." in s, places)
     m = _SLASH.match(s)
     if m:
         den = int(m.group(3))
@@ -473,7 +483,11 @@ def numbers_equal(a: Number, b: Number, rel_tol: Fraction = Fraction(1, 10**6)) 
         return True
     for dec, other in ((a, b), (b, a)):
         if dec.decimal and not terminates(other.value):
-            return abs(dec.value - other.value) <= rel_tol * abs(other.value)
+            err = abs(dec.value - other.value)
+            if err <= rel_tol * abs(other.value):
+                return True
+            digits = len(str(abs(dec.value * 10**dec.places).numerator))
+            return digits >= MIN_ROUNDED_DIGITS and err <= Fraction(1, 2 * 10**dec.places)
     return False
 
 
@@ -540,7 +554,7 @@ def is_name_like(text: str) -> bool:
 
 
 def _is_constant(text: str) -> bool:
-    """No variables: letters only inside LaTeX commands (``\\infty``, ``\\pi``, ``\\sqrt``)."""
+    r"""Tell whether ``text`` has no variables (letters only in ``\infty``, ``\pi``, ...)."""
     return not re.search(r"[A-Za-z]", re.sub(r"\\[A-Za-z]+", "", text))
 
 
@@ -588,6 +602,9 @@ def _parse(s: str, level: int) -> Node:
     s = s.strip()
     if not s:
         raise MalformedAnswer("an empty element")
+    combined = _matrix_expression(s, level)
+    if combined is not None:
+        return combined
     m = _MATRIX.match(s)
     if m:
         rows = [r for r in re.split(r"\\\\", m.group(2)) if r.strip()]
@@ -616,6 +633,9 @@ def _parse(s: str, level: int) -> Node:
         return Union(tuple(_parse(u, level + 1) for u in unions))
     is_set = s.startswith("\\{") and s.endswith("\\}") and _matching(s, 1) == len(s) - 1
     bracketed = is_set or (s[0] in "([" and _matching(s, 0) == len(s) - 1)
+    assignments = _assignment_groups(s) if not bracketed else None
+    if assignments is not None:
+        return assignments
     # Bare comma list / "or" list (solutions), unless it is a thousands-separated number.
     if not bracketed and not _THOUSANDS.match(s):
         if level == 0:
@@ -627,9 +647,9 @@ def _parse(s: str, level: int) -> Node:
         if len(parts) > 1:
             if len(parts) > MAX_ITEMS:
                 raise AnswerTooComplex("too many elements")
-            items = _dedupe([_parse(p, level + 1) for p in parts])
+            nodes = _dedupe([_parse(p, level + 1) for p in parts])
             # "\\boxed{4} and again \\boxed{4}" states one answer.
-            return items[0] if len(items) == 1 else Seq("list", items)
+            return nodes[0] if len(nodes) == 1 else Seq("list", nodes)
     # Brackets enclosing the whole answer.
     if is_set:
         items = split_top(s[2:-2], (",", ";"))
@@ -677,9 +697,73 @@ def _parse(s: str, level: int) -> Node:
     return _scalar(s)
 
 
+_MATRIX_ENV = re.compile(r"\\begin\{([pbvBV]?matrix)\}.*?\\end\{\1\}", re.DOTALL)
+
+
+def _matrix_expression(s: str, level: int) -> Matrix | None:
+    """Evaluate ``A + B``, ``A - B`` or ``A B`` of literal matrices into cell expressions."""
+    found = list(_MATRIX_ENV.finditer(s))
+    if len(found) != 2 or s[: found[0].start()].strip() or s[found[1].end() :].strip():
+        return None
+    op = s[found[0].end() : found[1].start()].strip()
+    if op not in ("+", "-", "", "\\cdot", "\\times"):
+        return None
+    a, b = (_parse(m.group(0), level + 1) for m in found)
+    if not (isinstance(a, Matrix) and isinstance(b, Matrix)):
+        return None
+    cells_a = [[c.text for c in row if isinstance(c, Scalar)] for row in a.rows]
+    cells_b = [[c.text for c in row if isinstance(c, Scalar)] for row in b.rows]
+    if any(len(r) != len(a.rows[0]) for r in cells_a) or any(
+        len(r) != len(b.rows[0]) for r in cells_b
+    ):
+        return None
+    if op in ("+", "-"):
+        if (len(cells_a), len(cells_a[0])) != (len(cells_b), len(cells_b[0])):
+            return None
+        rows = tuple(
+            tuple(Scalar(f"({x}){op}({y})") for x, y in zip(ra, rb))
+            for ra, rb in zip(cells_a, cells_b)
+        )
+        return Matrix(rows)
+    if len(cells_a[0]) != len(cells_b):
+        return None
+    rows = tuple(
+        tuple(
+            Scalar("+".join(f"({ra[k]})*({cells_b[k][j]})" for k in range(len(cells_b))))
+            for j in range(len(cells_b[0]))
+        )
+        for ra in cells_a
+    )
+    return Matrix(rows)
+
+
+_ASSIGN = re.compile(r"^\s*[A-Za-z](?:_\{?\w+\}?)?\s*=\s*([^=]+)$")
+
+
+def _assignment_groups(s: str) -> Seq | None:
+    """``p=5,q=2;p=7,q=2`` -> the solutions (5, 2), (7, 2): one tuple per ;-separated group."""
+    groups = split_top(s, (";",))
+    if len(groups) < 2 or len(groups) > MAX_ITEMS:
+        return None
+    tuples = []
+    for group in groups:
+        values = []
+        for part in split_top(group, (",",)):
+            m = _ASSIGN.match(part)
+            if m is None:
+                return None
+            values.append(_scalar(m.group(1)))
+        if len(values) < 2:
+            return None
+        tuples.append(Seq("tuple", tuple(values), "(", ")"))
+    return Seq("list", _dedupe(list(tuples)))
+
+
 def _relation(op: str, lhs: str, rhs: str, level: int) -> Relation:
     rhs_node: Node | None = None
-    if op == "=" and is_name_like(lhs.strip()):
+    if op == "=" and (
+        is_name_like(lhs.strip()) or (_is_constant(lhs) and _is_constant(rhs) and lhs.strip())
+    ):
         try:
             rhs_node = _parse(rhs, level + 1)
         except AnswerRejected:
@@ -688,7 +772,7 @@ def _relation(op: str, lhs: str, rhs: str, level: int) -> Relation:
 
 
 def _between(sides: list[str], ops: list[str], s: str) -> Node:
-    """``a < x <= b`` -> the values of x, (a, b]; other chains stay text."""
+    """Read ``a < x <= b`` as the values of x, (a, b]; other chains stay text."""
     lo, var, hi = (p.strip() for p in sides)
     if ops[0] in ("<", "<=") and ops[1] in ("<", "<="):
         pass
@@ -701,7 +785,17 @@ def _between(sides: list[str], ops: list[str], s: str) -> Node:
         return _scalar(s)
     left = "(" if ops[0] == "<" else "["
     right = ")" if ops[1] == "<" else "]"
-    return SetOf(var, Seq("tuple", (_scalar(lo), _scalar(hi)), left, right))
+    interval = Seq("tuple", (_scalar(lo), _scalar(hi)), left, right)
+    m = re.fullmatch(r"\|\s*([A-Za-z])\s*\|", var)
+    low = parse_number(lo)
+    if m and low is not None and low.value >= 0:
+        # a <= |z| <= b with a >= 0: z in [-b, -a] u [a, b].
+        mirror = {"(": ")", "[": "]", ")": "(", "]": "["}
+        negative = Seq(
+            "tuple", (_scalar(f"-({hi})"), _scalar(f"-({lo})")), mirror[right], mirror[left]
+        )
+        return SetOf(m.group(1), Union((negative, interval)))
+    return SetOf(var, interval)
 
 
 def _relation_op(s: str, lhs: str) -> str:

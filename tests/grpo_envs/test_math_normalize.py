@@ -47,7 +47,9 @@ from grpo_envs.math.normalize import (
     ],
 )
 def test_parse_number(text: str, value: Fraction, decimal: bool) -> None:
-    assert parse_number(text) == Number(value, decimal)
+    number = parse_number(text)
+    assert number is not None
+    assert (number.value, number.decimal) == (value, decimal)
 
 
 @pytest.mark.parametrize(
