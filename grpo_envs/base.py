@@ -1,34 +1,36 @@
-"""The environment interface: a dataset of prompts plus a deterministic scorer.
+r"""The environment interface: a dataset of prompts plus a deterministic scorer.
 
-Owned by the registry/contract work (issue 3); the trainer and evaluation code only rely on the
-methods declared on ``Environment``: ``dataset``, ``splits``, ``score``, ``score_batch`` (and the
-adapters ``trl_reward_funcs`` / ``verl_compute_score``).
+The trainer and evaluation code only rely on the methods declared on ``Environment``: ``dataset``,
+``splits``, ``score``, ``score_batch``. Everything cross-cutting lives outside environments:
+``grpo_envs.make`` wraps each one (``grpo_envs.wrappers``: a time bound for scorers that cannot
+bound themselves, and a passive checker that turns any failure into a typed ``Score``), and the
+TRL / verl adapters are free functions over any environment (``grpo_envs.adapters``).
 
-``SingleTurnEnv`` is the convenient base: a subclass lists its samples per split and declares a
-``Rubric``; the base builds the ``datasets.Dataset``, normalises completions, and turns every
-failure into a typed ``Score``. A new environment is about twenty lines (see
-``grpo_envs/envs/arithmetic.py``).
+``SingleTurnEnv`` builds an environment by composition, without subclassing::
+
+    env = SingleTurnEnv(
+        {"train": rows, "test": held_out},  # Samples, or rows with question/answer (+ id)
+        Rubric([RewardComponent("correct", 1.0, integer_correctness)]),
+        system_prompt="You are a careful calculator.",
+        prompt_template="{question} Give the final answer as \\boxed{N}.",
+    )
+
+A subclass stays possible (procedural data: override ``load_split``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing as mp
-import os
-import time
+import re
 from abc import ABC, abstractmethod
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import datasets
 
 from grpo_envs.rubric import Rubric
-from grpo_envs.types import Outcome, Sample, Score
+from grpo_envs.types import JSONValue, Message, Outcome, Sample, Score
 
 if TYPE_CHECKING:
-    from grpo_envs.adapters import TRLRewardFunc
     from grpo_envs.registration import EnvSpec
 
 #: What ``score`` accepts as a completion: text, or chat messages (TRL's conversational format).
@@ -68,10 +70,10 @@ class Environment(ABC):
     env_id: str = ""
     spec: EnvSpec | None = None
     splits: tuple[str, ...] = ("train", "test")
-    #: Per-item wall-clock bound in ``score_batch`` (seconds).
+    #: Per-item wall-clock bound (seconds) of the ``TimeLimit`` wrapper ``make`` adds.
     score_timeout_s: float = 30.0
-    #: Worker processes for ``score_batch``: None -> min(items, CPUs); 0 -> score in-process
-    #: (no time bound beyond the scorer's own; for debugging or scorers that cannot fork).
+    #: Worker processes of that wrapper: None -> min(items, CPUs); 0 -> score in-process (no
+    #: time bound beyond the scorer's own; for debugging or scorers that cannot run elsewhere).
     score_workers: int | None = None
 
     @abstractmethod
@@ -97,226 +99,136 @@ class Environment(ABC):
         workers: int | None = None,
         timeout_s: float | None = None,
     ) -> list[Score]:
-        """Score many completions; results in input order. Never raises for one bad item.
+        """Score many completions; results in input order.
 
-        Items are scored in forked worker processes, each with a wall-clock bound (``timeout_s``,
-        default ``score_timeout_s``): a worker that runs past it is killed and the item scores
-        ``Outcome.TIMEOUT``; a worker that dies scores ``Outcome.ERROR``. A scorer that hangs thus
-        costs one item, not the training run (pain point: serial scoring freezes training).
+        This default scores one by one in this process; environments whose judges work in batches
+        override it (``SingleTurnEnv`` hands the batch to its ``Rubric``). ``workers`` and
+        ``timeout_s`` are read by the ``TimeLimit`` wrapper that ``make`` adds (each item's
+        wall-clock bound, default ``score_timeout_s``); an environment may ignore them.
         """
-        if len(completions) != len(samples):
-            raise ValueError(
-                f"score_batch got {len(completions)} completions for {len(samples)} samples"
-            )
-        n = len(completions)
-        if n == 0:
-            return []
-        limit = self.score_timeout_s if timeout_s is None else timeout_s
-        wanted = self.score_workers if workers is None else workers
-        if wanted == 0 or "fork" not in mp.get_all_start_methods():
-            return [self._safe_score(c, s) for c, s in zip(completions, samples)]
-        count = min(n, wanted if wanted is not None else _usable_cpus())
-        return run_bounded(
-            lambda i: self._safe_score(completions[i], samples[i]), n, max(1, count), limit
+        _check_aligned(completions, samples)
+        return [self.score(c, s) for c, s in zip(completions, samples)]  # type: ignore[arg-type]
+
+    def scoring_is_bounded(self) -> bool:
+        """Whether ``score_batch`` ends in bounded time on any input without help.
+
+        True for scorers that run in killable workers or a sandbox, or only do linear work on
+        capped text; ``make`` then adds no ``TimeLimit`` wrapper (no worker processes).
+        """
+        return False
+
+    @property
+    def unwrapped(self) -> Environment:
+        """The environment itself, under any wrappers ``make`` put around it."""
+        return self
+
+
+def _check_aligned(completions: Sequence[object], samples: Sequence[object]) -> None:
+    if len(completions) != len(samples):
+        raise ValueError(
+            f"score_batch got {len(completions)} completions for {len(samples)} samples; pass one "
+            "sample per completion (repeat a sample for several completions of one prompt)"
         )
 
-    def _safe_score(self, completion: object, sample: Sample | Mapping[str, object]) -> Score:
-        try:
-            return self.score(completion, sample)  # type: ignore[arg-type]
-        except Exception as exc:
-            return Score.failure(Outcome.ERROR, f"score raised {type(exc).__name__}: {exc}")
 
-    # --- adapters (see grpo_envs.adapters) -----------------------------------------------------
+# --- the single-turn environment --------------------------------------------------------------
 
-    def trl_reward_funcs(self, *, per_component: bool = False) -> list[TRLRewardFunc]:
-        """Reward functions with TRL's ``reward_func(completions, **kwargs) -> list[float]``."""
-        from grpo_envs.adapters import trl_reward_funcs
+#: One item of a split: a ``Sample``, or a row with ``prompt`` (text or chat messages) or
+#: ``question``, plus ``answer`` and optionally ``id`` and ``metadata``.
+SampleLike: TypeAlias = Sample | Mapping[str, object]
+#: A split's items: an iterable, a ``datasets.Dataset``, or a function returning them (called on
+#: first use, so that building the environment loads no data).
+SplitSource: TypeAlias = Iterable[SampleLike] | Callable[[], Iterable[SampleLike]]
+#: ``{split: source}``; a bare source is the ``train`` split.
+SampleSource: TypeAlias = Mapping[str, SplitSource] | SplitSource
 
-        return trl_reward_funcs(self, per_component=per_component)
-
-    def verl_compute_score(
-        self,
-        data_source: str,
-        solution_str: str,
-        ground_truth: str,
-        extra_info: Mapping[str, object] | None = None,
-    ) -> dict[str, float]:
-        """Verl's ``compute_score`` signature, scored by this environment."""
-        from grpo_envs.adapters import verl_score
-
-        return verl_score(self, solution_str, ground_truth, extra_info)
+_FIELD = re.compile(r"\{(\w+)\}")
 
 
-# --- bounded process pool ---------------------------------------------------------------------
+def render_template(template: str, fields: Mapping[str, object]) -> str:
+    r"""Fill ``{name}`` with ``fields[name]``; braces that name no field stay as they are.
 
+    So ``\boxed{}`` and ``\boxed{N}`` need no escaping, unlike ``str.format``.
 
-def _usable_cpus() -> int:
-    """CPUs this process may run on (the affinity mask, which containers and taskset narrow)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1
-
-
-def _worker_loop(conn: Connection, fn: Callable[[int], Score]) -> None:
-    while True:
-        try:
-            index = conn.recv()
-        except EOFError:
-            return
-        if index is None:
-            return
-        try:
-            result = fn(index)
-        except Exception as exc:
-            result = Score.failure(Outcome.ERROR, f"{type(exc).__name__}: {exc}")
-        try:
-            conn.send((index, result))
-        except Exception as exc:  # an unpicklable detail must not lose the item
-            conn.send((index, Score.failure(Outcome.ERROR, f"result not sendable: {exc}")))
-
-
-class _Worker:
-    def __init__(self, fn: Callable[[int], Score]) -> None:
-        ctx = mp.get_context("fork")
-        self.conn, child = ctx.Pipe()
-        # fork: the closure ``fn`` (and the environment it holds) is inherited, not pickled.
-        # Not a daemon: daemonic processes may not start children, and a scorer may need to
-        # (e.g. a verifier that enforces its own timeout in a subprocess). ``run_bounded``'s
-        # ``finally`` reaps every worker instead.
-        self.process = ctx.Process(target=_worker_loop, args=(child, fn), daemon=False)
-        self.process.start()
-        child.close()
-        self.index: int | None = None
-        self.deadline = float("inf")
-
-    def assign(self, index: int, timeout_s: float) -> None:
-        self.index, self.deadline = index, time.monotonic() + timeout_s
-        self.conn.send(index)
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.join(timeout=5)
-        self.conn.close()
-
-
-def run_bounded(fn: Callable[[int], Score], n: int, workers: int, timeout_s: float) -> list[Score]:
-    """Return ``[fn(0), ..., fn(n-1)]`` from ``workers`` forked processes, each call time-bounded.
-
-    Why not ``concurrent.futures.ProcessPoolExecutor``: it cannot stop one running task, so a hung
-    item would hold its worker forever; here the worker is killed and replaced.
+    >>> render_template(r"{question} Answer in \boxed{N}.", {"question": "1+1?"})
+    '1+1? Answer in \\boxed{N}.'
     """
-    results: list[Score | None] = [None] * n
-    pending: deque[int] = deque(range(n))
-    pool: list[_Worker] = []
-
-    def start_next(worker: _Worker) -> bool:
-        if not pending:
-            worker.index = None
-            return False
-        worker.assign(pending.popleft(), timeout_s)
-        return True
-
-    try:
-        for _ in range(min(workers, n)):
-            worker = _Worker(fn)
-            pool.append(worker)
-            start_next(worker)
-        while any(w.index is not None for w in pool):
-            busy = [w for w in pool if w.index is not None]
-            now = time.monotonic()
-            wait_s = max(0.0, min(w.deadline for w in busy) - now)
-            ready = wait([w.conn for w in busy], timeout=wait_s)
-            for worker in busy:
-                if worker.conn in ready:
-                    try:
-                        index, score = worker.conn.recv()
-                    except (EOFError, OSError):
-                        worker.process.join(timeout=1)  # reap it, so that the exit code is known
-                        code = worker.process.exitcode
-                        results[worker.index] = Score.failure(  # type: ignore[index]
-                            Outcome.ERROR, f"scoring process died (exit code {code})"
-                        )
-                        _replace(pool, worker, fn, bool(pending))
-                        continue
-                    results[index] = score
-                    start_next(worker)
-                elif time.monotonic() >= worker.deadline:
-                    results[worker.index] = Score.failure(  # type: ignore[index]
-                        Outcome.TIMEOUT, f"scoring took longer than {timeout_s:g} s"
-                    )
-                    _replace(pool, worker, fn, bool(pending))
-            for worker in pool:
-                if worker.index is None:
-                    start_next(worker)
-    finally:
-        for worker in pool:
-            with contextlib.suppress(BrokenPipeError, OSError):
-                worker.conn.send(None)
-        for worker in pool:
-            worker.process.join(timeout=1)
-            if worker.process.is_alive():
-                worker.kill()
-    return [
-        r if r is not None else Score.failure(Outcome.ERROR, "item was never scored")
-        for r in results
-    ]
-
-
-def _replace(pool: list[_Worker], dead: _Worker, fn: Callable[[int], Score], needed: bool) -> None:
-    dead.kill()
-    pool.remove(dead)
-    if needed:  # no fresh fork when nothing is left to score
-        pool.append(_Worker(fn))
-
-
-# --- the single-turn base ---------------------------------------------------------------------
+    return _FIELD.sub(lambda m: str(fields[m[1]]) if m[1] in fields else m[0], template)
 
 
 class SingleTurnEnv(Environment):
     r"""A prompt in, one completion out, scored by a ``Rubric``.
 
-    Subclasses implement ``load_split(split) -> Iterable[Sample]`` (ids unique within the split,
-    deterministic for the constructor arguments) and set ``self.rubric`` in ``__init__``. The base
-    caches each split as a ``datasets.Dataset`` stamped with ``env_id``. A complete environment::
+    Built by composition::
 
-        class DoubleEnv(SingleTurnEnv):  # "What is 2 * n?"
-            def __init__(self, size: int = 100) -> None:
-                super().__init__()
-                self.size = size
-                self.rubric = Rubric(
-                    [RewardComponent("correct", 1.0, integer_correctness), boxed_component(0.0)]
-                )
+        env = SingleTurnEnv(
+            {"train": [{"question": "What is 2 * 21?", "answer": "42"}], "test": [...]},
+            Rubric([RewardComponent("correct", 1.0, integer_correctness), boxed_component(0.0)]),
+            prompt_template=r"{question} Answer in \boxed{}.",
+        )
+        register("demo/double-v0", lambda: env)  # or a factory function building it
 
-            def load_split(self, split: str) -> Iterator[Sample]:
-                offset = 0 if split == "train" else 10_000  # disjoint held-out numbers
-                for i in range(self.size):
-                    n = offset + i
-                    prompt = (Message("user", f"What is 2 * {n}? Answer in \\boxed{{}}."),)
-                    yield Sample(f"{split}-{i}", prompt, str(2 * n))
+    or by subclassing, for procedural data: call ``super().__init__(rubric=...)`` and override
+    ``load_split(split) -> Iterable[Sample]`` (ids unique within the split, deterministic for the
+    constructor arguments). ``tests/grpo_envs/test_base.py`` runs both forms through
+    ``check_env``.
 
-        register("demo/double-v0", DoubleEnv)
-
-    (``integer_correctness`` is in ``grpo_envs.envs._common``, ``boxed_component`` in
-    ``grpo_envs.format``; ``tests/grpo_envs/test_base.py`` runs this example through
-    ``check_env``.)
+    Args:
+        samples: the items of each split (see ``SampleSource``); None for a subclass that
+            overrides ``load_split``.
+        rubric: how a completion is scored (a subclass may set ``self.rubric`` instead).
+        system_prompt: prepended as a system message to every prompt.
+        prompt_template: the user message of rows given as ``question``: ``{question}`` and any
+            other ``{column}`` of the row are filled in (default ``"{question}"``).
+        reference: returns a completion that must score as a success for a sample (or None);
+            ``check_env`` scores it.
+        splits: the split names (default: the keys of ``samples``, else ``("train", "test")``).
     """
 
     rubric: Rubric
     #: Prepended as a system message to every prompt when set.
     system_prompt: str | None = None
-    #: ``"processes"``: ``score_batch`` uses the bounded forked workers of ``Environment``.
-    #: ``"inline"``: it calls ``rubric.score_many`` in this process, for rubrics whose judges
-    #: parallelise and bound their own time (``grpo_envs.math``'s verifier pool): forking would
-    #: start a fresh sympy worker pool in every child.
-    batch_mode: str = "processes"
+    prompt_template: str = "{question}"
 
-    def __init__(self) -> None:
-        """Start with no cached splits."""
+    def __init__(
+        self,
+        samples: SampleSource | None = None,
+        rubric: Rubric | None = None,
+        *,
+        system_prompt: str | None = None,
+        prompt_template: str | None = None,
+        reference: Callable[[Sample], str | None] | None = None,
+        splits: Sequence[str] | None = None,
+    ) -> None:
+        """Compose an environment (see the class docstring)."""
         self._cache: dict[str, datasets.Dataset] = {}
+        if samples is None:
+            self._sources: dict[str, SplitSource] = {}
+        elif isinstance(samples, Mapping) and not isinstance(samples, datasets.Dataset):
+            self._sources = {str(k): v for k, v in samples.items()}
+        else:
+            self._sources = {"train": samples}  # type: ignore[dict-item]
+        if splits is not None:
+            self.splits = tuple(splits)
+        elif self._sources:
+            self.splits = tuple(self._sources)
+        if rubric is not None:
+            self.rubric = rubric
+        if system_prompt is not None:
+            self.system_prompt = system_prompt
+        if prompt_template is not None:
+            self.prompt_template = prompt_template
+        self._reference = reference
 
-    @abstractmethod
-    def load_split(self, split: str) -> Iterable[Sample]:
-        """Return the samples of ``split`` (ids unique within the split, chat-message prompts)."""
+    def load_split(self, split: str) -> Iterable[SampleLike]:
+        """Return the items of ``split`` (a subclass may override this instead of passing data)."""
+        if split not in self._sources:
+            raise ValueError(
+                f"{self.env_id or type(self).__name__}: no samples given for split {split!r}; "
+                f"pass SingleTurnEnv({{{split!r}: [...]}}, rubric) or override load_split"
+            )
+        source = self._sources[split]
+        return source() if callable(source) else source
 
     def dataset(self, split: str = "train") -> datasets.Dataset:
         """Return the rows of ``split`` as a ``datasets.Dataset`` (built once, then cached)."""
@@ -328,59 +240,59 @@ class SingleTurnEnv(Environment):
         if not hasattr(self, "_cache"):  # a subclass that forgot super().__init__()
             self._cache = {}
         if split not in self._cache:
-            rows = [self._stamp(s).to_row() for s in self.load_split(split)]
+            rows = [
+                self._stamp(self._as_sample(item, split, i)).to_row()
+                for i, item in enumerate(self.load_split(split))
+            ]
             if not rows:
                 raise ValueError(f"{self.env_id or type(self).__name__}: split {split!r} is empty")
             self._cache[split] = datasets.Dataset.from_list(rows)
         return self._cache[split]
 
-    def _stamp(self, sample: Sample) -> Sample:
-        from grpo_envs.types import Message
+    def _as_sample(self, item: SampleLike, split: str, index: int) -> Sample:
+        if isinstance(item, Sample):
+            return item
+        if not isinstance(item, Mapping):
+            raise TypeError(
+                f"split {split!r} item {index}: expected a Sample or a mapping, "
+                f"got {type(item).__name__}"
+            )
+        if "answer" not in item:
+            raise ValueError(f"split {split!r} item {index} has no 'answer' (keys: {sorted(item)})")
+        if "prompt" in item and item["prompt"] is not None:
+            row = dict(item)
+        elif "question" in item:
+            text = render_template(self.prompt_template, {**item, "question": item["question"]})
+            row = {**item, "prompt": [{"role": "user", "content": text}]}
+        else:
+            raise ValueError(
+                f"split {split!r} item {index} has neither 'prompt' nor 'question' "
+                f"(keys: {sorted(item)})"
+            )
+        meta = row.get("metadata")
+        if isinstance(meta, Mapping):
+            row["metadata"] = {str(k): v for k, v in meta.items()}
+        row.setdefault("id", f"{split}-{index}")
+        if row["id"] is None or row["id"] == "":
+            row["id"] = f"{split}-{index}"
+        return Sample.from_row(row)
 
+    def _stamp(self, sample: Sample) -> Sample:
         prompt = sample.prompt
         if self.system_prompt and not (prompt and prompt[0].role == "system"):
             prompt = (Message("system", self.system_prompt), *prompt)
         return Sample(sample.id, prompt, sample.answer, self.env_id, sample.metadata)
 
-    def score_batch(
-        self,
-        completions: Sequence[str],
-        samples: Sequence[Sample | Mapping[str, object]],
-        *,
-        workers: int | None = None,
-        timeout_s: float | None = None,
-    ) -> list[Score]:
-        """Score many completions; results in input order; never raises for one bad item.
+    def reference_completion(self, sample: Sample) -> str | None:
+        """Apply the ``reference`` given to the constructor to ``sample`` (None without one)."""
+        return self._reference(sample) if getattr(self, "_reference", None) else None  # type: ignore[misc]
 
-        See ``batch_mode`` for how (``Environment.score_batch`` describes the process mode).
-        """
-        if self.batch_mode != "inline":
-            return super().score_batch(completions, samples, workers=workers, timeout_s=timeout_s)
-        if len(completions) != len(samples):
-            raise ValueError(
-                f"score_batch got {len(completions)} completions for {len(samples)} samples"
-            )
-        results: list[Score | None] = [None] * len(completions)
-        live: list[tuple[int, str, Sample]] = []
-        for i, (completion, sample) in enumerate(zip(completions, samples)):
-            prepared = self._prepare(completion, sample)
-            if isinstance(prepared, Score):
-                results[i] = prepared
-            else:
-                live.append((i, *prepared))
-        try:
-            scored = self.rubric.score_many([t for _, t, _ in live], [s for _, _, s in live])
-        except Exception as exc:
-            failure = Score.failure(Outcome.ERROR, f"rubric raised {type(exc).__name__}: {exc}")
-            scored = [failure] * len(live)
-        for (i, _, _), score in zip(live, scored):
-            results[i] = score
-        return [r if r is not None else Score.failure(Outcome.ERROR, "not scored") for r in results]
+    def scoring_is_bounded(self) -> bool:
+        """Return True when every component of the rubric declares ``bounded``."""
+        return all(c.bounded for c in self.rubric.components)
 
     @staticmethod
-    def _prepare(
-        completion: object, sample: Sample | Mapping[str, object]
-    ) -> tuple[str, Sample] | Score:
+    def _prepare(completion: object, sample: SampleLike) -> tuple[str, Sample] | Score:
         text = completion_text(completion)
         if text is None:
             return Score.failure(
@@ -391,12 +303,44 @@ class SingleTurnEnv(Environment):
         except (ValueError, TypeError, KeyError) as exc:
             return Score.failure(Outcome.ERROR, f"bad sample: {exc}")
 
-    def score(self, completion: CompletionLike, sample: Sample | Mapping[str, object]) -> Score:  # type: ignore[override]
-        """Score a completion (text or chat messages) with ``self.rubric``; never raises."""
+    def score(self, completion: CompletionLike, sample: SampleLike) -> Score:  # type: ignore[override]
+        """Score a completion (text or chat messages) with ``self.rubric``."""
         prepared = self._prepare(completion, sample)
         if isinstance(prepared, Score):
             return prepared
-        try:
-            return self.rubric.score(*prepared)
-        except Exception as exc:
-            return Score.failure(Outcome.ERROR, f"rubric raised {type(exc).__name__}: {exc}")
+        return self.rubric.score(*prepared)
+
+    def score_batch(
+        self,
+        completions: Sequence[str],
+        samples: Sequence[SampleLike],
+        *,
+        workers: int | None = None,
+        timeout_s: float | None = None,
+    ) -> list[Score]:
+        """Score many completions with ``self.rubric.score_many`` (batch judges see them all)."""
+        _check_aligned(completions, samples)
+        results: list[Score | None] = [None] * len(completions)
+        live: list[tuple[int, str, Sample]] = []
+        for i, (completion, sample) in enumerate(zip(completions, samples)):
+            prepared = self._prepare(completion, sample)
+            if isinstance(prepared, Score):
+                results[i] = prepared
+            else:
+                live.append((i, *prepared))
+        scored = self.rubric.score_many([t for _, t, _ in live], [s for _, _, s in live])
+        for (i, _, _), score in zip(live, scored, strict=True):
+            results[i] = score
+        return [r if r is not None else Score.failure(Outcome.ERROR, "not scored") for r in results]
+
+
+__all__ = [
+    "CompletionLike",
+    "Environment",
+    "JSONValue",
+    "SampleLike",
+    "SampleSource",
+    "SingleTurnEnv",
+    "completion_text",
+    "render_template",
+]

@@ -133,17 +133,21 @@ def overlong_penalty(length: int, max_length: int, buffer: int) -> float:
 
 def think_answer_strict_component(weight: float = 1.0) -> RewardComponent:
     """``think_answer_strict`` as a component named ``format_strict``."""
-    return RewardComponent("format_strict", weight, lambda ctx: think_answer_strict(ctx.completion))
+    return RewardComponent(
+        "format_strict", weight, lambda ctx: think_answer_strict(ctx.completion), bounded=True
+    )
 
 
 def think_answer_soft_component(weight: float = 1.0) -> RewardComponent:
     """``think_answer_soft`` as a component named ``format_soft``."""
-    return RewardComponent("format_soft", weight, lambda ctx: think_answer_soft(ctx.completion))
+    return RewardComponent(
+        "format_soft", weight, lambda ctx: think_answer_soft(ctx.completion), bounded=True
+    )
 
 
 def boxed_component(weight: float = 1.0) -> RewardComponent:
     """``boxed_present`` as a component named ``boxed``."""
-    return RewardComponent("boxed", weight, lambda ctx: boxed_present(ctx.completion))
+    return RewardComponent("boxed", weight, lambda ctx: boxed_present(ctx.completion), bounded=True)
 
 
 def overlong_component(

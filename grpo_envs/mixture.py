@@ -23,6 +23,7 @@ import datasets
 
 from grpo_envs.base import Environment
 from grpo_envs.types import Outcome, Sample, Score
+from grpo_envs.wrappers import guarded_score, guarded_scores
 
 SEPARATOR = ":"
 
@@ -165,7 +166,7 @@ class MixtureEnv(Environment):
         if isinstance(found, Score):
             return found
         env, member_sample = found
-        return env._safe_score(completion, member_sample)
+        return guarded_score(env, completion, member_sample)
 
     def score_batch(
         self,
@@ -187,7 +188,8 @@ class MixtureEnv(Environment):
             else:
                 groups[found[1].env_id].append((i, found[1]))
         for env_id, items in groups.items():
-            scores = self.envs[env_id].score_batch(
+            scores = guarded_scores(
+                self.envs[env_id],
                 [completions[i] for i, _ in items],
                 [s for _, s in items],
                 workers=workers,

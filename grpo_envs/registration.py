@@ -151,7 +151,8 @@ def register(
     """Register an environment under ``id`` (``namespace/name-vN``).
 
     Args:
-        id: the environment id; registering an id twice is an error (bump the version instead).
+        id: the environment id. Registering an id again replaces the old entry with a warning
+            (as Gymnasium does: a notebook cell run twice); to keep both, bump the version.
         entry_point: ``"module:attr"`` (imported lazily by ``make``) or a factory callable.
         description: one line shown by ``grpo envs list``.
         **kwargs: default keyword arguments passed to the factory.
@@ -161,9 +162,11 @@ def register(
     """
     _parse_id(id)
     if id in registry:
-        raise RegistryError(
-            f"environment {id!r} is already registered (entry point {registry[id].entry_point!r}); "
-            "register a new version (-vN+1) instead of overwriting it"
+        warnings.warn(
+            f"overriding environment {id!r} already in the registry (entry point "
+            f"{registry[id].entry_point!r}); register a new version (-vN+1) to keep both",
+            RuntimeWarning,
+            stacklevel=2,
         )
     new = EnvSpec(id, entry_point, tuple(sorted(kwargs.items())), description)
     registry[id] = new
@@ -260,8 +263,12 @@ def make(env_id: str | EnvSpec, **overrides: object) -> Environment:
     """Build the environment registered as ``env_id`` with its defaults updated by ``overrides``.
 
     The returned environment has ``env_id`` set and ``spec`` holding the exact arguments used, so
-    that ``make(env.spec)`` rebuilds an identical environment (``check_env`` relies on it).
+    that ``make(env.spec)`` rebuilds an identical environment (``check_env`` relies on it). It is
+    wrapped as ``grpo_envs.wrappers.wrap`` says: scoring never raises and always gives finite,
+    typed scores, within a time bound; ``env.unwrapped`` is the environment itself.
     """
+    from grpo_envs.wrappers import wrap  # imports datasets: not on `import grpo_envs`
+
     base = env_id if isinstance(env_id, EnvSpec) else spec(env_id)
     used = base.with_kwargs(**overrides)
     factory = base.load()
@@ -271,7 +278,7 @@ def make(env_id: str | EnvSpec, **overrides: object) -> Environment:
         raise TypeError(f"{base.id}: cannot build with arguments {used.defaults}: {exc}") from exc
     env.env_id = base.id
     env.spec = used
-    return env
+    return wrap(env)
 
 
 def list_envs(namespace: str | None = None) -> list[EnvSpec]:

@@ -70,11 +70,14 @@ class Judgement:
         outcome: set by the component that decides the score's ``Outcome`` (e.g. correctness);
             None for components that only add reward (format, length).
         details: plain values for logs (extracted answer, reasons).
+        metrics: extra numbers the judge measured on the way (e.g. the share of tests passed),
+            added to the score as zero-weight (logged) components.
     """
 
     value: float
     outcome: Outcome | None = None
     details: Mapping[str, Scalar] = field(default_factory=dict)
+    metrics: Mapping[str, float] = field(default_factory=dict)
 
 
 RewardFn = Callable[[ScoringContext], "float | Judgement"]
@@ -86,13 +89,17 @@ class RewardComponent:
     """One weighted sub-reward: ``weight * fn(ctx)``; ``weight == 0`` makes it a logged metric.
 
     ``batch_fn`` (optional) judges many contexts at once, for judges that parallelise internally
-    (``grpo_envs.math.verify_batch``); ``Rubric.score_many`` uses it, ``Rubric.score`` uses ``fn``.
+    (``grpo_envs.math.verify_batch``, the sandbox); ``Rubric.score_many`` uses it, ``Rubric.score``
+    uses ``fn``. ``bounded``: the judge ends in bounded time on any input by itself (linear work
+    on capped text, a verifier or sandbox with its own timeout); when every component of a rubric
+    is bounded, ``make`` scores in-process instead of in time-limited worker processes.
     """
 
     name: str
     weight: float
     fn: RewardFn
     batch_fn: BatchRewardFn | None = None
+    bounded: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -184,6 +191,7 @@ class Rubric:
         self, ctx: ScoringContext, results: Sequence[float | Judgement | Exception]
     ) -> Score:
         parts: list[Component] = []
+        extra: list[Component] = []  # judges' logged metrics, after the declared components
         outcome: Outcome | None = None
         details: dict[str, Scalar] = {}
         for comp, result in zip(self.components, results, strict=True):
@@ -199,6 +207,8 @@ class Rubric:
                     Outcome.ERROR, f"component {comp.name!r} returned a non-finite value {value}"
                 )
             parts.append(Component(comp.name, value, comp.weight))
+            for name, metric in judged.metrics.items():
+                extra.append(Component(name, float(metric), 0.0))
             if outcome is None and judged.outcome is not None:
                 outcome = judged.outcome
             for key, val in judged.details.items():
@@ -206,7 +216,8 @@ class Rubric:
         if outcome is None:
             outcome = self._default_outcome(ctx.parsed, parts)
         reward = math.fsum(p.weighted for p in parts)
-        return Score(reward=reward, outcome=outcome, components=tuple(parts), details=details)
+        components = (*parts, *(e for e in extra if math.isfinite(e.value)))
+        return Score(reward=reward, outcome=outcome, components=components, details=details)
 
     @staticmethod
     def _default_outcome(parsed: str | None, parts: Sequence[Component]) -> Outcome:

@@ -9,7 +9,6 @@ typed zero-reward ``Score``.
 from __future__ import annotations
 
 import importlib.util
-import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from grpo_envs.base import Environment
-from grpo_envs.types import Outcome, Sample, Score
+from grpo_envs.types import Sample, Score
+from grpo_envs.wrappers import guarded_scores
 from grpo_train.checkpoint import SamplerState
 from grpo_train.rollout.base import Completion, RolloutEngine
 
@@ -106,24 +106,11 @@ def encode_prompt(
 def safe_scores(env: Environment, texts: Sequence[str], samples: Sequence[Sample]) -> list[Score]:
     """Score completions; any failure or malformed reward becomes reward 0 with outcome ``error``.
 
-    ``Environment.score_batch`` already bounds each item's time and catches scorer exceptions;
-    this guards the run against environments that break that contract (pain points: a raising
-    reward stops training, a None/NaN reward poisons the advantages).
+    The one guard of grpo-kit (``grpo_envs.wrappers.guarded_scores``, which ``make`` also puts
+    around every environment), applied here too for environments built without ``make`` (pain
+    points: a raising reward stops training, a None/NaN reward poisons the advantages).
     """
-    try:
-        scores = list(env.score_batch(list(texts), list(samples)))
-    except Exception as exc:
-        reason = f"score_batch raised {type(exc).__name__}: {exc}"
-        return [Score.failure(Outcome.ERROR, reason) for _ in texts]
-    if len(scores) != len(texts):
-        reason = f"score_batch returned {len(scores)} scores for {len(texts)} completions"
-        return [Score.failure(Outcome.ERROR, reason) for _ in texts]
-    return [
-        s
-        if isinstance(s, Score) and isinstance(s.reward, int | float) and math.isfinite(s.reward)
-        else Score.failure(Outcome.ERROR, f"malformed score {s!r}")
-        for s in scores
-    ]
+    return guarded_scores(env, list(texts), list(samples))
 
 
 def check_splits(envs: Sequence[Environment], names: Sequence[str], data: DataConfig) -> None:

@@ -26,13 +26,14 @@ import time
 import types
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Self
 
-from grpo_envs.base import Environment, completion_text
+from grpo_envs.base import SingleTurnEnv
 from grpo_envs.code.extract import ExtractedCode
+from grpo_envs.executor import fan_out
+from grpo_envs.rubric import Judgement, RewardComponent, Rubric, ScoringContext
 from grpo_envs.types import Component, Outcome, Sample, Scalar, Score
 
 if TYPE_CHECKING:  # the sandbox is imported lazily: loading datasets must not start it
@@ -210,6 +211,24 @@ def score_report(
     )
 
 
+def tests_component(env: CodeEnvironment) -> RewardComponent:
+    """The ``tests`` component of a code environment: its programs run in the sandbox.
+
+    Bounded (the sandbox kills programs at their limits), so ``make`` adds no time-limit wrapper.
+    """
+    return RewardComponent(
+        "tests",
+        1.0,
+        lambda ctx: env.judge_many([ctx])[0],
+        env.judge_many,
+        bounded=True,
+    )
+
+
+def _failed(outcome: Outcome, reason: str, **details: Scalar) -> Judgement:
+    return Judgement(0.0, outcome, {"reason": reason[:DETAIL_CHARS], **details})
+
+
 @dataclass(frozen=True)
 class Unrun:
     """A job that produced no report: why, and the outcome its item gets."""
@@ -218,14 +237,19 @@ class Unrun:
     reason: str
 
 
-class CodeEnvironment(Environment):
+class CodeEnvironment(SingleTurnEnv):
     """Base of the code environments: sample -> ``CodeTask``, completion -> program, sandbox run.
 
-    Subclasses implement ``dataset``, ``task`` and ``extract``. By default every code environment
-    of a process shares one sandbox per worker count (``shared_sandbox``), started on the first
-    score (loading data never starts it) and closed at exit or by ``close_shared_sandboxes()``:
-    a mixture of code environments, or ``check_env``'s twin, then costs no extra worker pool.
-    Pass ``sandbox=`` to use your own (never closed here).
+    Scoring is the same as every ``SingleTurnEnv``'s: a ``Rubric`` whose ``tests`` component has a
+    batch function (``judge_many``) that runs all the batch's programs at once on the sandbox's
+    workers. What a code environment adds: the task of a sample (``task``), the program of a
+    completion (``extract``), per-task time limits calibrated on the reference solution, and the
+    sandbox. Subclasses implement ``dataset``, ``task`` and ``extract``.
+
+    By default every code environment of a process shares one sandbox per worker count
+    (``shared_sandbox``), started on the first score (loading data never starts it) and closed at
+    exit or by ``close_shared_sandboxes()``: a mixture of code environments, or ``check_env``'s
+    twin, then costs no extra worker pool. Pass ``sandbox=`` to use your own (never closed here).
     """
 
     def __init__(
@@ -235,9 +259,14 @@ class CodeEnvironment(Environment):
         sandbox: Sandbox | None = None,
         **overrides: Any,
     ) -> None:
+        super().__init__(rubric=Rubric([tests_component(self)]))
         self.config = (config or CodeConfig()).with_overrides(overrides)
         self._sandbox = sandbox
         self._lock = threading.Lock()
+        self._local = threading.local()
+        self.rubric = Rubric(
+            [tests_component(self)]
+        )  # this thread's batch deadline (see score_batch)
         self._test_timeouts: dict[str, float] = {}
         self._tasks: dict[tuple[str, str, str], CodeTask] = {}
         #: Keys of tasks whose reference solution did not pass in the sandbox (data to inspect).
@@ -255,10 +284,6 @@ class CodeEnvironment(Environment):
 
     # -- scoring -------------------------------------------------------------------------------
 
-    def score(self, completion: str, sample: Sample | Mapping[str, object]) -> Score:
-        """Score one completion (see ``score_batch``)."""
-        return self.score_batch([completion], [sample])[0]
-
     def score_batch(
         self,
         completions: Sequence[str],
@@ -267,46 +292,44 @@ class CodeEnvironment(Environment):
         workers: int | None = None,
         timeout_s: float | None = None,
     ) -> list[Score]:
-        """Score many completions concurrently on the sandbox's workers; results in input order.
+        """Score many completions (``SingleTurnEnv.score_batch``) within one time budget.
 
-        Completions may be text or chat messages. Never raises for one bad item: malformed samples
-        score ``error``, code that cannot be extracted ``unparsable``. The whole call is bounded by
-        ``timeout_s`` (default ``config.batch_timeout_s``); items it leaves unrun score
-        ``timeout``. ``workers`` is accepted for the ``Environment`` signature and ignored: the
-        sandbox's worker pool (``config.workers``) sets the parallelism.
+        The whole call is bounded by ``timeout_s`` (default ``config.batch_timeout_s``); items it
+        leaves unrun score ``timeout``. ``workers`` is ignored: the sandbox's worker pool
+        (``config.workers``) sets the parallelism.
         """
-        if len(completions) != len(samples):
-            raise ValueError(
-                f"got {len(completions)} completions for {len(samples)} samples; pass one sample "
-                "per completion (repeat a sample for several completions of one prompt)"
-            )
         budget = self.config.batch_timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + budget
-        scores: list[Score | None] = [None] * len(completions)
+        self._local.deadline = time.monotonic() + budget
+        try:
+            return super().score_batch(completions, samples)
+        finally:
+            self._local.deadline = None
+
+    def judge_many(self, contexts: Sequence[ScoringContext]) -> list[Judgement]:
+        """Run the programs of ``contexts`` in the sandbox; one ``Judgement`` each, input order.
+
+        Malformed samples judge ``error``, code that cannot be extracted ``unparsable``; a GRPO
+        group's repeated programs run once.
+        """
+        deadline = getattr(self._local, "deadline", None)
+        if deadline is None:
+            deadline = time.monotonic() + self.config.batch_timeout_s
+        judged: list[Judgement | None] = [None] * len(contexts)
         pending: list[tuple[int, CodeTask, ExtractedCode]] = []
-        for i, (completion, raw) in enumerate(zip(completions, samples)):
+        for i, ctx in enumerate(contexts):
             try:
-                sample = Sample.from_row(raw)
-                task = self._cached_task(sample)
+                task = self._cached_task(ctx.sample)
             except (ValueError, TypeError, KeyError) as exc:
-                scores[i] = Score.failure(Outcome.ERROR, f"bad sample: {exc}"[:DETAIL_CHARS])
-                continue
-            text = completion_text(completion)
-            if text is None:
-                scores[i] = Score.failure(
-                    Outcome.UNPARSABLE, f"completion is not text (got {type(completion).__name__})"
-                )
+                judged[i] = _failed(Outcome.ERROR, f"bad sample: {exc}")
                 continue
             try:
-                program = self.extract(text, task, sample)
+                program = self.extract(ctx.completion, task, ctx.sample)
             except Exception as exc:  # an extractor bug costs this item, not the batch
-                log.exception("extracting code for %s raised", sample.id)
-                scores[i] = Score.failure(
-                    Outcome.ERROR, f"extraction raised {exc!r}"[:DETAIL_CHARS]
-                )
+                log.exception("extracting code for %s raised", ctx.sample.id)
+                judged[i] = _failed(Outcome.ERROR, f"extraction raised {exc!r}")
                 continue
             if program is None:
-                scores[i] = Score.failure(Outcome.UNPARSABLE, "no parsable Python code found")
+                judged[i] = _failed(Outcome.UNPARSABLE, "no parsable Python code found")
                 continue
             pending.append((i, task, program))
 
@@ -324,14 +347,18 @@ class CodeEnvironment(Environment):
                 job, report = jobs[slot], ran[slot]
                 timeout = job.per_test_timeout_s or self.config.default_test_timeout_s
                 if isinstance(report, Unrun):
-                    scores[i] = Score.failure(
+                    judged[i] = _failed(
                         report.outcome, report.reason, extraction=str(program.method)
                     )
                 else:
-                    scores[i] = score_report(
+                    score = score_report(
                         report, len(task.tests), self.config.reward, str(program.method), timeout
                     )
-        return [s for s in scores if s is not None]
+                    fraction = score.component("pass_fraction").value
+                    judged[i] = Judgement(
+                        score.reward, score.outcome, score.details, {"pass_fraction": fraction}
+                    )
+        return [j if j is not None else _failed(Outcome.ERROR, "not judged") for j in judged]
 
     def _cached_task(self, sample: Sample) -> CodeTask:
         # Building a task parses test code; the samples of a GRPO group repeat, so keep recent ones.
@@ -409,12 +436,14 @@ class CodeEnvironment(Environment):
         # they use their own process's shared one.
         state = self.__dict__.copy()
         state["_sandbox"] = None
-        del state["_lock"]
+        del state["_lock"], state["_local"], state["rubric"]  # the rubric holds bound methods
         return state
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._local = threading.local()
+        self.rubric = Rubric([tests_component(self)])
 
     def _job(self, task: CodeTask, program: str, per_test_s: float | None = None) -> TestJob:
         from sandbox import Limits, TestJob
@@ -436,8 +465,8 @@ class CodeEnvironment(Environment):
     def _run_bounded(self, jobs: Sequence[TestJob], deadline: float) -> list[TestReport | Unrun]:
         """Run ``jobs`` on every sandbox worker at once so that the call ends near ``deadline``.
 
-        One feeder thread per sandbox worker hands jobs over one at a time (no chunk barriers: a
-        slow job holds one worker, never the others). Each job starts with at most the time left
+        ``fan_out``: one thread per sandbox worker hands jobs over one at a time (no chunk
+        barriers: a slow job holds one worker, never the others). Each job starts with at most the time left
         as its wall limit, so hanging programs cannot overrun the budget; jobs that would start
         with less than ``MIN_JOB_S`` left, or are lost to a sandbox that raised, come back as
         ``Unrun``.
@@ -460,8 +489,7 @@ class CodeEnvironment(Environment):
                 return Unrun(Outcome.SANDBOX_ERROR, f"sandbox returned {len(got)} reports for 1")
             return got[0]
 
-        with ThreadPoolExecutor(max_workers=min(int(workers), len(jobs))) as pool:
-            return list(pool.map(run_one, jobs))
+        return fan_out(run_one, jobs, int(workers))
 
     def _rejudge_timeouts(
         self,

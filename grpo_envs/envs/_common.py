@@ -215,7 +215,8 @@ def math_correctness(timeout_s: float, strict: bool) -> RewardComponent:
         )
         return [judge(r) for r in results]
 
-    return RewardComponent("correct", 1.0, fn, batch_fn)
+    # verify bounds each item (killable sympy workers): no extra time limit needed.
+    return RewardComponent("correct", 1.0, fn, batch_fn, bounded=True)
 
 
 # --- data files -------------------------------------------------------------------------------

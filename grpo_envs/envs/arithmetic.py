@@ -194,10 +194,14 @@ class ArithmeticEnv(SingleTurnEnv):
         self.sizes = {"train": train_size, "test": test_size}
         self.step_credit = step_credit
         judge = integer_correctness if answer == "strict" else loose_integer_correctness
-        steps = [RewardComponent("steps", step_credit, step_correctness)] if step_credit else []
+        steps = (
+            [RewardComponent("steps", step_credit, step_correctness, bounded=True)]
+            if step_credit
+            else []
+        )
         self.rubric = Rubric(
             [
-                RewardComponent("correct", 1.0, judge),
+                RewardComponent("correct", 1.0, judge, bounded=True),  # regex over a capped tail
                 *steps,
                 *extra_components(format, format_weight),
             ]

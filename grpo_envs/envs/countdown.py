@@ -115,7 +115,7 @@ class CountdownEnv(SingleTurnEnv):
         self.sizes = {"train": train_size, "test": test_size}
         self.rubric = Rubric(
             [
-                RewardComponent("correct", 1.0, countdown_correctness),
+                RewardComponent("correct", 1.0, countdown_correctness, bounded=True),
                 *extra_components(format, format_weight),
             ]
         )

@@ -40,7 +40,6 @@ class _MathDatasetEnv(SingleTurnEnv):
     hub_id: str = ""
     hub_config: str | None = None
     env_var: str = ""
-    batch_mode = "inline"  # verify_batch parallelises and bounds time itself
 
     def __init__(
         self,

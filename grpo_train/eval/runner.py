@@ -12,7 +12,6 @@ import hashlib
 import importlib.metadata
 import json
 import logging
-import math
 import os
 import time
 from collections import defaultdict
@@ -24,7 +23,8 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias
 from tqdm.auto import tqdm
 
 from grpo_envs.base import Environment
-from grpo_envs.types import Outcome, Sample, Score
+from grpo_envs.types import Sample, Score
+from grpo_envs.wrappers import guarded_scores
 from grpo_train.eval.records import SampleRecord, SampleStore
 from grpo_train.eval.report import SuiteResult, markdown_table, summarize_task
 from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
@@ -238,25 +238,12 @@ def _extracted(score: Score) -> str | None:
 
 
 def _score_all(env: Environment, texts: list[str], samples: list[Sample]) -> list[Score]:
-    """``env.score_batch``; a failing batch is scored one by one; bad scores become ``error``."""
-    try:
-        scores = list(env.score_batch(texts, samples))
-        if len(scores) != len(texts):
-            raise RuntimeError(f"score_batch returned {len(scores)} scores for {len(texts)} items")
-    except Exception as err:
-        logger.warning("%s: score_batch failed (%r); scoring one by one", env.env_id, err)
-        scores = []
-        for text, sample in zip(texts, samples):
-            try:
-                scores.append(env.score(text, sample))
-            except Exception as exc:  # a scorer bug is counted as an outcome, not a crashed eval
-                scores.append(Score.failure(Outcome.ERROR, f"scorer raised {exc!r}"))
-    return [
-        s
-        if isinstance(s, Score) and math.isfinite(s.reward)
-        else Score.failure(Outcome.ERROR, f"malformed score {s!r}"[:300])
-        for s in scores
-    ]
+    """Scores through the one guard (``guarded_scores``).
+
+    A failing batch is scored one by one; anything that is not a finite, typed ``Score`` becomes
+    an ``error`` score.
+    """
+    return guarded_scores(env, texts, samples)
 
 
 @dataclass

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from grpo_envs.base import SingleTurnEnv, completion_text, run_bounded
+from grpo_envs.base import SingleTurnEnv, completion_text, render_template
 from grpo_envs.rubric import RewardComponent, Rubric, StripParser
 from grpo_envs.types import Message, Outcome, Sample, Score
 
@@ -76,8 +76,23 @@ def test_completion_text():
     assert completion_text(None) is None
 
 
-def test_score_batch_bounds_time_and_survives_crashes():
-    env = EchoEnv()
+@pytest.fixture
+def registry(monkeypatch):
+    from grpo_envs import registration as reg
+
+    monkeypatch.setattr(reg, "registry", dict(reg.registry))
+    return reg
+
+
+def test_make_bounds_scoring_time_and_survives_crashes(registry):
+    """make() puts EchoEnv (an unbounded judge) in time-limited worker processes."""
+    import grpo_envs
+    from grpo_envs.wrappers import PassiveChecker, TimeLimit
+
+    registry.register("test/echo-v0", EchoEnv)
+    env = grpo_envs.make("test/echo-v0")
+    assert isinstance(env, PassiveChecker) and isinstance(env.env, TimeLimit)
+    assert isinstance(env.unwrapped, EchoEnv) and env.unwrapped.env_id == "test/echo-v0"
     rows = list(env.dataset("train"))
     completions = ["0", "sleep", "2", "crash", "raise", "1", "9"]
     samples = [rows[0], rows[1], rows[2], rows[0], rows[0], rows[1], rows[0]]
@@ -93,8 +108,8 @@ def test_score_batch_bounds_time_and_survives_crashes():
         Outcome.CORRECT,
         Outcome.WRONG,
     ]
-    assert "exit code 3" in scores[3].details["reason"]
-    assert elapsed < 10, elapsed  # the sleeping item cost ~1 s, not 30
+    assert "worker failed" in scores[3].details["reason"]
+    assert elapsed < 20, elapsed  # the sleeping item cost ~1 s, not 30
     # In-process mode (workers=0) agrees on well-behaved items.
     inline = env.score_batch(["0", "2", "x"], rows[:1] + rows[2:3] + rows[:1], workers=0)
     assert [s.reward for s in inline] == [1.0, 1.0, 0.0]
@@ -107,14 +122,8 @@ def test_score_batch_length_mismatch_is_a_caller_error():
     assert env.score_batch([], []) == []
 
 
-def test_run_bounded_keeps_order_with_many_items():
-    scores = run_bounded(lambda i: Score(float(i), Outcome.CORRECT), 50, 2, 5.0)
-    assert [s.reward for s in scores] == [float(i) for i in range(50)]
-
-
-def test_inline_batch_mode_matches_score():
+def test_batch_matches_score_in_process():
     env = EchoEnv()
-    env.batch_mode = "inline"
     rows = list(env.dataset("train"))
     completions = ["0", None, "2", "raise"]
     batch = env.score_batch(completions, [rows[0], rows[1], rows[2], rows[0]])
@@ -125,6 +134,65 @@ def test_inline_batch_mode_matches_score():
         Outcome.ERROR,
     ]
     assert batch[0] == env.score("0", rows[0])
+
+
+def test_render_template_leaves_unknown_braces():
+    text = render_template(r"Q: {question} ({level}) \boxed{} {N}", {"question": "1+1", "level": 2})
+    assert text == r"Q: 1+1 (2) \boxed{} {N}"
+
+
+def _double(n: int) -> dict[str, object]:
+    return {"question": f"What is 2 * {n}?", "answer": str(2 * n), "id": f"q{n}", "hint": "even"}
+
+
+def double_env(size: int = 10) -> SingleTurnEnv:
+    """A composed environment (no subclass): rows, a rubric, a system prompt, a template."""
+    from grpo_envs.envs._common import integer_correctness
+    from grpo_envs.format import boxed_component
+
+    return SingleTurnEnv(
+        {
+            "train": [_double(n) for n in range(size)],
+            "test": lambda: (_double(10_000 + n) for n in range(size)),  # built on first use
+        },
+        Rubric(
+            [
+                RewardComponent("correct", 1.0, integer_correctness, bounded=True),
+                boxed_component(0.2),
+            ]
+        ),
+        system_prompt="You are a calculator.",
+        prompt_template=r"{question} The answer is {hint}. Answer in \boxed{}.",
+        reference=lambda sample: f"\\boxed{{{sample.answer}}}",
+    )
+
+
+def test_composition_builds_a_complete_environment(registry):
+    import grpo_envs
+    from grpo_envs.wrappers import PassiveChecker
+
+    registry.register("demo/composed-v0", double_env)
+    env = grpo_envs.make("demo/composed-v0", size=4)
+    assert isinstance(env.env, SingleTurnEnv)  # bounded components: no TimeLimit
+    assert isinstance(env, PassiveChecker) and env.splits == ("train", "test")
+    grpo_envs.check_env(env, n_samples=2)
+    row = env.dataset("test")[1]
+    assert row["id"] == "q10001" and row["env_id"] == "demo/composed-v0"
+    assert row["prompt"] == [
+        {"role": "system", "content": "You are a calculator."},
+        {"role": "user", "content": "What is 2 * 10001? The answer is even. Answer in \\boxed{}."},
+    ]
+    score = env.score("\\boxed{20002}", row)
+    assert score.correct and score.reward == pytest.approx(1.2)
+
+
+def test_composition_errors_name_the_item():
+    env = SingleTurnEnv([{"question": "q"}], Rubric([RewardComponent("c", 1.0, lambda c: 1.0)]))
+    with pytest.raises(ValueError, match="split 'train' item 0 has no 'answer'"):
+        env.dataset("train")
+    env = SingleTurnEnv([], Rubric([RewardComponent("c", 1.0, lambda c: 1.0)]))
+    with pytest.raises(ValueError, match="split 'train' is empty"):
+        env.dataset("train")
 
 
 def test_docstring_example_env_is_complete(monkeypatch):
@@ -138,7 +206,7 @@ def test_docstring_example_env_is_complete(monkeypatch):
 
     monkeypatch.setattr(reg, "registry", dict(reg.registry))
 
-    class DoubleEnv(SingleTurnEnv):
+    class DoubleEnv(SingleTurnEnv):  # a subclass: procedural data in load_split
         """What is 2 * n?"""
 
         def __init__(self, size: int = 100) -> None:

@@ -80,7 +80,7 @@ def test_contract_checker():
 
 
 def test_trl_and_verl_adapters(env):
-    from grpo_envs.adapters import compute_score
+    from grpo_envs.adapters import compute_score, trl_reward_funcs
 
     rows = env.dataset("test").select(range(2))
     wrong = fenced("def has_close_elements(numbers, threshold):\n    return True")
@@ -91,7 +91,7 @@ def test_trl_and_verl_adapters(env):
         [{"role": "assistant", "content": fenced(rows[1]["answer"])}],
     ]
     picks = [0, 0, 1]
-    reward = env.trl_reward_funcs()[0]
+    reward = trl_reward_funcs(env)[0]
     columns = {c: [rows[i][c] for i in picks] for c in ("answer", "id", "env_id", "metadata")}
     got = reward(completions, prompts=[rows[i]["prompt"] for i in picks], **columns)
     assert got == [1.0, 0.0, 1.0]

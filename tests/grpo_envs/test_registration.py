@@ -64,10 +64,15 @@ def test_malformed_id(bad):
         grpo_envs.spec(bad)
 
 
-def test_duplicate_registration_fails(clean_registry):
+def test_registering_again_replaces_with_a_warning(clean_registry):
+    """A notebook cell run twice: the new entry wins, with a warning (as Gymnasium does)."""
     clean_registry.register("test/dup-v0", "grpo_envs.envs.arithmetic:ArithmeticEnv")
-    with pytest.raises(RegistryError, match="already registered"):
-        clean_registry.register("test/dup-v0", "grpo_envs.envs.arithmetic:ArithmeticEnv")
+    with pytest.warns(RuntimeWarning, match="overriding environment 'test/dup-v0'"):
+        clean_registry.register(
+            "test/dup-v0", "grpo_envs.envs.countdown:CountdownEnv", description="second"
+        )
+    assert grpo_envs.spec("test/dup-v0").entry_point == "grpo_envs.envs.countdown:CountdownEnv"
+    assert type(grpo_envs.make("test/dup-v0").unwrapped).__name__ == "CountdownEnv"
 
 
 def test_bad_entry_point_reports_module_and_attr(clean_registry):
