@@ -466,8 +466,8 @@ class CodeEnvironment(SingleTurnEnv):
         """Run ``jobs`` on every sandbox worker at once so that the call ends near ``deadline``.
 
         ``fan_out``: one thread per sandbox worker hands jobs over one at a time (no chunk
-        barriers: a slow job holds one worker, never the others). Each job starts with at most the time left
-        as its wall limit, so hanging programs cannot overrun the budget; jobs that would start
+        barriers: a slow job holds one worker, never the others). Each job starts with at most the
+        time left as its wall limit, so hanging programs cannot overrun the budget; jobs that start
         with less than ``MIN_JOB_S`` left, or are lost to a sandbox that raised, come back as
         ``Unrun``.
         """

@@ -190,7 +190,8 @@ def test_verl_worker_imports_the_custom_module(tmp_path, monkeypatch):
         "import json, sys\n"
         "from grpo_envs.adapters import compute_score\n"
         "row = json.loads(sys.argv[1])\n"
-        "print(json.dumps(compute_score(data_source=row['data_source'], solution_str='\\\\boxed{6}',"
+        "print(json.dumps(compute_score(data_source=row['data_source'],"
+        " solution_str='\\\\boxed{6}',"
         " ground_truth=row['reward_model']['ground_truth'], extra_info=row['extra_info'],"
         " reward_router_address=None)))\n"
     )

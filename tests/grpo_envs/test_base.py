@@ -5,7 +5,7 @@ import pytest
 
 from grpo_envs.base import SingleTurnEnv, completion_text, render_template
 from grpo_envs.rubric import RewardComponent, Rubric, StripParser
-from grpo_envs.types import Message, Outcome, Sample, Score
+from grpo_envs.types import Message, Outcome, Sample
 
 
 class EchoEnv(SingleTurnEnv):
