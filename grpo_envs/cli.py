@@ -140,7 +140,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "show":
             return _show(args.id, _kwargs(args.kwargs))
         return _score(args)
-    except (RegistryError, ValueError, KeyError, FileNotFoundError, json.JSONDecodeError) as exc:
+    except (
+        RegistryError,
+        ValueError,
+        KeyError,
+        TypeError,
+        FileNotFoundError,
+        RuntimeError,
+        json.JSONDecodeError,
+    ) as exc:
         print(f"grpo envs: {exc}", file=sys.stderr)
         return 2
 

@@ -10,6 +10,7 @@
 | ``format/think-answer-v0`` | easy arithmetic rewarding the R1 ``<think>``/``<answer>`` format |
 | ``rg/<task>-v0`` | any reasoning-gym task (``rg/reasoning-gym-v0`` takes ``task=``) |
 | ``code/humaneval-v0``, ``code/mbpp-v0``, ``code/stdio-v0`` | code, scored in the sandbox |
+| ``math/dataset-v0``, ``code/dataset-v0`` | your own data file or hub dataset, no code |
 """
 
 from __future__ import annotations
@@ -58,6 +59,18 @@ _BUILTIN: tuple[tuple[str, str, str, dict[str, object]], ...] = (
         "grpo_envs.envs.reasoning_gym:ReasoningGymEnv",
         "any reasoning-gym task: task='leg_counting', ...",
         {"task": "leg_counting"},
+    ),
+    (
+        "math/dataset-v0",
+        "grpo_envs.envs.dataset:math_dataset",
+        "your math questions: path=FILE.jsonl|.parquet|.csv|hub id, question=, answer= columns",
+        {},
+    ),
+    (
+        "code/dataset-v0",
+        "grpo_envs.envs.dataset:code_dataset",
+        "your coding problems: path=..., question=, tests= (asserts) or inputs=/outputs= columns",
+        {},
     ),
     ("code/humaneval-v0", "grpo_envs.code:HumanEvalEnv", "HumanEval, run in the sandbox", {}),
     ("code/mbpp-v0", "grpo_envs.code:MBPPEnv", "MBPP, run in the sandbox", {}),

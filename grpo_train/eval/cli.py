@@ -60,7 +60,8 @@ def _eval_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="grpo eval",
         description="Evaluate a model on benchmark suites (`grpo eval compare A B` compares runs).",
-        epilog=f"Built-in suites: {suites}. Any registered env id works too (`grpo envs list`).",
+        epilog=f"Built-in suites: {suites}. Any env id `grpo train --env` accepts works too "
+        "(registered, module:id, plugins, rg/<task>-v0; `grpo envs list`).",
     )
     p.add_argument(
         "--model", default=None, help="HF id or local folder (default: SmolLM2-135M-Instruct)"
@@ -193,7 +194,9 @@ def run_eval(args: EvalArgs) -> int:
     if unknown_kw:
         raise ValueError(f"--env_kwargs names env ids that are not evaluated: {sorted(unknown_kw)}")
     envs = [
-        EvalTask(t.label, grpo_envs.make(t.env_id, **args.env_kwargs.get(t.env_id, {})))
+        EvalTask(
+            t.label, grpo_envs.make(t.env_id, **{**t.kwargs, **args.env_kwargs.get(t.env_id, {})})
+        )
         for t in tasks
     ]
     for task in envs:  # load the data before the engine starts: a bad path fails in seconds

@@ -14,6 +14,7 @@ from grpo_envs.types import Message, Outcome, Sample, Score
 GSM8K_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k"
 MATH500_DIR = Path(__file__).resolve().parent / "fixtures" / "math500"
 CODE_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "code"
+DATASET_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "dataset"
 SMALL = {"train_size": 40, "test_size": 10}
 
 #: make() overrides that keep the contract test fast (the contract itself is unchanged).
@@ -29,6 +30,20 @@ OVERRIDES: dict[str, dict[str, object]] = {
     "code/humaneval-v0": {"workers": 2},
     "code/mbpp-v0": {"data_files": str(CODE_FIXTURES / "mbpp_full.jsonl"), "workers": 2},
     "code/stdio-v0": {"data_files": str(CODE_FIXTURES / "stdio.jsonl"), "workers": 2},
+    "math/dataset-v0": {
+        "path": str(DATASET_FIXTURES / "questions.jsonl"),
+        "question": "problem",
+        "answer": "solution",
+        "id": "qid",
+    },
+    "code/dataset-v0": {
+        "path": str(DATASET_FIXTURES / "code_problems.jsonl"),
+        "question": "task",
+        "solution": "reference",
+        "id": "name",
+        "test_fraction": 0.34,
+        "workers": 2,
+    },
 }
 #: Local files an override needs; the env is skipped (not failed) while they are absent.
 NEEDS = {

@@ -165,7 +165,11 @@ def test_nan_loss_skips_updates_then_aborts_keeping_weights(tiny_model_path, tmp
 
 
 class RaisingEnv(DigitEnv):
+    # The guard scores a failing batch again one by one: both paths must fail here.
     def score_batch(self, completions, samples, **kwargs):
+        raise RuntimeError("reward server down")
+
+    def score(self, completion, sample):
         raise RuntimeError("reward server down")
 
 
