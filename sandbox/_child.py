@@ -1,9 +1,11 @@
-"""Code that runs inside the untrusted child, from fork to the program's exit.
+"""Code that runs inside the untrusted child, from its clone to the program's exit.
 
-The fork server (``_zygote.py``) forks a child into a fresh PID namespace; ``isolate`` then applies
-every layer that does not depend on the program (as root, then as the slot uid), and
-``await_program`` waits for the program, applies its limits, writes its inputs and runs it.
-Standard library + ``_codec``/``_landlock`` only: the fork server loads this file by path.
+The template process (``_template.py``) clones a child for each run and hands it nothing but
+one socket to the slot server; the child is born pristine (the template never held any job's
+data). ``main`` then waits for the kind of run (network or not, the size of its ``/tmp``) and
+its output pipes, applies every layer that does not depend on the program (as root, then as the
+slot uid), waits for the program, applies its limits, writes its inputs and runs it.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -11,114 +13,73 @@ from __future__ import annotations
 import atexit  # here, not in the child: importing it there cost ~0.1 ms per run
 import builtins
 import contextlib
-import ctypes
 import errno
 import fcntl
 import io
 import json
 import os
 import resource
-import signal
 import socket
 import sys
 import traceback
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
-if TYPE_CHECKING or "_sandbox_codec" not in sys.modules:
-    from sandbox import _codec
-else:  # inside the fork server, which loaded it by file path
-    _codec = sys.modules["_sandbox_codec"]
+from sandbox import _codec, _landlock, _linux, _seccomp
 
-if TYPE_CHECKING:
-    from sandbox._zygote import Zygote
-
-libc = ctypes.CDLL(None, use_errno=True)
-
-CLONE_NEWNS = 0x00020000
-CLONE_NEWUTS = 0x04000000
-CLONE_NEWIPC = 0x08000000
-CLONE_NEWUSER = 0x10000000
-CLONE_NEWPID = 0x20000000
-CLONE_NEWNET = 0x40000000
-CLONE_NEWCGROUP = 0x02000000
-MS_RDONLY = 1
-MS_NOSUID = 2
-MS_NODEV = 4
-MS_NOEXEC = 8
-MS_REC = 16384
-MS_PRIVATE = 1 << 18
-PR_SET_PDEATHSIG = 1
-PR_SET_NO_NEW_PRIVS = 38
-PR_SET_CHILD_SUBREAPER = 36
-PR_SET_SECCOMP = 22
-SECCOMP_MODE_FILTER = 2
-
-
-#: Host directories hidden (empty read-only tmpfs) inside the mount namespace: homes, checkouts,
-#: runtime secrets (/run/secrets). Skipped when the interpreter itself lives below one of them.
-HIDDEN_DIRS = ("/root", "/home", "/work", "/mnt", "/media", "/srv", "/run", "/var/tmp", "/opt")
+#: Host directories hidden (empty read-only tmpfs) in the template's mount namespace: homes,
+#: checkouts, runtime state and every usual home of a host service's unix socket (/run, /var).
+#: Skipped when the interpreter itself lives below one of them.
+HIDDEN_DIRS = (
+    "/root", "/home", "/work", "/mnt", "/media", "/srv", "/run", "/var", "/opt",
+)  # fmt: skip
 #: Directories the program may read and execute from (Landlock); writes only in its work dir.
 READ_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc")
-READ_FILES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full")
+#: The device files a run sees (the template's /dev holds nothing else).
+DEVICES = ("null", "zero", "full", "random", "urandom")
+READ_FILES = tuple(f"/dev/{name}" for name in DEVICES)
 #: The environment programs see (HOME and TMPDIR are their private work dir).
 CHILD_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
     "PYTHONIOENCODING": "utf-8",
 }  # fmt: skip
-#: The layer names and order of ``sandbox.types.ALL_LAYERS`` (this file cannot import the package).
+#: The layer names and order of ``sandbox.types.ALL_LAYERS`` (the slot server cannot import the
+#: package's public modules).
 ALL_LAYERS = (
     "empty_env", "session", "cgroup", "pid_ns", "net_ns", "mount_ns", "ipc_ns", "uid", "rlimits",
     "no_new_privs", "landlock", "seccomp",
 )  # fmt: skip
 LAYER_ORDER = {name: i for i, name in enumerate(ALL_LAYERS)}
+#: Largest request message (code, stdin, files and their metadata) a child accepts.
+MAX_MESSAGE = _codec.MAX_REQUEST + _codec.MAX_META + (1 << 10)
 
 
-def errno_call(res: int, what: str) -> None:
-    if res != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
+@dataclass
+class RunContext:
+    """What the template prepared once for all its children (no job's data in it)."""
+
+    uid: int = -1
+    env_empty: bool = False
+    cgroup: bool = False
+    stdlib_dirs: list[str] = field(default_factory=list)
+    host_dirs_hidden: bool = False
+    landlock: _landlock.Rules | None = None
+    seccomp: dict[bool, _seccomp.SeccompFilter] = field(default_factory=dict)
+    is_root: bool = False
+
+    @property
+    def inherited_fds(self) -> set[int]:
+        """Fds a child keeps until its program starts (the Landlock rules' O_PATH fds)."""
+        return set(self.landlock.fds) if self.landlock is not None else set()
 
 
-def close_all_except(keep: set[int]) -> None:
-    """Close every fd except ``keep`` (closerange between the kept ones)."""
-    low = 0
-    for fd in sorted(keep):
-        if fd > low:
-            os.closerange(low, fd)
-        low = fd + 1
-    os.closerange(low, 65536)
+@dataclass(frozen=True)
+class Kind:
+    """The kind of run a fresh child is prepared for (sent by the slot server, not the template)."""
 
-
-def set_pdeathsig() -> None:
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-class SockFprog(ctypes.Structure):
-    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
-
-
-class SeccompFilter:
-    """A compiled BPF program wrapped for ``prctl`` once, in the fork server.
-
-    Each child only makes the one ``prctl`` call; the kernel checks and JITs the program then.
-    """
-
-    def __init__(self, program: bytes) -> None:
-        self._buf = ctypes.create_string_buffer(program, len(program))
-        self._prog = SockFprog(len(program) // 8, ctypes.cast(self._buf, ctypes.c_void_p))
-        self._ref = ctypes.byref(self._prog)
-
-    def load(self) -> None:
-        """Install the filter on the calling thread (irreversible; needs no_new_privs)."""
-        errno_call(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self._ref, 0, 0), "seccomp")
-
-
-def write_file(path: str, value: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, value.encode())
-    finally:
-        os.close(fd)
+    network: bool
+    max_file_mb: int
+    mount_ns: bool
+    host_workdir: str
 
 
 class RunSpec:
@@ -128,7 +89,7 @@ class RunSpec:
         self, req: dict[str, object], child_request: dict[str, object] | None = None
     ) -> None:
         limits = req.get("limits")
-        if child_request is not None:  # the subset the zygote forwards to a prepared child
+        if child_request is not None:  # the subset the slot server forwards to a child
             limits = {**child_request, "timeout_s": 0, "output_bytes": 0, "network": False}
             req = child_request
         if not isinstance(limits, dict):
@@ -150,110 +111,163 @@ class RunSpec:
         self.entry_point: str | None = str(entry) if entry else None  # run_tests (serve mode)
 
 
-#: Largest request message (code, stdin, files and their metadata) a child accepts.
-MAX_MESSAGE = _codec.MAX_REQUEST + _codec.MAX_META + (1 << 10)
-
-
 def report_error(ctl: socket.socket, message: str) -> None:
     with contextlib.suppress(OSError):
         ctl.send(b"E" + message.encode("utf-8", "replace")[:4000])
 
 
-def hide_host_dirs(z: Zygote) -> None:
-    """Make every mount private and cover ``HIDDEN_DIRS`` with empty read-only tmpfs.
+def hide_host_dirs(stdlib_dirs: list[str]) -> None:
+    """Make every mount private, cover ``HIDDEN_DIRS`` and replace /dev by a minimal one.
 
-    Done once in the fork server's own mount namespace (``Zygote.enter_mount_ns``), which each
-    run's namespace copies; per run it cost 9 tmpfs mounts (~0.25 ms). Only if that failed does
-    each child do it in its own namespace.
+    Done once in the template's own mount namespace, which each run's namespace copies. The
+    new /dev (a tmpfs) holds only ``DEVICES`` (bind mounts of the host's), the ``shm`` mount
+    point and the ``fd``/``stdin``/``stdout``/``stderr`` links: no host socket (``/dev/log``)
+    and no other device is left in reach.
     """
-    errno_call(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make-rprivate")
-    keep = [sys.base_prefix, sys.prefix, *z.stdlib_dirs]
+    libc = _linux.libc
+    _linux.errno_call(
+        libc.mount(b"none", b"/", None, _linux.MS_REC | _linux.MS_PRIVATE, None), "make-rprivate"
+    )
+    keep = [sys.base_prefix, sys.prefix, *stdlib_dirs]
+    flags = _linux.MS_RDONLY | _linux.MS_NOSUID | _linux.MS_NODEV | _linux.MS_NOEXEC
     for path in HIDDEN_DIRS:
         if not os.path.isdir(path) or any(k == path or k.startswith(path + "/") for k in keep):
             continue
-        errno_call(
-            libc.mount(
-                b"tmpfs", path.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                b"size=4k,mode=0755",
-            ),
+        _linux.errno_call(
+            libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"size=4k,mode=0755"),
             f"hide {path}",
-        )  # fmt: skip
-
-
-def setup_mounts(z: Zygote, max_file_mb: int, layers: list[str]) -> str:
-    """Set up the new mount namespace: fresh /proc, tmpfs /tmp and /dev/shm, hidden homes."""
-    if not z.host_dirs_hidden:
-        hide_host_dirs(z)
-    tmp_mb = max(16, 2 * max_file_mb)
-    owner = f",uid={z.uid},gid={z.uid}" if z.uid > 0 else ""
-    opts = f"size={tmp_mb}m,mode=0700{owner}".encode()
-    errno_call(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, opts), "mount /tmp")
-    if os.path.isdir("/dev/shm"):
-        errno_call(
+        )
+    devices = {}
+    for name in DEVICES:
+        with contextlib.suppress(OSError):
+            devices[name] = os.open(f"/dev/{name}", os.O_PATH | os.O_CLOEXEC)
+    try:
+        _linux.errno_call(
             libc.mount(
-                b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                b"tmpfs", b"/dev", b"tmpfs", _linux.MS_NOSUID | _linux.MS_NOEXEC,
+                b"size=64k,mode=0755",
+            ),
+            "mount /dev",
+        )  # fmt: skip
+        os.mkdir("/dev/shm", 0o1777)
+        os.symlink("/proc/self/fd", "/dev/fd")
+        for number, name in enumerate(("stdin", "stdout", "stderr")):
+            os.symlink(f"/proc/self/fd/{number}", f"/dev/{name}")
+        for name, fd in devices.items():
+            os.close(os.open(f"/dev/{name}", os.O_CREAT | os.O_WRONLY, 0o666))
+            _linux.errno_call(
+                libc.mount(f"/proc/self/fd/{fd}".encode(), f"/dev/{name}".encode(), None,
+                           _linux.MS_BIND, None),
+                f"bind /dev/{name}",
+            )  # fmt: skip
+    finally:
+        for fd in devices.values():
+            os.close(fd)
+
+
+def setup_mounts(ctx: RunContext, kind: Kind, layers: list[str]) -> str:
+    """Set up the run's new mount namespace: fresh /proc, tmpfs /tmp and /dev/shm."""
+    if not ctx.host_dirs_hidden:
+        hide_host_dirs(ctx.stdlib_dirs)
+    libc = _linux.libc
+    tmp_mb = max(16, 2 * kind.max_file_mb)
+    owner = f",uid={ctx.uid},gid={ctx.uid}" if ctx.uid > 0 else ""
+    opts = f"size={tmp_mb}m,mode=0700{owner}".encode()
+    nosuid_nodev = _linux.MS_NOSUID | _linux.MS_NODEV
+    _linux.errno_call(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", nosuid_nodev, opts), "mount /tmp")
+    if os.path.isdir("/dev/shm"):
+        _linux.errno_call(
+            libc.mount(
+                b"tmpfs", b"/dev/shm", b"tmpfs", nosuid_nodev | _linux.MS_NOEXEC,
                 b"size=16m,mode=1777",
             ),
             "mount /dev/shm",
         )  # fmt: skip
     if "pid_ns" in layers:
-        errno_call(
-            libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
+        _linux.errno_call(
+            libc.mount(b"proc", b"/proc", b"proc", nosuid_nodev | _linux.MS_NOEXEC, None),
             "mount /proc",
         )
     return "/tmp"
 
 
-def isolate(
-    z: Zygote,
-    network: bool,
-    max_file_mb: int,
-    host_workdir: str,
-    layers: list[str],
-    ctl: socket.socket,
-) -> str:
+def main(ctx: RunContext, ctl_fd: int, pid_ns: bool) -> None:
+    """Live as a run's child: wait for the kind of run, isolate, wait for the program, run it."""
+    try:
+        _linux.set_pdeathsig()  # our parent is the slot server (CLONE_PARENT)
+        _linux.close_all_except({ctl_fd, *ctx.inherited_fds})
+        ctl = socket.socket(fileno=ctl_fd)
+    except BaseException:
+        os._exit(125)
+    try:
+        got, payload, fds = _codec.recv_message(ctl, 1 << 16, maxfds=2)
+        if got != b"K" or len(fds) != 2:
+            os._exit(0)  # the slot server discarded this child
+        meta, _texts = _codec.unpack_texts(payload)
+        kind = Kind(
+            network=bool(meta["network"]),
+            max_file_mb=int(meta["max_file_mb"]),
+            mount_ns=bool(meta["mount_ns"]),
+            host_workdir=str(meta["host_workdir"]),
+        )
+        layers = ["empty_env"] if ctx.env_empty else []
+        if ctx.cgroup:
+            layers.append("cgroup")
+        if pid_ns and os.getpid() == 1:
+            layers.append("pid_ns")
+        workdir = isolate(ctx, kind, layers, ctl)
+        await_program(ctx, workdir, layers, fds[0], fds[1], ctl)
+    except BaseException as exc:
+        report_error(ctl, f"setup: {exc!r}")
+    os._exit(125)
+
+
+def isolate(ctx: RunContext, kind: Kind, layers: list[str], ctl: socket.socket) -> str:
     """Apply every program-independent layer (as root, then the slot uid); return the workdir."""
-    set_pdeathsig()
+    libc = _linux.libc
     os.setsid()
     layers.append("session")
-    if network and z.host_net >= 0:
-        errno_call(libc.setns(z.host_net, CLONE_NEWNET), "setns(net)")
-        os.close(z.host_net)
-    # The OOM killer must pick this run, never the zygote or the verdict process (-1000).
-    write_file("/proc/self/oom_score_adj", "1000")
-    wanted = {"ipc_ns": CLONE_NEWIPC}
-    if z.use_mount_ns:
-        wanted["mount_ns"] = CLONE_NEWNS
+    if ctx.is_root:
+        # The OOM killer must pick this run, never the slot's trusted processes (-1000).
+        with contextlib.suppress(OSError):
+            _linux.write_file("/proc/self/oom_score_adj", "1000")
+    wanted = {"ipc_ns": _linux.CLONE_NEWIPC}
+    if not kind.network:
+        # A network namespace per run, not per slot: sockets a run leaves behind (in flight,
+        # with data in their abstract names) are then in a namespace no later run can see.
+        wanted["net_ns"] = _linux.CLONE_NEWNET
+    if kind.mount_ns:
+        wanted["mount_ns"] = _linux.CLONE_NEWNS
     if libc.unshare(sum(wanted.values())) == 0:
         layers.extend(wanted)
     else:  # some hosts allow only some namespaces
         layers.extend(name for name, flag in wanted.items() if libc.unshare(flag) == 0)
     if "mount_ns" in layers:
         try:
-            workdir = setup_mounts(z, max_file_mb, layers)
+            workdir = setup_mounts(ctx, kind, layers)
         except OSError as exc:
             report_error(ctl, f"mount namespace setup failed: {exc}")
             os._exit(125)
     else:
-        workdir = host_workdir
-    if z.uid > 0:
+        workdir = kind.host_workdir
+    if ctx.uid > 0:
         os.setgroups([])
-        os.setresgid(z.uid, z.uid, z.uid)
-        os.setresuid(z.uid, z.uid, z.uid)
+        os.setresgid(ctx.uid, ctx.uid, ctx.uid)
+        os.setresuid(ctx.uid, ctx.uid, ctx.uid)
         layers.append("uid")
-        set_pdeathsig()  # credential changes clear it
+        _linux.set_pdeathsig()  # credential changes clear it
     os.chdir(workdir)
-    errno_call(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    _linux.errno_call(libc.prctl(_linux.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     layers.append("no_new_privs")
-    if z.landlock is not None:
+    if ctx.landlock is not None:
         with contextlib.suppress(OSError):
-            # /dev/null and the fixed read paths are in z.landlock already.
+            # /dev/null and the fixed read paths are in ctx.landlock already.
             writable = [workdir]
             if "mount_ns" in layers:
                 writable.append("/dev/shm")  # private and size-capped in the mount namespace
-            z.landlock.restrict(["/proc"], writable, deny_tcp=not network)
+            ctx.landlock.restrict(["/proc"], writable, deny_tcp=not kind.network)
             layers.append("landlock")
-    seccomp = z.seccomp.get(network)
+    seccomp = ctx.seccomp.get(kind.network)
     if seccomp is not None:
         seccomp.load()
         layers.append("seccomp")
@@ -261,16 +275,16 @@ def isolate(
 
 
 def await_program(
-    z: Zygote, workdir: str, layers: list[str], out_w: int, err_w: int, ctl: socket.socket
+    ctx: RunContext, workdir: str, layers: list[str], out_w: int, err_w: int, ctl: socket.socket
 ) -> None:
     """Wait (isolated) for the program, then apply its limits, write its inputs and run it."""
     kind, payload, fds = _codec.recv_message(ctl, MAX_MESSAGE, maxfds=1)
     if kind != b"R":
-        os._exit(0)  # the zygote discarded this prepared child
+        os._exit(0)  # the slot server discarded this prepared child
     req, texts = _codec.unpack_texts(payload)
     del payload
     chan = fds[0] if fds else -1
-    # texts: code, stdin, then (name, content) per file (``_zygote.spawn``).
+    # texts: code, stdin, then (name, content) per file (``_spawn.spawn``).
     files = dict(zip(texts[2::2], texts[3::2], strict=True))
     req.update(code=texts[0], stdin=texts[1], files=files)
     del texts
@@ -293,7 +307,7 @@ def await_program(
         )
         os._exit(125)
     stdin_fd = os.memfd_create("stdin")
-    view = memoryview(spec.stdin.encode("utf-8"))
+    view = memoryview(spec.stdin.encode("utf-8", "surrogatepass"))
     while view:
         view = view[os.write(stdin_fd, view) :]
     os.lseek(stdin_fd, 0, os.SEEK_SET)
@@ -324,8 +338,8 @@ def await_program(
         os.dup2(fd, target)
     if chan_staged >= 0:
         os.dup2(chan_staged, 3)
-    close_all_except({0, 1, 2, 3} if chan_staged >= 0 else {0, 1, 2})
-    if os.environ.get("HOME") != workdir:  # the zygote set the rest (see main)
+    _linux.close_all_except({0, 1, 2, 3} if chan_staged >= 0 else {0, 1, 2})
+    if os.environ.get("HOME") != workdir:  # the template set the rest
         os.environ["HOME"] = os.environ["TMPDIR"] = workdir
     run_program(spec, chan_staged >= 0)
 

@@ -8,7 +8,9 @@ and rebuilds typed results field by field (no pickle anywhere).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import importlib.util
 import json
 import os
@@ -22,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from sandbox import _codec
+from sandbox import _codec, _slot
 from sandbox.types import (
     ALL_LAYERS,
     MAX_REQUEST_BYTES,
@@ -38,6 +40,7 @@ from sandbox.types import (
     TestResult,
     TestStatus,
     check_files,
+    check_seconds,
 )
 
 _ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_zygote.py")
@@ -46,6 +49,8 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 #: How long past a job's own time budget the parent waits for a fork server before restarting it.
 _SLACK_S = 10.0
 _START_TIMEOUT_S = 30.0
+#: The longest single select() (longer waits loop).
+_MAX_WAIT_S = 3600.0
 
 
 def _check_size(texts: Sequence[str], what: str) -> None:
@@ -96,11 +101,33 @@ def _limits_payload(limits: Limits) -> dict[str, object]:
     }
 
 
+def clean_text(text: str) -> str:
+    r"""Text that came out of untrusted code, made safe for any consumer (the boundary's filter).
+
+    Lone surrogates (``chr(0xD800)`` in an exception message, a return value or a test's
+    detail) survive JSON and Python strings but make every UTF-8 writer raise
+    ``UnicodeEncodeError`` (a JSONL sample store, a log file). They become ``\udXXX``
+    escapes here, once, so that nothing downstream needs to care.
+
+    >>> clean_text("ok é")
+    'ok é'
+    >>> clean_text("a" + chr(0xD800) + "b")
+    'a\\ud800b'
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _str(reply: dict[str, object], key: str) -> str:
     value = reply.get(key, "")
     if not isinstance(value, str):
         raise _SlotError(f"malformed reply field {key!r}")
-    return value
+    return clean_text(value)
 
 
 def _float(reply: dict[str, object], key: str) -> float:
@@ -141,7 +168,10 @@ class _Slot:
         self._out = self.proc.stdout.fileno()
         self._reader = _codec.FrameReader(max_size=1 << 30)
         self.layers: tuple[str, ...] = ()
+        self.broken = False
+        self._request_id = 0
         self.uid = -1
+        self.template_pid = -1
         self.probe_status = self.probe_detail = ""
 
     def wait_ready(self) -> _Slot:
@@ -150,17 +180,20 @@ class _Slot:
         self.layers = _layers(hello)
         uid = hello.get("uid", -1)
         self.uid = uid if isinstance(uid, int) and not isinstance(uid, bool) else -1
+        template = hello.get("template_pid", -1)
+        self.template_pid = template if isinstance(template, int) else -1
         self.probe_status = _str(hello, "probe_status")
         self.probe_detail = _str(hello, "probe_detail")
         return self
 
-    def _receive(self, deadline: float) -> dict[str, object]:
+    def _receive(self, deadline: float, request_id: int | None = None) -> dict[str, object]:
         frames: list[bytes] = []
         while not frames:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise _SlotError("the fork server did not answer in time")
-            ready, _, _ = select.select([self._out], [], [], remaining)
+            # select() rejects timeouts beyond ~2^63 ns (OverflowError): wait in bounded steps.
+            ready, _, _ = select.select([self._out], [], [], min(remaining, _MAX_WAIT_S))
             if not ready:
                 continue
             data = os.read(self._out, _codec.READ_CHUNK)
@@ -175,29 +208,73 @@ class _Slot:
         reply = _codec.loads(frames[0])
         if not isinstance(reply, dict):
             raise _SlotError("malformed reply")
+        if request_id is not None and reply.get("id") != request_id:
+            # Never attach one job's reply to another: the slot is discarded.
+            raise _SlotError(f"reply for request {reply.get('id')!r}, expected {request_id}")
         if "error" in reply:
             raise _SlotError(f"fork server error: {reply['error']}")
         return reply
 
     def request(self, message: dict[str, object], budget_s: float) -> dict[str, object]:
-        """Send one request and wait for its reply (the fork server enforces the real limits)."""
+        """Send one request and wait for its reply (the fork server enforces the real limits).
+
+        Every request carries a fresh id that the reply must echo. A call that does not end
+        with its own reply (an error, or any exception in this thread: KeyboardInterrupt, a
+        signal handler raising, a timeout) leaves the slot ``broken``: the caller kills it and
+        never sends it another request.
+        """
+        self.broken = True
+        self._request_id += 1
+        request_id = self._request_id
         try:
-            _codec.write_frame(self._in, _codec.dumps(message))
+            _codec.write_frame(self._in, _codec.dumps({**message, "id": request_id}))
         except OSError as exc:
             raise _SlotError(f"the fork server is gone: {exc}") from None
-        return self._receive(time.monotonic() + budget_s + _SLACK_S)
+        reply = self._receive(time.monotonic() + budget_s + _SLACK_S, request_id)
+        self.broken = False
+        return reply
 
     def close(self) -> None:
-        """Stop the fork server: closing its stdin makes it clean up and exit."""
+        """Stop the fork server: closing its stdin makes it clean up and exit.
+
+        A broken slot may be in the middle of a job: SIGTERM makes it clean up at once.
+        Whatever it could not remove (it was killed) is removed here.
+        """
         try:
             if self.proc.stdin is not None:
                 self.proc.stdin.close()
+            if self.broken:
+                self.proc.terminate()
             self.proc.wait(timeout=5)
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
             self.proc.wait()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+        if self.uid > 0:
+            _remove_slot_leftovers(self.uid)
+
+
+def _remove_slot_leftovers(uid: int) -> None:
+    """Remove the cgroups and uid lock of a slot whose server is gone (killed, or crashed)."""
+    for path in _slot.cgroup_dirs(uid):
+        _slot.remove_cgroup(path)
+    for lock_dir in _slot.LOCK_DIRS:
+        path = f"{lock_dir}/{uid}.lock"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:  # only while nobody holds it: a new slot may own this uid already
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                os.unlink(path)
+            with contextlib.suppress(OSError):
+                os.rmdir(lock_dir)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -318,21 +395,31 @@ class Sandbox:
             raise RuntimeError("the Sandbox is closed")
         slot = self._idle.get()
         try:
+            if slot.broken:  # a call on it did not complete: restart it before any use
+                slot = self._replace(slot)
             return slot.request(message, budget_s)
         except _SlotError:
             # Replace the broken fork server; the caller turns this into a SANDBOX_ERROR result.
             # If no replacement starts, the dead slot goes back and the next call retries.
-            slot.close()
-            try:
-                replacement = _Slot(self._python, self._debug, self.limits).wait_ready()
-            except (_SlotError, OSError):
-                raise _SlotError("the fork server died and could not be restarted") from None
-            with self._lock:
-                self._all[self._all.index(slot)] = replacement
-            slot = replacement
+            slot = self._replace(slot)
             raise
         finally:
+            if slot.broken:
+                # Interrupted (KeyboardInterrupt, a signal handler raising, ...): the slot may
+                # still owe a reply. Stop it now; the next call that takes it starts a new one.
+                slot.close()
             self._idle.put(slot)
+
+    def _replace(self, slot: _Slot) -> _Slot:
+        """Stop ``slot`` and start a fresh fork server in its place (``_SlotError`` if none)."""
+        slot.close()
+        try:
+            replacement = _Slot(self._python, self._debug, self.limits).wait_ready()
+        except (_SlotError, OSError):
+            raise _SlotError("the fork server died and could not be restarted") from None
+        with self._lock:
+            self._all[self._all.index(slot)] = replacement
+        return replacement
 
     # -- run -----------------------------------------------------------------------------------
     def _prepare(
@@ -341,6 +428,8 @@ class Sandbox:
         if not isinstance(code, str) or not isinstance(stdin, str):
             raise TypeError("code and stdin must be str")
         lim = limits if limits is not None else self.limits
+        if not isinstance(lim, Limits):
+            raise TypeError(f"limits must be a sandbox.Limits, got {type(lim).__name__}")
         checked = check_files(files)
         texts = [code, stdin]
         for name, content in checked.items():
@@ -370,7 +459,7 @@ class Sandbox:
                 exit_code=None,
                 wall_s=time.monotonic() - start,
                 isolation=(),
-                detail=str(exc),
+                detail=clean_text(str(exc)),
             )
 
     def run(
@@ -445,8 +534,10 @@ class Sandbox:
             and not (job.entry_point and job.entry_point.isidentifier())
         ):
             raise ValueError("CallTest jobs need entry_point, the name of the function to test")
-        if job.per_test_timeout_s is not None and not job.per_test_timeout_s > 0:
-            raise ValueError("per_test_timeout_s must be positive or None")
+        if job.per_test_timeout_s is not None:
+            check_seconds("per_test_timeout_s", job.per_test_timeout_s)
+        if job.limits is not None and not isinstance(job.limits, Limits):
+            raise TypeError(f"limits must be a sandbox.Limits, got {type(job.limits).__name__}")
         if tests and isinstance(tests[0], IOTest):
             for test in tests:  # each IOTest is one run of the program with its stdin
                 if not isinstance(test, IOTest) or not isinstance(test.stdin, str):
@@ -490,7 +581,8 @@ class Sandbox:
         except _SlotError as exc:
             return TestReport(
                 results=tuple(
-                    TestResult(name, TestStatus.SANDBOX_ERROR, str(exc)[:500]) for name in names
+                    TestResult(name, TestStatus.SANDBOX_ERROR, clean_text(str(exc)[:500]))
+                    for name in names
                 ),
                 status=Status.SANDBOX_ERROR,
                 wall_s=time.monotonic() - start,
@@ -600,7 +692,7 @@ def _test_report(reply: dict[str, object], names: list[str]) -> TestReport:
             verdict = TestStatus(str(item[1]))
         except ValueError:
             raise _SlotError(f"unknown test status {item[1]!r}") from None
-        results.append(TestResult(names[index], verdict, str(item[2])))
+        results.append(TestResult(names[index], verdict, clean_text(str(item[2]))))
     try:
         status = Status(_str(reply, "status"))
     except ValueError:

@@ -57,6 +57,41 @@ class Status(StrEnum):
     )
 
 
+#: The longest time limit accepted (one day): far beyond any test, and safely inside what
+#: ``select``/``poll``/``RLIMIT_CPU`` accept once several tests' limits are added up.
+MAX_SECONDS = 86_400.0
+#: Upper bounds of the integer limits: what RLIMIT_*, cgroup files and tmpfs sizes accept, with
+#: room (a reply holds up to ``output_bytes`` of text, JSON-escaped).
+_INT_LIMITS = {
+    "memory_mb": 1 << 24,  # 16 TiB
+    "output_bytes": 1 << 27,  # 128 MiB
+    "max_processes": 1 << 22,  # the kernel's pid_max limit
+    "max_file_mb": 1 << 20,  # 1 TiB
+}
+
+
+def check_seconds(name: str, value: object) -> float:
+    """Return ``value`` as seconds if it is a finite number in (0, ``MAX_SECONDS``].
+
+    >>> check_seconds("timeout_s", 2)
+    2.0
+    >>> check_seconds("timeout_s", 1e10)
+    Traceback (most recent call last):
+    ...
+    ValueError: timeout_s must be a number of seconds in (0, 86400], got 10000000000.0
+    """
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or not 0 < value <= MAX_SECONDS
+    ):
+        raise ValueError(
+            f"{name} must be a number of seconds in (0, {MAX_SECONDS:g}], got {value!r}"
+        )
+    return float(value)
+
+
 @dataclass(frozen=True)
 class Limits:
     """Resource limits for one run. Defaults suit short model-written programs."""
@@ -78,17 +113,23 @@ class Limits:
     """Allow network access: no network namespace, TCP and all socket families allowed."""
 
     def __post_init__(self) -> None:
-        """Reject limits that cannot be enforced, saying how to fix them."""
-        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
-            raise ValueError(f"Limits.timeout_s must be a positive number, got {self.timeout_s!r}")
-        if self.cpu_s is not None and not (math.isfinite(self.cpu_s) and self.cpu_s > 0):
-            raise ValueError(f"Limits.cpu_s must be positive or None, got {self.cpu_s!r}")
-        for name in ("memory_mb", "output_bytes", "max_processes", "max_file_mb"):
+        """Reject limits that cannot be enforced, saying how to fix them (``ValueError``).
+
+        Every bound is one the kernel and the supervisor's clocks accept: a value past it once
+        passed here and then broke the slot (``select`` raised ``OverflowError`` after the
+        request was sent).
+        """
+        check_seconds("Limits.timeout_s", self.timeout_s)
+        if self.cpu_s is not None:
+            check_seconds("Limits.cpu_s", self.cpu_s)
+        for name, upper in _INT_LIMITS.items():
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"Limits.{name} must be a positive int, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= upper:
+                raise ValueError(f"Limits.{name} must be an int in [1, {upper}], got {value!r}")
         if self.memory_mb < 64:
             raise ValueError("Limits.memory_mb must be >= 64: the interpreter itself needs ~40 MB")
+        if not isinstance(self.network, bool):
+            raise ValueError(f"Limits.network must be True or False, got {self.network!r}")
 
     @property
     def effective_cpu_s(self) -> int:

@@ -60,9 +60,9 @@ def settle(servers: list[int]) -> None:
     """Each server prepares its next child right after replying: wait until all have one."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        # the verdict server + the prepared child, each ready (blocked, not still starting)
+        # the template, the verdict server and the prepared child, each ready (blocked)
         kids = [descendants(s) for s in servers]
-        if all(len(k) == 2 for k in kids):
+        if all(len(k) == 3 for k in kids):
             fds = [fd_count(s) for s in servers]
             time.sleep(0.2)
             if fds == [fd_count(s) for s in servers]:
@@ -78,7 +78,7 @@ def snapshot(box: Sandbox) -> dict[str, int]:
         "parent_fds": fd_count(os.getpid()),
         "server_fds": sum(fd_count(p) for p in servers),
         "server_rss_kb": sum(rss_kb(p) for p in servers + tree),
-        "tree_size": len(tree),  # only the long-lived verdict servers
+        "tree_size": len(tree),  # the templates, verdict servers and prepared children
         "tmp_entries": len([e for e in os.listdir("/tmp") if e.startswith("grpo-sandbox")]),
     }
 

@@ -1,0 +1,202 @@
+"""The template: the pristine process every run's child and every verdict server is cloned from.
+
+Why it exists: a child forked from the process that serves requests inherits that process's
+memory, and with it whatever earlier jobs left there: the locals of the request loop (the last
+reply, the last request with its tests), freed buffers holding earlier stdin and files. Code in
+the child could read them (walking ``sys._getframe()`` up, or scanning memory), and copy the
+previous job's answers or tests. Deleting variables does not fix that; a process that never
+held any job's data does.
+
+The template is forked by the slot server at start-up, before any job, and after that only
+ever receives one-byte commands with one fd: "clone a run's child (C) / a verdict server (V)
+holding this socket", or "kill every process of the slot uid" (U). It never receives a job, a
+limit, an exit status or a byte of output. The child it clones is a child of the slot server
+(``CLONE_PARENT``), which hands it its kind of run, its pipes and then its program directly,
+over the socket (``_child.main``), and which alone waits for it and reads how it ended.
+
+Set up once here, before the first clone, and shared by every child through the clone: the
+mount namespace (host homes, checkouts, ``/run``, ``/var`` hidden; a minimal ``/dev``), the UTS
+namespace, the Landlock rules of the fixed paths, the seccomp programs and the programs'
+environment. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import gc
+import os
+import select
+import signal
+import socket
+import struct
+
+from sandbox import _child, _landlock, _linux, _verdict_server
+
+_REPLY = struct.Struct("=cib")  # b"P" | b"E", pid or errno, pid_ns flag
+
+
+class Template:
+    """The slot server's handle on its template process."""
+
+    def __init__(self, ctx: _child.RunContext) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                ours.close()
+                _main(ctx, theirs)
+            finally:
+                os._exit(0)
+        theirs.close()
+        self.pid = pid
+        self.sock = ours
+        hello = self.sock.recv(4096)
+        if not hello.startswith(b"H"):
+            self.close()
+            raise OSError(errno.ECHILD, "the template process failed to start")
+        self.host_dirs_hidden = hello[1:2] == b"1"
+        self.landlock = hello[2:3] == b"1"
+
+    def fork(self, kind: bytes, fd: int) -> tuple[int, bool]:
+        """Clone a child of ours (C or V) that holds ``fd``; return (pid, in a new PID ns)."""
+        socket.send_fds(self.sock, [kind], [fd])
+        reply = self.sock.recv(_REPLY.size)
+        if len(reply) != _REPLY.size:
+            raise OSError(errno.ECHILD, "the template process is gone")
+        what, value, pid_ns = _REPLY.unpack(reply)
+        if what != b"P":
+            raise OSError(value, f"clone failed: {os.strerror(value)}")
+        return value, bool(pid_ns)
+
+    def fork_run_child(self, fd: int) -> tuple[int, bool]:
+        """Clone a run's child holding ``fd`` (its socket to us)."""
+        return self.fork(b"C", fd)
+
+    def fork_verdict_server(self, fd: int) -> int:
+        """Clone a verdict server holding ``fd``."""
+        return self.fork(b"V", fd)[0]
+
+    def kill_uid(self) -> None:
+        """Kill every process of the slot uid (``kill(-1)`` as that uid, in a helper)."""
+        self.sock.send(b"U")
+        self.sock.recv(_REPLY.size)
+
+    def close(self) -> None:
+        """Stop the template (its children are ours and stopped by the slot server)."""
+        self.sock.close()
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+
+
+def _main(ctx: _child.RunContext, sock: socket.socket) -> None:
+    """Live as the template: prepare what every child shares, then clone on request."""
+    _linux.set_pdeathsig()
+    _linux.close_all_except({sock.fileno()})
+    libc = _linux.libc
+    if ctx.is_root:
+        libc.unshare(_linux.CLONE_NEWUTS)
+        # Hide the host's homes, checkouts and sockets once, in a mount namespace of our own:
+        # every run's namespace is a copy of it (per run this cost 9 tmpfs mounts, ~0.25 ms).
+        if libc.unshare(_linux.CLONE_NEWNS) == 0:
+            with contextlib.suppress(OSError):
+                _child.hide_host_dirs(ctx.stdlib_dirs)
+                ctx.host_dirs_hidden = True
+    # Landlock rules for the paths every run shares, prepared once (after the mounts above:
+    # the rules hold the inodes seen here). /proc is a fresh mount per run: each child adds it.
+    if _landlock.abi_version() > 0:
+        reads = _minimal_paths(
+            [*_child.READ_DIRS, *ctx.stdlib_dirs, *_child.READ_FILES, "/sys/devices/system/cpu"]
+        )
+        with contextlib.suppress(OSError):
+            ctx.landlock = _landlock.Rules([p for p in reads if p != "/proc"], ["/dev/null"])
+    # The programs' environment, set once here (children inherit it): nothing from the library.
+    os.environ.clear()
+    os.environ.update(_child.CHILD_ENV)
+    cloner = _linux.ParentClone()
+    pid_ns = ctx.is_root
+    verdict_uid = ctx.uid + 1 if ctx.uid > 0 else -1
+    # Children are clones of this heap: freeze it so that the cyclic GC in a child never touches
+    # (and so copies) these objects (the "gc.freeze before fork" recipe, Python docs).
+    gc.collect()
+    gc.freeze()
+    flags = b"1" if ctx.host_dirs_hidden else b"0"
+    sock.send(b"H" + flags + (b"1" if ctx.landlock is not None else b"0"))
+    while True:
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(sock, 16, 1)
+        except OSError:
+            return
+        if not msg:
+            return  # the slot server is gone
+        kind = msg[:1]
+        reply = _REPLY.pack(b"E", errno.EINVAL, 0)
+        if kind in (b"C", b"V") and len(fds) == 1:
+            new_pid_ns = pid_ns and kind == b"C"
+            try:
+                pid = cloner.clone(_linux.CLONE_NEWPID if new_pid_ns else 0)
+            except OSError as exc:
+                if not new_pid_ns:
+                    reply = _REPLY.pack(b"E", exc.errno or errno.EAGAIN, 0)
+                    pid = -1
+                else:  # no PID namespaces here after all: stop asking for one
+                    pid_ns = new_pid_ns = False
+                    try:
+                        pid = cloner.clone(0)
+                    except OSError as again:
+                        reply = _REPLY.pack(b"E", again.errno or errno.EAGAIN, 0)
+                        pid = -1
+            if pid == 0:
+                if kind == b"C":
+                    _child.main(ctx, fds[0], new_pid_ns)
+                else:
+                    _verdict_server.main(ctx, fds[0], verdict_uid)
+                os._exit(125)
+            if pid > 0:
+                reply = _REPLY.pack(b"P", pid, new_pid_ns)
+        elif kind == b"U":
+            _kill_uid(ctx.uid)
+            reply = _REPLY.pack(b"P", 0, 0)
+        for fd in fds:
+            os.close(fd)
+        del msg, fds
+        try:
+            sock.send(reply)
+        except OSError:
+            return
+
+
+def _kill_uid(uid: int) -> None:
+    """``kill(-1, SIGKILL)`` as ``uid``: reaches every process of that uid (POSIX semantics)."""
+    if uid <= 0:
+        return
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            os.kill(-1, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _minimal_paths(paths: list[str]) -> list[str]:
+    """Resolve symlinks and drop paths inside another one (merged /usr: /bin -> /usr/bin, ...).
+
+    Computed once, so each child adds only the Landlock rules that matter.
+    """
+    resolved = sorted({os.path.realpath(p) for p in paths if os.path.exists(p)})
+    kept: list[str] = []
+    for path in resolved:
+        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    return kept
+
+
+# ``select`` is imported for its extension module's directory (``stdlib_dirs``).
+STDLIB_DIRS = sorted(
+    {os.path.dirname(os.__file__), os.path.dirname(getattr(select, "__file__", os.__file__))}
+)
