@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"
+# A folder with GSM8K's test.jsonl (the public openai/grade-school-math release); the 30-row test
+# fixture is the fallback so the script runs on a fresh clone.
+GSM8K_DIR = Path(os.environ.get("GRPO_GSM8K_DIR", REPO / "tests/grpo_envs/fixtures/gsm8k"))
 
 
 @dataclass(frozen=True)

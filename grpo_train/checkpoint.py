@@ -15,7 +15,7 @@ A checkpoint is a folder ``RUN_DIR/checkpoints/step-000010/`` holding:
 Why accelerate's own state for sharded runs: under FSDP each rank's optimizer holds only its
 shard (DTensors), and under DeepSpeed the optimizer lives inside the engine, so rank 0's
 ``optimizer.state_dict()`` is a fraction of the state and cannot be loaded into a fresh
-optimizer (grpo-kit issue #6). ``save_state`` / ``load_state`` go through
+optimizer. ``save_state`` / ``load_state`` go through
 ``torch.distributed.checkpoint.state_dict.get_optimizer_state_dict`` (FSDP2) or
 ``FSDP.optim_state_dict`` (FSDP1) or DeepSpeed's engine, which is what accelerate documents for
 resuming "in the same environment".

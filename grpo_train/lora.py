@@ -309,7 +309,7 @@ def merged_state_dict(
     ``base_model.model.`` prefix, no ``lora_`` tensors, tied weights once. For a plain LoRA model
     this is ``rollout.weights.checkpoint_state_dict``, the function the engines' weight sync uses,
     so what is saved and what is synced agree. A 4-bit (QLoRA) base is dequantized layer by layer
-    first: merging into packed 4-bit weights would be meaningless (anchors.md, pain point 3).
+    first: merging into packed 4-bit weights would be meaningless.
     """
     peft_model = unwrap_peft(model)
     if _is_quantized(peft_model.get_base_model()):

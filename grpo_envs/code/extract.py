@@ -123,8 +123,8 @@ def extract_code(completion: str, entry_point: str | None = None) -> ExtractedCo
     completion itself (or its largest code-looking part) is used if it parses. ``None`` means no
     parsable code was found.
 
-    >>> extract_code("Here:\\n```python\\ndef f():\\n    return 1\\n```\\nDone.").code
-    'def f():\\n    return 1\\n'
+    >>> extract_code("Here:\n```python\ndef f():\n    return 1\n```\nDone.").code
+    'def f():\n    return 1\n'
     >>> extract_code("I don't know.") is None
     True
     """

@@ -1,15 +1,14 @@
 """Rollouts with a colocated ``vllm.LLM``, with in-place weight sync after each update.
 
 vLLM starts its engine in a child process with ``spawn``: scripts that build this engine need an
-``if __name__ == "__main__":`` guard (pytest is fine). See ``../shared/notes/vllm-cpu.md`` for what
-was seen working on CPU.
+``if __name__ == "__main__":`` guard (pytest is fine).
 
 Weight sync:
 - CPU: the trainer's tensors are saved as one safetensors file in a RAM-backed folder
   (``/dev/shm``) and the engine reloads them in place with its own
   ``reload_weights(weights_path=...)``, which re-runs the CPU kernels' weight repacking. Calling
-  the model's ``load_weights`` directly fails on CPU because the repacked parameters are empty
-  (``../shared/notes/vllm-cpu.md``). A tied LM head needs one more step (see vllm_worker.py).
+  the model's ``load_weights`` directly fails on CPU because the repacked parameters are empty.
+  A tied LM head needs one more step (see vllm_worker.py).
 - GPU: the engine's worker runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``; TRL's
   colocate mode likewise keeps it in-process, with ``external_launcher``, and calls
   ``model.load_weights`` per tensor: trl/generation/vllm_generation.py), and

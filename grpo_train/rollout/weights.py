@@ -23,7 +23,7 @@ def checkpoint_state_dict(
     A PEFT model's active LoRA adapters are folded in as ``W + scale * B @ A`` computed from the
     adapter (``get_delta_weight``), without touching the trainer's weights: no merge/unmerge round
     trip that would drift the base weights in low precision, and no ``merge_and_unload`` copy of
-    the model (slow; TRL users' pain point 3 in ``../shared/notes/anchors.md``). Adapters with
+    the model (slow, and a full second copy of the weights in memory). Adapters with
     no ``get_delta_weight`` (DoRA, other tuners) fall back to PEFT's ``merge_adapter`` /
     ``unmerge_adapter``. Tensors that share storage (tied embeddings) appear once, under their
     first name, which is the one vLLM's loaders expect (``model.embed_tokens.weight``).

@@ -20,10 +20,6 @@ from grpo_envs.code import HumanEvalEnv
 from grpo_envs.code.humaneval import helpers_from_prompt, load_humaneval_problems, split_check
 from grpo_envs.types import Outcome, Sample
 
-sandbox_mod = pytest.importorskip("sandbox")
-if not hasattr(sandbox_mod, "Sandbox"):
-    pytest.skip("the sandbox package does not export Sandbox yet", allow_module_level=True)
-
 
 @pytest.fixture(scope="module")
 def env() -> Iterator[HumanEvalEnv]:

@@ -1,3 +1,4 @@
+import subprocess
 import sys
 import textwrap
 from importlib import metadata
@@ -34,6 +35,15 @@ def test_builtin_ids_are_listed_without_importing_env_modules():
         assert env_id in ids
     assert ids == sorted(ids)
     assert [s.id for s in grpo_envs.list_envs("format")] == ["format/think-answer-v0"]
+    # Listing reads the registry only: a fresh interpreter has imported no environment module.
+    env_modules = ("grpo_envs.envs.", "grpo_envs.code", "grpo_envs.math", "sandbox")
+    probe = (
+        "import sys, grpo_envs; grpo_envs.list_envs(); "
+        f"print(sorted(m for m in sys.modules if m.startswith({env_modules!r})))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 def test_spec_parts_and_defaults():
