@@ -199,11 +199,11 @@ def _compare_matrix(gold: Node, pred: Node, cmp: Comparator) -> bool:
 # --- fast, in-process comparator -------------------------------------------------------------
 
 
-def _number_candidates(s: Scalar) -> list[Number] | None:
+def _number_candidates(s: Scalar, raw_only: bool = False) -> list[Number] | None:
     n = parse_number(s.text)
     if n is None:
         return None
-    if s.percent:  # "50%" may be meant as 50 or as 0.5
+    if s.percent and not raw_only:  # "50%" may be meant as 50 or as 0.5
         return [n, Number(n.value / 100, n.decimal)]
     return [n]
 
@@ -215,7 +215,8 @@ class FastComparator:
         """Compare as numbers (exactly) or as identical normalized text."""
         if gold.text == pred.text:
             return True
-        gn, pn = _number_candidates(gold), _number_candidates(pred)
+        both = gold.percent and pred.percent  # 28% vs 0.28%: the numbers themselves
+        gn, pn = _number_candidates(gold, both), _number_candidates(pred, both)
         if gn is not None and pn is not None:
             return any(numbers_equal(a, b) for a in gn for b in pn)
         # A plain number (at most 200 characters) cannot equal a power tower with more than a
@@ -399,9 +400,18 @@ class SymbolicComparator(FastComparator):
         gs, ps = to_sympy(gold.text), to_sympy(pred.text)
         if gs is None or ps is None:
             return normalize_text(gold.text) == normalize_text(pred.text)
-        for g in _percent_variants(gs, gold.percent):
-            for p in _percent_variants(ps, pred.percent):
+        both = gold.percent and pred.percent
+        for g in _percent_variants(gs, gold.percent and not both):
+            for p in _percent_variants(ps, pred.percent and not both):
                 if exprs_equal(g, p):
+                    return True
+        # 90 degrees against pi/2 radians: only when one side is marked in degrees and the
+        # other is written with pi (a radian measure).
+        for deg, rad, deg_text, rad_text in ((gs, ps, gold, pred), (ps, gs, pred, gold)):
+            if deg_text.degrees and not rad_text.degrees and "\\pi" in rad_text.text:
+                import sympy
+
+                if exprs_equal((deg[0] * sympy.pi / 180, deg[1]), rad):
                     return True
         return False
 

@@ -45,6 +45,8 @@ class Scalar:
 
     text: str
     percent: bool = False
+    #: It carried a degree sign (``30^\circ``): equal to the same number, or to radians.
+    degrees: bool = False
 
 
 @dataclass(frozen=True)
@@ -197,8 +199,8 @@ def clean(answer: str) -> str:
     r"""Normalize LaTeX spelling without changing meaning.
 
     Drops ``$``/``\(``/``\[`` delimiters, ``\left``/``\right``, spacing commands, ``\text{}``
-    wrappers, degree signs, dollar signs and a final full stop; ``\dfrac`` -> ``\frac``; ascii
-    ``sqrt(2)``/``pi`` -> LaTeX.
+    wrappers, dollar signs and a final full stop; marks degrees as ``°``; ``\dfrac`` ->
+    ``\frac``; ascii ``sqrt(2)``/``pi`` -> LaTeX.
 
     >>> clean(r"$\dfrac{1}{2}\text{ cm}$.")
     '\\frac{1}{2} cm'
@@ -219,7 +221,7 @@ def clean(answer: str) -> str:
     s = _LEFT_RIGHT.sub("", s)
     s = _SPACING.sub(" ", s)
     s = _FRAC_VARIANTS.sub(r"\\frac", s)
-    s = _DEGREE.sub("", s)
+    s = _DEGREE.sub("°", s)
     s = _DOLLAR.sub("", s)
     s = _unwrap_text_commands(s)
     s = s.replace("\\%", "%")
@@ -694,7 +696,7 @@ def _parse(s: str, level: int) -> Node:
     ratio = split_top(s, (":",))
     if len(ratio) == 2 and all(p.strip() for p in ratio) and "\\" not in s:
         return Seq("tuple", tuple(_scalar(p) for p in ratio), ":", ":")
-    return _scalar(s)
+    return _leaf(s)
 
 
 _MATRIX_ENV = re.compile(r"\\begin\{([pbvBV]?matrix)\}.*?\\end\{\1\}", re.DOTALL)
@@ -813,10 +815,27 @@ def _scalar(s: str) -> Scalar:
     percent = s.endswith("%")
     if percent:
         s = s[:-1].strip()
+    degrees = "°" in s
+    s = s.replace("°", " ").strip()
     s = strip_units(s)
     s = re.sub(r"^\+\s*", "", s).replace("+-", "-").replace("--", "+")
     s = re.sub(r"^-\s+", "-", s)  # "- 2" (from \pm expansion) -> "-2", so the fast path reads it
-    return Scalar(s, percent)
+    if not s:
+        raise MalformedAnswer("an empty expression")
+    return Scalar(s, percent, degrees)
+
+
+_SCALE_WORD = re.compile(r"^(.*?\d.*?)\s*(thousand|million|billion|trillion)s?$", re.IGNORECASE)
+_SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
+
+
+def _leaf(s: str) -> Node:
+    """Read a leaf: a scalar, or "3 million" as 3000000 or (the question's unit) 3."""
+    m = _SCALE_WORD.match(s.strip())
+    if m is None:
+        return _scalar(s)
+    exponent = _SCALES[m.group(2).lower()]
+    return Alt((_scalar(f"({m.group(1)})\\times 10^{{{exponent}}}"), _scalar(m.group(1))))
 
 
 def is_words(s: str) -> bool:
