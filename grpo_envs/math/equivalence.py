@@ -14,6 +14,45 @@ The policy is "when unsure, say wrong": a reward model that calls a wrong answer
 policy to produce it. So equality is only granted on proof (exact equality, ``simplify`` to 0, or
 agreement to 30 significant digits for constants) and never on a loose float tolerance, except for
 a decimal answer against a value that has no finite decimal expansion (relative 1e-6).
+
+Conventions where graders differ. Each is the reading most public graders (hendrycks MATH,
+Qwen2.5-Math, NeMo-Skills, MARIO, PRM800K, lm-eval minerva, rllm, Math-Verify) take, or, where
+they split, the one that cannot pay a wrong answer:
+
+* Relations, intervals and sets are one class: ``x \ge 5``, ``5 \le x``, ``[5, \infty)`` and
+  ``x \in [5, \infty)`` are equal in either direction (gold or prediction), as are
+  ``-2 \le x \le 7`` and ``[-2, 7]``, ``x < 2 \text{ or } x > 3`` and
+  ``(-\infty, 2) \cup (3, \infty)``, ``\mathbb{R}`` and ``(-\infty, \infty)``. Math-Verify's
+  default refuses a relation against a gold interval (its ``allow_set_relation_comp`` option
+  turns that on); Qwen2.5-Math and rllm compare them, and so do we. Variables must agree when
+  both sides name one (``x > 5`` is not ``y > 5``); brackets always matter (``[0, 9)`` is not
+  ``(0, 9)``).
+* Solution lists are unordered and their duplicates collapse (``\{1, 2\}``, ``2, 1``,
+  ``x = 1 \text{ or } x = 2``, ``\boxed{1}, \boxed{2}``, ``1 \pm 1``...). Tuples and intervals are
+  ordered; a set never equals a tuple.
+* ``name = value`` states ``value`` when the left side only names something (``x``, ``f(x)``,
+  ``(p, q)``, ``|AB|``, ``A:B``, ``\frac{NO}{BO}``) or when both sides are constants
+  (``\frac{1}{2} = 0.5``): ``x = 5`` equals ``5``; ``a + 3z = 0`` does not equal ``0``. In a
+  chain ``x = 5 + 6 = 11`` the value is the last side.
+* Decimals: thousands separators are commas followed by groups of three (``7,425,000``), spaces
+  (``1 000``) or ``{,}``/``,\!`` (LaTeX). A decimal comma is read where a list of two integers
+  is unlikely -- a zero integer part (``0,111``) or a fractional part of two or 4+ digits
+  (``1000,99``, ``2,74``) -- and then only as an alternative: ``1,22`` equals ``1.22`` and the
+  list ``1, 22``; ``-2,1`` is only the list. These are the conventions Math-Verify's suite
+  documents.
+* A rounded decimal equals a value with no finite decimal expansion only when it has at least
+  five significant digits and is that value correctly rounded (``2.6667`` for ``8/3``), or agrees
+  to 1e-6: ``0.33``, ``1.41`` or ``3.14`` are approximations, not ``1/3``, ``\sqrt{2}`` or
+  ``\pi`` (Qwen2.5-Math's 1e-4 tolerance would accept some of these). Two values with finite
+  expansions must be equal exactly.
+* Percent: ``28\%`` equals ``28`` and ``0.28``; two percentages compare their numbers
+  (``28\%`` is not ``0.28\%``). "percent", "pct" and "percentage" mean ``\%``.
+* Degrees: a degree sign is dropped for a number (``45^\circ`` equals ``45``); against a radian
+  measure written with ``\pi`` the degrees are converted (``90^\circ`` equals ``\frac{\pi}{2}``,
+  a bare ``90`` does not).
+* Units and scale words: a trailing unit is dropped (``125\text{ miles}``, ``15\mbox{ cm}^2``);
+  ``3\text{ million}`` equals ``3000000`` and also ``3`` (the question's own unit).
+* Ratios and times (``7:32``, ``12:00``) are ordered pairs: ``12:00`` is not ``1:00``.
 """
 
 from __future__ import annotations
@@ -104,11 +143,30 @@ def compare(gold: Node, pred: Node, cmp: Comparator) -> bool:
         return _named_value(gold) is not None and compare(_named_value(gold), pred, cmp)  # type: ignore[arg-type]
     if isinstance(gold, Seq) and isinstance(pred, Seq):
         return _compare_seq(gold, pred, cmp)
-    if isinstance(gold, Union) and isinstance(pred, Union):
-        return _match_unordered(gold.parts, pred.parts, cmp)
+    if isinstance(gold, Union) or isinstance(pred, Union):
+        # "x < 2 or x > 3" is the union (-oo, 2) u (3, oo).
+        g_union, p_union = _as_union(gold), _as_union(pred)
+        if g_union is None or p_union is None:
+            return False
+        return _match_unordered(g_union.parts, p_union.parts, cmp)
     if isinstance(gold, Matrix) or isinstance(pred, Matrix):
         return _compare_matrix(gold, pred, cmp)
     return False
+
+
+def _as_union(node: Node) -> Union | None:
+    """Read a union, or a list of bounds on one variable, as a union of intervals (else None)."""
+    if isinstance(node, Union):
+        return node
+    if not (isinstance(node, Seq) and node.kind == "list"):
+        return None
+    sets = [relation_as_set(i) if isinstance(i, Relation) else i for i in node.items]
+    if not all(isinstance(s, SetOf) for s in sets):
+        return None
+    names = {re.sub(r"\s+", "", s.var) for s in sets if isinstance(s, SetOf)}
+    if len(names) != 1:
+        return None
+    return Union(tuple(s.members for s in sets if isinstance(s, SetOf)))
 
 
 def _same_name(a: str, b: str) -> bool:

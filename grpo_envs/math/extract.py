@@ -456,15 +456,21 @@ _UNIT_OR_LINK_WORDS = {"and", "or", "percent", "percentage", "pct"}
 
 def _is_bare_expression(region: str) -> bool:
     r"""Tell whether a short text is one expression, undelimited (``\frac{10}{9}``, ``28 pct``)."""
-    if len(region) > 200 or "\n" in region.strip():
+    if len(region) > 300:
         return False
-    words = re.findall(r"[A-Za-z]{2,}", re.sub(r"\\[A-Za-z]+", " ", region))
-    return all(w.lower() in _UNIT_OR_LINK_WORDS for w in words)
+    plain = re.sub(r"\\(?:begin|end)\s*\{[^{}]*\}|\\[A-Za-z]+", " ", region)
+    words = [w for w in re.findall(r"[A-Za-z]{2,}", plain) if w.lower() not in _UNIT_OR_LINK_WORDS]
+    # One short word may be a product of variables ("2xy") or a unit; more is a sentence.
+    return len(words) <= 1 and all(len(w) <= 3 for w in words)
 
 
 def _last_math(region: str) -> str | None:
     """Return the later of the last math span and the last standalone number outside spans."""
     spans = math_spans(region)
+    if not spans and _is_bare_expression(region) and re.search(r"\d|\\", region):
+        return region.strip()  # the whole text is the answer ("(1,4.5)", "\\frac{10}{9}")
+    if not spans and re.fullmatch(r"\s*[A-Za-z]+(?: [A-Za-z]+)?\s*\.?\s*", region):
+        return region.strip().rstrip(".")  # a one- or two-word answer ("Monday", "odd")
     tail_from = spans[-1][1] if spans else 0
     number = last_standalone_number(_blank_spans(region, spans)[tail_from:])
     if number is not None:
@@ -473,8 +479,6 @@ def _last_math(region: str) -> str | None:
         if content:
             return content.strip()
         return None  # the last span was broken
-    if _is_bare_expression(region) and re.search(r"\d|\\", region):
-        return region.strip()
     return None
 
 
@@ -499,7 +503,9 @@ def _phrase_after_last_box(region: str) -> str | None:
     after = region[spans[-1][1] :]
     if not _ANSWER_IS.search(after.replace("**", "")):
         return None
-    return _flexible_in(after)
+    answer = _flexible_in(after)
+    # "\boxed{5}. The answer is correct." states no new answer.
+    return answer if answer is not None and _HAS_DIGIT_OR_MATH.search(answer) else None
 
 
 def extract_answer(completion: str, *, strict: bool = False) -> str | None:

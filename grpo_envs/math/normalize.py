@@ -375,6 +375,7 @@ _FRAC = re.compile(
 _MIXED = re.compile(
     r"^([+-]?)\s*(\d+)\s*(?:\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|\s(\d+)\s*/\s*(\d+))$"
 )
+_REPEATING = re.compile(r"^([+-]?)(\d*)\.(\d*)\s*\\overline\s*\{\s*(\d{1,12})\s*\}$")
 _SCI = re.compile(
     r"^([+-]?\d+(?:\.\d+)?)\s*(?:\\times|\\cdot|\*)\s*10\s*\^\s*\{?\s*([+-]?\d{1,3})\s*\}?$"
 )
@@ -428,6 +429,15 @@ def parse_number(s: str) -> Number | None:
     if m:
         mant = Fraction(m.group(1))
         return Number(mant * Fraction(10) ** int(m.group(2)), "." in m.group(1))
+    m = _REPEATING.match(s)
+    if m:
+        # 0.1\overline{6} = 0.1666...: exact, not a rounded decimal.
+        sign, int_part, fixed, period = m.groups()
+        value = Fraction(int(int_part or "0")) + (
+            Fraction(int(fixed), 10 ** len(fixed)) if fixed else Fraction(0)
+        )
+        value += Fraction(int(period), (10 ** len(period) - 1) * 10 ** len(fixed))
+        return Number(-value if sign == "-" else value, False)
     return None
 
 
