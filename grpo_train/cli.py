@@ -27,20 +27,35 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _usage() -> str:
-    lines = ["usage: grpo COMMAND [options]", "", "commands:"]
+    lines = ["usage: grpo COMMAND [options]   (grpo --version)", "", "commands:"]
     lines += [f"  {name:<6} {help_}" for name, (_, help_) in COMMANDS.items()]
-    lines += ["", "`grpo COMMAND --help` shows a command's options."]
+    lines += [
+        "",
+        "`grpo COMMAND --help` shows a command's options; `grpo train` alone runs the embedded "
+        "default job.",
+    ]
     return "\n".join(lines)
+
+
+def _version() -> str:
+    """Return the installed grpo-kit version (``unknown`` when it was never installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("grpo-kit")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
     """Dispatch ``grpo COMMAND ...`` to the command's module."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args:
-        # The quick start: `grpo` alone behaves like `grpo train` with the embedded default.
-        args = ["train"]
-    if args[0] in ("-h", "--help"):
+    if not args or args[0] in ("-h", "--help", "help"):
+        # `grpo` alone shows what there is; the quick start is `grpo train`.
         print(_usage())
+        return 0
+    if args[0] in ("-V", "--version", "version"):
+        print(f"grpo-kit {_version()}")
         return 0
     command, rest = args[0], args[1:]
     if command not in COMMANDS:

@@ -1,9 +1,14 @@
 """Training configuration: one frozen dataclass per concern, a docstring under every field.
 
-A run's configuration is layered: the dataclass defaults, then ``DEFAULT_PRESET`` (what
-``grpo train`` with no arguments runs), then a YAML file, then command-line overrides::
+A run's configuration is layered: a base, then a YAML file, then command-line overrides::
 
     grpo train --config run.yaml --learning_rate 1e-6
+
+The base is the dataclass defaults, chosen for a real model (reasoning-length completions, bf16
+where the hardware has it), unless the run names no model, env and config file: then it is
+``DEFAULT_PRESET``, the embedded quick-start run (``--preset default`` asks for it explicitly).
+TRL's ``GRPOConfig`` names (``num_iterations``, ``epsilon``, ``lr_scheduler_type``...) are accepted
+as aliases (``TRL_ALIASES``) and saved under ours.
 
 Field names are unique across sections, so YAML files may be flat (``learning_rate: 1e-6``) or
 sectioned (``optim: {learning_rate: 1e-6}``), and every field is a ``--flag``. Invalid values fail
@@ -54,8 +59,9 @@ class PolicyConfig:
 
     model: str = "default"
     """HF hub id or local folder; ``default`` is the embedded SmolLM2-135M-Instruct."""
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    """Parameter dtype for training (float32 is the safe choice on CPU)."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Parameter dtype for training: ``auto`` is bfloat16 on a GPU that supports it, else float32
+    (the safe choice on CPU); the run's config.yaml records the resolved one."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: less memory, about 30% more compute."""
     lora_r: int = 0
@@ -93,6 +99,18 @@ class DataConfig:
     """Held-out prompts evaluated per environment (the first ones of the split); 0 disables."""
     max_prompt_length: int = 512
     """Prompt tokens after the chat template; longer prompts keep their last tokens (warned)."""
+    chat_template: str = ""
+    """Prompt format: empty uses the tokenizer's chat template; a path to a Jinja file (or the
+    template text itself) replaces it; ``plain`` uses prompt_template even if the tokenizer has a
+    template. Training and ``grpo eval`` format prompts the same way (grpo_train/prompts.py)."""
+    chat_template_kwargs: Mapping[str, str | int | float | bool] = field(default_factory=dict)
+    """Extra variables for the chat template, e.g. ``{"enable_thinking": false}`` for Qwen3 (a
+    YAML mapping, or JSON on the command line)."""
+    system_prompt: str = ""
+    """System message put before each prompt (replacing the environment's own, if any)."""
+    prompt_template: str = "{prompt}"
+    """Plain-text prompt for models without a chat template (base models): ``{prompt}`` is the
+    messages' text joined by blank lines, e.g. ``Question: {prompt}\nAnswer:``."""
 
 
 @dataclass(frozen=True)
@@ -106,8 +124,9 @@ class RolloutConfig:
     """Completions per prompt (the group size G); at least 2."""
     prompts_per_step: int = 8
     """Prompts per training step; a step trains on prompts_per_step x num_generations samples."""
-    max_completion_length: int = 256
-    """Maximum tokens per completion; longer ones are cut (finish reason 'length')."""
+    max_completion_length: int = 1024
+    """Maximum tokens per completion; longer ones are cut (finish reason 'length'). Reasoning
+    needs room: 1024 fits GSM8K-style chains of thought; raise it for competition math."""
     temperature: float = 1.0
     """Sampling temperature for training rollouts (> 0); evaluation is greedy."""
     top_p: float = 1.0
@@ -152,8 +171,10 @@ class AlgorithmConfig:
     """Cap of the truncated importance weight (TRL's default is 3.0)."""
     mask_truncated: bool = False
     """Exclude completions cut at max_completion_length from the loss (DAPO overlong filtering)."""
-    dynamic_sampling: bool = False
-    """DAPO dynamic sampling: drop groups whose rewards all agree, refill from further prompts."""
+    dynamic_sampling: Literal["auto", "on", "off"] = "auto"
+    """DAPO dynamic sampling: drop groups whose rewards all agree, refill from further prompts.
+    ``auto`` turns it on once most groups have had equal rewards for several steps (the
+    learning-signal guard), when it pays for its extra generation; true/false force it."""
     dynamic_sampling_rounds: int = 3
     """Extra generation rounds allowed per step to refill dropped groups."""
 
@@ -193,10 +214,15 @@ class RunConfig:
     """Training steps (each: generate, score, mu optimizer updates)."""
     seed: int = 0
     """Seed for prompt order, sampling and initialisation; a run is reproducible on CPU."""
-    output_dir: str = "runs/grpo"
-    """Run folder: config.yaml, metrics.jsonl, samples.jsonl, tensorboard/, checkpoints/, plots/."""
+    output_dir: str = ""
+    """Run folder: config.yaml, metrics.jsonl, samples.jsonl, tensorboard/, checkpoints/, plots/.
+    Empty: a new folder per run, ``runs/<model>-<env>-<date>-<time>``. A folder that holds
+    another run's config.yaml is refused unless resume or overwrite is given."""
     resume: str = ""
     """Resume from ``latest`` (the newest checkpoint in output_dir) or a checkpoint folder."""
+    overwrite: bool = False
+    """Start afresh in an output_dir that holds another run: its metrics, samples, TensorBoard
+    events, checkpoints and plots are deleted first."""
     save_every: int = 50
     """Save a checkpoint every N steps (and at the end); 0 saves only at the end."""
     keep_last: int = 2
@@ -208,11 +234,21 @@ class RunConfig:
     max_bad_steps: int = 3
     """Abort after this many consecutive steps with a NaN/inf loss or gradient (skipped)."""
     wandb: bool = False
-    """Also log to Weights & Biases (needs the wandb package)."""
+    """Also log to Weights & Biases (needs the wandb package); a resumed run continues the same
+    W&B run (its id is kept in the run folder)."""
     wandb_project: str = "grpo-kit"
     """W&B project name."""
+    wandb_entity: str = ""
+    """W&B entity (team or user); empty: your default entity."""
+    wandb_run_name: str = ""
+    """W&B run name; empty: the run folder's name."""
+    wandb_tags: str = ""
+    """W&B tags, comma-separated (a YAML list works too)."""
     progress: bool = True
     """Show a progress bar with ETA."""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """Console log level. ``info`` keeps the run's own messages and hides the expected chatter of
+    vLLM, Triton and NUMA probing; ``debug`` shows everything."""
 
 
 SECTIONS: dict[str, type] = {
@@ -246,6 +282,8 @@ DEFAULT_PRESET: Mapping[str, object] = {
     "eval_size": 64,
     "save_every": 10,
     "output_dir": "runs/grpo-default",
+    "dtype": "float32",
+    "dynamic_sampling": "auto",
 }
 
 
@@ -269,7 +307,11 @@ class TrainConfig:
     def from_flat(
         cls, values: Mapping[str, object], base: TrainConfig | None = None
     ) -> TrainConfig:
-        """Build a config from ``{field: value}`` (values may be strings from the command line)."""
+        """Build a config from ``{field: value}`` (values may be strings from the command line).
+
+        TRL's ``GRPOConfig`` names are accepted too (``normalise_aliases``).
+        """
+        values = normalise_aliases(values)
         owners = field_owners()
         unknown = [k for k in values if k not in owners]
         if unknown:
@@ -325,6 +367,110 @@ class TrainConfig:
         Path(path).write_text(self.to_yaml())
 
 
+#: TRL ``GRPOConfig`` / ``TrainingArguments`` / ``ModelConfig`` names (TRL 1.16) -> ours, for
+#: the ones that mean the same thing. ``epsilon``, ``report_to``, ``use_vllm`` and ``bf16`` need
+#: a translation of their value too: ``normalise_aliases`` handles them.
+TRL_ALIASES: Mapping[str, str] = {
+    "model_name_or_path": "model",
+    "num_iterations": "mu",
+    "mask_truncated_completions": "mask_truncated",
+    "vllm_importance_sampling_correction": "is_correction",
+    "vllm_importance_sampling_cap": "is_cap",
+    "vllm_importance_sampling_clip_max": "is_cap",
+    "lr": "learning_rate",
+    "lr_scheduler_type": "lr_scheduler",
+    "save_steps": "save_every",
+    "save_total_limit": "keep_last",
+    "eval_steps": "eval_every",
+    "vllm_gpu_memory_utilization": "vllm_memory_fraction",
+    "vllm_enable_sleep_mode": "vllm_sleep_mode",
+    "lora_target_modules": "target_modules",
+    "load_in_4bit": "use_qlora",
+    "use_peft": "",  # implied by lora_r > 0; accepted and dropped when consistent
+}
+
+#: TRL names whose value is translated as well: name -> what it sets.
+TRL_TRANSLATED: Mapping[str, str] = {
+    "epsilon": "epsilon_low, and epsilon_high unless given (TRL's symmetric clip)",
+    "report_to": "wandb (true when it names wandb or all); TensorBoard is always written",
+    "use_vllm": "engine (vllm or hf)",
+    "bf16": "dtype (bfloat16 or float32)",
+}
+
+_SCHEDULER_ALIASES = {"constant_with_warmup": "constant", "linear": "linear", "cosine": "cosine"}
+
+
+def _truthy(name: str, value: object) -> bool:
+    text = str(value).strip().lower()
+    if isinstance(value, bool):
+        return value
+    if text in _TRUE | _FALSE:
+        return text in _TRUE
+    raise ConfigError(f"invalid configuration:\n  {name}: expected true or false, got {value!r}")
+
+
+def normalise_aliases(values: Mapping[str, object]) -> dict[str, object]:
+    """Rename TRL's field names to ours and translate their values; our own names pass through.
+
+    >>> normalise_aliases({"num_iterations": 2, "epsilon": 0.1, "lr": "1e-6"})
+    {'mu': 2, 'learning_rate': '1e-6', 'epsilon_low': 0.1, 'epsilon_high': 0.1}
+    >>> normalise_aliases({"epsilon": 0.1, "epsilon_high": 0.3})
+    {'epsilon_high': 0.3, 'epsilon_low': 0.1}
+    >>> normalise_aliases({"report_to": ["wandb"], "lr_scheduler_type": "constant_with_warmup"})
+    {'lr_scheduler': 'constant', 'wandb': True}
+    """
+    out: dict[str, object] = {}
+    problems: list[str] = []
+    given: dict[str, str] = {}  # our name -> the name it was given under
+
+    def put(ours: str, value: object, source: str) -> None:
+        if ours in given and given[ours] != source:
+            problems.append(
+                f"{source}: sets {ours}, which {given[ours]} also sets; give only one of them"
+            )
+            return
+        given[ours] = source
+        out[ours] = value
+
+    translated: dict[str, object] = {}
+    for key, value in values.items():
+        if key in TRL_TRANSLATED:
+            translated[key] = value
+        elif key in TRL_ALIASES:
+            ours = TRL_ALIASES[key]
+            if key == "lr_scheduler_type":
+                text = str(value)
+                if text not in _SCHEDULER_ALIASES:
+                    problems.append(
+                        f"lr_scheduler_type: {text!r} is not supported; use one of "
+                        f"{sorted(_SCHEDULER_ALIASES)}"
+                    )
+                    continue
+                value = _SCHEDULER_ALIASES[text]
+            if key == "save_total_limit" and value is None:
+                value = 1_000_000  # TRL: None keeps every checkpoint
+            if ours:
+                put(ours, value, key)
+        else:
+            put(key, value, key)
+    for key, value in translated.items():
+        if key == "epsilon":
+            put("epsilon_low", value, key)
+            if "epsilon_high" not in out:
+                out["epsilon_high"] = value
+        elif key == "report_to":
+            targets = value if isinstance(value, list | tuple) else str(value).split(",")
+            names = {str(t).strip().lower() for t in targets}
+            put("wandb", bool(names & {"wandb", "all"}), key)
+        elif key == "use_vllm":
+            put("engine", "vllm" if _truthy(key, value) else "hf", key)
+        elif key == "bf16":
+            put("dtype", "bfloat16" if _truthy(key, value) else "float32", key)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return out
+
+
 def preset_config() -> TrainConfig:
     """Return the embedded default run: the dataclass defaults overlaid with ``DEFAULT_PRESET``."""
     return TrainConfig.from_flat(DEFAULT_PRESET)
@@ -341,6 +487,8 @@ def _plain(value: object) -> object:
         return [_plain(v) for v in value]
     if isinstance(value, EnvEntry):
         return {"id": value.id, "weight": value.weight, "kwargs": dict(value.kwargs)}
+    if isinstance(value, Mapping):
+        return dict(value)
     if isinstance(value, str):  # StrEnum members become plain strings
         return str(value)
     return value
@@ -413,18 +561,55 @@ def coerce(name: str, value: object, annotation: object) -> object:
         return str(value)
     if origin is Literal:
         allowed = typing.get_args(annotation)
+        text = str(value).strip().lower()
+        if "on" in allowed and (isinstance(value, bool) or text in _TRUE | _FALSE):
+            return "on" if (value is True or text in _TRUE) else "off"
         if value not in allowed:
             raise ValueError(f"{name}: {value!r} is not one of {list(allowed)}")
         return value
     if isinstance(annotation, type) and issubclass(annotation, str):  # StrEnum
+        if annotation is ScaleRewards and (
+            isinstance(value, bool) or str(value).strip().lower() in _TRUE | _FALSE
+        ):  # TRL's scale_rewards also takes a bool: true is "group", false is "none"
+            truthy = value is True or str(value).strip().lower() in _TRUE
+            return ScaleRewards.GROUP if truthy else ScaleRewards.NONE
         try:
             return annotation(value)
         except ValueError:
             allowed_values = [m.value for m in annotation]  # type: ignore[attr-defined]
             raise ValueError(f"{name}: {value!r} is not one of {allowed_values}") from None
+    if name == "chat_template_kwargs":
+        return parse_mapping(name, value)
     if origin in (tuple, types.UnionType) or name == "env":
         return parse_envs(value)
     raise TypeError(f"{name}: unsupported field type {annotation}")  # pragma: no cover
+
+
+def parse_mapping(name: str, value: object) -> dict[str, str | int | float | bool]:
+    """Read a mapping field: a YAML mapping, or JSON / ``key=value,key=value`` text.
+
+    >>> parse_mapping("chat_template_kwargs", '{"enable_thinking": false}')
+    {'enable_thinking': False}
+    >>> parse_mapping("chat_template_kwargs", "enable_thinking=false")
+    {'enable_thinking': False}
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return {}
+        if text.startswith("{"):
+            loaded = yaml.safe_load(text)  # JSON is YAML; YAML also takes unquoted keys
+        else:
+            loaded = {}
+            for part in text.split(","):
+                key, sep, raw = part.partition("=")
+                if not sep:
+                    raise ValueError(f"{name}: cannot read {part!r}; use key=value or JSON")
+                loaded[key.strip()] = yaml.safe_load(raw)
+        value = loaded
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{name}: expected a mapping such as {{enable_thinking: false}}")
+    return {str(k): v for k, v in value.items()}
 
 
 def parse_envs(value: object) -> tuple[EnvEntry, ...]:
@@ -542,5 +727,8 @@ def _validate(cfg: TrainConfig) -> list[str]:
     need(run.eval_every >= 0, f"eval_every: {run.eval_every}; must be >= 0")
     need(run.log_every_samples >= 0, f"log_every_samples: {run.log_every_samples}; must be >= 0")
     need(run.max_bad_steps >= 1, f"max_bad_steps: {run.max_bad_steps}; must be >= 1")
-    need(bool(run.output_dir), "output_dir: empty; give a folder for the run")
+    need(
+        not (run.resume and run.overwrite),
+        "resume/overwrite: give one; resume continues the run, overwrite starts it afresh",
+    )
     return p

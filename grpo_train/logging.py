@@ -89,10 +89,10 @@ class RunLogger:
         if not enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        # On resume, forget rows the interrupted run wrote after its checkpoint: they are redone.
-        if self._metrics_path.exists():
-            kept = [r for r in read_metrics(self.run_dir) if r.get("step", 0) <= start_step]
-            self._metrics_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        # On resume, forget rows the interrupted run wrote after its checkpoint: they are redone
+        # (metrics and samples alike, so that both files describe the same steps).
+        for name in (METRICS_FILE, SAMPLES_FILE):
+            truncate_after(self.run_dir / name, start_step)
         self._tb = None
         if use_tensorboard:
             try:
@@ -105,14 +105,12 @@ class RunLogger:
         if config.run.wandb:
             try:
                 import wandb  # type: ignore[import-not-found]
-
-                self._wandb = wandb.init(
-                    project=config.run.wandb_project, dir=str(self.run_dir), config=config.to_dict()
-                )
             except ImportError:
                 logger.warning(
                     "wandb=true but the wandb package is not installed: pip install wandb"
                 )
+            else:
+                self._wandb = wandb.init(**wandb_init_kwargs(self.run_dir, config, start_step))
         self._bar = None
         if config.run.progress:
             from tqdm.auto import tqdm
@@ -175,6 +173,62 @@ class RunLogger:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def truncate_after(path: Path, step: int) -> None:
+    """Drop the JSONL rows of ``path`` whose ``step`` is after ``step`` (a resumed run redoes them).
+
+    Rows that are not JSON objects with a step are kept: they are not ours to judge.
+    """
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        step_of_row = row.get("step") if isinstance(row, dict) else None
+        if isinstance(step_of_row, int | float) and step_of_row > step:
+            continue
+        kept.append(line + "\n")
+    path.write_text("".join(kept))
+
+
+WANDB_ID_FILE = "wandb_run_id"
+
+
+def wandb_init_kwargs(run_dir: Path, config: TrainConfig, start_step: int) -> dict[str, object]:
+    """Arguments for ``wandb.init``: one W&B run per run folder, continued on resume.
+
+    The run id is made once and kept in ``run_dir/wandb_run_id``; a resumed run (``start_step``
+    > 0) passes it back with ``resume="allow"``, so its steps continue the same W&B run instead of
+    opening a new one. A fresh start in the folder gets a new id.
+    """
+    import secrets
+
+    id_file = run_dir / WANDB_ID_FILE
+    run_id = id_file.read_text().strip() if id_file.is_file() and start_step > 0 else ""
+    if not run_id:
+        run_id = secrets.token_hex(4)
+        id_file.write_text(run_id + "\n")
+    r = config.run
+    tags = [t.strip() for t in r.wandb_tags.split(",") if t.strip()]
+    kwargs: dict[str, object] = {
+        "project": r.wandb_project,
+        "dir": str(run_dir),
+        "config": config.to_dict(),
+        "id": run_id,
+        "resume": "allow",
+        "name": r.wandb_run_name or run_dir.resolve().name,
+    }
+    if r.wandb_entity:
+        kwargs["entity"] = r.wandb_entity
+    if tags:
+        kwargs["tags"] = tags
+    return kwargs
 
 
 def _finite(value: float) -> float | None:

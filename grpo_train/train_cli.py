@@ -1,8 +1,9 @@
 """``grpo train``: train with GRPO from the command line.
 
-With no arguments it runs the embedded default (``config.DEFAULT_PRESET``): SmolLM2-135M-Instruct
-on two-digit addition, on CPU, and prints the held-out accuracy before and after, the wall time,
-and where the run folder, metrics, checkpoints and plots are. Every config field is a flag::
+With no model, env or config file it runs the embedded default (``config.DEFAULT_PRESET``):
+SmolLM2-135M-Instruct on two-digit addition, on CPU, and prints the held-out accuracy before and
+after, the wall time, and where the run folder, metrics, checkpoints and plots are. Otherwise the
+plain defaults apply (``grpo train --help``). Every config field is a flag::
 
     grpo train --config run.yaml --learning_rate 1e-6 --max_steps 50
     grpo train --resume                       # continue the newest checkpoint of output_dir
@@ -11,11 +12,12 @@ and where the run folder, metrics, checkpoints and plots are. Every config field
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
 from grpo_train.config import (
+    TRL_ALIASES,
+    TRL_TRANSLATED,
     ConfigError,
     TrainConfig,
     field_docs,
@@ -23,63 +25,107 @@ from grpo_train.config import (
     field_types,
     preset_config,
 )
+from grpo_train.console import setup_logging
+from grpo_train.run_dir import check_run_dir, with_output_dir
 
 _EXIT_INTERRUPTED = 130  # the shell convention for "stopped by a signal"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Build the parser: ``--config``, ``--preset``, ``--resume`` and a flag per config field."""
+    """Build the parser: ``--config``, ``--preset``, a flag per config field, TRL's names."""
     parser = argparse.ArgumentParser(
         prog="grpo train",
-        description="Train a model with GRPO. No arguments: the embedded default run "
-        "(SmolLM2-135M-Instruct on two-digit addition, CPU).",
+        description="Train a model with GRPO. With no --model, --env or --config: the embedded "
+        "default run (SmolLM2-135M-Instruct on two-digit addition, CPU; `--preset default` "
+        "asks for it explicitly). Otherwise the defaults below apply, chosen for a real model.",
+        epilog="TRL GRPOConfig names work too: "
+        + ", ".join(f"--{k} (= {v})" for k, v in TRL_ALIASES.items() if v)
+        + "; "
+        + "; ".join(f"--{k} (sets {v})" for k, v in TRL_TRANSLATED.items())
+        + ". Booleans take true/false/1/0/yes/no.",
+        # `--lr` must not silently mean `--lr_scheduler`, nor `--epsilon` one of the epsilons.
+        allow_abbrev=False,
     )
-    parser.add_argument("--config", help="YAML file (flat or sectioned) applied over the preset")
+    parser.add_argument("--config", help="YAML file (flat or sectioned) applied over the base")
     parser.add_argument(
         "--preset",
-        choices=("default", "none"),
-        default="default",
-        help="base layer: 'default' is the embedded run, 'none' the plain dataclass defaults",
+        choices=("auto", "default", "none"),
+        default="auto",
+        help="base layer: 'default' is the embedded quick-start run, 'none' the defaults listed "
+        "here; 'auto' (default): 'default' when no --model, --env or --config is given",
     )
     docs, types = field_docs(), field_types()
-    preset = {k: v for section in preset_config().to_dict().values() for k, v in section.items()}
+    defaults = {k: v for section in TrainConfig().to_dict().values() for k, v in section.items()}
     groups: dict[str, argparse._ArgumentGroup] = {}
     for name, section in field_owners().items():
         group = groups.setdefault(section, parser.add_argument_group(section))
-        text = f"{docs[name]} (default: {preset[name]!r})".replace("%", "%%")
+        shown = defaults[name]
+        if name == "output_dir" and not shown:
+            shown = "runs/<model>-<env>-<date>-<time>"
+        text = f"{docs[name]} (default: {shown!r})".replace("%", "%%")
         flags = [f"--{name}"] + ([f"--{name.replace('_', '-')}"] if "_" in name else [])
         if name == "resume":  # `--resume` alone means the newest checkpoint of output_dir
             group.add_argument(
                 *flags, dest=name, nargs="?", const="latest", default=None, help=text
             )
-        elif types[name] is bool:
+        elif types[name] is bool or name == "dynamic_sampling":
             group.add_argument(
                 *flags, dest=name, nargs="?", const="true", default=None, metavar="BOOL", help=text
             )
         else:
             group.add_argument(*flags, dest=name, default=None, metavar="VALUE", help=text)
+    trl = parser.add_argument_group("TRL names (saved under ours)")
+    for name in [*TRL_ALIASES, *TRL_TRANSLATED]:
+        if name in field_owners():
+            continue
+        ours = TRL_ALIASES[name] if name in TRL_ALIASES else TRL_TRANSLATED[name]
+        takes_bool = name in _TRL_BOOLS or (name in TRL_ALIASES and types.get(ours) is bool)
+        trl.add_argument(
+            f"--{name}",
+            dest=f"trl__{name}",
+            default=None,
+            nargs="?" if takes_bool else None,
+            const="true" if takes_bool else None,
+            metavar="BOOL" if takes_bool else "VALUE",
+            help=argparse.SUPPRESS if name == "use_peft" else f"= {ours or 'lora_r > 0'}",
+        )
     return parser
 
 
+_TRL_BOOLS = frozenset({"use_vllm", "bf16", "use_peft"})
+
+
+def _wants_preset(args: argparse.Namespace) -> bool:
+    if args.preset != "auto":
+        return bool(args.preset == "default")
+    given = {name for name in ("model", "env") if getattr(args, name) is not None}
+    given |= {n for n in ("model_name_or_path",) if getattr(args, f"trl__{n}", None) is not None}
+    return not given and not args.config
+
+
 def resolve_config(args: argparse.Namespace) -> TrainConfig:
-    """Layer preset <- YAML file <- command-line flags into one validated config."""
-    config = preset_config() if args.preset == "default" else TrainConfig()
+    """Layer the base (preset or plain defaults) <- YAML file <- command-line flags."""
+    config = preset_config() if _wants_preset(args) else TrainConfig()
     if args.config:
         config = TrainConfig.from_yaml(args.config, base=config)
-    overrides = {
+    overrides: dict[str, object] = {
         name: getattr(args, name) for name in field_owners() if getattr(args, name) is not None
     }
-    return TrainConfig.from_flat(overrides, base=config) if overrides else config
+    for key, value in vars(args).items():
+        if key.startswith("trl__") and value is not None:
+            overrides[key.removeprefix("trl__")] = value
+    if overrides:
+        config = TrainConfig.from_flat(overrides, base=config)
+    return with_output_dir(config)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``grpo train``; exit code 0 done, 1 aborted, 2 bad input, 130 interrupted."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     try:
         config = resolve_config(args)
+        setup_logging(config.run.log_level)
+        check_run_dir(config)
     except ConfigError as err:
         print(f"grpo train: {err}", file=sys.stderr)
         return 2

@@ -39,6 +39,7 @@ from grpo_train.config import TrainConfig
 from grpo_train.groups import (
     Group,
     PromptSampler,
+    SignalGuard,
     build_engine,
     check_splits,
     encode_prompt,
@@ -100,6 +101,15 @@ def lora_settings(cfg: TrainConfig) -> LoraSettings | None:
     return LoraSettings(p.lora_r, p.lora_alpha, p.lora_dropout, targets, p.use_qlora)
 
 
+def resolve_auto(cfg: TrainConfig) -> TrainConfig:
+    """Replace ``dtype: auto`` by bfloat16 on a GPU that supports it, else float32."""
+    if cfg.policy.dtype != "auto":
+        return cfg
+    bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    policy = replace(cfg.policy, dtype="bfloat16" if bf16 else "float32")
+    return replace(cfg, policy=policy)
+
+
 class Trainer:
     """GRPO on one or more environments: ``Trainer(config).train()`` runs the whole thing.
 
@@ -118,14 +128,21 @@ class Trainer:
         from transformers import get_scheduler
 
         from grpo_train.models import load_policy, resolve_model
+        from grpo_train.run_dir import check_run_dir, clear_run_dir, with_output_dir
 
-        self.cfg = cfg = config
+        # `auto` choices become concrete here, so the run's config.yaml says what ran.
+        self.cfg = cfg = with_output_dir(resolve_auto(config))
+        check_run_dir(cfg)  # another run's folder: refused before anything loads
         self.run_dir = Path(cfg.run.output_dir)
         # accelerate reads `accelerate launch`'s settings (DDP / FSDP / DeepSpeed, the device);
         # a plain `python` run is one process on cuda:0 or the CPU.
         self.accelerator = Accelerator()
         self.distributed = self.accelerator.distributed_type != DistributedType.NO
         self.rank = distributed.rank_info()
+        if self.rank.is_main:
+            clear_run_dir(cfg)
+        self.signal_guard = SignalGuard()
+        self._low_signal = False
         self.device = str(self.accelerator.device)
         if cfg.policy.num_threads:
             torch.set_num_threads(cfg.policy.num_threads)
@@ -276,6 +293,7 @@ class Trainer:
                 # Accuracy against wall time (issue 8's curves): seconds since this launch began
                 # training, evaluations included.
                 metrics["time/elapsed"] = time.perf_counter() - t0
+                self._watch_signal(step, metrics, log)
                 log.log_step(step, metrics)
                 if last or (run.save_every and step % run.save_every == 0):
                     last_ckpt = self.save(step)
@@ -302,6 +320,15 @@ class Trainer:
         wall = time.perf_counter() - t0
         return TrainResult(self.run_dir, step, acc_before, acc_after, wall, interrupted, last_ckpt)
 
+    def _watch_signal(self, step: int, metrics: dict[str, float], log: RunLogger) -> None:
+        """Say once, in one line, when most groups keep having equal rewards (no gradient)."""
+        frac = metrics.get("group/frac_zero_std")
+        if frac is None or not self.signal_guard.update(frac):
+            return
+        self._low_signal = True
+        auto = self.cfg.algorithm.dynamic_sampling == "auto"
+        log.write(self.signal_guard.advice(step, self.cfg, dynamic_sampling_now_on=auto))
+
     def _should_stop(self) -> bool:
         """Return True once a signal arrived on any rank (all ranks must stop at the same step)."""
         stop = 1.0 if self._stop_signal is not None else 0.0
@@ -318,7 +345,7 @@ class Trainer:
         # the same prompts and keeps its share, so counts are global sums.
         sampled = self.collect(p_step, step, 0, times)
         groups, padding = sampled, False
-        if a.dynamic_sampling:
+        if a.dynamic_sampling == "on" or (a.dynamic_sampling == "auto" and self._low_signal):
             groups, rounds = [g for g in sampled if g.informative], 0
             kept = int(distributed.global_sum(len(groups))[0])
             while kept < p_step and rounds < a.dynamic_sampling_rounds:

@@ -23,7 +23,15 @@ def test_layering_preset_then_yaml_then_flags(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("learning_rate: 5.0e-6\nmax_steps: 7\n")
     args = build_parser().parse_args(
-        ["--config", str(path), "--learning-rate", "1e-6", "--mask_truncated"]
+        [
+            "--preset",
+            "default",
+            "--config",
+            str(path),
+            "--learning-rate",
+            "1e-6",
+            "--mask_truncated",
+        ]
     )
     cfg = resolve_config(args)
     assert cfg.optim.learning_rate == 1e-6  # flag beats file

@@ -1,0 +1,132 @@
+"""What a run prints: the run's own messages, not the expected chatter of the libraries below it.
+
+``setup_logging(level)`` configures the console for ``grpo train`` / ``grpo eval``. At ``info``
+(the default) it drops, by exact message, warnings that are expected on every run and mean
+nothing to act on (``EXPECTED_NOISE``):
+
+- vLLM's ``RotaryEmbedding: Failed to load weights`` and ``ParallelLMHead: Failed to load
+  weights`` after each in-place weight reload: the rotary embedding has no weights and the tied
+  LM head is re-tied by our worker extension (``rollout/vllm_worker.py``). The same warning for
+  any other layer still shows: there it means weights were really not loaded.
+- Triton probing on a CPU machine, LD_PRELOAD performance hints, and the notes vLLM prints about
+  settings we chose on purpose (eager mode, whole prefills).
+
+vLLM's engine runs in child processes: the filter reaches them through vLLM's own
+``VLLM_LOGGING_CONFIG_PATH`` (a logging config file naming ``ExpectedNoise``). ``debug`` shows
+everything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+import warnings
+
+LEVELS = ("debug", "info", "warning", "error")
+
+#: Messages dropped at ``info`` and above: (logger name prefix, message regex, full match).
+EXPECTED_NOISE: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # Weight reload: layers without loadable weights of their own (see the module doc).
+    ("vllm", re.compile(r"(RotaryEmbedding|ParallelLMHead): Failed to load weights")),
+    ("vllm", re.compile(r"Triton is installed, but doesn't include CPU backend\. .*")),
+    ("vllm", re.compile(r"Triton is installed but 0 active driver\(s\) found .*")),
+    ("vllm", re.compile(r"Triton not installed or not compatible; .*")),
+    ("vllm", re.compile(r"Triton is not installed\. triton-cpu is expected on x86 CPUs\.")),
+    ("vllm", re.compile(r"Model Runner V2 requires Triton; using the V1 model runner instead\.")),
+    ("vllm", re.compile(r"lib(tcmalloc|iomp) is not found in LD_PRELOAD\. .*")),
+    ("vllm", re.compile(r"Enforce eager set, disabling torch\.compile.*")),
+    ("vllm", re.compile(r"Inductor compilation was disabled by user settings.*")),
+    ("vllm", re.compile(r"This model does not officially support disabling chunked prefill\..*")),
+)
+
+
+def is_expected_noise(name: str, message: str) -> bool:
+    """Return whether a log message is one of ``EXPECTED_NOISE``.
+
+    >>> is_expected_noise("vllm.model_executor", "RotaryEmbedding: Failed to load weights")
+    True
+    >>> is_expected_noise("vllm.model_executor", "Qwen2MLP: Failed to load weights")
+    False
+    """
+    return any(
+        name.startswith(prefix) and pattern.fullmatch(message) for prefix, pattern in EXPECTED_NOISE
+    )
+
+
+class ExpectedNoise(logging.Filter):
+    """A logging filter that drops ``EXPECTED_NOISE`` records (used in vLLM's processes too)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Keep the record unless it is expected noise."""
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record is not ours to judge
+            return True
+        return not is_expected_noise(record.name, message)
+
+
+def _vllm_logging_config(level: str) -> str:
+    """Write vLLM's default console config plus our filter to a file; return its path."""
+    fmt = (
+        "(%(vllm_process_name)s pid=%(process)d) %(levelname)s %(asctime)s "
+        "[%(fileinfo)s:%(lineno)d] %(message)s"
+    )
+    config = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"expected": {"()": f"{__name__}.ExpectedNoise"}},
+        "formatters": {
+            "vllm": {
+                "()": "vllm.logging_utils.NewLineFormatter",
+                "datefmt": "%m-%d %H:%M:%S",
+                "format": fmt,
+            }
+        },
+        "handlers": {
+            "vllm": {
+                "class": "logging.StreamHandler",
+                "formatter": "vllm",
+                "filters": ["expected"],
+                "level": level.upper(),
+                "stream": "ext://sys.stdout",
+            }
+        },
+        "loggers": {"vllm": {"handlers": ["vllm"], "level": level.upper(), "propagate": False}},
+    }
+    fd, path = tempfile.mkstemp(prefix="grpo-kit-vllm-logging-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(config, f)
+    return path
+
+
+def setup_logging(level: str = "info") -> None:
+    """Configure the console for a ``grpo`` command at ``level`` (one of ``LEVELS``).
+
+    Sets the environment that vLLM (and its child processes, which inherit it) reads when first
+    imported, so call this before building an engine.
+    """
+    if level not in LEVELS:
+        raise ValueError(f"log_level: {level!r} is not one of {list(LEVELS)}")
+    numeric = getattr(logging, level.upper())
+    logging.basicConfig(level=numeric, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    root = logging.getLogger()
+    root.setLevel(numeric)
+    if level == "debug":
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "DEBUG")
+        return
+    for handler in root.handlers:
+        if not any(isinstance(f, ExpectedNoise) for f in handler.filters):
+            handler.addFilter(ExpectedNoise())
+    # vLLM logs every engine step at INFO; its warnings stay (minus the expected ones).
+    vllm_level = "WARNING" if level == "info" else level.upper()
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", vllm_level)
+    if "VLLM_LOGGING_CONFIG_PATH" not in os.environ:
+        os.environ["VLLM_LOGGING_CONFIG_PATH"] = _vllm_logging_config(vllm_level)
+    # Deprecation notices from vLLM's own imports, raised in its engine processes.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning:vllm.triton_utils.dispatcher")
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\..*")
+    for name in ("httpx", "urllib3", "filelock", "huggingface_hub"):
+        logging.getLogger(name).setLevel(max(numeric, logging.WARNING))
