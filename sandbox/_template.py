@@ -96,6 +96,19 @@ def _main(ctx: _child.RunContext, sock: socket.socket) -> None:
     _linux.set_pdeathsig()
     _linux.close_all_except({sock.fileno()})
     libc = _linux.libc
+    if ctx.is_root and ctx.seccomp.get(False) is not None:
+        # One empty network namespace for the slot's runs. Safe to share because with the
+        # seccomp policy no socket can outlive its run: passing one in flight (SCM_RIGHTS) needs
+        # sendmsg, which is refused, and every process of a run dies with its PID namespace, so
+        # at the next run nothing of this one is left in it (not even a name in /proc/net/unix).
+        try:
+            ctx.host_net = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            ctx.slot_net = libc.unshare(_linux.CLONE_NEWNET) == 0
+        except OSError:
+            ctx.slot_net = False
+        if not ctx.slot_net and ctx.host_net >= 0:
+            os.close(ctx.host_net)
+            ctx.host_net = -1
     if ctx.is_root:
         libc.unshare(_linux.CLONE_NEWUTS)
         # Hide the host's homes, checkouts and sockets once, in a mount namespace of our own:

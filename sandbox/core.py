@@ -256,19 +256,25 @@ class _Slot:
 
 
 def _remove_slot_leftovers(uid: int) -> None:
-    """Remove the cgroups and uid lock of a slot whose server is gone (killed, or crashed)."""
-    for path in _slot.cgroup_dirs(uid):
-        _slot.remove_cgroup(path)
+    """Remove the cgroups and uid lock of a slot whose server is gone (killed, or crashed).
+
+    Only while this process holds the uid's lock: a slot server that exited normally removed
+    both (no lock file), and a new slot that took the uid meanwhile holds the lock, so its
+    cgroups are never touched.
+    """
     for lock_dir in _slot.LOCK_DIRS:
         path = f"{lock_dir}/{uid}.lock"
         try:
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except OSError:
             continue
-        try:  # only while nobody holds it: a new slot may own this uid already
+        try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if os.fstat(fd).st_ino == os.stat(path).st_ino:
-                os.unlink(path)
+            if os.fstat(fd).st_ino != os.stat(path).st_ino:
+                continue
+            for cgroup in _slot.cgroup_dirs(uid):
+                _slot.remove_cgroup(cgroup)
+            os.unlink(path)
             with contextlib.suppress(OSError):
                 os.rmdir(lock_dir)
         except OSError:
