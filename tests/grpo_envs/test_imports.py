@@ -1,0 +1,100 @@
+"""grpo_envs has no import cycle: not at module level, and not through imports inside functions.
+
+Imports under ``if TYPE_CHECKING:`` are left out (they never run). An import of a package's
+submodule (``from grpo_envs import executor``) is an edge to that submodule; other names imported
+from a package (``from grpo_envs import make``) are an edge to the package's ``__init__``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import grpo_envs
+
+ROOT = Path(grpo_envs.__file__).resolve().parent
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST, here: str, is_package: bool, modules: set[str]) -> set[str]:
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here if is_package else here.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                source = f"{base}.{node.module}" if node.module else base
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                sub = f"{source}.{alias.name}"
+                found.add(sub if sub in modules else source)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return {m for m in found if m in modules}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the grpo_envs modules it imports (at any level, TYPE_CHECKING excluded)."""
+    files = {_module_name(p): p for p in ROOT.rglob("*.py")}
+    modules = set(files)
+    return {
+        name: _imports(ast.parse(path.read_text()), name, path.name == "__init__.py", modules)
+        - {name}
+        for name, path in files.items()
+    }
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of the graph as a path (first == last), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (cycle := dfs(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := dfs(node)):
+            return cycle
+    return None
+
+
+def test_finder_sees_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_grpo_envs_has_no_import_cycle():
+    graph = import_graph()
+    assert "grpo_envs.wrappers" in graph["grpo_envs.registration"]  # lazy imports are seen
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
