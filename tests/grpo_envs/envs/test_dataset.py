@@ -46,7 +46,12 @@ def test_scores_plain_and_gsm8k_style_answers():
     plain, worked = rows["q0"], rows["q4"]  # q4's gold is "a + b = c\n#### c"
     gold = worked["answer"].rsplit("####", 1)[1].strip()
     scores = env.score_batch(
-        [f"\\boxed{{{plain['answer']}}}", f"So the total is {gold}.", "\\boxed{1}", "I cannot tell."],
+        [
+            f"\\boxed{{{plain['answer']}}}",
+            f"So the total is {gold}.",
+            "\\boxed{1}",
+            "I cannot tell.",
+        ],
         [plain, worked, plain, plain],
     )
     assert [s.outcome for s in scores] == [
