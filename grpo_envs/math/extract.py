@@ -133,7 +133,7 @@ def find_boxed_answer(text: str) -> str | None:
     r"""Return the last box's content, or the comma list of a run of boxes that form one answer.
 
     >>> find_boxed_answer(r"so \boxed{1} and \boxed{-2}.")
-    '1, -2'
+    '1 and -2'
     >>> find_boxed_answer(r"\boxed{4} is wrong. The answer is \boxed{5}")
     '5'
     """
@@ -147,7 +147,8 @@ def find_boxed_answer(text: str) -> str | None:
         run.insert(0, prev)
     if len(run) == 1:
         return run[0][2]
-    return ", ".join(c.strip() for _, _, c in run)
+    # Joined with "and": several boxes are a list of solutions, whose order does not matter.
+    return " and ".join(c.strip() for _, _, c in run)
 
 
 def _read_box(text: str, start: int) -> tuple[str, int] | None:

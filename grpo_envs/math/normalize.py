@@ -60,7 +60,9 @@ class Choice:
 class Seq:
     r"""A bracketed or comma-separated group.
 
-    ``kind``: "set" (``\{..\}``, unordered), "list" (bare commas or "or": unordered solutions),
+    ``kind``: "set" (``\{..\}``, unordered), "list" (solutions joined by "or"/"and", or a list of
+    tuples or equations: unordered), "ordered" (bare commas between values, ``10, 4, -2``: an
+    ordered answer, as hendrycks MATH, Qwen2.5-Math, rllm and PRM800K grade it),
     "tuple" (ordered; also intervals, whose brackets are in ``left``/``right``).
     """
 
@@ -629,7 +631,7 @@ def _parse(s: str, level: int) -> Node:
     m = _DECIMAL_COMMA.match(s)
     if m and not _THOUSANDS.match(s):
         whole, frac = m.group(1), m.group(2)
-        as_list = Seq("list", (_scalar(whole), _scalar(frac)))
+        as_list = Seq("ordered", (_scalar(whole), _scalar(frac)))
         # Decimal comma (1000,99; 0,111; 2,74) where a list of two integers is unlikely: see the
         # module docstring of ``equivalence`` for the convention.
         if whole.lstrip("-") == "0" or len(frac) == 2 or len(frac) >= 4:
@@ -650,8 +652,10 @@ def _parse(s: str, level: int) -> Node:
         return assignments
     # Bare comma list / "or" list (solutions), unless it is a thousands-separated number.
     if not bracketed and not _THOUSANDS.match(s):
+        explicit = False
         if level == 0:
             s_or = _OR_TIGHT.sub(", ", _OR.sub(", ", s))
+            explicit = s_or != s
             parts = split_top(s_or, (",", ";"))
         else:
             parts = split_top(s, (",", ";"))
@@ -661,7 +665,10 @@ def _parse(s: str, level: int) -> Node:
                 raise AnswerTooComplex("too many elements")
             nodes = _dedupe([_parse(p, level + 1) for p in parts])
             # "\\boxed{4} and again \\boxed{4}" states one answer.
-            return nodes[0] if len(nodes) == 1 else Seq("list", nodes)
+            if len(nodes) == 1:
+                return nodes[0]
+            values = all(isinstance(n, Scalar | Alt) for n in nodes)
+            return Seq("ordered" if values and not explicit else "list", nodes)
     # Brackets enclosing the whole answer.
     if is_set:
         items = split_top(s[2:-2], (",", ";"))

@@ -45,7 +45,9 @@ CORRECT = [
     ("relation", "x > 5", r"$5 \lt x$"),
     ("relation", "x < 1", "$-x > -1$"),
     # unordered solutions, plus-minus and "and"-lists
-    ("list", "-2, 5", r"\boxed{5, -2}"),
+    ("list", "-2, 5", r"The solutions are $x = 5$ or $x = -2$, so \boxed{5 \text{ or } -2}."),
+    ("list", "-2, 5", r"\boxed{\{5, -2\}}"),
+    ("list", "1, -2", r"$\boxed{-2} \quad \text{and} \quad \boxed{1}$"),
     ("list", r"1 \pm \sqrt{19}", r"\boxed{1-\sqrt{19}, 1+\sqrt{19}}"),
     (
         "list",
@@ -134,6 +136,8 @@ WRONG = [
     ("relation", "x > 5", "$y > 5$"),
     # lists: missing, extra, or different elements
     ("list", "-2, 5", r"\boxed{5}"),
+    ("list", "10, 4, -2", r"\boxed{4, 10, -2}"),  # bare lists are ordered ("find a, b, c")
+    ("list", "0.1, 4, 2", "4, .1, 2"),
     ("list", "-2, 5", r"\boxed{-2, 5, 7}"),
     ("list", r"1 \pm \sqrt{19}", r"\boxed{1+\sqrt{19}}"),
     ("list", r"\pm 2021", r"\boxed{2021}"),
@@ -339,7 +343,7 @@ def test_batched_verdicts_have_no_false_positive() -> None:
         ("The interval is $[0,9)$.", "[0,9)"),
         (r"The number of subsets is $2^{10}$.", "2^{10}"),
         ("AZYUK2A", None),
-        (r"so \boxed{(1, 2)}, \boxed{(2, 1)}", "(1, 2), (2, 1)"),
+        (r"so \boxed{(1, 2)}, \boxed{(2, 1)}", "(1, 2) and (2, 1)"),
         (r"\boxed{4}. Hmm, that was step one; then \boxed{5}", "5"),
         ("She pays $5 and gets $3 back, so 2 are left.", "2"),
         (r"first $x=1$, then $y = 2$ apples", "y = 2"),
@@ -370,7 +374,7 @@ def test_math_spans_and_standalone_numbers() -> None:
             "Final Answer: The final answer is $28 \\%$. I hope it is correct. Note: wrong.",
             "28 \\%",
         ),
-        (r"so \(\boxed{1}\) and \(\boxed{-2}\).", "1, -2"),
+        (r"so \(\boxed{1}\) and \(\boxed{-2}\).", "1 and -2"),
     ],
 )
 def test_gold_answer_forms(gold: str, answer: str) -> None:

@@ -114,7 +114,7 @@ def test_strip_units(raw: str, stripped: str) -> None:
 def test_parse_structures() -> None:
     assert parse_answer(r"\{1, 2\}") == Seq("set", (Scalar("1"), Scalar("2")))
     assert parse_answer("(1, 2]") == Seq("tuple", (Scalar("1"), Scalar("2")), "(", "]")
-    assert parse_answer("1, 2") == Seq("list", (Scalar("1"), Scalar("2")))
+    assert parse_answer("1, 2") == Seq("ordered", (Scalar("1"), Scalar("2")))
     assert parse_answer("2 or 3") == Seq("list", (Scalar("2"), Scalar("3")))
     assert parse_answer("1,000") == Scalar("1,000")
     assert parse_answer(r"\pm 2") == Seq("set", (Scalar("2"), Scalar("-2")))

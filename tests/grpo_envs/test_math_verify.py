@@ -89,7 +89,7 @@ EQUAL = [
     ("x=5", r"\boxed{5}"),
     ("5", r"\boxed{x = 5}"),
     (r"\{1,2,3\}", r"\boxed{\{3,2,1\}}"),
-    ("-2, 5", r"\boxed{5, -2}"),
+    ("-2, 5", r"\boxed{5 \text{ or } -2}"),
     (r"\pm 3", r"\boxed{-3, 3}"),
     ("(1,2)", r"\boxed{\left(1, 2\right)}"),
     ("[2,5)", r"\boxed{[2, 5)}"),
@@ -121,6 +121,7 @@ NOT_EQUAL = [
     (r"\sqrt{2}", r"\boxed{1.41}"),
     (r"\pi", "The answer is 3.14."),
     ("(1,2)", r"\boxed{(2,1)}"),
+    ("10, 4, -2", r"\boxed{4, 10, -2}"),  # a bare list is an ordered answer
     ("(2,1)", r"\boxed{(3,1)}"),  # both empty intervals to latex2sympy
     (r"\{1,2\}", r"\boxed{(1,2)}"),
     ("(1, 3)", r"\boxed{[1,3]}"),
@@ -316,7 +317,10 @@ def test_verify_batch_rejects_misaligned_input() -> None:
 # Known misses (false negatives) on the labeled set; the benchmark reports the same count.
 # heldout-454: "It will be Tuesday." has no answer marker and no number, so flexible extraction
 # finds nothing (a rule that took the last word would create false positives elsewhere).
-KNOWN_FALSE_NEGATIVES = ["heldout-454"]
+# math-280: gold "-2, 5", answer "5, -2". A bare comma list is graded as an ordered answer
+# ("find a, b, c"), as hendrycks MATH, Qwen2.5-Math, rllm and PRM800K do; only lists marked as
+# solution sets ("or"/"and", braces, several boxes, tuples, equations) are unordered.
+KNOWN_FALSE_NEGATIVES = ["math-280", "heldout-454"]
 
 
 def test_labeled_set_has_no_false_positives_and_known_errors_only() -> None:
