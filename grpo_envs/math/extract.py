@@ -568,6 +568,8 @@ def gold_answer(gold: str) -> str | None:
         return _strict_in(text[-MAX_SCAN_CHARS:])
     # A bare answer, maybe in math delimiters ("$x \\ge 5$", "$125$ miles", "$1$ and $2$"), is
     # taken whole; a worked solution without a box is read like a completion.
-    if len(text) <= MAX_ANSWER_CHARS and not _is_prose(text):
-        return text
-    return extract_answer(text)
+    short_text = len(text) <= 100 and "\n" not in text and not _ANSWER_IS.search(text)
+    if short_text or (len(text) <= MAX_ANSWER_CHARS and not _is_prose(text)):
+        return text  # "no real solutions", "$x \\ge 5$"
+    found = extract_answer(text)
+    return found if found is not None or len(text) > MAX_ANSWER_CHARS else text

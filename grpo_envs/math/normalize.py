@@ -157,7 +157,11 @@ _REL_WORDS = (
     (re.compile(r"\\(?:geqslant|geqq|ge)(?![A-Za-z])"), "\\ge "),
     (re.compile(r"\\mathbb\s*\{?\s*R\s*\}?"), "(-\\infty, \\infty)"),
     (re.compile(r"\\(?:dots|ldots|cdots)(?![A-Za-z])"), "\\ldots"),
+    (re.compile(r"\\langle(?![A-Za-z])"), "("),  # <1, 2, 3>: a vector, written as a tuple
+    (re.compile(r"\\rangle(?![A-Za-z])"), ")"),
+    (re.compile(r"\\(?:emptyset|varnothing)(?![A-Za-z])"), "\\{\\}"),
 )
+_ORDINAL = re.compile(r"\^\s*\{\s*(?:st|nd|rd|th)\s*\}")
 _PERCENT_WORD = re.compile(r"\s*(?:percentage|percent|pct)\b\.?", re.IGNORECASE)
 # "16,\\!386" / "16{,}\\!386": a comma joined to the next group by a negative space is a
 # thousands separator, even with a space after it ("11,\\! 111").
@@ -228,6 +232,7 @@ def clean(answer: str) -> str:
     s = _unwrap_text_commands(s)
     s = s.replace("\\%", "%")
     s = _PERCENT_WORD.sub("%", s)
+    s = _ORDINAL.sub("", s)
     s = _ASCII_FUNCS.sub(r"\\\1", s)
     s = _fix_sqrt_parens(s)
     s = " ".join(s.split())
