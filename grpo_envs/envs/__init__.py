@@ -20,13 +20,13 @@ from grpo_envs.registration import register, register_family, registry
 _BUILTIN: tuple[tuple[str, str, str, dict[str, object]], ...] = (
     (
         "math/gsm8k-v0",
-        "grpo_envs.envs.math_datasets:GSM8KEnv",
+        "grpo_envs.envs.math_datasets:gsm8k_env",
         "GSM8K grade-school word problems ($GRPO_GSM8K_DIR or hub openai/gsm8k)",
         {},
     ),
     (
         "math/math500-v0",
-        "grpo_envs.envs.math_datasets:MATH500Env",
+        "grpo_envs.envs.math_datasets:math500_env",
         "MATH-500 competition problems ($GRPO_MATH500_DIR or hub HuggingFaceH4/MATH-500)",
         {},
     ),
