@@ -613,9 +613,20 @@ def parse_mapping(name: str, value: object) -> dict[str, str | int | float | boo
 
 
 def parse_envs(value: object) -> tuple[EnvEntry, ...]:
-    """Parse ``id``, ``id:weight,id:weight``, or a YAML list of ids / ``{id, weight, kwargs}``."""
+    """Parse ``id``, ``id:weight,id:weight``, or a YAML list of ids / ``{id, weight, kwargs}``.
+
+    On the command line a flow-style YAML value carries kwargs too:
+    ``--env '{id: math/dataset-v0, kwargs: {path: q.jsonl, question: problem}}'``.
+    """
     if isinstance(value, EnvEntry):
         return (value,)
+    if isinstance(value, str) and value.lstrip().startswith(("[", "{")):
+        import yaml
+
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"env: {value!r} is not valid flow YAML/JSON: {exc}") from None
     items: list[object]
     if isinstance(value, str):
         items = [part.strip() for part in value.split(",") if part.strip()]

@@ -158,3 +158,21 @@ def test_shipped_run_configs_load_and_build_their_environments(path):
 
 def test_benchmark_configs_exist():
     assert len(BENCHMARK_CONFIGS) >= 2
+
+
+def test_env_flag_takes_flow_yaml_with_kwargs():
+    from grpo_train.config import parse_envs
+
+    (entry,) = parse_envs("{id: math/dataset-v0, kwargs: {path: q.jsonl, question: problem}}")
+    assert (entry.id, dict(entry.kwargs)) == (
+        "math/dataset-v0",
+        {"path": "q.jsonl", "question": "problem"},
+    )
+    assert [
+        e.weight for e in parse_envs("[{id: math/add2-v0, weight: 2}, math/arithmetic-v0]")
+    ] == [
+        2.0,
+        1.0,
+    ]
+    with pytest.raises(ValueError, match="not valid flow YAML"):
+        parse_envs("{id: [unclosed")
