@@ -38,8 +38,15 @@ def compute_advantages(
     estimator: Estimator | str = Estimator.GRPO,
     scale_rewards: ScaleRewards | str = ScaleRewards.GROUP,
     eps: float = 1e-4,
+    valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Compute advantages for a (P, G) reward tensor; returns (P, G).
+
+    ``valid``: a (P, G) bool mask of the rewards to use (False: the scoring failed). Statistics
+    (mean, std, leave-one-out) are taken over each group's valid rewards only, invalid items get
+    advantage 0, and a group with fewer than two valid rewards is dropped (all 0): a zero standing
+    in for a failed score would otherwise shift the baseline and push the policy towards whatever
+    happens not to crash the scorer.
 
     GRPO: ``(r - mean_g) / (std_g + eps)`` with ``std_g`` the unbiased (n - 1) standard deviation
     of the group, as TRL computes it (``torch.std``); with ``scale_rewards="batch"`` the std of all
@@ -52,6 +59,10 @@ def compute_advantages(
     if rewards.ndim != 2 or rewards.shape[1] < 2:
         raise ValueError(
             f"rewards must have shape (prompts, group) with group >= 2, got {tuple(rewards.shape)}"
+        )
+    if valid is not None and not bool(valid.all()):
+        return _masked_advantages(
+            rewards, valid, Estimator(estimator), ScaleRewards(scale_rewards), eps
         )
     if not torch.isfinite(rewards).all():
         raise ValueError("rewards contain NaN or inf; score failures must be 0 with outcome error")
@@ -66,6 +77,42 @@ def compute_advantages(
     elif scale is ScaleRewards.BATCH:
         centred = centred / (rewards.std() + eps)
     return centred.float()
+
+
+def _masked_advantages(
+    rewards: torch.Tensor,
+    valid: torch.Tensor,
+    estimator: Estimator,
+    scale: ScaleRewards,
+    eps: float,
+) -> torch.Tensor:
+    """``compute_advantages`` over the valid entries only (see its ``valid`` argument).
+
+    >>> r = torch.tensor([[1.0, 0.0, 0.0, 5.0]])
+    >>> v = torch.tensor([[True, True, False, False]])
+    >>> _masked_advantages(r, v, Estimator.GRPO, ScaleRewards.NONE, 1e-4)
+    tensor([[ 0.5000, -0.5000,  0.0000,  0.0000]])
+    """
+    if valid.shape != rewards.shape:
+        raise ValueError(f"valid mask {tuple(valid.shape)} != rewards {tuple(rewards.shape)}")
+    mask = valid.bool() & (valid.bool().sum(dim=1, keepdim=True) >= 2)  # drop thin groups
+    w = mask.double()
+    r = torch.where(mask, rewards.double(), torch.zeros((), dtype=torch.float64))
+    if not torch.isfinite(r).all():
+        raise ValueError("rewards contain NaN or inf; score failures must be 0 with outcome error")
+    n = w.sum(dim=1, keepdim=True)
+    mean = r.sum(dim=1, keepdim=True) / n.clamp(min=1)
+    centred = (r - mean) * w
+    if estimator is Estimator.RLOO:
+        centred = centred * n / (n - 1).clamp(min=1)
+    if scale is ScaleRewards.GROUP:
+        var = ((r - mean) * w).pow(2).sum(dim=1, keepdim=True) / (n - 1).clamp(min=1)
+        std = var.sqrt()
+        centred = centred / (std + eps)
+    elif scale is ScaleRewards.BATCH:
+        kept = r[mask]
+        centred = centred / ((kept.std() if kept.numel() > 1 else kept.new_zeros(())) + eps)
+    return torch.where(mask, centred, torch.zeros((), dtype=torch.float64)).float()
 
 
 def informative_groups(rewards: torch.Tensor, tol: float = 1e-6) -> torch.Tensor:

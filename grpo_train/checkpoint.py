@@ -7,6 +7,11 @@ A checkpoint is a folder ``RUN_DIR/checkpoints/step-000010/`` holding:
 - ``trainer_state.pt``: optimizer, LR scheduler, RNG states (python, numpy, torch), the step and
   the prompt sampler's position;
 - ``config.yaml``: the resolved configuration;
+- ``manifest.json``: what the checkpoint is (``Manifest``): the model's identity (architecture,
+  sizes, vocabulary, dtype, LoRA settings, a fingerprint of the base weights), the environments,
+  the configuration, the lineage (``launch`` and ``parent``) and the size and CRC32 of every other
+  file, checked before anything is loaded (``verify_files``) and against the new configuration on
+  resume (``resume_differences``);
 - ``accelerate/`` (FSDP and DeepSpeed runs only): ``Accelerator.save_state`` output, i.e. the
   sharded training state (optimizer shards, per-rank RNG) in the layout the launcher's config
   asks for (FSDP ``fsdp_state_dict_type``: one gathered file, or per-rank DCP shards; DeepSpeed:
@@ -23,14 +28,25 @@ resuming "in the same environment".
 It is written into a temporary folder beside its final place and renamed into place, so a crash
 while saving never leaves a half-written checkpoint that ``--resume`` would pick up. Only the last
 ``keep_last`` checkpoints are kept.
+
+Lineage: ``checkpoints/lineage.json`` names the head (the checkpoint the current launch started
+from, then each one it wrote) and the launch that owns it. ``latest_checkpoint`` follows it, not
+the highest step number on disk: after a roll back (``--resume step-000006``) the later steps of
+the abandoned branch are moved into ``checkpoints/abandoned/<launch>/`` (``start_lineage``), so a
+crash of the new branch resumes the new branch.
 """
 
 from __future__ import annotations
 
+import errno
+import json
+import os
 import random
 import shutil
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import uuid
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -46,6 +62,291 @@ _PREFIX = "step-"
 STATE_FILE = "trainer_state.pt"
 MODEL_DIR = "model"
 ACCELERATE_DIR = "accelerate"
+MANIFEST_FILE = "manifest.json"
+LINEAGE_FILE = "lineage.json"
+ABANDONED_DIR = "abandoned"
+_MANIFEST_FORMAT = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be used as asked; the message names the file or field and the fix."""
+
+
+class OutputWriteError(OSError):
+    """Writing the run's outputs failed (disk full, read-only); the message names the path."""
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """Size and CRC32 of one checkpoint file.
+
+    A corruption check, not a defence against tampering: CRC32 (zlib) hashed ~1.2 GB/s where
+    SHA-256 did ~130 MB/s on the 2-core development machine, and every resume checks every file.
+    """
+
+    size: int
+    crc32: int
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What a checkpoint must agree with to be resumed: model identity, environments, fields."""
+
+    model: Mapping[str, object]
+    """Architecture, sizes, vocabulary, dtype, LoRA settings and base-weights fingerprint."""
+    envs: Sequence[Mapping[str, object]]
+    """``{id, weight, kwargs}`` of each training environment, in order."""
+    config: Mapping[str, object]
+    """The flat resolved configuration (``field: value``)."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """``manifest.json`` of a checkpoint."""
+
+    step: int
+    launch: str
+    """Id of the launch (one ``grpo train`` process group) that wrote it."""
+    parent: str | None
+    """The checkpoint this one descends from (the head when it was written), or None."""
+    identity: RunIdentity
+    files: Mapping[str, FileEntry] = field(default_factory=dict)
+    format: int = _MANIFEST_FORMAT
+
+    def to_json(self) -> dict[str, object]:
+        """Return the JSON form."""
+        return {
+            "format": self.format,
+            "step": self.step,
+            "launch": self.launch,
+            "parent": self.parent,
+            "model": dict(self.identity.model),
+            "envs": [dict(e) for e in self.identity.envs],
+            "config": dict(self.identity.config),
+            "files": {k: asdict(v) for k, v in sorted(self.files.items())},
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, object]) -> Manifest:
+        """Read the JSON form (``read_manifest`` wraps errors with the file name)."""
+        files = cast(Mapping[str, Mapping[str, int]], raw["files"])
+        return cls(
+            step=int(cast(int, raw["step"])),
+            launch=str(raw["launch"]),
+            parent=None if raw.get("parent") is None else str(raw["parent"]),
+            identity=RunIdentity(
+                model=cast(Mapping[str, object], raw["model"]),
+                envs=cast(Sequence[Mapping[str, object]], raw["envs"]),
+                config=cast(Mapping[str, object], raw["config"]),
+            ),
+            files={k: FileEntry(int(v["size"]), int(v["crc32"])) for k, v in files.items()},
+            format=int(cast(int, raw.get("format", _MANIFEST_FORMAT))),
+        )
+
+
+def new_launch_id() -> str:
+    """Return a fresh id for one launch of the trainer."""
+    return uuid.uuid4().hex[:12]
+
+
+def file_entry(path: Path) -> FileEntry:
+    """Size and CRC32 of ``path``, read in 16 MiB chunks."""
+    crc = 0
+    with path.open("rb") as f:
+        while chunk := f.read(16 << 20):
+            crc = zlib.crc32(chunk, crc)
+    return FileEntry(path.stat().st_size, crc)
+
+
+def read_manifest(path: str | Path) -> Manifest | None:
+    """Return the manifest of checkpoint ``path``; None for one written before manifests.
+
+    Raises ``CheckpointError`` (naming the file) when it exists but cannot be read.
+    """
+    file = Path(path) / MANIFEST_FILE
+    if not file.exists():
+        return None
+    try:
+        return Manifest.from_json(json.loads(file.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{file} is damaged ({type(err).__name__}: {err})") from None
+
+
+def verify_files(path: str | Path, manifest: Manifest | None = None) -> None:
+    """Check every file of checkpoint ``path`` against its manifest (size, then CRC32).
+
+    Raises ``CheckpointError`` naming the first bad file and offering the previous good
+    checkpoint of the run. A checkpoint without a manifest is only checked for its state file.
+    """
+    path = Path(path)
+    manifest = manifest if manifest is not None else read_manifest(path)
+    problem = None
+    if manifest is None:
+        if not (path / STATE_FILE).is_file():
+            problem = f"{STATE_FILE} is missing"
+    else:
+        for name, want in sorted(manifest.files.items()):
+            file = path / name
+            if not file.is_file():
+                problem = f"{name} is missing"
+            elif file.stat().st_size != want.size:
+                problem = f"{name} is {file.stat().st_size} bytes, the manifest says {want.size}"
+            elif file_entry(file).crc32 != want.crc32:
+                problem = f"{name} does not match its checksum (bytes changed on disk)"
+            if problem:
+                break
+    if problem:
+        raise CheckpointError(f"checkpoint {path} is damaged: {problem}. {_offer(path)}")
+
+
+def _offer(bad: Path) -> str:
+    """Name the newest good checkpoint before ``bad`` in the same run, and how to use it."""
+    run_dir = bad.parent.parent
+    for candidate in reversed(list_checkpoints(run_dir)):
+        if _step(candidate) >= _step(bad):
+            continue
+        try:
+            verify_files(candidate)
+        except CheckpointError:
+            continue
+        return (
+            f"The previous good checkpoint is {candidate}: resume from it with "
+            f"--resume {candidate} (the damaged one is moved aside)"
+        )
+    return "There is no earlier good checkpoint: start again, or delete the damaged folder"
+
+
+def _step(path: Path) -> int:
+    try:
+        return int(path.name[len(_PREFIX) :])
+    except ValueError:
+        return -1
+
+
+def model_identity(
+    model_path: str | Path, dtype: str, lora: Mapping[str, object] | None
+) -> dict[str, object]:
+    """Return a base model's identity: architecture, sizes, vocabulary, dtype, LoRA, weights.
+
+    The weights fingerprint is the CRC32 of each weight file's size, first and last MiB (reading
+    whole files would cost seconds per resume for a 1 GB model and add nothing against a swap
+    of models); a hub id without a local folder is fingerprinted by its name.
+    """
+    from transformers import AutoConfig
+
+    conf = AutoConfig.from_pretrained(str(model_path))
+    text = getattr(conf, "text_config", None) or conf
+    keys = (
+        "model_type",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "vocab_size",
+    )
+    out: dict[str, object] = {"architecture": ",".join(getattr(conf, "architectures", None) or [])}
+    out.update({k: getattr(text, k, None) for k in keys})
+    out["dtype"] = dtype
+    out["lora"] = dict(lora) if lora is not None else None
+    folder = Path(model_path)
+    if folder.is_dir():
+        crc = 0
+        for file in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")):
+            size = file.stat().st_size
+            crc = zlib.crc32(f"{file.name}:{size}".encode(), crc)
+            with file.open("rb") as f:
+                crc = zlib.crc32(f.read(1 << 20), crc)
+                f.seek(max(0, size - (1 << 20)))
+                crc = zlib.crc32(f.read(), crc)
+        out["weights"] = f"crc32:{crc:08x}"
+    else:
+        out["weights"] = f"hub:{model_path}"
+    return out
+
+
+def resume_differences(saved: RunIdentity, now: RunIdentity, fixed: frozenset[str]) -> list[str]:
+    """``field: checkpoint X, now Y`` for each difference that forbids resuming."""
+    out = []
+    for key in sorted(set(saved.model) | set(now.model)):
+        if saved.model.get(key) != now.model.get(key):
+            out.append(
+                f"model {key}: checkpoint {saved.model.get(key)!r}, now {now.model.get(key)!r}"
+            )
+    if list(map(dict, saved.envs)) != list(map(dict, now.envs)):
+        out.append(f"env: checkpoint {_envs_text(saved.envs)}, now {_envs_text(now.envs)}")
+    for key in sorted(fixed - {"env"}):
+        if key in saved.config and saved.config.get(key) != now.config.get(key):
+            out.append(f"{key}: checkpoint {saved.config[key]!r}, now {now.config.get(key)!r}")
+    return out
+
+
+def _envs_text(envs: Sequence[Mapping[str, object]]) -> str:
+    parts = []
+    for e in envs:
+        extra = f" {dict(cast(Mapping[str, object], e['kwargs']))}" if e.get("kwargs") else ""
+        parts.append(f"{e['id']}:{e.get('weight', 1.0)}{extra}")
+    return "[" + ", ".join(parts) + "]"
+
+
+# ------------------------------------------------------------------------------------- lineage
+
+
+@dataclass(frozen=True)
+class Head:
+    """``checkpoints/lineage.json``: the current lineage's newest checkpoint and its launch."""
+
+    checkpoint: str | None
+    launch: str
+
+
+def read_head(run_dir: str | Path) -> Head | None:
+    """Return the run's lineage head, or None (a run from before lineages, a damaged file)."""
+    file = checkpoint_dir(run_dir) / LINEAGE_FILE
+    try:
+        raw = json.loads(file.read_text())
+        return Head(raw.get("checkpoint"), str(raw["launch"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def write_head(run_dir: str | Path, head: Head) -> None:
+    """Atomically replace the lineage head."""
+    root = checkpoint_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{LINEAGE_FILE}.tmp"
+    tmp.write_text(json.dumps(asdict(head)) + "\n")
+    os.replace(tmp, root / LINEAGE_FILE)
+
+
+def _launch_of(path: Path) -> str | None:
+    try:
+        manifest = read_manifest(path)
+    except CheckpointError:
+        return None
+    return manifest.launch if manifest is not None else None
+
+
+def start_lineage(run_dir: str | Path, start: Path | None, launch: str) -> list[Path]:
+    """Make ``start`` (None: a fresh run) the head of a new launch; move later steps aside.
+
+    Every checkpoint of the run with a step above ``start``'s belongs to a branch this launch
+    abandons (a roll back, or a new run over an old folder): it is moved, not deleted, into
+    ``checkpoints/abandoned/<launch>/``. Returns the moved folders' new paths.
+    """
+    root = checkpoint_dir(run_dir)
+    if start is not None and start.parent.resolve() != root.resolve():
+        start = None  # a checkpoint of another run folder: this folder starts a fresh lineage
+    write_head(run_dir, Head(start.name if start is not None else None, launch))
+    floor = _step(start) if start is not None else -1
+    moved = []
+    for path in list_checkpoints(run_dir):
+        if _step(path) > floor:
+            target = root / ABANDONED_DIR / launch / path.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            path.rename(target)
+            moved.append(target)
+    return moved
 
 
 @dataclass(frozen=True)
@@ -85,9 +386,18 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """Return the newest complete checkpoint of a run, or None."""
+    """Return the last complete checkpoint of the run's current lineage, or None.
+
+    The lineage head, or a newer checkpoint written by the head's launch (a crash between
+    writing a checkpoint and moving the head). A run without a lineage file (older grpo-kit)
+    gets its highest step.
+    """
     found = list_checkpoints(run_dir)
-    return found[-1] if found else None
+    head = read_head(run_dir)
+    if head is None:
+        return found[-1] if found else None
+    ours = [p for p in found if p.name == head.checkpoint or _launch_of(p) == head.launch]
+    return ours[-1] if ours else None
 
 
 def _rng_state() -> dict[str, object]:
@@ -123,8 +433,14 @@ def save_checkpoint(
     keep_last: int,
     state_dict: Mapping[str, torch.Tensor] | None = None,
     accelerator: Any = None,
+    identity: RunIdentity | None = None,
+    launch: str | None = None,
 ) -> Path:
     """Write a checkpoint of ``step`` atomically and delete all but the newest ``keep_last``.
+
+    ``identity`` / ``launch``: what goes into ``manifest.json`` (None: no manifest, as before);
+    the checkpoint then becomes the lineage head of ``launch``. A full disk or an unwritable
+    folder raises ``OutputWriteError`` naming the folder and the space a checkpoint needs.
 
     A LoRA (peft) model writes only its adapter into ``model/``. ``state_dict``: the gathered
     full weights of a sharded (FSDP / ZeRO-3) model (``distributed.full_state_dict``; only rank
@@ -145,11 +461,12 @@ def save_checkpoint(
     # The same name on every rank (save_state writes per-rank files into it); rank 0 clears
     # what a crashed save may have left.
     tmp = root / f".tmp-{final.name}"
-    if main:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    barrier()
+    parent = read_head(run_dir) if main else None
     try:
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        barrier()
         if sharded:  # collective: optimizer shards, model shards, per-rank RNG
             accelerator.save_state(str(tmp / ACCELERATE_DIR))
         if main:
@@ -165,8 +482,26 @@ def save_checkpoint(
                 state_dict=state_dict,
             )
         barrier()  # every rank's files are in tmp before it is renamed
+        if main and identity is not None and launch is not None:
+            files = {
+                str(f.relative_to(tmp)): file_entry(f)
+                for f in sorted(tmp.rglob("*"))
+                if f.is_file()
+            }
+            parent_name = parent.checkpoint if parent is not None else None
+            manifest = Manifest(step, launch, parent_name, identity, files)
+            (tmp / MANIFEST_FILE).write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
         if main:
             _publish(tmp, final)
+            if launch is not None:
+                write_head(run_dir, Head(final.name, launch))
+    except (OSError, RuntimeError) as err:
+        if not _is_write_failure(err):
+            raise
+        raise OutputWriteError(
+            errno.ENOSPC if "space" in _space_note(root, model) else errno.EIO,
+            f"cannot write checkpoint {final} ({_reason(err)}); {_space_note(root, model)}",
+        ) from None
     finally:
         if main and tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -175,6 +510,59 @@ def save_checkpoint(
             shutil.rmtree(stale, ignore_errors=True)
     barrier()
     return final
+
+
+def _is_write_failure(err: BaseException) -> bool:
+    """Return whether ``err`` is an I/O failure while writing, not a bug.
+
+    ENOSPC, EROFS, EACCES, EIO, EDQUOT, EPERM, or torch's zip writer reporting a short write
+    ("unexpected pos": what ``torch.save`` raises on a full disk).
+    """
+    if isinstance(err, OSError):
+        return err.errno in (
+            errno.ENOSPC,
+            errno.EROFS,
+            errno.EACCES,
+            errno.EIO,
+            errno.EDQUOT,
+            errno.EPERM,
+        )
+    text = str(err)
+    return "unexpected pos" in text or "No space left" in text or "file write failed" in text
+
+
+def _reason(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.errno is not None:
+        return os.strerror(err.errno)
+    return "a short write: " + str(err).strip().splitlines()[0][:120]
+
+
+def _space_note(root: Path, model: Any) -> str:
+    """Describe the free space beside ``root`` and what one checkpoint needs.
+
+    The need is the last checkpoint's size, else an estimate: float32 weights plus AdamW's two
+    moments.
+    """
+    try:
+        free = shutil.disk_usage(root if root.exists() else root.parent).free
+    except OSError:
+        return "check that the folder is writable"
+    previous = [p for p in list_checkpoints(root.parent)]
+    if previous:
+        need = sum(f.stat().st_size for f in previous[-1].rglob("*") if f.is_file())
+    else:
+        params = sum(p.numel() for p in model.parameters()) if hasattr(model, "parameters") else 0
+        need = params * 4 * 3
+    mib = 1 << 20
+    if free < need * 1.1:
+        return (
+            f"no space left: {free / mib:.0f} MiB free, a checkpoint needs about "
+            f"{need / mib:.0f} MiB; free space, lower keep_last, or set output_dir elsewhere"
+        )
+    return (
+        f"{free / mib:.0f} MiB free (a checkpoint needs about {need / mib:.0f} MiB); "
+        "check that the folder is writable"
+    )
 
 
 def _write_files(
@@ -247,7 +635,16 @@ def load_checkpoint(
             "config that saved it, or start a new run from its weights "
             f"(--model {path / MODEL_DIR})"
         )
-    state = torch.load(file, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or "scheduler" not in state:
+            raise ValueError("not a trainer state")
+    except Exception as err:  # EOFError, zip / unpickler errors: all mean a damaged file
+        first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
+        raise CheckpointError(
+            f"checkpoint {path} is damaged: {STATE_FILE} cannot be read "
+            f"({type(err).__name__}{': ' + first if first else ''}). {_offer(path)}"
+        ) from None
     scheduler.load_state_dict(state["scheduler"])
     _set_rng_state(state["rng"])
     if sharded_ckpt:

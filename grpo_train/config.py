@@ -219,7 +219,12 @@ class RunConfig:
     Empty: a new folder per run, ``runs/<model>-<env>-<date>-<time>``. A folder that holds
     another run's config.yaml is refused unless resume or overwrite is given."""
     resume: str = ""
-    """Resume from ``latest`` (the newest checkpoint in output_dir) or a checkpoint folder."""
+    """Resume from ``latest`` (the last checkpoint of output_dir's current lineage), a run
+    folder, or a checkpoint folder. The checkpoint must match the model, environments and the
+    fields listed in ``RESUME_FIXED`` (``--init_from`` starts a new run from its weights)."""
+    init_from: str = ""
+    """Start a new run (step 0, fresh optimizer) from the weights of a checkpoint folder (or a
+    run folder: its last checkpoint), e.g. to change settings that ``--resume`` refuses."""
     overwrite: bool = False
     """Start afresh in an output_dir that holds another run: its metrics, samples, TensorBoard
     events, checkpoints and plots are deleted first."""
@@ -233,6 +238,12 @@ class RunConfig:
     """Write sample completions to samples.jsonl every N steps; 0 disables."""
     max_bad_steps: int = 3
     """Abort after this many consecutive steps with a NaN/inf loss or gradient (skipped)."""
+    max_reward_errors: float = 0.5
+    """Stop the run when more than this fraction of a step's completions fail to score (the
+    scorer raised, or returned None/NaN/inf): the scorer is broken. 1 never stops."""
+    collective_timeout_s: float = 1800.0
+    """Distributed runs: seconds a rank waits in a collective (all-reduce, barrier) before the
+    run fails with a timeout, e.g. when another rank hangs or was stopped."""
     wandb: bool = False
     """Also log to Weights & Biases (needs the wandb package); a resumed run continues the same
     W&B run (its id is kept in the run folder)."""
@@ -250,6 +261,46 @@ class RunConfig:
     """Console log level. ``info`` keeps the run's own messages and hides the expected chatter of
     vLLM, Triton and NUMA probing; ``debug`` shows everything."""
 
+
+#: Fields that define what a checkpoint's weights and optimizer state mean: ``--resume`` refuses a
+#: checkpoint saved with other values (``checkpoint.verify_resume``), on top of the model identity
+#: (architecture, sizes, vocabulary, dtype, base weights) that it checks from the model itself.
+RESUME_FIXED: frozenset[str] = frozenset(
+    {
+        "env", "train_split", "max_prompt_length",
+        "num_generations", "prompts_per_step", "max_completion_length", "temperature", "top_p",
+        "seed_per_prompt",
+        "advantage_estimator", "scale_rewards", "loss_type", "mu", "beta", "epsilon_low",
+        "epsilon_high", "is_correction", "is_cap", "mask_truncated", "dynamic_sampling",
+        "dynamic_sampling_rounds",
+        "lr_scheduler", "warmup_steps",
+        "seed",
+    }
+)  # fmt: skip
+#: The fields that make the model's identity (``checkpoint.model_identity``: architecture, sizes,
+#: vocabulary, dtype, LoRA settings, base-weights fingerprint): checked through that identity, so a
+#: copy of the same base model in another folder is fine.
+RESUME_IDENTITY: frozenset[str] = frozenset(
+    {"model", "dtype", "lora_r", "lora_alpha", "lora_dropout", "target_modules", "use_qlora"}
+)
+#: Fields that may change on resume: ``learning_rate`` and ``max_steps`` (the new values replace
+#: the schedule's peak and length; the trainer logs the effect); the others change how a run is
+#: executed or recorded, not what it computes.
+RESUME_FREE: frozenset[str] = frozenset(
+    {
+        "gradient_checkpointing", "save_merged", "offload_reference",
+        "cpu_autocast_bf16", "num_threads",
+        "eval_split", "eval_size",
+        "engine", "vllm_memory_fraction", "vllm_cpu_kv_cache_gib", "vllm_in_process",
+        "vllm_sleep_mode",
+        "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "max_grad_norm",
+        "micro_batch_tokens", "share_prompt_forward",
+        "max_steps", "output_dir", "resume", "init_from", "save_every", "keep_last",
+        "eval_every", "log_every_samples", "max_bad_steps", "max_reward_errors",
+        "collective_timeout_s", "wandb", "wandb_project", "progress", "overwrite",
+        "wandb_entity", "wandb_run_name", "wandb_tags", "log_level",
+    }
+)  # fmt: skip
 
 SECTIONS: dict[str, type] = {
     "policy": PolicyConfig,
@@ -348,6 +399,13 @@ class TrainConfig:
         for key, value in raw.items():
             if key in SECTIONS and isinstance(value, Mapping):
                 flat.update(value)
+            elif key in SECTIONS:
+                example = next(f.name for f in fields(SECTIONS[key]))
+                raise ConfigError(
+                    f"{path}: {key}: is a section and needs a mapping of its fields, got "
+                    f"{type(value).__name__} {value!r}; write e.g. `{key}: {{{example}: ...}}` "
+                    f"or the fields flat at the top level"
+                )
             else:
                 flat[str(key)] = value
         return cls.from_flat(flat, base)
@@ -648,7 +706,8 @@ def parse_envs(value: object) -> tuple[EnvEntry, ...]:
                 entries.append(EnvEntry(env_id.strip(), float(weight) if weight else 1.0))
             except ValueError:
                 raise ValueError(
-                    f"env: weight of {item!r} is not a number (use id:weight)"
+                    f"env: weight of {item!r} is {weight!r}, not a number; "
+                    "use id:weight with a positive number (math/arithmetic-v0:2)"
                 ) from None
         elif isinstance(item, Mapping) and "id" in item:
             extra = set(item) - {"id", "weight", "kwargs"}
@@ -656,11 +715,20 @@ def parse_envs(value: object) -> tuple[EnvEntry, ...]:
                 raise ValueError(
                     f"env: unknown key(s) {sorted(extra)} in {dict(item)}; use id, weight, kwargs"
                 )
-            entries.append(
-                EnvEntry(
-                    str(item["id"]), float(item.get("weight", 1.0)), dict(item.get("kwargs") or {})
+            weight, kwargs = item.get("weight", 1.0), item.get("kwargs") or {}
+            try:
+                number = float(weight)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"env: weight of {item['id']} is {weight!r}, not a number; "
+                    "give a positive number such as 1.0"
+                ) from None
+            if not isinstance(kwargs, Mapping):
+                raise ValueError(
+                    f"env: kwargs of {item['id']} is {kwargs!r}; give a mapping of "
+                    "argument: value (`grpo envs show ID` lists the arguments)"
                 )
-            )
+            entries.append(EnvEntry(str(item["id"]), number, dict(kwargs)))
         else:
             raise ValueError(f"env: cannot read {item!r}; give an id or a mapping with an 'id' key")
     return tuple(entries)
@@ -741,5 +809,18 @@ def _validate(cfg: TrainConfig) -> list[str]:
     need(
         not (run.resume and run.overwrite),
         "resume/overwrite: give one; resume continues the run, overwrite starts it afresh",
+    )
+    need(
+        0 < run.max_reward_errors <= 1,
+        f"max_reward_errors: {run.max_reward_errors}; must be in (0, 1] (1 never stops)",
+    )
+    need(
+        run.collective_timeout_s > 0,
+        f"collective_timeout_s: {run.collective_timeout_s}; must be > 0 seconds",
+    )
+    need(
+        not (run.resume and run.init_from),
+        "resume/init_from: give one: --resume continues a run, --init_from starts a new one "
+        "from a checkpoint's weights",
     )
     return p

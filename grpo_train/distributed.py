@@ -32,6 +32,7 @@ import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
@@ -74,6 +75,52 @@ def rank_info() -> RankInfo:
     if dist.is_available() and dist.is_initialized():
         return RankInfo(dist.get_rank(), dist.get_world_size(), local)
     return RankInfo(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), local)
+
+
+def requested_processes(cmdline: Sequence[str]) -> int | None:
+    """Return the ``--num_processes`` an ``accelerate launch`` command line asks for, or None.
+
+    >>> requested_processes(["accelerate", "launch", "--cpu", "--num_processes", "2", "t.py"])
+    2
+    >>> requested_processes(["accelerate", "launch", "--num-processes=4", "t.py"])
+    4
+    """
+    if "launch" not in cmdline:
+        return None
+    for i, arg in enumerate(cmdline):
+        name, _, inline = arg.partition("=")
+        if name in ("--num_processes", "--num-processes"):
+            value = inline or (cmdline[i + 1] if i + 1 < len(cmdline) else "")
+            try:
+                return int(value)
+            except ValueError:
+                return None
+        if (not arg.startswith("-") and arg.endswith(".py")) or arg in ("-m", "--module"):
+            break  # the script's own arguments follow
+    return None
+
+
+def check_launch() -> None:
+    """Fail when ``accelerate launch --num_processes N`` (N > 1) started one lone process.
+
+    ``accelerate launch --cpu --num_processes 2`` runs a single process (its CPU launcher starts
+    several only through MPI) without a word; training would then silently use one rank.
+    """
+    from grpo_train.config import ConfigError
+
+    if rank_info().world_size > 1 or not os.environ.get("ACCELERATE_USE_CPU"):
+        return
+    try:
+        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+    except OSError:
+        return
+    wanted = requested_processes([a.decode(errors="replace") for a in raw.split(b"\0") if a])
+    if wanted is not None and wanted > 1:
+        raise ConfigError(
+            f"accelerate launch asked for --num_processes {wanted} but started 1 process "
+            "(its --cpu launcher starts several only through MPI); for gloo ranks on CPU run "
+            f"`ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes {wanted} ...`"
+        )
 
 
 # ------------------------------------------------------------------------------ prompt sharding
@@ -205,8 +252,12 @@ def global_advantages(
     estimator: Estimator | str = Estimator.GRPO,
     scale_rewards: ScaleRewards | str = ScaleRewards.GROUP,
     eps: float = 1e-4,
+    local_valid: torch.Tensor | None = None,
 ) -> GlobalAdvantages:
     """Gather rewards, compute advantages over all ranks' groups, keep this rank's rows.
+
+    ``local_valid``: (P_rank, G) bool mask of the rewards that were scored (see
+    ``compute_advantages``' ``valid``); None: all of them.
 
     With whole groups per rank the per-group estimators give the same numbers locally, but
     ``scale_rewards="batch"`` divides by the std of *all* rewards of the step, which only the
@@ -217,7 +268,10 @@ def global_advantages(
     counts = gather_rows(torch.tensor([local_rewards.shape[0]], device=local_rewards.device))
     rank = dist.get_rank() if _active() else 0
     offset = int(counts[:rank].sum())
-    advantages = compute_advantages(rewards, estimator, scale_rewards, eps)
+    valid = None
+    if local_valid is not None:
+        valid = gather_rows(local_valid.to(local_rewards.dtype)) > 0.5
+    advantages = compute_advantages(rewards, estimator, scale_rewards, eps, valid=valid)
     local = advantages[offset : offset + local_rewards.shape[0]]
     return GlobalAdvantages(local=local, rewards=rewards, offset=offset)
 

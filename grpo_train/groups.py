@@ -3,7 +3,8 @@
 The trainer draws prompts with ``PromptSampler`` (resumable: its state is two counters), encodes
 them with ``encode_prompt``, generates a ``Group`` of completions per prompt with the engine from
 ``build_engine`` and scores them with ``safe_scores``, which turns every scorer failure into a
-typed zero-reward ``Score``.
+typed zero-reward ``Score`` (``grpo_train.scoring``). Failed items are left out of their group
+(``Group.scored``); a group with fewer than ``MIN_SCORED`` scored items is dropped.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from grpo_envs.types import Sample, Score
 from grpo_envs.wrappers import guarded_scores
 from grpo_train.checkpoint import SamplerState
 from grpo_train.rollout.base import Completion, RolloutEngine
+from grpo_train.scoring import scoring_failed
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -40,13 +42,32 @@ class Group:
 
     @property
     def rewards(self) -> list[float]:
-        """Return the reward of each completion."""
+        """Return the reward of each completion (a failed score's is 0)."""
         return [s.reward for s in self.scores]
 
     @property
+    def scored(self) -> list[bool]:
+        """Per completion: False where scoring failed (no reward to learn from)."""
+        return [not scoring_failed(s) for s in self.scores]
+
+    @property
+    def dropped(self) -> bool:
+        """True when fewer than ``MIN_SCORED`` completions were scored: no baseline to compare."""
+        return sum(self.scored) < MIN_SCORED
+
+    @property
+    def trainable(self) -> list[bool]:
+        """Per completion: whether it enters the baseline and the loss."""
+        return [ok and not self.dropped for ok in self.scored]
+
+    @property
     def informative(self) -> bool:
-        """Return whether the rewards differ (a group of equal rewards has zero advantage)."""
-        return len(set(self.rewards)) > 1
+        """Return whether the scored rewards differ (equal rewards give zero advantage)."""
+        return len({r for r, ok in zip(self.rewards, self.trainable) if ok}) > 1
+
+
+#: A group needs at least two scored completions for a group-relative advantage.
+MIN_SCORED = 2
 
 
 @dataclass

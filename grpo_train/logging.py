@@ -24,6 +24,7 @@ import torch
 
 from grpo_envs.types import Outcome
 from grpo_train.advantages import group_stats
+from grpo_train.scoring import scoring_failed
 
 if TYPE_CHECKING:
     from grpo_train.config import TrainConfig
@@ -281,7 +282,9 @@ def rollout_metrics(groups: Sequence[Group], env_names: Sequence[str]) -> dict[s
         "group/reward_std": stats.group_std_mean,
         "group/frac_zero_std": stats.frac_zero_std,
         "accuracy": sum(s.correct for s in scores) / len(scores),
-        "score/errors": float(sum(s.outcome is Outcome.ERROR for s in scores)),
+        # Failed scores (scorer raised, malformed reward, broken sandbox): left out of training.
+        "score/errors": float(sum(scoring_failed(s) for s in scores)),
+        "score/groups_dropped": float(sum(g.dropped for g in groups)),
         "score/timeouts": float(sum(s.outcome is Outcome.TIMEOUT for s in scores)),
         "length/mean": sum(lengths) / len(lengths),
         "length/max": float(max(lengths)),

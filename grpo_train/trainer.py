@@ -10,7 +10,9 @@ in ``groups.py``, run management in ``checkpoint.py`` and ``logging.py``.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
+import os
 import random
 import signal
 import threading
@@ -18,6 +20,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, TypeVar, cast
@@ -29,14 +32,25 @@ from grpo_envs.base import Environment
 from grpo_envs.types import Sample
 from grpo_train import distributed, memory
 from grpo_train.checkpoint import (
+    MANIFEST_FILE,
     MODEL_DIR,
+    STATE_FILE,
+    CheckpointError,
+    RunIdentity,
     checkpoint_path,
     latest_checkpoint,
     load_checkpoint,
+    model_identity,
+    new_launch_id,
+    read_manifest,
+    resume_differences,
     save_checkpoint,
+    start_lineage,
+    verify_files,
 )
-from grpo_train.config import TrainConfig
+from grpo_train.config import RESUME_FIXED, ConfigError, TrainConfig
 from grpo_train.groups import (
+    MIN_SCORED,
     Group,
     PromptSampler,
     SignalGuard,
@@ -50,6 +64,7 @@ from grpo_train.logging import (
     RunLogger,
     logger,
     peak_memory_mb,
+    read_metrics,
     rollout_metrics,
     sample_records,
 )
@@ -66,12 +81,17 @@ from grpo_train.loss import (
     truncated_is_weights,
 )
 from grpo_train.rollout.base import RolloutEngine, SamplingConfig
+from grpo_train.scoring import ScoreErrors
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 T = TypeVar("T")
 _FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+class SecondSignal(KeyboardInterrupt):
+    """A second Ctrl-C / SIGTERM while the first one's save was pending: stop at once."""
 
 
 class TrainingAborted(RuntimeError):
@@ -110,6 +130,83 @@ def resolve_auto(cfg: TrainConfig) -> TrainConfig:
     return replace(cfg, policy=policy)
 
 
+def run_identity(cfg: TrainConfig, base_model: str) -> RunIdentity:
+    """Return what this configuration trains, as a checkpoint manifest records it."""
+    p = cfg.policy
+    lora = (
+        None
+        if p.lora_r == 0
+        else {
+            "r": p.lora_r,
+            "alpha": p.lora_alpha,
+            "dropout": p.lora_dropout,
+            "target_modules": p.target_modules,
+            "qlora": p.use_qlora,
+        }
+    )
+    flat = {k: v for section in cfg.to_dict().values() for k, v in section.items()}
+    plain = json.loads(json.dumps(flat, default=str))  # the form a manifest reads back
+    return RunIdentity(model_identity(base_model, p.dtype, lora), plain["env"], plain)
+
+
+def checkpoint_arg(name: str, value: str) -> Path:
+    """Resolve ``--resume PATH`` / ``--init_from PATH``: a checkpoint, its model/, or a run."""
+    path = Path(value).expanduser()
+    if path.name == MODEL_DIR and (path.parent / STATE_FILE).exists():
+        path = path.parent
+    if (path / STATE_FILE).exists() or (path / MANIFEST_FILE).exists():
+        return path
+    if (path / "checkpoints").is_dir():
+        found = latest_checkpoint(path)
+        if found is not None:
+            return found
+        raise ConfigError(f"{name}: run folder {path} has no complete checkpoint yet")
+    what = "does not exist" if not path.exists() else f"is not a checkpoint (no {STATE_FILE})"
+    raise ConfigError(
+        f"{name}: {path} {what}; give a checkpoint folder such as "
+        "runs/NAME/checkpoints/step-000010, or a run folder"
+        + (" (--resume alone continues output_dir's last checkpoint)" if name == "resume" else "")
+    )
+
+
+def check_output_dir(run_dir: Path) -> None:
+    """Fail at start, naming the path, when the run folder cannot be a writable folder."""
+    existing = next((p for p in (run_dir, *run_dir.parents) if p.exists()), None)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"output_dir: {run_dir} is a file; give a folder path (it is created)")
+    if existing is not None and existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"output_dir: cannot write in {existing} (permission denied); choose a writable folder"
+        )
+    if existing is not None and not existing.is_dir():
+        raise ConfigError(f"output_dir: {existing} is a file, so {run_dir} cannot be a folder")
+
+
+def make_envs(cfg: TrainConfig) -> list[Environment]:
+    """``grpo_envs.make`` each configured environment; a failure names the entry and the fix."""
+    import grpo_envs
+
+    envs = []
+    for entry in cfg.data.env:
+        module = entry.id.split(":", 1)[0] if ":" in entry.id else None
+        try:
+            envs.append(grpo_envs.make(entry.id, **entry.kwargs))
+        except ModuleNotFoundError as err:
+            raise ConfigError(
+                f"env: {entry.id}: cannot import module {err.name or module!r}; put it on "
+                "PYTHONPATH (or pip install it), or check the spelling of MODULE:ID"
+            ) from None
+        except TypeError as err:
+            raise ConfigError(
+                f"env: {entry.id} does not accept kwargs {dict(entry.kwargs)} ({err}); "
+                "`grpo envs show ID` lists its arguments"
+            ) from None
+        except (KeyError, ValueError, ImportError, AttributeError) as err:
+            text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+            raise ConfigError(f"env: {entry.id}: {text}") from None
+    return envs
+
+
 class Trainer:
     """GRPO on one or more environments: ``Trainer(config).train()`` runs the whole thing.
 
@@ -124,19 +221,23 @@ class Trainer:
         engine: RolloutEngine | None = None,
     ) -> None:
         from accelerate import Accelerator
-        from accelerate.utils import DistributedType
+        from accelerate.utils import DistributedType, InitProcessGroupKwargs
         from transformers import get_scheduler
 
-        from grpo_train.models import load_policy, resolve_model
+        from grpo_train.models import ModelNotAvailableError, load_policy, resolve_model
         from grpo_train.run_dir import check_run_dir, clear_run_dir, with_output_dir
 
         # `auto` choices become concrete here, so the run's config.yaml says what ran.
         self.cfg = cfg = with_output_dir(resolve_auto(config))
         check_run_dir(cfg)  # another run's folder: refused before anything loads
         self.run_dir = Path(cfg.run.output_dir)
+        check_output_dir(self.run_dir)
+        distributed.check_launch()
         # accelerate reads `accelerate launch`'s settings (DDP / FSDP / DeepSpeed, the device);
-        # a plain `python` run is one process on cuda:0 or the CPU.
-        self.accelerator = Accelerator()
+        # a plain `python` run is one process on cuda:0 or the CPU. The process group's timeout
+        # bounds every collective: a hung or stopped rank fails the others in that time.
+        timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=cfg.run.collective_timeout_s))
+        self.accelerator = Accelerator(kwargs_handlers=[timeout])
         self.distributed = self.accelerator.distributed_type != DistributedType.NO
         self.rank = distributed.rank_info()
         if self.rank.is_main:
@@ -144,38 +245,74 @@ class Trainer:
         self.signal_guard = SignalGuard()
         self._low_signal = False
         self.device = str(self.accelerator.device)
+        if cfg.policy.use_qlora and torch.device(self.device).type != "cuda":
+            raise ConfigError(
+                f"use_qlora: QLoRA loads the base in 4-bit with bitsandbytes, which needs a CUDA "
+                f"GPU, and this run is on {self.device}; drop --use_qlora (plain LoRA: --lora_r 16)"
+            )
         if cfg.policy.num_threads:
             torch.set_num_threads(cfg.policy.num_threads)
-        if env is None:
-            import grpo_envs
-
-            env = [grpo_envs.make(e.id, **e.kwargs) for e in cfg.data.env]
-        self.envs = [env] if isinstance(env, Environment) else list(env)
+        self.envs = [env] if isinstance(env, Environment) else list(env or make_envs(cfg))
         self.env_names = [e.env_id or type(e).__name__ for e in self.envs]
         check_splits(self.envs, self.env_names, cfg.data)
         same = len(cfg.data.env) == len(self.envs)
         weights = [e.weight for e in cfg.data.env] if same else [1.0] * len(self.envs)
         self.train_rows = [e.dataset(cfg.data.train_split) for e in self.envs]
+        self.launch = new_launch_id()
         self.resume_from = self._resume_path()
+        init_from = self._init_path()
         torch.manual_seed(cfg.run.seed)
         random.seed(cfg.run.seed)
         np.random.seed(cfg.run.seed)
         base_model = resolve_model(cfg.policy.model)
-        saved = str(self.resume_from / MODEL_DIR) if self.resume_from else None
         self.lora = lora_settings(cfg)
-        if self.lora is not None:
-            from grpo_train.lora import load_lora_policy
+        self.identity = run_identity(cfg, base_model)
+        self.saved = read_manifest(self.resume_from) if self.resume_from else None
+        if self.resume_from is not None:
+            self._check_resume(self.resume_from)
+        saved = str(self.resume_from / MODEL_DIR) if self.resume_from else None
+        adapter = saved
+        if init_from is not None:  # a new run from a checkpoint's weights (fresh optimizer)
+            is_adapter = (init_from / MODEL_DIR / "adapter_config.json").is_file()
+            if is_adapter and self.lora is None:
+                raise ConfigError(
+                    f"init_from: {init_from} holds a LoRA adapter, and this run trains every "
+                    "weight; set the same lora_r / lora_alpha / target_modules, or start from "
+                    "a merged folder (save_merged) with --model"
+                )
+            if is_adapter:
+                adapter = str(init_from / MODEL_DIR)
+            else:
+                base_model = str(init_from / MODEL_DIR)  # these weights are the new start
+            logger.info("starting a new run from the weights of %s", init_from)
+        try:
+            if self.lora is not None:
+                from grpo_train.lora import load_lora_policy
 
-            # A LoRA checkpoint's model/ folder holds only the adapter: load the base, then it.
-            peft_model, self.tokenizer = load_lora_policy(
-                base_model, self.lora, dtype=cfg.policy.dtype, device=self.device, adapter_dir=saved
-            )
-            # A PeftModel forwards generate / save_pretrained / forward like the model it wraps.
-            model = cast("PreTrainedModel", peft_model)
-            model_path = base_model  # what a vLLM engine starts from; merged weights follow
-        else:
-            model_path = saved or base_model
-            model, self.tokenizer = load_policy(model_path, cfg.policy.dtype, self.device)
+                # A LoRA checkpoint's model/ folder holds only the adapter: load the base, then it.
+                peft_model, self.tokenizer = load_lora_policy(
+                    base_model,
+                    self.lora,
+                    dtype=cfg.policy.dtype,
+                    device=self.device,
+                    adapter_dir=adapter,
+                )
+                # A PeftModel forwards generate / save_pretrained / forward like the model it wraps.
+                model = cast("PreTrainedModel", peft_model)
+                model_path = base_model  # what a vLLM engine starts from; merged weights follow
+            else:
+                model_path = saved or base_model
+                model, self.tokenizer = load_policy(model_path, cfg.policy.dtype, self.device)
+        except (OSError, ValueError, RuntimeError) as err:
+            # A checkpoint without a manifest (older grpo-kit) is only checked by loading it.
+            folder = self.resume_from or init_from
+            if folder is None or isinstance(err, ModelNotAvailableError):
+                raise
+            first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
+            raise CheckpointError(
+                f"checkpoint {folder} is damaged: its {MODEL_DIR}/ weights cannot be loaded "
+                f"({type(err).__name__}: {first})"
+            ) from None
         if cfg.policy.gradient_checkpointing:
             memory.enable_gradient_checkpointing(model)
         # The KL reference is the initial policy, and exists only when it is used (beta > 0).
@@ -217,6 +354,9 @@ class Trainer:
                 accelerator=self.accelerator if self.distributed else None,
             )
             self.start_step, sampler_state = state.step, state.sampler
+            if self.rank.is_main:
+                logger.info("resuming from %s (step %d)", self.resume_from, self.start_step)
+            self._apply_schedule_changes()
         sizes = [len(rows) for rows in self.train_rows]
         self.sampler = PromptSampler(sizes, weights, cfg.run.seed, sampler_state)
         self.engine = (
@@ -237,15 +377,93 @@ class Trainer:
         self._bad_updates = 0
 
     def _resume_path(self) -> Path | None:
+        """Return the checkpoint to resume (integrity checked), or None for a fresh start."""
         resume = self.cfg.run.resume
         if not resume:
             return None
-        path = latest_checkpoint(self.run_dir) if resume == "latest" else Path(resume)
-        if path is None:
-            logger.warning(
-                "resume=latest: no checkpoint in %s; starting from scratch", self.run_dir
-            )
+        if resume == "latest":
+            path = latest_checkpoint(self.run_dir)
+            if path is None:
+                logger.warning(
+                    "resume=latest: no checkpoint in %s; starting from scratch", self.run_dir
+                )
+                return None
+        else:
+            path = checkpoint_arg("resume", resume)
+        verify_files(path)
         return path
+
+    def _init_path(self) -> Path | None:
+        """Return the checkpoint ``init_from`` names (integrity checked), or None."""
+        if not self.cfg.run.init_from:
+            return None
+        path = checkpoint_arg("init_from", self.cfg.run.init_from)
+        verify_files(path)
+        return path
+
+    def _check_resume(self, path: Path) -> None:
+        """Refuse a checkpoint saved with another model, environments or fixed settings."""
+        if self.saved is None:
+            logger.warning(
+                "%s has no %s (written by an older grpo-kit): the model and settings are not "
+                "checked against this configuration",
+                path,
+                MANIFEST_FILE,
+            )
+            return
+        diffs = resume_differences(self.saved.identity, self.identity, RESUME_FIXED)
+        if diffs:
+            raise CheckpointError(
+                f"cannot resume {path}: it was saved with other settings: "
+                + "; ".join(diffs)
+                + f". To continue that run, resume it with its own settings (grpo train --config "
+                f"{path / 'config.yaml'} --resume {path}; only "
+                "learning_rate, max_steps and the run/logging fields may change). To train with "
+                f"the new settings from its weights, start a new run: --init_from {path} "
+                "(step 0, fresh optimizer) with another output_dir"
+            )
+
+    def _apply_schedule_changes(self) -> None:
+        """Apply a learning_rate / max_steps changed on resume, and say what it does to the lr.
+
+        The restored scheduler would keep the saved peak rate (its ``base_lrs``), and with a new
+        ``max_steps`` a decaying schedule is recomputed over the new length from the resumed step
+        on; both are stated in the log so a jump in the lr curve is never a surprise.
+        """
+        if self.saved is None:
+            return
+        old = self.saved.identity.config
+        lr, steps = self.cfg.optim.learning_rate, self.cfg.run.max_steps
+        old_lr, old_steps = old.get("learning_rate", lr), old.get("max_steps", steps)
+        if old_lr == lr and old_steps == steps:
+            return
+        sched = self.scheduler
+        before = sched.get_last_lr()[0]
+        sched.base_lrs = [lr for _ in sched.base_lrs]
+        for group, base, fn in zip(
+            self.optimizer.param_groups,
+            sched.base_lrs,
+            sched.lr_lambdas,  # type: ignore[attr-defined]
+        ):
+            group["initial_lr"] = base
+            group["lr"] = base * fn(sched.last_epoch)
+        sched._last_lr = [g["lr"] for g in self.optimizer.param_groups]  # type: ignore[attr-defined]
+        changes = []
+        if old_lr != lr:
+            changes.append(f"learning_rate {old_lr} -> {lr} (the schedule's peak)")
+        if old_steps != steps:
+            changes.append(
+                f"max_steps {old_steps} -> {steps} (the {self.cfg.optim.lr_scheduler} schedule now "
+                f"spans {steps} steps)"
+            )
+        if self.rank.is_main:
+            logger.warning(
+                "changed on resume: %s; lr for step %d: %.3g (the saved schedule had %.3g)",
+                ", ".join(changes),
+                self.start_step + 1,
+                sched.get_last_lr()[0],
+                before,
+            )
 
     def train(self) -> TrainResult:
         """Run up to ``max_steps`` steps (from the resumed step), evaluating before and after.
@@ -258,12 +476,19 @@ class Trainer:
         if main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             cfg.save(self.run_dir / "config.yaml")
+            for moved in start_lineage(self.run_dir, self.resume_from, self.launch):
+                logger.warning(
+                    "%s is on a branch this run abandons (after the resumed step): moved to %s",
+                    moved.name,
+                    moved,
+                )
         log = RunLogger(self.run_dir, cfg, start_step=self.start_step, enabled=main)
         # Handlers can only be installed from the main thread; elsewhere Ctrl-C is the caller's.
         in_main = threading.current_thread() is threading.main_thread()
         signals = (signal.SIGINT, signal.SIGTERM) if in_main else ()
         handlers = {s: signal.signal(s, self._on_signal) for s in signals}
         step, last_ckpt, acc_before, acc_after = self.start_step, None, None, None
+        stopped = False
         if cfg.algorithm.beta == 0 and cfg.algorithm.mu == 1 and main:  # TRL/verl users' FAQ
             logger.info(
                 "beta=0, mu=1: the logged loss stays near 0 by design, the gradient does not "
@@ -273,9 +498,14 @@ class Trainer:
             logger.warning("resumed at step %d >= max_steps: nothing to do", self.start_step)
         try:
             if self.start_step == 0 and cfg.data.eval_size > 0 and main:
-                before = self.evaluate()
-                acc_before = before["eval/accuracy"]
-                log.log_eval(0, before)
+                # A run resumed at step 0 has its evaluation-before row already.
+                old_row = [r for r in read_metrics(self.run_dir) if r.get("step") == 0]
+                if self.resume_from is not None and old_row:
+                    acc_before = old_row[0].get("eval/accuracy")
+                else:
+                    before = self.evaluate()
+                    acc_before = before["eval/accuracy"]
+                    log.log_eval(0, before)
             while step < run.max_steps and not self._should_stop():
                 step += 1
                 metrics = self.train_step(step, log)
@@ -297,8 +527,12 @@ class Trainer:
                 log.log_step(step, metrics)
                 if last or (run.save_every and step % run.save_every == 0):
                     last_ckpt = self.save(step)
-            if self._stop_signal is not None and last_ckpt != checkpoint_path(self.run_dir, step):
-                log.write(f"signal {self._stop_signal}: saving step {step} and stopping")
+            # The stop decision is global (a signal to any one rank stops all of them), and so
+            # are the save (collective) and the reported "interrupted".
+            stopped = self._should_stop()
+            if stopped and last_ckpt != checkpoint_path(self.run_dir, step):
+                why = f"signal {self._stop_signal}" if self._stop_signal else "stop on another rank"
+                log.write(f"{why}: saving step {step} and stopping")
                 last_ckpt = self.save(step)
             if self.lora is not None and cfg.policy.save_merged:
                 save_merged(
@@ -316,7 +550,7 @@ class Trainer:
             # with gloo on torch 2.13 it deadlocked (its destructor joins a thread that waits
             # for the GIL).
             self.accelerator.wait_for_everyone()
-        interrupted = self._stop_signal is not None
+        interrupted = stopped
         wall = time.perf_counter() - t0
         return TrainResult(self.run_dir, step, acc_before, acc_after, wall, interrupted, last_ckpt)
 
@@ -359,16 +593,23 @@ class Trainer:
                 # a rank with nothing left trains on one dropped group with zero loss weight.
                 groups, padding = [sampled[0]], True
         # Statistics describe the whole step's batch: every rank's groups, as one process.
-        m.update(rollout_metrics(self._gathered(sampled), self.env_names))
+        everything = self._gathered(sampled)
+        m.update(rollout_metrics(everything, self.env_names))
+        self._check_scores(step, everything)
 
         # (4)-(5) Group-relative advantages over the whole step's batch (all ranks), then the
         # clipped policy-gradient updates on this rank's groups.
         t = time.perf_counter()
         advantages = torch.zeros(0, cfg.rollout.num_generations)
         rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float64)  # (P_rank, G)
+        scored = torch.tensor([g.scored for g in groups], dtype=torch.bool)
         if rewards.numel() == 0:
             rewards = rewards.reshape(0, cfg.rollout.num_generations)
-        ga = distributed.global_advantages(rewards, a.advantage_estimator, a.scale_rewards)
+            scored = scored.reshape(0, cfg.rollout.num_generations)
+        # Failed scores are left out of their group's baseline (advantage 0, and no loss below).
+        ga = distributed.global_advantages(
+            rewards, a.advantage_estimator, a.scale_rewards, local_valid=scored
+        )
         if ga.rewards.shape[0] > 0:
             advantages = ga.local.float()
             # vLLM sleep mode (GPU): the engine's memory is free while the trainer needs it.
@@ -393,6 +634,34 @@ class Trainer:
             name = self.env_names[groups[0].env_index]
             log.log_samples(sample_records(step, groups[0], name, advantages[0].tolist()))
         return m
+
+    def _check_scores(self, step: int, groups: Sequence[Group]) -> None:
+        """Warn about failed scores (counts, first error); stop when the scorer looks broken.
+
+        ``groups``: the whole step's batch (every rank's), so every rank decides the same.
+        """
+        errors = ScoreErrors.of(s for g in groups for s in g.scores)
+        if not errors.failed:
+            return
+        dropped = sum(g.dropped for g in groups)
+        limit = self.cfg.run.max_reward_errors
+        if errors.fraction > limit:
+            last = latest_checkpoint(self.run_dir)
+            raise TrainingAborted(
+                f"step {step}: {errors.describe()}; above max_reward_errors={limit:g}, so the "
+                "scorer looks broken and the step was not trained on. Fix the environment "
+                "(`grpo envs score` scores a JSONL file of completions) or raise max_reward_errors; "
+                + (f"resume from {last} with --resume" if last else "no checkpoint was written")
+            )
+        if self.rank.is_main:
+            logger.warning(
+                "step %d: %s; they are left out of their groups' baselines and the loss "
+                "(%d group(s) dropped with fewer than %d scored completions)",
+                step,
+                errors.describe(),
+                dropped,
+                MIN_SCORED,
+            )
 
     def collect(
         self, n_prompts: int, step: int, round_: int, times: dict[str, float]
@@ -465,9 +734,14 @@ class Trainer:
         """
         cfg, a, dev = self.cfg, self.cfg.algorithm, self.device
         rows = [(g.prompt_ids, c) for g in groups for c in g.completions]
+        # Items whose scoring failed (and groups left with too few scored ones) get no loss.
+        trainable = [ok for g in groups for ok in g.trainable]
         # DAPO overlong filtering: truncated completions get no loss (their reward is unreliable).
         keep = torch.tensor(
-            [0.0 if padding or (a.mask_truncated and c.truncated) else 1.0 for _, c in rows]
+            [
+                0.0 if padding or (a.mask_truncated and c.truncated) or not ok else 1.0
+                for (_, c), ok in zip(rows, trainable)
+            ]
         )
         # Only rows whose loss can have a gradient get a forward/backward pass (with beta = 0,
         # not those with advantage 0); the normalisers below still count every row.
@@ -488,7 +762,7 @@ class Trainer:
         )
         local_tokens = int(sum(len(c.token_ids) * float(keep[i]) for i, (_, c) in enumerate(rows)))
         total_tokens, total_seqs = distributed.global_loss_normalizers(
-            local_tokens, 0 if padding else len(rows)
+            local_tokens, 0 if padding else sum(trainable)
         )
         dp_scale = distributed.data_parallel_loss_scale()
         schedule = distributed.micro_batch_schedule(len(batches))
@@ -659,6 +933,8 @@ class Trainer:
             keep_last=self.cfg.run.keep_last,
             state_dict=state,
             accelerator=self.accelerator if self.distributed else None,
+            identity=self.identity,
+            launch=self.launch,
         )
 
     def close(self) -> None:
@@ -668,5 +944,5 @@ class Trainer:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         """First Ctrl-C / SIGTERM: finish the step, save, stop. A second one: stop at once."""
         if self._stop_signal is not None:
-            raise KeyboardInterrupt
+            raise SecondSignal(signum)
         self._stop_signal = signum

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 
 from grpo_train.eval.passk import mean_pass_at_k
 from grpo_train.eval.records import SampleRecord
+from grpo_train.scoring import FAILED_OUTCOMES
+
+_FAILED_OUTCOME_VALUES = frozenset(o.value for o in FAILED_OUTCOMES)
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,10 @@ class SuiteResult:
             "mean_reward": self.mean_reward,
             "mean_completion_tokens": self.mean_completion_tokens,
             "truncation_rate": self.truncation_rate,
+            # Completions whose scoring failed (scorer raised, malformed reward, sandbox broke).
+            "score_errors": float(
+                sum(c for o, c in self.outcome_counts.items() if o in _FAILED_OUTCOME_VALUES)
+            ),
         }
         out.update({f"pass@{k}": v for k, v in self.pass_at_k.items()})
         if self.strict_accuracy is not None:

@@ -28,6 +28,7 @@ from grpo_envs.wrappers import guarded_scores
 from grpo_train.eval.records import SampleRecord, SampleStore
 from grpo_train.eval.report import SuiteResult, markdown_table, summarize_task
 from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
+from grpo_train.scoring import ScoreErrors
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -238,12 +239,17 @@ def _extracted(score: Score) -> str | None:
 
 
 def _score_all(env: Environment, texts: list[str], samples: list[Sample]) -> list[Score]:
-    """Scores through the one guard (``guarded_scores``).
+    """Scores through the one guard (``guarded_scores``), counted as the trainer counts them.
 
     A failing batch is scored one by one; anything that is not a finite, typed ``Score`` becomes
-    an ``error`` score.
+    an ``error`` score (reward 0, not a success): counted in the outcomes and ``score_errors``,
+    and warned about with its first reason.
     """
-    return guarded_scores(env, texts, samples)
+    scores = guarded_scores(env, texts, samples)
+    errors = ScoreErrors.of(scores)
+    if errors.failed:
+        logger.warning("%s: %s", env.env_id, errors.describe())
+    return scores
 
 
 @dataclass

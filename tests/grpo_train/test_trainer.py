@@ -7,7 +7,7 @@ import pytest
 import torch
 from toy_env import DigitEnv
 
-from grpo_envs.types import Outcome, Sample
+from grpo_envs.types import Sample
 from grpo_train.checkpoint import latest_checkpoint
 from grpo_train.config import TrainConfig
 from grpo_train.groups import PromptSampler, encode_prompt
@@ -165,7 +165,8 @@ def test_nan_loss_skips_updates_then_aborts_keeping_weights(tiny_model_path, tmp
 
 
 class RaisingEnv(DigitEnv):
-    # The guard scores a failing batch again one by one: both paths must fail here.
+    """A reward server that is down: the batch call and every single call raise."""
+
     def score_batch(self, completions, samples, **kwargs):
         raise RuntimeError("reward server down")
 
@@ -173,15 +174,58 @@ class RaisingEnv(DigitEnv):
         raise RuntimeError("reward server down")
 
 
-def test_scoring_failures_score_zero_with_outcome_error_and_training_goes_on(
-    tiny_model_path, tmp_path
+class FlakyEnv(DigitEnv):
+    """Every 4th completion's scoring raises; the others are scored."""
+
+    calls = 0
+
+    def score(self, completion, sample):
+        self.calls += 1
+        if self.calls % 4 == 0:
+            raise RuntimeError("flaky scorer")
+        return super().score(completion, sample)
+
+
+def test_scoring_failures_are_counted_warned_and_left_out_of_training(
+    tiny_model_path, tmp_path, caplog
 ):
-    _, result = run(make_config(tiny_model_path, tmp_path, eval_size=0), env=RaisingEnv())
+    trainer = Trainer(make_config(tiny_model_path, tmp_path, eval_size=0), env=FlakyEnv())
+    seen = []
+    original = trainer.update
+
+    def update(groups, advantages, padding=False):
+        seen.append((groups, advantages.clone()))
+        return original(groups, advantages, padding)
+
+    trainer.update = update
+    with caplog.at_level("WARNING", logger="grpo_train"):
+        result = trainer.train()
+    trainer.close()
     assert result.steps == 2
     rows = read_metrics(tmp_path)
-    assert all(r["score/errors"] == 4 * 8 and r["reward/mean"] == 0.0 for r in rows)
-    samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
-    assert {s["outcome"] for s in samples} == {Outcome.ERROR.value}
+    assert [r["score/errors"] for r in rows] == [8.0, 8.0]  # 1 in 4 of 32 completions
+    warnings = [r.getMessage() for r in caplog.records if "failed to score" in r.getMessage()]
+    assert len(warnings) == 2 and "8 of 32" in warnings[0] and "flaky scorer" in warnings[0]
+    for groups, advantages in seen:
+        failed = torch.tensor([not ok for g in groups for ok in g.scored])
+        assert failed.sum() == 8
+        assert (advantages[failed] == 0).all()  # no loss signal for a failed item
+        for k, g in enumerate(groups):  # the baseline is the mean of the scored rewards only
+            ok = torch.tensor(g.scored)
+            r = torch.tensor(g.rewards, dtype=torch.float64)[ok]
+            if r.numel() >= 2 and r.std() > 0:
+                adv = advantages[k * 8 : (k + 1) * 8][ok].double()
+                expected = (r - r.mean()) / (r.std() + 1e-4)
+                torch.testing.assert_close(adv, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_broken_scorer_stops_the_run_before_training_on_it(tiny_model_path, tmp_path):
+    trainer = Trainer(make_config(tiny_model_path, tmp_path, eval_size=0), env=RaisingEnv())
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    with pytest.raises(TrainingAborted, match=r"32 of 32 .*reward server.*max_reward_errors=0.5"):
+        trainer.train()
+    trainer.close()
+    assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
 
 
 def test_dynamic_sampling_refills_groups_with_a_signal(tiny_model_path, tmp_path):
