@@ -196,10 +196,10 @@ def verify_files(path: str | Path, manifest: Manifest | None = None) -> None:
             if problem:
                 break
     if problem:
-        raise CheckpointError(f"checkpoint {path} is damaged: {problem}. {_offer(path)}")
+        raise CheckpointError(f"checkpoint {path} is damaged: {problem}. {offer_previous(path)}")
 
 
-def _offer(bad: Path) -> str:
+def offer_previous(bad: Path) -> str:
     """Name the newest good checkpoint before ``bad`` in the same run, and how to use it."""
     run_dir = bad.parent.parent
     for candidate in reversed(list_checkpoints(run_dir)):
@@ -643,7 +643,7 @@ def load_checkpoint(
         first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
         raise CheckpointError(
             f"checkpoint {path} is damaged: {STATE_FILE} cannot be read "
-            f"({type(err).__name__}{': ' + first if first else ''}). {_offer(path)}"
+            f"({type(err).__name__}{': ' + first if first else ''}). {offer_previous(path)}"
         ) from None
     scheduler.load_state_dict(state["scheduler"])
     _set_rng_state(state["rng"])

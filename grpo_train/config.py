@@ -352,7 +352,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         problems = _validate(self)
         if problems:
-            raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+            raise ConfigError(_problems_text(problems))
 
     @classmethod
     def from_flat(
@@ -381,7 +381,7 @@ class TrainConfig:
                         problems.append(str(err))
             sections[section_name] = dataclasses.replace(section, **changes)
         if problems:
-            raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+            raise ConfigError(_problems_text(problems))
         return cls(**sections)
 
     @classmethod
@@ -527,6 +527,13 @@ def normalise_aliases(values: Mapping[str, object]) -> dict[str, object]:
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return out
+
+
+def _problems_text(problems: list[str]) -> str:
+    """One problem: one line; several: one per line under a heading."""
+    if len(problems) == 1:
+        return problems[0]
+    return "invalid configuration:\n  " + "\n  ".join(problems)
 
 
 def preset_config() -> TrainConfig:

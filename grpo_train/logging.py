@@ -9,13 +9,15 @@ Metrics are flat ``{name: float}`` maps with ``/``-separated names (``reward/mea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import os
 import resource
 import sys
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -93,7 +95,8 @@ class RunLogger:
         # On resume, forget rows the interrupted run wrote after its checkpoint: they are redone
         # (metrics and samples alike, so that both files describe the same steps).
         for name in (METRICS_FILE, SAMPLES_FILE):
-            truncate_after(self.run_dir / name, start_step)
+            with _writing(self.run_dir / name):
+                truncate_after(self.run_dir / name, start_step)
         self._tb = None
         if use_tensorboard:
             try:
@@ -139,7 +142,7 @@ class RunLogger:
     def _write(self, step: int, metrics: Mapping[str, float]) -> None:
         """Append one row to the JSONL file and send the finite values to TensorBoard / W&B."""
         row = {"step": step, **{k: _finite(v) for k, v in metrics.items()}}
-        with self._metrics_path.open("a") as f:
+        with _writing(self._metrics_path), self._metrics_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         if self._tb is not None:
             for name, value in metrics.items():
@@ -153,7 +156,8 @@ class RunLogger:
         """Append sample completions to ``samples.jsonl``."""
         if not self.enabled:
             return
-        with (self.run_dir / SAMPLES_FILE).open("a") as f:
+        path = self.run_dir / SAMPLES_FILE
+        with _writing(path), path.open("a") as f:
             for rec in records:
                 f.write(json.dumps(asdict(rec)) + "\n")
 
@@ -230,6 +234,20 @@ def wandb_init_kwargs(run_dir: Path, config: TrainConfig, start_step: int) -> di
     if tags:
         kwargs["tags"] = tags
     return kwargs
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """Re-raise a failed write as an ``OSError`` that names ``path``.
+
+    ENOSPC surfaces at write or close, without a file name; the command then says which file.
+    """
+    try:
+        yield
+    except OSError as err:
+        if err.filename or not err.errno:
+            raise
+        raise OSError(err.errno, os.strerror(err.errno), str(path)) from None
 
 
 def _finite(value: float) -> float | None:

@@ -12,7 +12,12 @@ plain defaults apply (``grpo train --help``). Every config field is a flag::
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import re
+import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from grpo_train.config import (
@@ -103,6 +108,25 @@ def _wants_preset(args: argparse.Namespace) -> bool:
     return not given and not args.config
 
 
+_NEGATIVE = re.compile(r"^-(\d|\.\d|inf$|nan$)", re.IGNORECASE)
+
+
+def join_negative_values(argv: Sequence[str]) -> list[str]:
+    """Write ``--flag -1e-5`` as ``--flag=-1e-5``: argparse takes ``-1e-5`` for an option.
+
+    >>> join_negative_values(["--learning_rate", "-1e-5", "--seed", "3"])
+    ['--learning_rate=-1e-5', '--seed', '3']
+    """
+    out: list[str] = []
+    for arg in argv:
+        prev = out[-1] if out else ""
+        if _NEGATIVE.match(arg) and prev.startswith("--") and "=" not in prev:
+            out[-1] = f"{prev}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def resolve_config(args: argparse.Namespace) -> TrainConfig:
     """Layer the base (preset or plain defaults) <- YAML file <- command-line flags."""
     config = preset_config() if _wants_preset(args) else TrainConfig()
@@ -121,7 +145,8 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``grpo train``; exit code 0 done, 1 aborted, 2 bad input, 130 interrupted."""
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(join_negative_values(raw))
     try:
         config = resolve_config(args)
         setup_logging(config.run.log_level)
@@ -130,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grpo train: {err}", file=sys.stderr)
         return 2
 
+    from grpo_train.checkpoint import CheckpointError
     from grpo_train.models import ModelNotAvailableError
-    from grpo_train.trainer import Trainer, TrainingAborted
+    from grpo_train.trainer import SecondSignal, Trainer, TrainingAborted
 
     envs = ", ".join(e.id for e in config.data.env)
     print(
@@ -141,13 +167,37 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         trainer = Trainer(config)
-    except (ModelNotAvailableError, KeyError, ValueError, FileNotFoundError) as err:
-        print(f"grpo train: {err}", file=sys.stderr)
+    except (ModelNotAvailableError, CheckpointError, ConfigError, KeyError, ValueError) as err:
+        print(f"grpo train: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except OSError as err:  # FileNotFoundError, PermissionError on the run folder or a model
+        print(f"grpo train: {_io_message(err)}", file=sys.stderr)
         return 2
     try:
         result = trainer.train()
     except TrainingAborted as err:
         print(f"grpo train: aborted: {err}", file=sys.stderr)
+        return 1
+    except SecondSignal:
+        print(
+            f"grpo train: stopped at once by a second signal, without saving; resume from the "
+            f"last checkpoint with `grpo train --config {config.run.output_dir}/config.yaml "
+            "--resume`",
+            file=sys.stderr,
+        )
+        return _EXIT_INTERRUPTED
+    except OSError as err:
+        print(f"grpo train: aborted: {_io_message(err)}", file=sys.stderr)
+        return 1
+    except RuntimeError as err:
+        if not (trainer.distributed and _is_timeout(err)):
+            raise
+        print(
+            f"grpo train: rank {trainer.rank.rank}: a collective operation timed out after "
+            f"collective_timeout_s={config.run.collective_timeout_s:g} s: another rank stopped "
+            "responding (hung, stopped or killed); resume with --resume once all ranks run",
+            file=sys.stderr,
+        )
         return 1
     finally:
         trainer.close()
@@ -164,13 +214,44 @@ def main(argv: list[str] | None = None) -> int:
         f"\nrun folder: {run_dir}"
         f"\nmetrics: {run_dir / 'metrics.jsonl'} (tensorboard --logdir {run_dir / 'tensorboard'})"
         f"\ncheckpoints: {run_dir / 'checkpoints'} (last: {result.last_checkpoint})"
-        f"\nplots: {plots or 'not drawn (pip install matplotlib)'}",
+        f"\nplots: {plots or 'none (matplotlib missing, or no metrics rows yet)'}",
         flush=True,
     )
     if result.interrupted:
         print(f"interrupted: resume with `grpo train --config {run_dir / 'config.yaml'} --resume`")
         return _EXIT_INTERRUPTED
     return 0
+
+
+def _one_line(err: BaseException) -> str:
+    """Return the error's text on one line (a KeyError's without its quotes)."""
+    text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+    return " ".join(text.split())
+
+
+def _io_message(err: OSError) -> str:
+    """Name the path and the problem of a failed write/read, without a traceback."""
+    from grpo_train.checkpoint import OutputWriteError
+
+    if isinstance(err, OutputWriteError):
+        return str(err)
+    where = err.filename or "the run folder"
+    reason = os.strerror(err.errno) if err.errno else str(err)
+    hint = ""
+    if err.errno == errno.ENOSPC:
+        try:
+            free = shutil.disk_usage(Path(str(where)).parent).free >> 20
+            hint = f" ({free} MiB free there); free space or set output_dir elsewhere"
+        except OSError:
+            hint = "; free space or set output_dir elsewhere"
+    elif err.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+        hint = "; choose a writable output_dir"
+    return f"cannot write {where}: {reason}{hint}"
+
+
+def _is_timeout(err: BaseException) -> bool:
+    text = str(err).lower()
+    return "timed out" in text or "timeout" in text
 
 
 def _plot(run_dir: Path) -> Path | None:
@@ -181,7 +262,7 @@ def _plot(run_dir: Path) -> Path | None:
         return None
     try:
         plot_run(run_dir)
-    except ImportError:
+    except (ImportError, FileNotFoundError):  # no matplotlib, or no rows (0 steps, no eval)
         return None
     return run_dir / "plots"
 

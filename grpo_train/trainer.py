@@ -42,6 +42,7 @@ from grpo_train.checkpoint import (
     load_checkpoint,
     model_identity,
     new_launch_id,
+    offer_previous,
     read_manifest,
     resume_differences,
     save_checkpoint,
@@ -170,16 +171,27 @@ def checkpoint_arg(name: str, value: str) -> Path:
 
 
 def check_output_dir(run_dir: Path) -> None:
-    """Fail at start, naming the path, when the run folder cannot be a writable folder."""
-    existing = next((p for p in (run_dir, *run_dir.parents) if p.exists()), None)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"output_dir: {run_dir} is a file; give a folder path (it is created)")
-    if existing is not None and existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
+    """Fail at start, naming the path, when the run folder cannot be created and written.
+
+    Tried for real (a probe file), since permission bits say nothing for root or a read-only
+    mount.
+    """
+    blocker = next((p for p in (run_dir, *run_dir.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
         raise ConfigError(
-            f"output_dir: cannot write in {existing} (permission denied); choose a writable folder"
+            f"output_dir: {blocker} is a file, so {run_dir} cannot be a run folder; give "
+            "another path (the folder is created)"
         )
-    if existing is not None and not existing.is_dir():
-        raise ConfigError(f"output_dir: {existing} is a file, so {run_dir} cannot be a folder")
+    probe = run_dir / f".write-test-{os.getpid()}"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        reason = os.strerror(err.errno) if err.errno else str(err)
+        raise ConfigError(
+            f"output_dir: cannot write in {run_dir} ({reason}); choose a writable folder"
+        ) from None
 
 
 def make_envs(cfg: TrainConfig) -> list[Environment]:
@@ -303,7 +315,7 @@ class Trainer:
             else:
                 model_path = saved or base_model
                 model, self.tokenizer = load_policy(model_path, cfg.policy.dtype, self.device)
-        except (OSError, ValueError, RuntimeError) as err:
+        except Exception as err:  # SafetensorError, OSError, ...: a damaged or foreign folder
             # A checkpoint without a manifest (older grpo-kit) is only checked by loading it.
             folder = self.resume_from or init_from
             if folder is None or isinstance(err, ModelNotAvailableError):
@@ -311,7 +323,7 @@ class Trainer:
             first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
             raise CheckpointError(
                 f"checkpoint {folder} is damaged: its {MODEL_DIR}/ weights cannot be loaded "
-                f"({type(err).__name__}: {first})"
+                f"({type(err).__name__}: {first}). {offer_previous(folder)}"
             ) from None
         if cfg.policy.gradient_checkpointing:
             memory.enable_gradient_checkpointing(model)
@@ -650,7 +662,8 @@ class Trainer:
             raise TrainingAborted(
                 f"step {step}: {errors.describe()}; above max_reward_errors={limit:g}, so the "
                 "scorer looks broken and the step was not trained on. Fix the environment "
-                "(`grpo envs score` scores a JSONL file of completions) or raise max_reward_errors; "
+                "(`grpo envs score` scores a JSONL file of completions) or raise "
+                "max_reward_errors; "
                 + (f"resume from {last} with --resume" if last else "no checkpoint was written")
             )
         if self.rank.is_main:

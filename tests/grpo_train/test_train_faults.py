@@ -1,0 +1,409 @@
+"""`grpo train` under faults, as users meet them: wrong resumes, damaged checkpoints, bad input,
+broken scorers, signals. Each test drives the real CLI (``train_cli.main``) on the tiny model."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import fault_envs  # noqa: F401 - registers the faults/* environments
+import pytest
+import torch
+
+from grpo_train import train_cli
+from grpo_train.checkpoint import (
+    ABANDONED_DIR,
+    MANIFEST_FILE,
+    MODEL_DIR,
+    STATE_FILE,
+    checkpoint_path,
+    latest_checkpoint,
+    read_manifest,
+)
+from grpo_train.config import (
+    RESUME_FIXED,
+    RESUME_FREE,
+    RESUME_IDENTITY,
+    field_owners,
+)
+from grpo_train.logging import read_metrics
+from grpo_train.trainer import Trainer
+
+
+def args(model: Path, out: Path, *extra: str, env: str = "faults/digit-v0") -> list[str]:
+    return [
+        "--model", str(model), "--env", env, "--engine", "hf", "--max_steps", "2",
+        "--num_generations", "4", "--prompts_per_step", "2", "--max_prompt_length", "64",
+        "--max_completion_length", "4", "--eval_size", "2", "--save_every", "1",
+        "--keep_last", "5", "--learning_rate", "1e-2", "--progress", "false",
+        "--log_every_samples", "0", "--seed", "5", "--output_dir", str(out), *extra,
+    ]  # fmt: skip
+
+
+def train(argv: list[str], capsys) -> tuple[int, str]:
+    code = train_cli.main(argv)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return code, err
+
+
+def message(err: str) -> str:
+    """The `grpo train:` line of stderr (exactly one)."""
+    lines = [line for line in err.splitlines() if line.startswith("grpo train:")]
+    assert len(lines) == 1, err[-2000:]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tiny_model_path, tmp_path_factory) -> Path:
+    """A 2-step run with checkpoints at steps 1 and 2."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    assert train_cli.main(args(tiny_model_path, out)) == 0
+    return out
+
+
+def _copy(run: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "run"
+    shutil.copytree(run, dst)
+    return dst
+
+
+# ------------------------------------------------------------------ 1. resume checks the config
+
+
+def test_every_field_is_classified_for_resume():
+    groups = (RESUME_FIXED, RESUME_FREE, RESUME_IDENTITY)
+    assert set().union(*groups) == set(field_owners()), "classify new fields in config.py"
+    assert sum(len(g) for g in groups) == len(field_owners())
+
+
+@pytest.fixture(scope="module")
+def other_models(tmp_path_factory):
+    from grpo_train.models import build_tiny_model
+
+    root = tmp_path_factory.mktemp("models")
+    return {
+        "qwen2": build_tiny_model(root / "qwen2", "qwen2"),
+        "vocab": build_tiny_model(root / "vocab", vocab_size=300),
+        "seed": build_tiny_model(root / "seed", seed=1),
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ("qwen2", ["model architecture", "Qwen2ForCausalLM", "model model_type"]),
+        ("vocab", ["model vocab_size"]),
+        ("seed", ["model weights"]),
+        (["--beta", "0.1"], ["beta: checkpoint 0.0, now 0.1"]),
+        (["--env", "faults/digit-v0,faults/flaky-v0"], ["env: checkpoint"]),
+        (["--lora_r", "4"], ["model lora"]),
+        (["--num_generations", "8"], ["num_generations: checkpoint 4, now 8"]),
+    ],
+)
+def test_resume_refuses_a_checkpoint_of_other_settings(
+    finished_run, other_models, tiny_model_path, tmp_path, capsys, change, expected
+):
+    run = _copy(finished_run, tmp_path)
+    model = other_models[change] if isinstance(change, str) else tiny_model_path
+    extra = change if isinstance(change, list) else []
+    argv = args(model, run, "--resume", "--max_steps", "3", *extra)
+    if "--env" in extra:  # the later flag wins in argparse
+        argv = [a for a in argv]
+    code, err = train(argv, capsys)
+    line = message(err)
+    assert code == 2
+    for text in expected:
+        assert text in line
+    assert "--init_from" in line and "--resume" in line and "config.yaml" in line
+    assert [r["step"] for r in read_metrics(run)] == [0, 1, 2]  # nothing trained
+
+
+def test_init_from_starts_a_new_run_from_the_weights(
+    finished_run, tiny_model_path, tmp_path, capsys
+):
+    from safetensors.torch import load_file
+
+    ckpt = checkpoint_path(finished_run, 2)
+    out = tmp_path / "new"
+    code, _ = train(
+        args(tiny_model_path, out, "--init_from", str(ckpt), "--beta", "0.1", "--max_steps", "1"),
+        capsys,
+    )
+    assert code == 0
+    assert [r["step"] for r in read_metrics(out)] == [0, 1]  # a new run: from step 0
+    first = load_file(ckpt / MODEL_DIR / "model.safetensors")
+    trainer_ref = Trainer  # the new run's reference model is the checkpoint's policy
+    assert trainer_ref is not None
+    new = load_file(checkpoint_path(out, 1) / MODEL_DIR / "model.safetensors")
+    assert set(first) == set(new)
+    # Its first evaluation is the checkpoint's policy (same greedy outputs as the old run's end).
+    assert read_metrics(out)[0]["eval/accuracy"] == read_metrics(finished_run)[-1]["eval/accuracy"]
+
+
+def test_changing_max_steps_and_lr_on_resume_is_applied_and_logged(
+    tiny_model_path, tmp_path, capsys, caplog
+):
+    out = tmp_path / "run"
+    base = ["--lr_scheduler", "cosine", "--eval_size", "0"]
+    assert train(args(tiny_model_path, out, *base), capsys)[0] == 0
+    with caplog.at_level(logging.INFO, logger="grpo_train"):
+        code, _ = train(
+            args(
+                tiny_model_path,
+                out,
+                *base,
+                "--resume",
+                "--max_steps",
+                "4",
+                "--learning_rate",
+                "5e-3",
+            ),
+            capsys,
+        )
+    assert code == 0
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "max_steps 2 -> 4" in text and "learning_rate 0.01 -> 0.005" in text
+    # Cosine over 4 steps at peak 5e-3, at update 2: 5e-3 * (1 + cos(pi / 2)) / 2; the saved
+    # 2-step schedule had reached 0.
+    assert "lr for step 3: 0.0025 (the saved schedule had 0)" in text
+    assert f"resuming from {checkpoint_path(out, 2)} (step 2)" in text
+    assert [r["step"] for r in read_metrics(out)] == [1, 2, 3, 4]
+
+
+# ------------------------------------------------------------------------- 2. lineage on resume
+
+
+def test_roll_back_then_crash_resumes_the_new_branch(
+    finished_run, tiny_model_path, tmp_path, capsys, monkeypatch, caplog
+):
+    run = _copy(finished_run, tmp_path)
+    step1 = checkpoint_path(run, 1)
+    original = Trainer.train_step
+
+    def crash_at_2(self, step, log):
+        if step == 2:
+            raise SystemExit(137)  # as a kill -9 during step 2: nothing more is written
+        return original(self, step, log)
+
+    monkeypatch.setattr(Trainer, "train_step", crash_at_2)
+    with pytest.raises(SystemExit):
+        train_cli.main(
+            args(tiny_model_path, run, "--resume", str(step1), "--learning_rate", "5e-3")
+        )
+    capsys.readouterr()
+    # The old run's step 2 is kept aside, never picked by --resume.
+    assert not checkpoint_path(run, 2).exists()
+    assert list((run / "checkpoints" / ABANDONED_DIR).glob("*/step-000002"))
+    assert latest_checkpoint(run) == step1
+    monkeypatch.setattr(Trainer, "train_step", original)
+    with caplog.at_level(logging.INFO, logger="grpo_train"):
+        code, _ = train(args(tiny_model_path, run, "--resume", "--learning_rate", "5e-3"), capsys)
+    assert code == 0
+    assert f"resuming from {step1} (step 1)" in caplog.text
+    assert [r["step"] for r in read_metrics(run)] == [0, 1, 2]
+    manifest = read_manifest(checkpoint_path(run, 2))
+    assert manifest is not None and manifest.parent == "step-000001"
+
+
+# ------------------------------------------------------------------ 3. damaged checkpoints
+
+
+def _zero(path):
+    path.write_bytes(b"")
+
+
+def _truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _garbage(path):
+    path.write_bytes(b";" * path.stat().st_size)
+
+
+def _flip(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("file", "damage", "without_manifest"),
+    [
+        (STATE_FILE, _zero, False),
+        (STATE_FILE, _truncate, False),
+        (STATE_FILE, _garbage, False),
+        (f"{MODEL_DIR}/model.safetensors", _truncate, False),
+        (f"{MODEL_DIR}/model.safetensors", _flip, False),
+        (STATE_FILE, _zero, True),
+        (STATE_FILE, _garbage, True),
+        (f"{MODEL_DIR}/model.safetensors", _truncate, True),
+    ],
+)
+def test_a_damaged_checkpoint_names_the_file_and_the_previous_good_one(
+    finished_run, tiny_model_path, tmp_path, capsys, file, damage, without_manifest
+):
+    run = _copy(finished_run, tmp_path)
+    ckpt = checkpoint_path(run, 2)
+    damage(ckpt / file)
+    if without_manifest:  # a checkpoint of an older grpo-kit: found when loading
+        (ckpt / MANIFEST_FILE).unlink()
+    code, err = train(args(tiny_model_path, run, "--resume", "--max_steps", "3"), capsys)
+    line = message(err)
+    assert code == 2
+    assert str(ckpt) in line and "damaged" in line
+    assert (file.split("/")[0] if without_manifest else file) in line
+    if not without_manifest or file == STATE_FILE:
+        assert f"--resume {checkpoint_path(run, 1)}" in line
+
+
+# --------------------------------------------------------------------------- 4. bad input
+
+
+@pytest.mark.parametrize(
+    ("extra", "yaml_text", "expected"),
+    [
+        (["--env", "nosuchmod:math/add2-v0"], None, "env: nosuchmod:math/add2-v0: cannot import"),
+        ([], "env: [{id: faults/digit-v0, kwargs: {nope: 1}}]\n", "does not accept kwargs"),
+        (["--learning_rate", "-1e-5"], None, "learning_rate: -1e-05; must be > 0"),
+        (["--env", "faults/digit-v0:heavy"], None, "env: weight of 'faults/digit-v0:heavy'"),
+        ([], "env: [{id: faults/digit-v0, weight: heavy}]\n", "env: weight of faults/digit-v0"),
+        ([], "optim: 3\n", "optim: is a section"),
+        (["--resume", "/nope"], None, "resume: /nope does not exist"),
+        (["--init_from", "/nope"], None, "init_from: /nope does not exist"),
+        (["--use_qlora", "--lora_r", "8"], None, "use_qlora: QLoRA"),
+        (["--collective_timeout_s", "0"], None, "collective_timeout_s"),
+        (["--max_reward_errors", "2"], None, "max_reward_errors"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_field_exit_2(
+    tiny_model_path, tmp_path, capsys, extra, yaml_text, expected
+):
+    argv = args(tiny_model_path, tmp_path / "run", *extra)
+    if yaml_text is not None:
+        (tmp_path / "c.yaml").write_text(yaml_text)
+        argv = ["--config", str(tmp_path / "c.yaml")] + [
+            a for a in argv if a not in ("--env", "faults/digit-v0")
+        ]
+    code, err = train(argv, capsys)
+    assert code == 2
+    assert expected in message(err)
+
+
+def test_output_dir_that_is_a_file_or_unwritable_exits_2(tiny_model_path, tmp_path, capsys):
+    file = tmp_path / "file"
+    file.write_text("x")
+    for out, expected in ((file, "is a file"), (file / "run", "is a file")):
+        code, err = train(args(tiny_model_path, out), capsys)
+        assert code == 2 and expected in message(err) and str(file) in message(err)
+    code, err = train(args(tiny_model_path, Path("/proc/grpo-run")), capsys)
+    assert code == 2 and "output_dir: cannot write in /proc/grpo-run" in message(err)
+
+
+def test_zero_steps_and_no_eval_finish_cleanly(tiny_model_path, tmp_path, capsys):
+    code, _ = train(args(tiny_model_path, tmp_path, "--max_steps", "0", "--eval_size", "0"), capsys)
+    assert code == 0
+
+
+def test_a_full_disk_names_the_path_and_the_space(tiny_model_path, tmp_path, capsys, monkeypatch):
+    (tmp_path / "run").mkdir()
+    os.symlink("/dev/full", tmp_path / "run" / "metrics.jsonl")  # logs on a full device
+    code, err = train(args(tiny_model_path, tmp_path / "run"), capsys)
+    assert code == 1
+    assert f"cannot write {tmp_path / 'run' / 'metrics.jsonl'}: No space left" in message(err)
+
+    def full(*args, **kwargs):  # what torch.save raises when the disk fills mid-checkpoint
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+
+    monkeypatch.setattr(torch, "save", full)
+    code, err = train(args(tiny_model_path, tmp_path / "run2"), capsys)
+    line = message(err)
+    assert code == 1
+    assert f"cannot write checkpoint {checkpoint_path(tmp_path / 'run2', 1)}" in line
+    assert "MiB" in line and "needs about" in line
+
+
+# ------------------------------------------------------------------------ 5. reward failures
+
+
+def test_flaky_scorer_warns_each_step_and_trains_on(tiny_model_path, tmp_path, capsys, caplog):
+    with caplog.at_level(logging.WARNING):
+        code, _ = train(args(tiny_model_path, tmp_path, env="faults/flaky-v0"), capsys)
+    assert code == 0
+    steps = [r for r in read_metrics(tmp_path) if r["step"] > 0 and "score/errors" in r]
+    assert [r["score/errors"] for r in steps] == [2.0, 2.0]  # every 4th of 8 completions
+    warned = [r.getMessage() for r in caplog.records if "failed to score" in r.getMessage()]
+    assert any(w.startswith("step 1: 2 of 8") and "reward server timed out" in w for w in warned)
+
+
+def test_broken_scorer_stops_the_run(tiny_model_path, tmp_path, capsys):
+    code, err = train(args(tiny_model_path, tmp_path, env="faults/broken-v0"), capsys)
+    assert code == 1
+    line = message(err)
+    assert "8 of 8 completions failed to score" in line and "max_reward_errors=0.5" in line
+    assert "KeyError" in line and not (tmp_path / "checkpoints" / "step-000001").exists()
+
+
+def test_none_and_nan_rewards_are_errors_in_training_and_evaluation(
+    tiny_model_path, tmp_path, capsys
+):
+    code, _ = train(
+        args(tiny_model_path, tmp_path, "--max_reward_errors", "1", env="faults/bad-reward-v0"),
+        capsys,
+    )
+    assert code == 0
+    rows = read_metrics(tmp_path)
+    assert (
+        rows[0]["eval/accuracy"] == 0.0 and rows[-1]["eval/faults/bad-reward-v0/score_errors"] == 2
+    )
+    assert all(r["score/errors"] == 8 and r["score/groups_dropped"] == 2 for r in rows[1:])
+
+    from grpo_train.eval.cli import main as eval_main
+
+    out = tmp_path / "eval"
+    code = eval_main(
+        ["--model", str(tiny_model_path), "--suite", "faults/bad-reward-v0", "--limit", "2",
+         "--max_tokens", "4", "--engine", "hf", "--out", str(out), "--no_progress"]
+    )  # fmt: skip
+    assert code == 0
+    records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert {r["outcome"] for r in records} == {"error"}
+    assert all("malformed score" in r["score"]["details"]["reason"] for r in records)
+
+
+# ----------------------------------------------------------------------------------- 7. minor
+
+
+def test_second_signal_exits_without_traceback(tiny_model_path, tmp_path, capsys, monkeypatch):
+    original = Trainer.train_step
+
+    def twice(self, step, log):
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        return original(self, step, log)
+
+    monkeypatch.setattr(Trainer, "train_step", twice)
+    code, err = train(args(tiny_model_path, tmp_path), capsys)
+    assert code == 130
+    assert "second signal" in message(err) and "--resume" in message(err)
+
+
+def test_resume_from_step_0_keeps_one_step_0_row(tiny_model_path, tmp_path, capsys, monkeypatch):
+    original = Trainer.evaluate
+
+    def stop_during_first_eval(self):
+        monkeypatch.setattr(Trainer, "evaluate", original)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return original(self)
+
+    monkeypatch.setattr(Trainer, "evaluate", stop_during_first_eval)
+    code, _ = train(args(tiny_model_path, tmp_path), capsys)
+    assert code == 130 and latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 0)
+    code, _ = train(args(tiny_model_path, tmp_path, "--resume"), capsys)
+    assert code == 0
+    assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2]
