@@ -268,6 +268,7 @@ class RunConfig:
 RESUME_FIXED: frozenset[str] = frozenset(
     {
         "env", "train_split", "max_prompt_length",
+        "system_prompt", "chat_template", "chat_template_kwargs", "prompt_template",
         "num_generations", "prompts_per_step", "max_completion_length", "temperature", "top_p",
         "seed_per_prompt",
         "advantage_estimator", "scale_rewards", "loss_type", "mu", "beta", "epsilon_low",
