@@ -142,6 +142,7 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
     from grpo_train.memory import enable_gradient_checkpointing, reset_peak_memory
     from grpo_train.models import load_policy, resolve_model
     from grpo_train.rollout.base import SamplingConfig
+    from grpo_train.weight_export import sync_rollout_weights
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     path = resolve_model(model_name)
@@ -224,7 +225,7 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
             times["train"] = time.perf_counter() - t
 
             t = time.perf_counter()
-            engine.sync_weights(model)  # type: ignore[attr-defined]
+            sync_rollout_weights(engine, model)  # type: ignore[arg-type]
             _sync_cuda()
             times["sync"] = time.perf_counter() - t
             step_s = sum(times.values())

@@ -116,6 +116,7 @@ def logprob_gap(
 def run_merged(model: Any, path: str, prompts: list[list[int]], args: argparse.Namespace) -> Row:
     """The trainer's path: ``VLLMEngine.sync_weights`` of the peft model (merged on the fly)."""
     from grpo_train.rollout.vllm_engine import VLLMEngine
+    from grpo_train.weight_export import sync_rollout_weights
 
     row = Row("merged weights (current)")
     start = time.perf_counter()
@@ -125,7 +126,7 @@ def run_merged(model: Any, path: str, prompts: list[list[int]], args: argparse.N
         rows: list[Any] = []
         for step in range(args.syncs):
             perturb_adapter(model, step)
-            engine.sync_weights(model)
+            sync_rollout_weights(engine, model)
             row.sync_s.append(engine.last_sync_seconds)
             tps, rows = generate(engine.llm, prompts, args)
             row.tokens_per_s.append(tps)

@@ -443,7 +443,7 @@ def save_checkpoint(
     folder raises ``OutputWriteError`` naming the folder and the space a checkpoint needs.
 
     A LoRA (peft) model writes only its adapter into ``model/``. ``state_dict``: the gathered
-    full weights of a sharded (FSDP / ZeRO-3) model (``distributed.full_state_dict``; only rank
+    full weights of a sharded (FSDP / ZeRO-3) model (``weight_export.full_state_dict``; only rank
     0's matters). ``accelerator``: the run's ``accelerate.Accelerator`` in a launched job; the call
     is then collective (every rank calls it, the main process writes the shared files) and an
     FSDP / DeepSpeed run's optimizer goes through ``accelerator.save_state`` into

@@ -16,8 +16,9 @@ DDP, or sharded by FSDP / DeepSpeed ZeRO) and its own rollout engine. Per step:
 5. Every rank runs the same number of forward/backward passes (``common_count``; FSDP and ZeRO-3
    all-gather parameters inside each forward, so a rank with fewer micro-batches would hang the
    others), padding with zero-weight micro-batches.
-6. ``sync_rollout_weights``: the engine gets full weights, gathered from shards when sharded.
-7. Checkpoints (``checkpoint.py``): the HF folder gets ``full_state_dict(rank0_only=True)``; when
+6. ``weight_export.sync_rollout_weights``: the engine gets full weights, gathered from shards
+   when sharded.
+7. Checkpoints (``checkpoint.py``): the HF folder gets ``weight_export.export_state_dict``; when
    ``shards_training_state`` (FSDP, DeepSpeed) the optimizer goes through accelerate's
    ``save_state`` / ``load_state``.
 
@@ -28,9 +29,8 @@ and on CPU with the gloo backend, which is how the tests run them.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -41,7 +41,7 @@ import torch.distributed as dist
 from grpo_train.advantages import Estimator, ScaleRewards, compute_advantages
 
 if TYPE_CHECKING:
-    from grpo_train.rollout.base import RolloutEngine
+    pass
 
 T = TypeVar("T")
 
@@ -354,15 +354,15 @@ def max_rank_difference(model: torch.nn.Module) -> float:
 
     Two ``all_reduce`` calls per parameter (MAX and MIN); the result is the same on every rank.
     For replicated models (DDP). For sharded ones (FSDP, ZeRO-3) each rank holds a different
-    shard, so compare ``full_state_dict`` outputs instead.
+    shard, so compare ``weight_export.full_state_dict`` outputs instead.
     """
     if not _active():
         return 0.0
     worst = 0.0
-    for name, param in _unwrap(model).named_parameters():
+    for name, param in unwrap_model(model).named_parameters():
         if type(param).__name__ == "DTensor" or hasattr(param, "ds_id"):
             raise TypeError(
-                f"{name} is sharded; compare full_state_dict(model) across ranks instead"
+                f"{name} is sharded; compare weight_export.full_state_dict(model) across ranks"
             )
         high = on_backend_device(param.detach().clone())
         low = on_backend_device(param.detach().clone())
@@ -373,15 +373,10 @@ def max_rank_difference(model: torch.nn.Module) -> float:
     return worst
 
 
-def all_ranks_equal(model: torch.nn.Module, atol: float = 0.0) -> bool:
-    """Check every rank holds the same parameters within ``atol`` (see max_rank_difference)."""
-    return max_rank_difference(model) <= atol
-
-
 # ------------------------------------------------------------------------------- weight sync
 
 
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
     """Strip DDP / DeepSpeed / compile wrappers (accelerate's ``extract_model_from_parallel``)."""
     from accelerate.utils import extract_model_from_parallel
 
@@ -424,73 +419,6 @@ def every_rank_loads_weights() -> Iterator[None]:
             os.environ[key] = saved
 
 
-def is_sharded(model: torch.nn.Module) -> bool:
-    """Tell whether this rank holds only shards of the parameters (FSDP1/2, DeepSpeed ZeRO-3)."""
-    if type(model).__name__ == "FullyShardedDataParallel":
-        return True
-    return any(
-        type(p).__name__ == "DTensor" or hasattr(p, "ds_id") or type(p).__name__ == "FlatParameter"
-        for p in model.parameters()
-    )
-
-
-def full_state_dict(model: torch.nn.Module, *, rank0_only: bool = False) -> dict[str, torch.Tensor]:
-    """Gather the model's complete state dict on every rank (or only rank 0) from its shards.
-
-    DDP, FSDP1 and FSDP2 go through ``torch.distributed.checkpoint.state_dict.
-    get_model_state_dict`` (full tensors, wrapper prefixes removed); DeepSpeed ZeRO-3 through
-    ``deepspeed.zero.GatheredParameters``. Names are the unwrapped module's (``PeftModel`` names
-    for a LoRA model: merge them with ``lora.merge_lora_state_dict``). With ``rank0_only`` the
-    tensors land on rank 0's CPU and other ranks get ``{}`` (for saving); otherwise every rank
-    gets them on its device (for each rank's colocated engine). Collective: call on all ranks.
-    """
-    if any(hasattr(p, "ds_id") for p in model.parameters()):
-        return _deepspeed_full_state_dict(model, rank0_only)
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return {k: v.detach() for k, v in _unwrap(model).state_dict().items()}
-    options = StateDictOptions(full_state_dict=True, cpu_offload=rank0_only)
-    state = get_model_state_dict(model, options=options)
-    return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
-
-
-def _deepspeed_full_state_dict(model: torch.nn.Module, rank0_only: bool) -> dict[str, torch.Tensor]:
-    """Gather ZeRO-3 partitions parameter by parameter (bounded peak memory), as TRL does."""
-    import deepspeed
-
-    module = _unwrap(model)
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    out: dict[str, torch.Tensor] = {}
-    for name, param in module.named_parameters():
-        with deepspeed.zero.GatheredParameters([param], modifier_rank=None):
-            if not rank0_only:
-                out[name] = param.detach().clone()
-            elif rank == 0:
-                out[name] = param.detach().cpu().clone()
-    for name, buffer in module.named_buffers():
-        if not rank0_only or rank == 0:
-            out[name] = buffer.detach().clone()
-    return out
-
-
-class StateDictModule(torch.nn.Module):
-    """A module that only answers ``state_dict()``: hands gathered weights to an engine.
-
-    The engines' ``sync_weights(model)`` reads ``checkpoint_state_dict(model)``, i.e. the
-    module's ``state_dict()``. After gathering a sharded model there is a dict but no unsharded
-    module; this adapter lets the engines take it unchanged (no engine API change needed).
-    """
-
-    def __init__(self, state: Mapping[str, torch.Tensor]) -> None:
-        super().__init__()
-        self._state = dict(state)
-
-    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:  # type: ignore[override]
-        """Return the wrapped tensors, as given."""
-        return dict(self._state)
-
-
 def vllm_colocate_kwargs(seed: int, tensor_parallel_size: int = 1) -> dict[str, int | str]:
     """Extra ``VLLMEngine`` arguments for a colocated engine inside a launched job.
 
@@ -517,50 +445,3 @@ def vllm_colocate_kwargs(seed: int, tensor_parallel_size: int = 1) -> dict[str, 
         "tensor_parallel_size": tensor_parallel_size,
         "distributed_executor_backend": "external_launcher",
     }
-
-
-def _lora_scale(model: torch.nn.Module) -> float | None:
-    """``lora_alpha / r`` of the PEFT model inside ``model``; None for a plain model."""
-    from peft import PeftModel
-
-    inner = _unwrap(model)
-    if not isinstance(inner, PeftModel):
-        return None
-    config = inner.peft_config[inner.active_adapter]
-    r, alpha = config.r, config.lora_alpha  # type: ignore[attr-defined]
-    return alpha / math.sqrt(r) if getattr(config, "use_rslora", False) else alpha / r
-
-
-def sync_rollout_weights(engine: RolloutEngine, model: torch.nn.Module) -> None:
-    """Push the policy's current weights into this rank's engine; collective when sharded.
-
-    Replicated (single process, DDP): the unwrapped module goes to ``engine.sync_weights`` as
-    is (free for an HF engine sharing it; LoRA merged by the engine's weight code). Sharded
-    (FSDP, ZeRO-3): the full state dict is gathered on every rank, LoRA merged on the dict,
-    and handed over through ``StateDictModule``. Call on every rank. A sharded policy needs an
-    engine with its own copy of the weights (vLLM, or ``HFEngine(model_path)``): an HF engine
-    sharing the sharded module could not generate (each rank's forwards must match).
-    """
-    if not is_sharded(model):
-        engine.sync_weights(_unwrap(model))
-        return
-    # Every rank gathers (the all-gathers are collectives; a rank that skipped them would hang
-    # the others) and feeds its own engine.
-    engine.sync_weights(StateDictModule(merged_full_state_dict(model)))
-
-
-def merged_full_state_dict(
-    model: torch.nn.Module, *, rank0_only: bool = False
-) -> dict[str, torch.Tensor]:
-    """``full_state_dict`` with a LoRA adapter folded in (base checkpoint names); collective.
-
-    A plain model's gathered state dict is returned as is. With ``rank0_only`` the other ranks
-    get ``{}``.
-    """
-    state = full_state_dict(model, rank0_only=rank0_only)
-    scale = _lora_scale(model)
-    if scale is None or not state:
-        return state
-    from grpo_train.lora import merge_lora_state_dict
-
-    return merge_lora_state_dict(state, scale)

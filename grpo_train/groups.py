@@ -211,7 +211,8 @@ def build_engine(
         name = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
     dtype = config.policy.dtype
     if name == "hf":
-        from grpo_train.distributed import every_rank_loads_weights, is_sharded
+        from grpo_train.distributed import every_rank_loads_weights
+        from grpo_train.weight_export import is_sharded
 
         if not is_sharded(model):
             return make_engine("hf", model_path, model=model, tokenizer=tokenizer, dtype=dtype)

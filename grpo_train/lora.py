@@ -6,9 +6,8 @@ The pieces the trainer calls:
   parameters are the LoRA matrices.
 * ``reference_policy(model)`` is the KL reference: the same module with its adapter switched off
   (``PeftModel.disable_adapter``), so no second copy of the base model is kept in memory.
-* ``merged_state_dict(model)`` gives the base model's checkpoint names and tensors with the adapter
-  folded in (``W + scale * B @ A``), computed without touching the trainer's weights, for pushing
-  into a rollout engine (vLLM knows base checkpoints, not PEFT wrappers).
+* ``weight_export.export_state_dict(model)`` (not here: one path for saving and engine sync)
+  gives the base model's checkpoint names and tensors with the adapter folded in.
 * ``save_adapter`` / ``load_adapter`` write and read adapter-only checkpoints (a few MB);
   ``save_merged`` writes a plain Hugging Face folder that transformers and vLLM load directly.
 
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from grpo_train.rollout.weights import checkpoint_state_dict
+from grpo_train.weight_export import export_state_dict, is_quantized, lora_scale
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -78,7 +77,7 @@ class LoraSettings:
     @property
     def scale(self) -> float:
         """The factor the adapter's ``B @ A`` is multiplied by."""
-        return self.lora_alpha / self.lora_r
+        return lora_scale(self.lora_r, self.lora_alpha)
 
 
 # ---------------------------------------------------------------------------------------- QLoRA
@@ -126,12 +125,6 @@ def load_quantized_base(
     )
 
 
-def _is_quantized(model: torch.nn.Module) -> bool:
-    return bool(
-        getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False)
-    )
-
-
 # ------------------------------------------------------------------------------------- adapters
 
 
@@ -174,7 +167,7 @@ def _prepare_base(model: PreTrainedModel, settings: LoraSettings) -> PreTrainedM
     from peft import prepare_model_for_kbit_training
 
     require_qlora()
-    if not _is_quantized(model):
+    if not is_quantized(model):
         raise ValueError(
             "use_qlora needs the base model loaded in 4-bit: "
             "grpo_train.lora.load_quantized_base(path)"
@@ -275,7 +268,7 @@ def save_adapter(
 ) -> Path:
     """Write an adapter-only checkpoint (``adapter_config.json`` + ``adapter_model.safetensors``).
 
-    Under FSDP / ZeRO-3 pass the gathered full ``state_dict`` (``distributed.full_state_dict``);
+    Under FSDP / ZeRO-3 pass the gathered full ``state_dict`` (``weight_export.full_state_dict``);
     peft keeps only the adapter's tensors from it. Only the main process writes.
     """
     out = Path(directory)
@@ -300,102 +293,6 @@ def load_adapter(
 # ------------------------------------------------------------------------------- merged weights
 
 
-def merged_state_dict(
-    model: torch.nn.Module, dtype: torch.dtype | None = None
-) -> dict[str, torch.Tensor]:
-    """Base-model checkpoint tensors with the active adapter merged in; the model is not changed.
-
-    Names are the base checkpoint's (``model.layers.0.self_attn.q_proj.weight``): no
-    ``base_model.model.`` prefix, no ``lora_`` tensors, tied weights once. For a plain LoRA model
-    this is ``rollout.weights.checkpoint_state_dict``, the function the engines' weight sync uses,
-    so what is saved and what is synced agree. A 4-bit (QLoRA) base is dequantized layer by layer
-    first: merging into packed 4-bit weights would be meaningless.
-    """
-    peft_model = unwrap_peft(model)
-    if _is_quantized(peft_model.get_base_model()):
-        return _dequantized_merge(peft_model, dtype)
-    return checkpoint_state_dict(peft_model, dtype=dtype)
-
-
-def _dequantized_merge(
-    peft_model: torch.nn.Module, dtype: torch.dtype | None
-) -> dict[str, torch.Tensor]:
-    """Merge by walking the modules: dequantize each base weight, add the LoRA delta.
-
-    Works on any LoRA model (on a full-precision base ``dequantize_module_weight`` returns the
-    weight unchanged), which is how it is tested on CPU against ``checkpoint_state_dict``.
-    """
-    from peft.tuners.lora import LoraLayer
-    from peft.utils.integrations import dequantize_module_weight
-
-    base: Any = peft_model.get_base_model()  # type: ignore[operator]
-    out: dict[str, torch.Tensor] = {}
-    done: list[str] = []  # module prefixes whose tensors are already emitted
-
-    def dequantized(module: torch.nn.Module) -> torch.Tensor:
-        weight = dequantize_module_weight(module).detach()
-        return weight.to(getattr(module, "compute_dtype", None) or weight.dtype)
-
-    with torch.no_grad():
-        for name, module in base.named_modules():
-            if isinstance(module, LoraLayer):
-                lora_layer: Any = module  # peft's concrete layers define get_delta_weight
-                layer = module.get_base_layer()
-                weight = dequantized(layer)
-                for adapter in module.active_adapters:
-                    if adapter in module.lora_A and not module.merged:
-                        weight = weight + lora_layer.get_delta_weight(adapter).to(weight.dtype)
-            elif type(getattr(module, "weight", None)).__name__ in ("Params4bit", "Int8Params"):
-                layer, weight = module, dequantized(module)
-            else:
-                continue
-            out[f"{name}.weight"] = weight
-            bias: Any = getattr(layer, "bias", None)
-            if bias is not None:
-                out[f"{name}.bias"] = bias.detach()
-            done.append(name + ".")
-        seen = {(t.untyped_storage().data_ptr(), t.storage_offset()) for t in out.values()}
-        for name, tensor in base.state_dict().items():
-            if ".lora_" in name or name.startswith(tuple(done)):
-                continue
-            key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
-            if key in seen:
-                continue  # a tied weight already emitted under its first name
-            seen.add(key)
-            out[name] = tensor.detach()
-    return {k: v if dtype is None else v.to(dtype) for k, v in out.items()}
-
-
-def merge_lora_state_dict(
-    state: Mapping[str, torch.Tensor], scale: float, adapter: str = "default"
-) -> dict[str, torch.Tensor]:
-    """Merge LoRA tensors inside a full PEFT *state dict* (names as ``PeftModel.state_dict()``).
-
-    For sharded training (FSDP, ZeRO-3) the gathered state dict is all there is on the syncing
-    rank, not a module with LoRA layers. Each ``<m>.base_layer.weight`` becomes ``<m>.weight +
-    scale * B @ A``; ``base_model.model.`` and ``lora_`` entries are dropped. ``scale`` is
-    ``LoraSettings.scale`` (uniform rank and alpha; rank/alpha patterns, DoRA and rsLoRA are
-    not handled here and ``apply_lora`` never creates them).
-    """
-    prefix = "base_model.model."
-    out: dict[str, torch.Tensor] = {}
-    for name, tensor in state.items():
-        if ".lora_" in name:
-            continue
-        short = name[len(prefix) :] if name.startswith(prefix) else name
-        if ".base_layer." in short:
-            module = name[: name.index(".base_layer.")]
-            short = short.replace(".base_layer.", ".")
-            if name.endswith(".base_layer.weight"):
-                lora_a = state.get(f"{module}.lora_A.{adapter}.weight")
-                lora_b = state.get(f"{module}.lora_B.{adapter}.weight")
-                if lora_a is not None and lora_b is not None:
-                    delta = (lora_b.float() @ lora_a.float()) * scale  # (out, r) @ (r, in)
-                    tensor = (tensor.float() + delta).to(tensor.dtype)
-        out[short] = tensor
-    return out
-
-
 def save_merged(
     model: torch.nn.Module,
     tokenizer: PreTrainedTokenizerBase | None,
@@ -413,17 +310,9 @@ def save_merged(
     """
     from huggingface_hub import save_torch_state_dict
 
-    from grpo_train.distributed import is_sharded, merged_full_state_dict
-
     out = Path(directory)
-    if is_sharded(model):
-        # FSDP / ZeRO-3: this rank's tensors are shards; gather (collective: every rank calls
-        # save_merged) onto rank 0's CPU and merge the adapter on the gathered dict.
-        state = merged_full_state_dict(model, rank0_only=True)
-        if dtype is not None:
-            state = {k: v.to(dtype) for k, v in state.items()}
-    else:
-        state = merged_state_dict(model, dtype=dtype)
+    # Under FSDP / ZeRO-3 this gathers the shards onto rank 0's CPU (collective).
+    state = export_state_dict(model, dtype=dtype, rank0_only=True)
     if not is_main_process:
         return out
     out.mkdir(parents=True, exist_ok=True)

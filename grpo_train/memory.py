@@ -11,11 +11,14 @@ from __future__ import annotations
 import contextlib
 import resource
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
+
+if TYPE_CHECKING:
+    from grpo_train.rollout.base import RolloutEngine
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
@@ -60,33 +63,6 @@ def autocast(
     if kind != "cuda" or resolved == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device_type="cuda", dtype=resolved)
-
-
-def micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Group sequence indices so each group's padded size (rows x longest row) fits ``max_tokens``.
-
-    Indices are taken shortest first (ties by index, so the result is deterministic) and packed
-    greedily: similar lengths share a micro-batch, which keeps padding small. A sequence longer
-    than ``max_tokens`` gets a micro-batch of its own rather than an error: the budget bounds
-    memory for typical rows, and one long row must still train. Indices within a group are in
-    ascending length order.
-
-    >>> micro_batches([3, 1, 2], max_tokens=4)
-    [[1, 2], [0]]
-    """
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-    if any(n < 0 for n in lengths):
-        raise ValueError(f"lengths must be >= 0, got {list(lengths)}")
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    groups: list[list[int]] = []
-    for i in order:
-        # Sorted ascending: lengths[i] is the longest row of the group if it joins.
-        if groups and (len(groups[-1]) + 1) * max(lengths[i], 1) <= max_tokens:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return groups
 
 
 @dataclass(frozen=True)
@@ -146,31 +122,15 @@ def on_device(
 
 
 @contextlib.contextmanager
-def engine_asleep(engine: object, level: Literal[1, 2] = 1) -> Iterator[bool]:
-    """Put a colocated vLLM engine to sleep during the update, wake it for the weight sync.
+def engine_asleep(engine: RolloutEngine, level: Literal[1, 2] = 1) -> Iterator[bool]:
+    """Put a colocated engine to sleep during the update and wake it for the weight sync.
 
-    vLLM's sleep mode (``LLM(enable_sleep_mode=True)``, GPU only) frees the KV cache and, at
-    level 1, offloads the weights to host RAM (level 2 discards them: cheaper, but the engine
-    then holds garbage until the next ``sync_weights``, which the trainer does right after).
-    Start the engine with ``VLLMEngine(..., enable_sleep_mode=True)`` (passed through to
-    ``vllm.LLM``). Engines without sleep support (HF, vLLM on CPU, sleep mode off) are left
-    alone. Yields whether the engine was put to sleep.
+    Yields whether the engine slept (``RolloutEngine.sleep``: vLLM's sleep mode on CUDA frees
+    the KV cache and offloads or drops the weights; other engines stay awake).
     """
-    llm = getattr(engine, "llm", None)
-    config = getattr(
-        getattr(getattr(llm, "llm_engine", None), "vllm_config", None), "model_config", None
-    )
-    can_sleep = (
-        llm is not None
-        and torch.cuda.is_available()
-        and bool(getattr(config, "enable_sleep_mode", False))
-        and not getattr(engine, "on_cpu", False)
-    )
-    if not can_sleep:
-        yield False
-        return
-    llm.sleep(level=level)  # type: ignore[union-attr]
+    slept = engine.sleep(level)
     try:
-        yield True
+        yield slept
     finally:
-        llm.wake_up()  # type: ignore[union-attr]
+        if slept:
+            engine.wake_up()

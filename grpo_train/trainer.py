@@ -30,7 +30,7 @@ import torch
 
 from grpo_envs.base import Environment
 from grpo_envs.types import Sample
-from grpo_train import distributed, memory
+from grpo_train import distributed, memory, weight_export
 from grpo_train.checkpoint import (
     MANIFEST_FILE,
     MODEL_DIR,
@@ -377,7 +377,7 @@ class Trainer:
             else build_engine(cfg, model_path, self.policy, self.tokenizer)
         )
         if self.lora is not None and self.resume_from:
-            distributed.sync_rollout_weights(self.engine, self.model)  # the resumed adapter
+            weight_export.sync_rollout_weights(self.engine, self.model)  # the resumed adapter
         # The update runs each group's prompt once (loss.token_logprobs, share_prompts): not
         # under DDP/FSDP wrappers (two forwards per backward) or gradient checkpointing (no cache).
         self.share_prompts = (
@@ -522,7 +522,7 @@ class Trainer:
                 step += 1
                 metrics = self.train_step(step, log)
                 last = step == run.max_steps
-                if last and self.distributed and not distributed.is_sharded(self.model):
+                if last and self.distributed and not weight_export.is_sharded(self.model):
                     # Data-parallel replicas must agree exactly; 0.0 says DDP kept them in step.
                     metrics["dist/max_rank_diff"] = distributed.max_rank_difference(self.model)
                 if (
@@ -633,7 +633,7 @@ class Trainer:
 
         # (6) Push the new weights into the rollout engine (merged LoRA, gathered shards).
         t = time.perf_counter()
-        distributed.sync_rollout_weights(self.engine, self.model)
+        weight_export.sync_rollout_weights(self.engine, self.model)
         times["sync"] = time.perf_counter() - t
 
         # (7) Time split, throughput, memory, sample completions.
@@ -932,8 +932,8 @@ class Trainer:
         main rank writes the shared files. A LoRA run's ``model/`` folder holds only the adapter.
         """
         state = None
-        if distributed.is_sharded(self.model):
-            state = distributed.full_state_dict(self.model, rank0_only=True)
+        if weight_export.is_sharded(self.model):
+            state = weight_export.full_state_dict(self.model, rank0_only=True)
         return save_checkpoint(
             self.run_dir,
             step,

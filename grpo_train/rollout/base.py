@@ -13,7 +13,7 @@ the distribution it was drawn from, i.e. ``log_softmax(top_k_top_p(logits / temp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -92,8 +92,23 @@ class RolloutEngine(Protocol):
         """Sample ``sampling.n`` completions for each prompt; outer list in prompt order."""
         ...
 
-    def sync_weights(self, model: torch.nn.Module) -> None:
-        """Load the trainer's current weights into the engine (after each optimizer step)."""
+    def shares_weights(self, model: torch.nn.Module) -> bool:
+        """Tell whether the engine generates with ``model`` itself (nothing to sync then)."""
+        ...
+
+    def sync_weights(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Load the trainer's current weights (``weight_export.export_state_dict``) into the engine.
+
+        Called after each optimizer step; an engine sharing the trainer's module gets ``{}``.
+        """
+        ...
+
+    def sleep(self, level: Literal[1, 2] = 1) -> bool:
+        """Free generation memory during the update if the engine can; return whether it slept."""
+        ...
+
+    def wake_up(self) -> None:
+        """Undo ``sleep`` before the next weight sync."""
         ...
 
     def close(self) -> None:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from grpo_train.rollout.base import Completion, SamplingConfig, check_prompts
-from grpo_train.rollout.weights import checkpoint_state_dict
 
 if TYPE_CHECKING:
     import torch
@@ -223,13 +222,16 @@ class HFEngine:
         new_tokens = sequences[:, input_ids.shape[1] :].cpu()  # (B, T)
         return new_tokens, recorder.finish(new_tokens)
 
-    def sync_weights(self, model: torch.nn.Module) -> None:
-        """Copy the trainer's weights in; free when the engine shares the trainer's module."""
-        start = time.perf_counter()
+    def shares_weights(self, model: torch.nn.Module) -> bool:
+        """Tell whether this engine generates with ``model`` (or the base inside a PEFT model)."""
         wrapper: Any = model
         base = wrapper.get_base_model() if hasattr(wrapper, "get_base_model") else model
-        if model is not self.model and base is not self.model:
-            state = checkpoint_state_dict(model)
+        return model is self.model or base is self.model
+
+    def sync_weights(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Copy the exported weights in; ``{}`` (the engine shares the trainer's module) is free."""
+        start = time.perf_counter()
+        if state:
             missing, unexpected = self.model.load_state_dict(state, strict=False)  # type: ignore[operator]
             tied = set(getattr(self.model, "_tied_weights_keys", None) or ())
             missing = [k for k in missing if k not in tied and k != "lm_head.weight"]
@@ -239,6 +241,13 @@ class HFEngine:
                     f"(missing {missing[:5]}, unexpected {unexpected[:5]})"
                 )
         self.last_sync_seconds = time.perf_counter() - start
+
+    def sleep(self, level: Literal[1, 2] = 1) -> bool:
+        """Do nothing: the HF engine keeps no memory of its own between generations."""
+        return False
+
+    def wake_up(self) -> None:
+        """Do nothing (see ``sleep``)."""
 
     def close(self) -> None:
         """Drop the reference to the model (the trainer may still hold it)."""

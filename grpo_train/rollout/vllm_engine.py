@@ -26,13 +26,12 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from grpo_train.rollout.base import Completion, SamplingConfig, check_prompts
 from grpo_train.rollout.vllm_worker import GrpoWorkerExtension
-from grpo_train.rollout.weights import checkpoint_state_dict
 
 if TYPE_CHECKING:
     import torch
@@ -208,19 +207,21 @@ class VLLMEngine:
             results.append(group * copies)
         return results
 
-    def sync_weights(self, model: torch.nn.Module) -> None:
-        """Load the trainer's weights into the running engine (see the module doc for how)."""
+    def shares_weights(self, model: torch.nn.Module) -> bool:
+        """Return False: vLLM always holds its own copy of the weights."""
+        return False
+
+    def sync_weights(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Load the exported weights into the running engine (see the module doc for how)."""
         start = time.perf_counter()
         if self.in_process and not self.on_cpu:
-            state = checkpoint_state_dict(model)
             self.llm.collective_rpc("grpo_reload_tensors", kwargs={"weights": list(state.items())})
         else:
             from safetensors.torch import save_file
 
             folder = self._ensure_sync_dir()
-            state = checkpoint_state_dict(model, dtype=self.dtype)
             tmp = folder / "model.safetensors.tmp"
-            save_file({k: v.contiguous().cpu() for k, v in state.items()}, str(tmp))
+            save_file({k: v.to(self.dtype).contiguous().cpu() for k, v in state.items()}, str(tmp))
             target = folder / "model.safetensors"
             tmp.replace(target)
             try:
@@ -230,6 +231,28 @@ class VLLMEngine:
         # Cached KV blocks were computed with the old weights.
         self.llm.reset_prefix_cache()
         self.last_sync_seconds = time.perf_counter() - start
+
+    def sleep(self, level: Literal[1, 2] = 1) -> bool:
+        """Free the KV cache and offload (level 1) or drop (level 2) the weights for the update.
+
+        vLLM's sleep mode (``LLM(enable_sleep_mode=True)``, passed through ``VLLMEngine(...,
+        enable_sleep_mode=True)``) works on CUDA only; elsewhere, or with sleep mode off, the
+        engine stays awake. Level 2 leaves garbage weights until the next ``sync_weights``, which
+        the trainer does right after ``wake_up``. Returns whether the engine went to sleep.
+        """
+        import torch
+
+        config = getattr(getattr(self.llm.llm_engine, "vllm_config", None), "model_config", None)
+        if self.on_cpu or not torch.cuda.is_available():
+            return False
+        if not getattr(config, "enable_sleep_mode", False):
+            return False
+        self.llm.sleep(level=level)
+        return True
+
+    def wake_up(self) -> None:
+        """Reallocate what ``sleep`` freed."""
+        self.llm.wake_up()
 
     def _ensure_sync_dir(self) -> Path:
         """Return the folder CPU weight sync writes to, created on first use."""

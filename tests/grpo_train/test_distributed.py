@@ -24,25 +24,28 @@ from collective_guard.nccl_guard import GUARD_BANNER, guarded_env
 
 from grpo_train.advantages import compute_advantages
 from grpo_train.distributed import (
-    StateDictModule,
     common_count,
     data_parallel_loss_scale,
-    full_state_dict,
     gather_rewards,
     global_advantages,
     global_loss_normalizers,
     gradient_sync,
-    is_sharded,
     max_rank_difference,
     micro_batch_schedule,
     rank_info,
     shard_bounds,
     shard_prompts,
-    sync_rollout_weights,
     vllm_colocate_kwargs,
 )
 from grpo_train.lora import LoraSettings, reference_logprobs
 from grpo_train.loss import grpo_loss, loss_share, make_micro_batches, token_logprobs
+from grpo_train.weight_export import (
+    export_state_dict,
+    full_state_dict,
+    is_sharded,
+    merge_lora_state_dict,
+    sync_rollout_weights,
+)
 
 PROMPTS, GROUP, STEPS, LR, BETA = 4, 3, 3, 0.5, 0.1
 LORA = LoraSettings(lora_r=4, lora_alpha=8)
@@ -132,7 +135,7 @@ def test_single_process_helpers_are_identities() -> None:
     assert rank_info().world_size == 1 and rank_info().is_main
 
 
-def test_state_dict_module_feeds_an_engine(tiny_model_path: Path) -> None:
+def test_engines_take_exported_state_dicts(tiny_model_path: Path) -> None:
     from grpo_train.models import load_policy
     from grpo_train.rollout.hf import HFEngine
 
@@ -142,10 +145,10 @@ def test_state_dict_module_feeds_an_engine(tiny_model_path: Path) -> None:
         for p in trained.parameters():
             p.add_(0.01)
     assert not is_sharded(trained)
-    engine.sync_weights(StateDictModule(full_state_dict(trained)))
+    engine.sync_weights(full_state_dict(trained))
     for name, tensor in trained.state_dict().items():
         assert torch.equal(engine.model.state_dict()[name], tensor), name
-    # The replicated path hands the module itself over.
+    # The replicated path exports the module's merged weights.
     trained2, _ = load_policy(str(tiny_model_path))
     sync_rollout_weights(engine, trained2)
     assert torch.equal(engine.model.lm_head.weight, trained2.lm_head.weight)
@@ -268,7 +271,7 @@ def grpo_updates(
 def _worker(model_path: str, out: Path) -> None:
     from accelerate import Accelerator
 
-    from grpo_train.lora import apply_lora, merge_lora_state_dict, merged_state_dict, save_merged
+    from grpo_train.lora import apply_lora, save_merged
     from grpo_train.models import load_policy
 
     accelerator = Accelerator(cpu=True)
@@ -331,7 +334,7 @@ def _worker(model_path: str, out: Path) -> None:
         for name, p in lora.named_parameters():
             if "lora_B" in name:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
-    expected = merged_state_dict(lora)
+    expected = export_state_dict(lora)
     expected = {k: v.clone() for k, v in expected.items()}
     base: Any = lora.get_base_model()
     for layer in base.model.layers:

@@ -13,8 +13,6 @@ from grpo_train.lora import (
     QLoraUnavailableError,
     apply_lora,
     load_adapter,
-    merge_lora_state_dict,
-    merged_state_dict,
     qlora_quantization_config,
     reference_logprobs,
     reference_policy,
@@ -24,6 +22,7 @@ from grpo_train.lora import (
     unwrap_peft,
 )
 from grpo_train.loss import MicroBatch, make_micro_batches, token_logprobs
+from grpo_train.weight_export import export_state_dict, merge_lora_state_dict
 
 SETTINGS = LoraSettings(lora_r=4, lora_alpha=8)
 
@@ -136,7 +135,7 @@ def test_reference_through_a_wrapper(lora_model: torch.nn.Module) -> None:
 def test_merged_weights_give_the_adapter_logprobs(
     tiny_model_path: Path, lora_model: torch.nn.Module
 ) -> None:
-    state = merged_state_dict(lora_model)
+    state = export_state_dict(lora_model)
     assert not any(
         "lora_" in k or k.startswith("base_model.") or ".base_layer." in k for k in state
     )
@@ -153,20 +152,19 @@ def test_merged_weights_give_the_adapter_logprobs(
 
 def test_merging_never_changes_the_model(lora_model: torch.nn.Module) -> None:
     before = {k: v.clone() for k, v in lora_model.state_dict().items()}
-    first = merged_state_dict(lora_model)
+    first = export_state_dict(lora_model)
     for _ in range(10):
-        again = merged_state_dict(lora_model)
+        again = export_state_dict(lora_model)
     after = lora_model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # bit for bit: no drift
     assert all(torch.equal(first[k], again[k]) for k in first)
 
 
 def test_dequantizing_walk_matches_the_engine_merge(lora_model: torch.nn.Module) -> None:
-    from grpo_train.lora import _dequantized_merge
-    from grpo_train.rollout.weights import checkpoint_state_dict
+    from grpo_train.weight_export import _dequantized_merge, _merged_view_state_dict
 
-    walked = _dequantized_merge(lora_model, None)
-    reference = checkpoint_state_dict(lora_model)
+    walked = _dequantized_merge(lora_model)
+    reference = _merged_view_state_dict(lora_model)
     assert set(walked) == set(reference)
     for name, tensor in reference.items():
         torch.testing.assert_close(walked[name], tensor, rtol=0, atol=1e-6)
@@ -174,7 +172,7 @@ def test_dequantizing_walk_matches_the_engine_merge(lora_model: torch.nn.Module)
 
 def test_state_dict_merge_matches_module_merge(lora_model: torch.nn.Module) -> None:
     from_state = merge_lora_state_dict(lora_model.state_dict(), SETTINGS.scale)
-    from_module = merged_state_dict(lora_model)
+    from_module = export_state_dict(lora_model)
     # The state dict carries the tied output head too; the module merge emits it once.
     assert set(from_module) <= set(from_state)
     for name, tensor in from_module.items():

@@ -14,10 +14,16 @@ from grpo_train.memory import (
     autocast,
     enable_gradient_checkpointing,
     engine_asleep,
-    micro_batches,
     on_device,
     peak_memory,
 )
+
+
+def _packing(lengths: list[int], budget: int) -> list[list[int]]:
+    """The trainer's micro-batches of rows with these total lengths (prompt of 1 + completion)."""
+    prompts = [[1] for _ in lengths]
+    completions = [[2] * (n - 1) for n in lengths]
+    return [list(mb.rows) for mb in make_micro_batches(prompts, completions, budget, pad_id=0)]
 
 
 @pytest.mark.parametrize(
@@ -29,36 +35,24 @@ from grpo_train.memory import (
         ([10, 2, 2], 5, [[1, 2], [0]]),  # the long row gets its own micro-batch
         ([5, 5, 1], 4, [[2], [0], [1]]),  # every row is over budget except the short one
         ([2, 3, 3, 7, 1], 9, [[4, 0, 1], [2], [3]]),
-        ([], 8, []),
     ],
 )
 def test_micro_batches_hand_cases(
     lengths: list[int], budget: int, expected: list[list[int]]
 ) -> None:
-    assert micro_batches(lengths, budget) == expected
+    """Shortest first, packed greedily while rows x longest row fits the token budget."""
+    assert _packing(lengths, budget) == expected
 
 
-def test_micro_batches_fit_the_budget_and_match_the_trainer() -> None:
+def test_micro_batches_fit_the_budget() -> None:
     rng = random.Random(0)
     for _ in range(50):
-        prompts = [[1] * rng.randint(1, 20) for _ in range(rng.randint(1, 30))]
-        completions = [[2] * rng.randint(0, 40) for _ in prompts]
-        lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
+        lengths = [rng.randint(1, 60) for _ in range(rng.randint(1, 30))]
         budget = rng.randint(16, 200)
-        groups = micro_batches(lengths, budget)
+        groups = _packing(lengths, budget)
         assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
         for g in groups:
             assert len(g) == 1 or len(g) * max(lengths[i] for i in g) <= budget
-        # The trainer's micro-batching (loss.make_micro_batches) packs the same way.
-        trainer = make_micro_batches(prompts, completions, budget, pad_id=0)
-        assert [list(mb.rows) for mb in trainer] == groups
-
-
-def test_micro_batches_bad_input() -> None:
-    with pytest.raises(ValueError, match="max_tokens"):
-        micro_batches([1, 2], 0)
-    with pytest.raises(ValueError, match="lengths"):
-        micro_batches([1, -2], 8)
 
 
 def test_autocast_is_a_no_op_on_cpu() -> None:
@@ -129,38 +123,45 @@ def test_on_device_restores_and_refuses_missing_cuda() -> None:
             pass
 
 
-def test_engine_asleep_leaves_engines_without_sleep_alone() -> None:
-    calls: list[str] = []
+class _SleepyEngine:
+    """An engine whose ``sleep`` says whether it slept, recording the calls."""
 
-    class FakeLLM:
-        def sleep(self, level: int = 1) -> None:
-            calls.append(f"sleep{level}")
+    def __init__(self, can_sleep: bool) -> None:
+        self.can_sleep, self.calls = can_sleep, []  # type: ignore[var-annotated]
 
-        def wake_up(self) -> None:
-            calls.append("wake")
+    def sleep(self, level: int = 1) -> bool:
+        self.calls.append(f"sleep{level}")
+        return self.can_sleep
 
-    class HFLike:  # no `llm` attribute at all
-        pass
-
-    class VLLMOnCPU:
-        on_cpu = True
-        llm = FakeLLM()
-
-    for engine in (HFLike(), VLLMOnCPU()):
-        with engine_asleep(engine) as slept:
-            assert slept is False
-    assert calls == []
+    def wake_up(self) -> None:
+        self.calls.append("wake")
 
 
-def test_engine_asleep_sleeps_and_always_wakes(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_engine_asleep_wakes_only_what_slept_even_when_the_update_fails() -> None:
+    awake = _SleepyEngine(can_sleep=False)
+    with engine_asleep(awake) as slept:  # type: ignore[arg-type]
+        assert slept is False
+    assert awake.calls == ["sleep1"]  # asked, refused, never woken
+    engine = _SleepyEngine(can_sleep=True)
+    with engine_asleep(engine, level=2) as slept:  # type: ignore[arg-type]
+        assert slept is True and engine.calls == ["sleep2"]
+    assert engine.calls == ["sleep2", "wake"]
+    with pytest.raises(RuntimeError, match="update failed"), engine_asleep(engine):  # type: ignore[arg-type]
+        raise RuntimeError("update failed")
+    assert engine.calls[-2:] == ["sleep1", "wake"]  # woken even when the update raised
+
+
+def test_vllm_engine_sleeps_only_on_cuda_with_sleep_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
+    from grpo_train.rollout.hf import HFEngine
+    from grpo_train.rollout.vllm_engine import VLLMEngine
+
     calls: list[str] = []
+    model_config = SimpleNamespace(enable_sleep_mode=True)
 
     class FakeLLM:
-        llm_engine = SimpleNamespace(
-            vllm_config=SimpleNamespace(model_config=SimpleNamespace(enable_sleep_mode=True))
-        )
+        llm_engine = SimpleNamespace(vllm_config=SimpleNamespace(model_config=model_config))
 
         def sleep(self, level: int = 1) -> None:
             calls.append(f"sleep{level}")
@@ -168,14 +169,16 @@ def test_engine_asleep_sleeps_and_always_wakes(monkeypatch: pytest.MonkeyPatch) 
         def wake_up(self) -> None:
             calls.append("wake")
 
-    engine = SimpleNamespace(llm=FakeLLM(), on_cpu=False)
+    engine = object.__new__(VLLMEngine)  # the sleep logic only; no vLLM process behind it
+    engine.llm, engine.on_cpu = FakeLLM(), False  # type: ignore[assignment]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     with engine_asleep(engine, level=2) as slept:
         assert slept is True and calls == ["sleep2"]
     assert calls == ["sleep2", "wake"]
-    with pytest.raises(RuntimeError, match="update failed"), engine_asleep(engine):
-        raise RuntimeError("update failed")
-    assert calls[-2:] == ["sleep1", "wake"]  # woken even when the update raised
-    FakeLLM.llm_engine.vllm_config.model_config.enable_sleep_mode = False
-    with engine_asleep(engine) as slept:
-        assert slept is False  # started without enable_sleep_mode: vLLM would refuse to sleep
+    model_config.enable_sleep_mode = False  # vLLM refuses to sleep an engine started without it
+    assert engine.sleep() is False
+    model_config.enable_sleep_mode = True
+    engine.on_cpu = True
+    assert engine.sleep() is False
+    assert object.__new__(HFEngine).sleep() is False
+    assert calls == ["sleep2", "wake"]

@@ -12,7 +12,7 @@ from grpo_train.models import load_policy
 from grpo_train.rollout import make_engine
 from grpo_train.rollout.base import SamplingConfig
 from grpo_train.rollout.hf import HFEngine
-from grpo_train.rollout.weights import checkpoint_state_dict
+from grpo_train.weight_export import export_state_dict, sync_rollout_weights
 
 
 @pytest.fixture(scope="module")
@@ -118,8 +118,8 @@ def test_shared_module_sync_is_free_and_separate_copy_syncs(tiny_model_path: Pat
     with torch.no_grad():
         for p in trainer.parameters():
             p.add_(torch.randn_like(p) * 0.05)
-    shared.sync_weights(trainer)
-    separate.sync_weights(trainer)
+    sync_rollout_weights(shared, trainer)
+    sync_rollout_weights(separate, trainer)
     assert separate.last_sync_seconds > 0
     sampling = SamplingConfig(n=2, max_new_tokens=10, seed=3)
     assert shared.generate(PROMPTS, sampling) == separate.generate(PROMPTS, sampling)
@@ -139,10 +139,10 @@ def _lora(model: torch.nn.Module) -> Any:
 
 def test_checkpoint_state_dict_maps_peft_names_and_merges(policy) -> None:
     model, _ = policy
-    plain = checkpoint_state_dict(model)
+    plain = export_state_dict(model)
     assert "model.embed_tokens.weight" in plain and "lm_head.weight" not in plain  # tied
     wrapped = _lora(model)
-    merged = checkpoint_state_dict(wrapped)
+    merged = export_state_dict(wrapped)
     assert merged.keys() == plain.keys()
     name = "model.layers.0.self_attn.q_proj.weight"
     assert not torch.allclose(merged[name], plain[name])
@@ -161,7 +161,7 @@ def _reference_merge(wrapped: Any) -> dict[str, torch.Tensor]:
 
 def test_lora_delta_merge_matches_peft_merge(policy) -> None:
     wrapped = _lora(policy[0])
-    merged, ref = checkpoint_state_dict(wrapped), _reference_merge(wrapped)
+    merged, ref = export_state_dict(wrapped), _reference_merge(wrapped)
     for name, tensor in merged.items():
         assert torch.allclose(tensor, ref[name], atol=1e-6), name
 
@@ -175,7 +175,7 @@ def test_dora_falls_back_to_merge_and_restores_the_trainer(policy) -> None:
             if "lora_B" in name:
                 p.normal_(0, 0.5)
     before = {k: v.clone() for k, v in wrapped.state_dict().items()}
-    merged, ref = checkpoint_state_dict(wrapped), _reference_merge(wrapped)
+    merged, ref = export_state_dict(wrapped), _reference_merge(wrapped)
     for name, tensor in merged.items():
         assert torch.allclose(tensor, ref[name], atol=1e-5), name
     after = wrapped.state_dict()
@@ -186,7 +186,7 @@ def test_dora_falls_back_to_merge_and_restores_the_trainer(policy) -> None:
 def test_peft_model_syncs_into_separate_engine(tiny_model_path: Path, policy) -> None:
     wrapped = _lora(policy[0])
     engine = make_engine("hf", tiny_model_path)
-    engine.sync_weights(wrapped)
+    sync_rollout_weights(engine, wrapped)
     sampling = SamplingConfig(n=2, max_new_tokens=10, seed=5)
     groups = engine.generate(PROMPTS, sampling)
     assert max_logprob_gap(wrapped, groups, PROMPTS, 1.0) < 1e-4

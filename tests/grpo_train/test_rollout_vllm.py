@@ -13,6 +13,7 @@ from rollout_checks import PROMPTS, check_groups, forward_logprobs, max_logprob_
 from grpo_train.models import load_policy
 from grpo_train.rollout import make_engine
 from grpo_train.rollout.base import SamplingConfig
+from grpo_train.weight_export import sync_rollout_weights
 
 pytestmark = pytest.mark.vllm
 
@@ -35,7 +36,7 @@ def module_engine(tiny_model_path: Path) -> Iterator:
 @pytest.fixture()
 def engine(module_engine, trainer_model):
     """The shared engine holding the original tiny weights (a sync test may have changed them)."""
-    module_engine.sync_weights(trainer_model)
+    sync_rollout_weights(module_engine, trainer_model)
     return module_engine
 
 
@@ -88,7 +89,7 @@ def test_weight_sync_moves_engine_logprobs_to_the_trainers(engine, trainer_model
     with torch.no_grad():
         for p in updated.parameters():  # every tensor, the tied embedding / LM head included
             p.add_(torch.randn_like(p) * 0.05)
-    engine.sync_weights(updated)
+    sync_rollout_weights(engine, updated)
     assert 0 < engine.last_sync_seconds < 30
     after = engine.generate(PROMPTS, sampling)
     assert max_logprob_gap(updated, after, PROMPTS, 1.0) < 1e-3
@@ -107,7 +108,7 @@ def test_peft_model_sync(engine, trainer_model) -> None:
         for name, p in wrapped.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.5)
-    engine.sync_weights(wrapped)
+    sync_rollout_weights(engine, wrapped)
     groups = engine.generate(PROMPTS, SamplingConfig(n=2, max_new_tokens=16, seed=2))
     assert max_logprob_gap(wrapped, groups, PROMPTS, 1.0) < 1e-3
     assert max_logprob_gap(trainer_model, groups, PROMPTS, 1.0) > 1e-2
@@ -147,7 +148,7 @@ def test_in_process_cpu_engine_samples_the_same_and_syncs(
         with torch.no_grad():
             for p in moved.parameters():
                 p.add_(torch.randn_like(p) * 0.05)
-        inner.sync_weights(moved)
+        sync_rollout_weights(inner, moved)
         assert max_logprob_gap(moved, inner.generate(PROMPTS, sampling), PROMPTS, 0.8) < 1e-3
     finally:
         inner.close()

@@ -348,8 +348,8 @@ def test_lora_run_trains_adapters_only_saves_them_resumes_and_syncs_merged(
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from grpo_train.distributed import sync_rollout_weights
     from grpo_train.rollout import make_engine
+    from grpo_train.weight_export import sync_rollout_weights
 
     initial = load_file(tiny_model_path / "model.safetensors")
     lora = {"lora_r": 4, "lora_alpha": 8, "beta": 0.05, "save_every": 1, "save_merged": True}
@@ -408,8 +408,8 @@ def test_vllm_engine_serves_the_merged_lora_policy(tiny_model_path, tmp_path):
     trainer = Trainer(config, env=DigitEnv())
     try:
         trainer.train()
-        from grpo_train.distributed import sync_rollout_weights
         from grpo_train.lora import reference_logprobs
+        from grpo_train.weight_export import sync_rollout_weights
 
         lora_b = [p for k, p in trainer.policy.named_parameters() if "lora_B" in k]
         assert max(float(p.detach().abs().max()) for p in lora_b) > 1e-4
