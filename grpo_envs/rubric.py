@@ -127,10 +127,6 @@ class Rubric:
         self.components: tuple[RewardComponent, ...] = tuple(components)
         self.parser: Parser = parser if parser is not None else WholeTextParser()
 
-    def with_components(self, *extra: RewardComponent) -> Rubric:
-        """Return a new rubric with ``extra`` components appended (same parser)."""
-        return Rubric([*self.components, *extra], self.parser)
-
     @property
     def weights(self) -> dict[str, float]:
         """Component name -> weight."""

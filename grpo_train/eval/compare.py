@@ -11,7 +11,6 @@ proportions", method 10), which stays inside [-1, 1] and behaves at 0 % and 100 
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -249,24 +248,4 @@ def compare_runs(
     """Compare two run folders (see the module docstring)."""
     return compare_rates(
         load_run(run_a), load_run(run_b), confidence=confidence, resamples=resamples, seed=seed
-    )
-
-
-def rows_to_json(rows: Sequence[CompareRow]) -> str:
-    """Serialize the rows as a JSON document."""
-    return json.dumps(
-        [
-            {
-                "label": r.label,
-                "accuracy_a": r.accuracy_a,
-                "accuracy_b": r.accuracy_b,
-                "delta": r.delta,
-                "ci_low": r.ci_low,
-                "ci_high": r.ci_high,
-                "method": r.method.value,
-                "num_samples": r.num_samples,
-            }
-            for r in rows
-        ],
-        indent=2,
     )

@@ -143,8 +143,3 @@ def markdown_table(results: Sequence[SuiteResult]) -> str:
         ]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
-
-
-def results_by_label(results: Sequence[SuiteResult]) -> Mapping[str, SuiteResult]:
-    """Index results by their label."""
-    return {r.label: r for r in results}
