@@ -3,11 +3,16 @@ broken scorers, signals. Each test drives the real CLI (``train_cli.main``) on t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import fault_envs  # noqa: F401 - registers the faults/* environments
@@ -407,3 +412,142 @@ def test_resume_from_step_0_keeps_one_step_0_row(tiny_model_path, tmp_path, caps
     code, _ = train(args(tiny_model_path, tmp_path, "--resume"), capsys)
     assert code == 0
     assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2]
+
+
+# ---------------------------------------------------------------------------- 6. distributed
+
+
+def _launch(script_args: list[str], *, multi: bool = True) -> subprocess.Popen:
+    """`accelerate launch` of this file as a `grpo train` entry point (gloo ranks on CPU)."""
+    accelerate = Path(sys.executable).with_name("accelerate")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mode = ["--multi_gpu"] if multi else ["--cpu"]
+    cmd = [
+        str(accelerate), "launch", *mode, "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port),
+        __file__, "train", *script_args,
+    ]  # fmt: skip
+    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    return subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _ranks(root: int) -> dict[int, int]:
+    """pid of each rank among the descendants of ``root`` (read from their RANK variable)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        if f"NSpgid:\t{root}" not in status and not _descends(int(entry.name), root):
+            continue
+        for item in environ:
+            if item.startswith(b"RANK=") and b"LOCAL_RANK" not in item:
+                found[int(item[5:])] = int(entry.name)
+    return found
+
+
+def _descends(pid: int, root: int) -> bool:
+    while pid > 1:
+        if pid == root:
+            return True
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return False
+
+
+def _wait_for_step(run: Path, proc: subprocess.Popen, step: int, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(r["step"] >= step for r in read_metrics(run)) if run.is_dir() else False:
+            return
+        if proc.poll() is not None:
+            raise AssertionError("the launch ended early:\n" + "".join(proc.communicate())[-4000:])
+        time.sleep(0.5)
+    raise AssertionError(f"no step {step} within {timeout} s")
+
+
+def _distributed_args(model: Path, out: Path, *extra: str) -> list[str]:
+    return args(
+        model, out, "--max_steps", "200", "--save_every", "0", "--eval_size", "0",
+        "--seed_per_prompt", "true", *extra,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_sigterm_to_one_rank_saves_the_same_step_on_every_rank(tiny_model_path, tmp_path):
+    out = tmp_path / "run"
+    proc = _launch(_distributed_args(tiny_model_path, out))
+    try:
+        _wait_for_step(out, proc, 1)
+        os.kill(_ranks(proc.pid)[1], signal.SIGTERM)  # rank 1 only
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert "Connection closed by peer" not in stderr, stderr[-3000:]
+    assert "stop on another rank: saving step" in stdout  # rank 0 saves although not signalled
+    assert "interrupted: resume with" in stdout
+    ckpt = latest_checkpoint(out)
+    assert ckpt is not None
+    manifest = read_manifest(ckpt)
+    assert manifest is not None and manifest.step == max(r["step"] for r in read_metrics(out))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_stopped_rank_fails_the_others_within_collective_timeout(tiny_model_path, tmp_path):
+    out = tmp_path / "run"
+    proc = _launch(_distributed_args(tiny_model_path, out, "--collective_timeout_s", "15"))
+    stopped = None
+    try:
+        _wait_for_step(out, proc, 1)
+        stopped = _ranks(proc.pid)[1]
+        os.kill(stopped, signal.SIGSTOP)
+        start = time.monotonic()
+        while proc.poll() is None and time.monotonic() - start < 150:
+            rank0 = _ranks(proc.pid).get(0)
+            if rank0 is None:
+                break
+            time.sleep(0.5)
+        elapsed = time.monotonic() - start
+    finally:
+        if stopped is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stopped, signal.SIGKILL)
+        try:
+            _, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, stderr = proc.communicate()
+    assert elapsed < 90, f"rank 0 still waiting after {elapsed:.0f} s"
+    assert "rank 0: a collective operation timed out after collective_timeout_s=15" in stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_cpu_launch_that_would_run_one_process_is_refused(tiny_model_path, tmp_path):
+    proc = _launch(args(tiny_model_path, tmp_path / "run"), multi=False)
+    _, stderr = proc.communicate(timeout=240)
+    assert proc.returncode != 0
+    assert "asked for --num_processes 2 but started 1 process" in stderr
+    assert "--multi_gpu --num_processes 2" in stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["train"]:
+    raise SystemExit(train_cli.main(sys.argv[2:]))
