@@ -327,7 +327,8 @@ def _flexible_in(region: str) -> str | None:
 
 _OPENERS = re.compile(r"\$\$|\$|\\\[|\\\(")
 _CLOSERS = {"$$": "$$", "$": "$", "\\[": "\\]", "\\(": "\\)"}
-_PROSE = re.compile(r"[A-Za-z]{2,}[\s,]+[A-Za-z]{2,}[\s,]+[A-Za-z]{2,}")
+# Possessive quantifiers: a 100k-letter run must not make the search quadratic.
+_PROSE = re.compile(r"\b[A-Za-z]{2,}+[\s,]++[A-Za-z]{2,}+[\s,]++[A-Za-z]{2,}")
 _TEXT_ARG = re.compile(r"\\(?:text\w*|mbox|mathrm|operatorname)\s*\{[^{}]*\}|\\[A-Za-z]+")
 
 

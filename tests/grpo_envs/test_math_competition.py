@@ -7,6 +7,7 @@ wrong pair judged correct (a false positive) is the error a reward must never ma
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -465,3 +466,14 @@ def test_suite_loader_reads_parametrize_lists_as_data(tmp_path: Path) -> None:
     assert cases[2].helper == "parse_verify"
     with pytest.raises(FileNotFoundError, match="Math-Verify checkout"):
         load_suite(tmp_path / "tests" / "missing")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["$" + "a" * 60_000 + "$", "a" * 90_000, "The answer is " + "ab1" * 20_000, "1 " * 40_000],
+)
+def test_new_scans_stay_linear_on_hostile_text(text: str) -> None:
+    start = time.monotonic()
+    extract_answer(text)
+    gold_answer(text)
+    assert time.monotonic() - start < 2.0
