@@ -844,7 +844,14 @@ def _scalar(s: str) -> Scalar:
     s = re.sub(r"^-\s+", "-", s)  # "- 2" (from \pm expansion) -> "-2", so the fast path reads it
     if not s:
         raise MalformedAnswer("an empty expression")
+    if _SPACED_NUMBERS.match(s):
+        # "1 2 3" is neither a number nor a product anyone writes as an answer; sympy would
+        # read it as 1*2*3 = 6.
+        raise MalformedAnswer("numbers separated only by spaces")
     return Scalar(s, percent, degrees)
+
+
+_SPACED_NUMBERS = re.compile(r"^-?\d+(?:\.\d+)?(?:\s+-?\d+(?:\.\d+)?)+$")
 
 
 _SCALE_WORD = re.compile(r"^(.*?\d.*?)\s*(thousand|million|billion|trillion)s?$", re.IGNORECASE)

@@ -169,6 +169,7 @@ WRONG = [
     ("number", "1000", r"\boxed{10^4}"),
     ("number", "1000", r"\boxed{1.1\times10^3}"),
     ("number", "12", r"\boxed{1\times 2}"),
+    ("number", "6", "1 2 3"),
     # named values: an expression on the left is not a name
     ("prefix", "0", r"\boxed{a + 3z = 0}"),
     ("prefix", "1", r"\boxed{2x + z = 1}"),
