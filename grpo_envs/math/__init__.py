@@ -5,8 +5,8 @@ r"""Math answer verification: extract a final answer from free text, compare it 
 True
 
 See ``verify`` for the pipeline, ``extract`` for the accepted answer formats (strict and
-flexible), ``equivalence`` for what counts as equal, and ``pool`` for how timeouts are enforced
-from any thread or process.
+flexible), ``equivalence`` for what counts as equal (and the conventions chosen where graders
+differ), and ``pool`` for how timeouts are enforced from any thread or process.
 """
 
 from grpo_envs.math.extract import extract_answer
