@@ -447,10 +447,35 @@ def last_standalone_number(region: str) -> str | None:
             continue
         if region[b:j] == "" and after == "!" and region[k + 1 : k + 2] not in ("", " ", "\n"):
             continue
-        best = m.group(0)
-    if best is None:
+        best = m
+    if best is None or _hedged(region, best.start()):
         return None
-    return best.rstrip(",")
+    return best.group(0).rstrip(",")
+
+
+_HEDGE = re.compile(
+    r"\b(?:not|cannot|can't|isn't|is\s+not|never|no|neither|nor|except|without|between|"
+    r"unless|wrong|incorrect|instead\s+of|rather\s+than)\b",
+    re.IGNORECASE,
+)
+
+
+def _hedged(region: str, pos: int) -> bool:
+    """Tell whether the sentence holding ``pos`` negates or brackets its number.
+
+    "The answer cannot be 5", "it is not 5", "between 5 and 6": the number there is not stated
+    as the answer, so the fallback takes none rather than pay for a guess.
+    """
+    start = max(region.rfind(". ", 0, pos), region.rfind("\n", 0, pos), region.rfind("? ", 0, pos))
+    hedges = list(_HEDGE.finditer(region, start + 1, pos))
+    if not hedges:
+        return False
+    last = hedges[-1]
+    if last.group(0).lower() == "between":
+        return True
+    # "not 10, which is 1,000.99": the negation belongs to an earlier number or clause.
+    between = region[last.end() : pos]
+    return not re.search(r"\d|[,;]|\b(?:which|but|it's|it\s+is|so|instead|rather)\b", between)
 
 
 _UNIT_OR_LINK_WORDS = {"and", "or", "percent", "percentage", "pct"}

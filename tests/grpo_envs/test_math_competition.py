@@ -102,6 +102,7 @@ CORRECT = [
     ("units", r"15\mbox{ cm}^2", r"\boxed{15}"),
     # decimal commas and thin spaces (the conventions Math-Verify's suite documents)
     ("decimal", "1000.99", "1000,99"),
+    ("decimal", "1000.99", "the number is not 10 which is 1,000.99€"),
     ("decimal", "2.74", "Soucis : 2,74 $ a.."),
     ("decimal", "0,111", "0.111"),
     ("decimal", "7425000", "7,425,000"),
@@ -124,6 +125,11 @@ WRONG = [
     ("span", "9", "Answer $ \n 9 \n $"),
     ("span", "5", "The answer is $5x$."),
     ("span", "4", r"\boxed{4} is wrong. The answer is \boxed{5}."),
+    # a number the sentence negates or brackets is not stated as the answer
+    ("hedge", "5", "The answer cannot be 5."),
+    ("hedge", "6", "The answer is between 5 and 6."),
+    ("hedge", "5", "There are no more than 5 left."),
+    ("hedge", "5", "The answer is not 5, it's 6."),
     # openness of intervals, direction of inequalities
     ("interval", "(0,9)", "The interval is $[0,9)$."),
     ("interval", r"[5, \infty)", r"\boxed{x > 5}"),
