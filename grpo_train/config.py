@@ -262,9 +262,9 @@ class RunConfig:
     vLLM, Triton and NUMA probing; ``debug`` shows everything."""
 
 
-#: Fields that define what a checkpoint's weights and optimizer state mean: ``--resume`` refuses a
-#: checkpoint saved with other values (``checkpoint.verify_resume``), on top of the model identity
-#: (architecture, sizes, vocabulary, dtype, base weights) that it checks from the model itself.
+#: Fields that define what a checkpoint's weights and optimizer state mean: ``--resume`` refuses
+#: a checkpoint saved with other values (``checkpoint.resume_differences``), on top of the model
+#: identity (architecture, sizes, vocabulary, dtype, base weights) it checks from the model.
 RESUME_FIXED: frozenset[str] = frozenset(
     {
         "env", "train_split", "max_prompt_length",

@@ -184,3 +184,47 @@ def test_resuming_across_sharded_and_replicated_runs_is_refused(parts, tmp_path)
     )  # fmt: skip
     with pytest.raises(ValueError, match="saved by a sharded"):
         load_checkpoint(sharded, optimizer=opt, scheduler=sched)
+
+
+def _save_in(run_dir, step, parts, launch):
+    from grpo_train.checkpoint import RunIdentity
+
+    model, tokenizer = parts
+    opt, sched = _optim(model)
+    identity = RunIdentity(model={"architecture": "x"}, envs=[], config={"seed": 0})
+    return save_checkpoint(
+        run_dir, step, model=model, tokenizer=tokenizer, optimizer=opt, scheduler=sched,
+        sampler=SamplerState(step, (step,)), config=TrainConfig(), keep_last=10,
+        identity=identity, launch=launch,
+    )  # fmt: skip
+
+
+def test_latest_follows_the_lineage_not_the_highest_step(parts, tmp_path):
+    from grpo_train.checkpoint import (
+        Head,
+        checkpoint_path,
+        read_head,
+        read_manifest,
+        start_lineage,
+        verify_files,
+        write_head,
+    )
+
+    start_lineage(tmp_path, None, "a")
+    for step in (1, 2, 3):
+        _save_in(tmp_path, step, parts, "a")
+    assert latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 3)
+    assert read_manifest(checkpoint_path(tmp_path, 3)).parent == "step-000002"
+    verify_files(checkpoint_path(tmp_path, 3))
+    # Roll back to step 1: steps 2 and 3 belong to the abandoned branch and are moved aside.
+    moved = start_lineage(tmp_path, checkpoint_path(tmp_path, 1), "b")
+    assert [p.name for p in moved] == ["step-000002", "step-000003"]
+    assert latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 1)
+    _save_in(tmp_path, 2, parts, "b")
+    # A crash between publishing step 2 and moving the head: still found (launch b wrote it).
+    write_head(tmp_path, Head("step-000001", "b"))
+    assert latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 2)
+    # An old branch's higher step put back by hand is not picked either.
+    moved[1].rename(checkpoint_path(tmp_path, 3))
+    assert latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 2)
+    assert read_head(tmp_path) == Head("step-000001", "b")

@@ -116,9 +116,7 @@ def test_resume_refuses_a_checkpoint_of_other_settings(
     run = _copy(finished_run, tmp_path)
     model = other_models[change] if isinstance(change, str) else tiny_model_path
     extra = change if isinstance(change, list) else []
-    argv = args(model, run, "--resume", "--max_steps", "3", *extra)
-    if "--env" in extra:  # the later flag wins in argparse
-        argv = [a for a in argv]
+    argv = args(model, run, "--resume", "--max_steps", "3", *extra)  # a later flag wins
     code, err = train(argv, capsys)
     line = message(err)
     assert code == 2
@@ -142,10 +140,10 @@ def test_init_from_starts_a_new_run_from_the_weights(
     assert code == 0
     assert [r["step"] for r in read_metrics(out)] == [0, 1]  # a new run: from step 0
     first = load_file(ckpt / MODEL_DIR / "model.safetensors")
-    trainer_ref = Trainer  # the new run's reference model is the checkpoint's policy
-    assert trainer_ref is not None
     new = load_file(checkpoint_path(out, 1) / MODEL_DIR / "model.safetensors")
-    assert set(first) == set(new)
+    assert set(first) == set(new) and any(not torch.equal(first[k], new[k]) for k in first)
+    manifest = read_manifest(checkpoint_path(out, 1))
+    assert manifest is not None and manifest.parent is None  # a lineage of its own
     # Its first evaluation is the checkpoint's policy (same greedy outputs as the old run's end).
     assert read_metrics(out)[0]["eval/accuracy"] == read_metrics(finished_run)[-1]["eval/accuracy"]
 
@@ -412,6 +410,49 @@ def test_resume_from_step_0_keeps_one_step_0_row(tiny_model_path, tmp_path, caps
     code, _ = train(args(tiny_model_path, tmp_path, "--resume"), capsys)
     assert code == 0
     assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2]
+
+
+# ------------------------------------------------- kill -9 and resume: bit-identical weights
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("moment", ["inside a checkpoint write", "after a checkpoint"])
+def test_kill_9_then_resume_ends_with_the_uninterrupted_weights(
+    tiny_model_path, tmp_path, capsys, moment
+):
+    from safetensors.torch import load_file
+
+    extra = ("--max_steps", "3", "--num_threads", "1", "--eval_size", "0")
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    assert train(args(tiny_model_path, full, *extra), capsys)[0] == 0
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "train", *args(tiny_model_path, cut, *extra)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    root = cut / "checkpoints"
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            names = {p.name for p in root.iterdir()} if root.is_dir() else set()
+            if (moment == "inside a checkpoint write" and ".tmp-step-000002" in names) or (
+                moment == "after a checkpoint" and "step-000002" in names
+            ):
+                proc.kill()  # SIGKILL: no handler, no cleanup
+                break
+            time.sleep(0.001)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before the aimed moment"
+    code, _ = train(args(tiny_model_path, cut, *extra, "--resume"), capsys)
+    assert code == 0
+    name = f"checkpoints/step-000003/{MODEL_DIR}/model.safetensors"
+    a, b = load_file(full / name), load_file(cut / name)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["step"] for r in read_metrics(cut)] == [1, 2, 3]
 
 
 # ---------------------------------------------------------------------------- 6. distributed
