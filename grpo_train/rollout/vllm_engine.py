@@ -105,34 +105,36 @@ class VLLMEngine:
         from vllm.platforms import current_platform
 
         self.on_cpu = bool(current_platform.is_cpu())
-        kwargs: dict[str, Any] = {}
-        if self.on_cpu:
-            kwargs["kv_cache_memory_bytes"] = int(cpu_kv_cache_gib * 2**30)
-            # A prompt whose prefill is split across engine steps (chunked prefill, once a step's
-            # prompts exceed the token budget) makes vLLM rewind the request's seeded generator,
-            # which CPU generators cannot do: "CPU Generator does not use offset" killed the
-            # engine for 24 prompts x 900 tokens with a seed. Whole prefills avoid the rewind.
-            kwargs["enable_chunked_prefill"] = False
-        else:
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-            # Keep the worker in this process so sync_weights can hand it tensors by reference
-            # (see the module doc). vLLM reads this when the LLM is built.
-            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        kwargs = _platform_kwargs(self.on_cpu, cpu_kv_cache_gib, gpu_memory_utilization)
         kwargs.update(llm_kwargs)
+        start = time.perf_counter()
+        self.llm = self._start_llm(
+            str(model_path),
+            in_process=in_process,
+            dtype=dtype,
+            seed=seed,
+            max_model_len=max_model_len,
+            enforce_eager=self.on_cpu if enforce_eager is None else enforce_eager,
+            **kwargs,
+        )
+        self.init_seconds = time.perf_counter() - start
+        model_config = self.llm.llm_engine.model_config
+        self.vocab_size = int(model_config.get_vocab_size())
+        self.max_model_len = int(model_config.max_model_len)
+        self.dtype = cast("torch.dtype", model_config.dtype)  # resolved from "auto" by now
+        self.tokenizer = self.llm.get_tokenizer()
+        logger.info("vLLM engine ready in %.1f s (%s)", self.init_seconds, model_path)
 
+    def _start_llm(self, model: str, *, in_process: bool, **kwargs: Any) -> Any:
+        """Build the ``vllm.LLM`` (engine core in this process when ``in_process`` on CPU)."""
         import torch
         from vllm import LLM
 
-        start = time.perf_counter()
         set_num_threads = torch.set_num_threads
         with _multiprocessing_off(in_process and self.on_cpu):
             self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
-            self.llm = LLM(
-                model=str(model_path),
-                dtype=dtype,  # type: ignore[arg-type]
-                seed=seed,
-                max_model_len=max_model_len,
-                enforce_eager=self.on_cpu if enforce_eager is None else enforce_eager,
+            llm = LLM(
+                model=model,
                 # Return the logprob under the distribution actually sampled from (after
                 # temperature, top-k, top-p), the same quantity the HF engine records (base.py).
                 logprobs_mode="processed_logprobs",
@@ -143,13 +145,7 @@ class VLLMEngine:
                 **kwargs,
             )
         torch.set_num_threads = set_num_threads  # an in-process CPU worker replaced it
-        self.init_seconds = time.perf_counter() - start
-        model_config = self.llm.llm_engine.model_config
-        self.vocab_size = int(model_config.get_vocab_size())
-        self.max_model_len = int(model_config.max_model_len)
-        self.dtype = cast("torch.dtype", model_config.dtype)  # resolved from "auto" by now
-        self.tokenizer = self.llm.get_tokenizer()
-        logger.info("vLLM engine ready in %.1f s (%s)", self.init_seconds, model_path)
+        return llm
 
     def generate(
         self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig
@@ -274,6 +270,25 @@ class VLLMEngine:
         if self._own_sync_dir and self._sync_dir is not None:
             shutil.rmtree(self._sync_dir, ignore_errors=True)
             self._sync_dir = None
+
+
+def _platform_kwargs(
+    on_cpu: bool, cpu_kv_cache_gib: float, gpu_memory_utilization: float
+) -> dict[str, Any]:
+    """``vllm.LLM`` arguments that differ between the CPU build and a GPU."""
+    if on_cpu:
+        return {
+            "kv_cache_memory_bytes": int(cpu_kv_cache_gib * 2**30),
+            # A prompt whose prefill is split across engine steps (chunked prefill, once a
+            # step's prompts exceed the token budget) makes vLLM rewind the request's seeded
+            # generator, which CPU generators cannot do: "CPU Generator does not use offset"
+            # killed the engine for 24 prompts x 900 tokens with a seed. Whole prefills avoid it.
+            "enable_chunked_prefill": False,
+        }
+    # Keep the worker in this process so sync_weights can hand it tensors by reference (see the
+    # module doc). vLLM reads this when the LLM is built.
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    return {"gpu_memory_utilization": gpu_memory_utilization}
 
 
 @contextlib.contextmanager
