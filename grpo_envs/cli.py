@@ -19,10 +19,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from grpo_envs.registration import RegistryError, families, list_envs, make, spec
+from grpo_envs.types import Outcome
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grpo envs", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="grpo envs", description=__doc__.split("\n")[0], allow_abbrev=False
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p_list = sub.add_parser("list", help="registered environment ids")
     p_list.add_argument("--namespace", help="only this namespace (e.g. math)")
@@ -67,11 +70,13 @@ def _show(env_id: str, overrides: dict[str, object]) -> int:
         print(f"description: {env_spec.description}")
     env = make(env_id, **overrides)
     first = None
+    unavailable = 0
     for split in env.splits:
         try:
             ds = env.dataset(split)
         except Exception as exc:
             print(f"split {split}: unavailable ({type(exc).__name__}: {exc})")
+            unavailable += 1
             continue
         print(f"split {split}: {len(ds)} rows")
         first = first or ds[0]
@@ -81,7 +86,7 @@ def _show(env_id: str, overrides: dict[str, object]) -> int:
         for message in first["prompt"]:
             print(f"  [{message['role']}] {message['content']}")
         print(f"  answer: {first['answer']}")
-    return 0
+    return 1 if unavailable and first is None else 0
 
 
 def _load_lines(path: Path) -> list[Mapping[str, object]]:
@@ -122,13 +127,28 @@ def _score(args: argparse.Namespace) -> int:
     print(f"{args.id}: {n} completions, accuracy {accuracy:.4f}, mean reward {mean_reward:.4f}")
     for outcome, count in outcomes.most_common():
         print(f"  {outcome:<14} {count}")
+    # A row the scorer could not read is a problem with the input, not a wrong answer: say
+    # which and why here (not only in --out), and exit non-zero so scripts notice.
+    failed = [
+        (number, sample, score)
+        for number, (sample, score, completion) in enumerate(zip(samples, scores, completions), 1)
+        if score.outcome is Outcome.ERROR or not isinstance(completion, str)
+    ]
+    for number, sample, score in failed[:10]:
+        reason = score.details.get("reason", "no reason given")
+        print(
+            f"grpo envs: line {number} (id {sample.get('id')!r}) could not be scored: {reason}",
+            file=sys.stderr,
+        )
+    if len(failed) > 10:
+        print(f"grpo envs: ... and {len(failed) - 10} more such lines", file=sys.stderr)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("w", encoding="utf-8") as fh:
             for sample, score in zip(samples, scores):
                 fh.write(json.dumps({"id": sample.get("id"), **score.to_json()}) + "\n")
         print(f"per-sample scores: {args.out}")
-    return 0
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -758,6 +758,10 @@ def _validate(cfg: TrainConfig) -> list[str]:
     need(d.eval_size >= 0, f"eval_size: {d.eval_size} < 0; use 0 to disable evaluation")
     need(d.max_prompt_length >= 1, f"max_prompt_length: {d.max_prompt_length}; must be >= 1")
     need(
+        "{prompt}" in d.prompt_template,
+        f"prompt_template: {d.prompt_template!r} has no {{prompt}}; e.g. 'Q: {{prompt}}\\nA:'",
+    )
+    need(
         r.num_generations >= 2,
         f"num_generations: {r.num_generations}; group-relative advantages need at least 2 "
         "completions per prompt (8 is typical)",

@@ -20,7 +20,9 @@ import numpy as np
 from grpo_envs.base import Environment
 from grpo_envs.types import Sample, Score
 from grpo_envs.wrappers import guarded_scores
+from grpo_train import prompts
 from grpo_train.checkpoint import SamplerState
+from grpo_train.prompts import PromptFormat
 from grpo_train.rollout.base import Completion, RolloutEngine
 from grpo_train.scoring import scoring_failed
 
@@ -160,18 +162,18 @@ class PromptSampler:
 
 
 def encode_prompt(
-    tokenizer: PreTrainedTokenizerBase, sample: Sample, max_len: int
+    tokenizer: PreTrainedTokenizerBase,
+    sample: Sample,
+    max_len: int,
+    fmt: PromptFormat | None = None,
 ) -> tuple[list[int], bool]:
-    """Return a prompt's chat-template token ids (the last ``max_len``) and whether it was cut.
+    """Return a prompt's token ids (the last ``max_len``) and whether it was cut.
 
-    Keeping the end of an over-long prompt keeps the question and the assistant header the model
-    must continue from (TRL truncates on the left too).
+    The one encoding shared with ``grpo eval`` (``grpo_train.prompts``): the chat template (or
+    the plain-text format for base models), the run's system prompt and template kwargs.
     """
-    text = tokenizer.apply_chat_template(
-        sample.messages, add_generation_prompt=True, tokenize=False
-    )
-    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return (ids[-max_len:], True) if len(ids) > max_len else (ids, False)
+    encoded = prompts.encode_prompt(tokenizer, sample, fmt, max_len)
+    return encoded.ids, encoded.cut
 
 
 def safe_scores(env: Environment, texts: Sequence[str], samples: Sequence[Sample]) -> list[Score]:

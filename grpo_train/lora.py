@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -342,3 +343,53 @@ def _own_storage(tensor: torch.Tensor) -> torch.Tensor:
     if tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size():
         tensor = tensor.clone()
     return tensor
+
+
+# ------------------------------------------------------------------- evaluating a LoRA checkpoint
+
+
+def adapter_base_model(adapter_dir: str | Path) -> str:
+    """Return the base model an adapter was trained on (its ``base_model_name_or_path``)."""
+    path = Path(adapter_dir) / "adapter_config.json"
+    try:
+        base = json.loads(path.read_text()).get("base_model_name_or_path")
+    except (OSError, json.JSONDecodeError) as err:
+        raise FileNotFoundError(f"cannot read {path}: {err}") from err
+    if not isinstance(base, str) or not base:
+        raise FileNotFoundError(
+            f"{path} names no base_model_name_or_path: cannot tell which model the adapter is for"
+        )
+    return base
+
+
+def merged_checkpoint(adapter_dir: str | Path, cache: str | Path) -> Path:
+    """Return a plain HF folder of base + adapter, merged once and cached under ``cache``.
+
+    The base is the one the adapter's config names (a hub id or a local folder). vLLM and
+    ``grpo eval`` then load it like any full checkpoint. The cache key is the adapter file's
+    path, size and modification time, so a re-saved adapter is merged again.
+    """
+    import hashlib
+
+    from grpo_train.models import load_policy, resolve_model
+
+    adapter = Path(adapter_dir).expanduser().resolve()
+    weights = sorted(adapter.glob("adapter_model.*"))
+    if not weights:
+        raise FileNotFoundError(f"{adapter} holds adapter_config.json but no adapter_model.*")
+    stat = weights[0].stat()
+    key = hashlib.sha256(f"{adapter}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()
+    out = Path(cache) / f"{adapter.parent.name}-{adapter.name}-{key[:12]}"
+    if (out / "config.json").is_file():
+        return out
+    base_path = resolve_model(adapter_base_model(adapter))
+    base, tokenizer = load_policy(base_path, "float32", "cpu")
+    from transformers import AutoTokenizer
+
+    if (adapter / "tokenizer_config.json").is_file():  # the run's tokenizer (its template)
+        tokenizer = AutoTokenizer.from_pretrained(str(adapter))
+    model = load_adapter(base, adapter, is_trainable=False)
+    tmp = out.with_name(out.name + ".tmp")
+    save_merged(model, tokenizer, tmp)
+    tmp.replace(out)
+    return out

@@ -81,6 +81,7 @@ from grpo_train.loss import (
     token_logprobs,
     truncated_is_weights,
 )
+from grpo_train.prompts import PromptFormat
 from grpo_train.rollout.base import RolloutEngine, SamplingConfig
 from grpo_train.scoring import ScoreErrors
 
@@ -242,6 +243,8 @@ class Trainer:
         # `auto` choices become concrete here, so the run's config.yaml says what ran.
         self.cfg = cfg = with_output_dir(resolve_auto(config))
         check_run_dir(cfg)  # another run's folder: refused before anything loads
+        self.prompt_format = PromptFormat.from_config(cfg.data)
+        self.prompt_format.template_text()  # a missing template file fails now, not mid-run
         self.run_dir = Path(cfg.run.output_dir)
         check_output_dir(self.run_dir)
         distributed.check_launch()
@@ -325,6 +328,11 @@ class Trainer:
                 f"checkpoint {folder} is damaged: its {MODEL_DIR}/ weights cannot be loaded "
                 f"({type(err).__name__}: {first}). {offer_previous(folder)}"
             ) from None
+        # One prompt format for training and evaluation (grpo_train/prompts.py). A template
+        # given by the run is also set on the tokenizer, so checkpoints carry it to `grpo eval`.
+        template = self.prompt_format.template_text()
+        if template is not None:
+            self.tokenizer.chat_template = template
         if cfg.policy.gradient_checkpointing:
             memory.enable_gradient_checkpointing(model)
         # The KL reference is the initial policy, and exists only when it is used (beta > 0).
@@ -694,7 +702,9 @@ class Trainer:
         for sample, env_index in distributed.shard_prompts(
             drawn, self.rank.rank, self.rank.world_size
         ):
-            ids, cut = encode_prompt(self.tokenizer, sample, cfg.data.max_prompt_length)
+            ids, cut = encode_prompt(
+                self.tokenizer, sample, cfg.data.max_prompt_length, self.prompt_format
+            )
             if cut:
                 logger.warning(
                     "prompt %s is longer than max_prompt_length=%d tokens: kept its last tokens",
@@ -921,6 +931,7 @@ class Trainer:
             sampling=replace(GREEDY, max_new_tokens=cfg.rollout.max_completion_length),
             max_prompt_tokens=cfg.data.max_prompt_length,
             progress=False,
+            prompt_format=self.prompt_format,
         )
         return summary.metrics("eval")
 

@@ -7,10 +7,14 @@ import json
 import os
 import random
 import re
+import socket
+import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 from grpo_envs.format import answer_tag, format_components, last_boxed
 from grpo_envs.rubric import Judgement, RewardComponent, ScoringContext
@@ -222,6 +226,49 @@ def math_correctness(timeout_s: float, strict: bool) -> RewardComponent:
 # --- data files -------------------------------------------------------------------------------
 
 
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Return whether the Hugging Face hub answers a TCP connection within ``timeout`` seconds.
+
+    False when offline mode is already set (``HF_HUB_OFFLINE``); True when a proxy is configured
+    (a direct connection would prove nothing).
+    """
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or os.environ.get(
+        "HF_DATASETS_OFFLINE", "0"
+    ) not in ("", "0"):
+        return False
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or 443
+    answer: list[bool] = []
+
+    def probe() -> None:  # in a thread: name resolution has no timeout of its own
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            answer.append(True)
+        except OSError:
+            answer.append(False)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(answer and answer[0])
+
+
+def _set_hub_offline() -> None:
+    """Switch huggingface_hub and datasets to their cache-only mode, imported or not."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    for module, name in (
+        ("huggingface_hub.constants", "HF_HUB_OFFLINE"),
+        ("datasets.config", "HF_HUB_OFFLINE"),
+        ("datasets.config", "HF_DATASETS_OFFLINE"),
+    ):
+        loaded = sys.modules.get(module)
+        if loaded is not None and hasattr(loaded, name):
+            setattr(loaded, name, True)
+
+
 def load_records(
     *,
     data_path: str | os.PathLike[str] | None,
@@ -250,11 +297,22 @@ def load_records(
 
             return list(datasets.Dataset.from_parquet(str(parquet)))  # type: ignore[arg-type]
         raise FileNotFoundError(f"no {split}.jsonl or {split}.parquet in {folder}")
+    offline = not hub_reachable()
+    if offline:
+        # No route to the hub: use the local datasets cache only, at once, instead of letting
+        # every request retry for tens of seconds before the same error.
+        _set_hub_offline()
     import datasets
 
     try:
         loaded = datasets.load_dataset(hub_id, hub_config, split=split)
     except Exception as exc:
+        if offline:
+            raise RuntimeError(
+                f"the Hugging Face hub is not reachable (offline?) and {hub_id!r} split "
+                f"{split!r} is not in the local cache; point ${env_var} or data_path= at a "
+                f"folder holding {split}.jsonl"
+            ) from None
         raise RuntimeError(
             f"could not load {hub_id!r} split {split!r} from the Hugging Face hub "
             f"({type(exc).__name__}: {exc}); offline, point ${env_var} or data_path= at a folder "

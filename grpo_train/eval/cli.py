@@ -11,6 +11,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import re
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_train.eval.passk import parse_ks
+from grpo_train.prompts import PromptFormat
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,12 @@ class EvalArgs:
     env_kwargs: Mapping[str, Mapping[str, object]]
     progress: bool
     argv: tuple[str, ...] = ()
+    chat_template: str | None = None
+    """None: the run's setting (a checkpoint inside a run folder), else the tokenizer's."""
+    chat_template_kwargs: Mapping[str, object] | None = None
+    system_prompt: str | None = None
+    prompt_template: str | None = None
+    log_level: str = "info"
     """The command line as given (recorded in summary.json)."""
 
 
@@ -61,10 +69,16 @@ def _eval_parser() -> argparse.ArgumentParser:
         prog="grpo eval",
         description="Evaluate a model on benchmark suites (`grpo eval compare A B` compares runs).",
         epilog=f"Built-in suites: {suites}. Any env id `grpo train --env` accepts works too "
-        "(registered, module:id, plugins, rg/<task>-v0; `grpo envs list`).",
+        "(registered, module:id, plugins, rg/<task>-v0; `grpo envs list`). "
+        "A checkpoint inside a training run folder is prompted as that run trained it (chat "
+        "template, kwargs, system prompt from its config.yaml) unless the prompt flags are given.",
+        allow_abbrev=False,
     )
     p.add_argument(
-        "--model", default=None, help="HF id or local folder (default: SmolLM2-135M-Instruct)"
+        "--model",
+        default=None,
+        help="HF id, local folder, or a LoRA checkpoint folder (adapter: its base model is read "
+        "from adapter_config.json) (default: SmolLM2-135M-Instruct)",
     )
     p.add_argument("--suite", default="gsm8k", help="comma-separated suite names or env ids")
     p.add_argument("--suites_file", default=None, help="YAML file defining more suites")
@@ -96,6 +110,25 @@ def _eval_parser() -> argparse.ArgumentParser:
         help="JSON {env_id: {kwarg: value}} passed to grpo_envs.make",
     )
     p.add_argument("--no_progress", action="store_true", help="no progress bar")
+    fmt = p.add_argument_group("prompt format (as `grpo train`; grpo_train/prompts.py)")
+    fmt.add_argument(
+        "--chat_template",
+        default=None,
+        help="a Jinja file or template text; 'plain' for the plain-text format (default: the "
+        "tokenizer's)",
+    )
+    fmt.add_argument(
+        "--chat_template_kwargs",
+        default=None,
+        help="JSON or key=value,... for the template, e.g. '{\"enable_thinking\": false}'",
+    )
+    fmt.add_argument("--system_prompt", default=None, help="system message before each prompt")
+    fmt.add_argument(
+        "--prompt_template",
+        default=None,
+        help="plain-text format for models without a chat template (default '{prompt}')",
+    )
+    p.add_argument("--log_level", default="info", choices=("debug", "info", "warning", "error"))
     return p
 
 
@@ -139,6 +172,13 @@ def parse_eval_args(argv: list[str]) -> EvalArgs:
         if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
             raise ValueError("--env_kwargs must be a JSON object {env_id: {kwarg: value}}")
         env_kwargs = {str(k): dict(v) for k, v in raw.items()}
+    template_kwargs = None
+    if ns.chat_template_kwargs is not None:
+        from grpo_train.config import parse_mapping
+
+        template_kwargs = parse_mapping("--chat_template_kwargs", ns.chat_template_kwargs)
+    if ns.prompt_template is not None and "{prompt}" not in ns.prompt_template:
+        raise ValueError(f"--prompt_template {ns.prompt_template!r} has no {{prompt}} placeholder")
     return EvalArgs(
         model=ns.model,
         suite=ns.suite,
@@ -159,12 +199,36 @@ def parse_eval_args(argv: list[str]) -> EvalArgs:
         env_kwargs=env_kwargs,
         progress=not ns.no_progress,
         argv=tuple(argv),
+        chat_template=ns.chat_template,
+        chat_template_kwargs=template_kwargs,
+        system_prompt=ns.system_prompt,
+        prompt_template=ns.prompt_template,
+        log_level=ns.log_level,
     )
 
 
+def model_label(model: str) -> str:
+    """Name a model for a folder: the whole checkpoint path, not just its last part.
+
+    ``runs/a/checkpoints/step-000010/model`` and ``.../step-000020/model`` must not share a
+    folder; a local path gets its last meaningful parts plus a short hash of the full path (two
+    runs named alike stay apart), a hub id its own name.
+
+    >>> model_label("Qwen/Qwen2.5-0.5B-Instruct")
+    'Qwen_Qwen2.5-0.5B-Instruct'
+    """
+    path = Path(model.rstrip("/")).expanduser()
+    if not path.exists():
+        return model.replace("/", "_")
+    full = path.resolve()
+    parts = [p for p in full.parts[-4:] if p not in ("model", "checkpoints", "/")]
+    digest = hashlib.sha256(str(full).encode()).hexdigest()[:8]
+    return "-".join([*parts[-2:], digest])
+
+
 def default_out_dir(args: EvalArgs, model_path: str) -> Path:
-    """Name the run folder after the settings, so rerunning the same command resumes it."""
-    model = Path(model_path.rstrip("/")).name or "model"
+    """Name the run folder after the model and settings, so rerunning a command resumes it."""
+    model = model_label(args.model) if args.model else Path(model_path.rstrip("/")).name
     parts = [
         model,
         args.suite,
@@ -175,6 +239,66 @@ def default_out_dir(args: EvalArgs, model_path: str) -> Path:
     ]
     name = "-".join(re.sub(r"[^A-Za-z0-9_.]+", "_", p) for p in parts)
     return Path("eval_runs") / name
+
+
+def is_adapter_folder(model: str) -> bool:
+    """Return whether ``--model`` is a LoRA checkpoint folder (adapter files, no config.json)."""
+    folder = Path(model).expanduser()
+    return (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file()
+
+
+def training_run_config(model: str | None) -> Path | None:
+    """Return the config.yaml of the training run a checkpoint folder belongs to, if any.
+
+    A checkpoint is ``RUN/checkpoints/step-N/model`` (or a run's ``merged/`` folder).
+    """
+    if not model:
+        return None
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        return None
+    for parent in list(path.resolve().parents)[:4]:
+        candidate = parent / "config.yaml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def resolve_prompt_format(args: EvalArgs) -> PromptFormat:
+    """Return the prompt format: the flags, else the training run's (a checkpoint), else plain.
+
+    Evaluating a checkpoint with the prompt it was trained on is what a user means: a run with a
+    system prompt or ``enable_thinking: false`` is scored on that prompt unless told otherwise.
+    """
+    import yaml
+
+    from grpo_train.config import TrainConfig
+
+    base = PromptFormat()
+    run_config = training_run_config(args.model)
+    if run_config is not None:
+        try:
+            raw = yaml.safe_load(run_config.read_text()) or {}
+            data = raw.get("data", {}) if isinstance(raw, dict) else {}
+            keys = ("chat_template", "chat_template_kwargs", "system_prompt", "prompt_template")
+            flat = {k: data[k] for k in keys if isinstance(data, dict) and k in data}
+            base = PromptFormat.from_config(TrainConfig.from_flat(flat).data)
+            if flat:
+                logger.info("prompt format of the training run (%s)", run_config)
+        except (OSError, ValueError, yaml.YAMLError) as err:
+            logger.warning("cannot read the prompt format of %s: %s", run_config, err)
+    return PromptFormat(
+        chat_template=base.chat_template if args.chat_template is None else args.chat_template,
+        chat_template_kwargs=(
+            base.chat_template_kwargs
+            if args.chat_template_kwargs is None
+            else args.chat_template_kwargs
+        ),
+        system_prompt=base.system_prompt if args.system_prompt is None else args.system_prompt,
+        prompt_template=(
+            base.prompt_template if args.prompt_template is None else args.prompt_template
+        ),
+    )
 
 
 def run_eval(args: EvalArgs) -> int:
@@ -201,7 +325,22 @@ def run_eval(args: EvalArgs) -> int:
     ]
     for task in envs:  # load the data before the engine starts: a bad path fails in seconds
         task.env.dataset(args.split)
-    model_path = resolve_model(args.model)
+    prompt_format = resolve_prompt_format(args)
+    prompt_format.template_text()  # a missing template file fails before the model loads
+    if args.model and is_adapter_folder(args.model):
+        # A LoRA run's checkpoint holds only the adapter: merge it into the base model it names
+        # (once, cached) and evaluate that like any full checkpoint.
+        from grpo_train.lora import adapter_base_model, merged_checkpoint
+        from grpo_train.models import cache_dir
+
+        logger.info(
+            "%s is a LoRA adapter on %s: merging it for evaluation",
+            args.model,
+            adapter_base_model(args.model),
+        )
+        model_path = str(merged_checkpoint(args.model, cache_dir() / "merged"))
+    else:
+        model_path = resolve_model(args.model)
     # torch and transformers load only now (tens of seconds on a busy machine): input errors
     # above are reported without waiting for them.
     from transformers import AutoTokenizer
@@ -233,6 +372,7 @@ def run_eval(args: EvalArgs) -> int:
             batch_size=args.batch_size,
             progress=args.progress,
             model=args.model or model_path,
+            prompt_format=prompt_format,
             metadata={
                 "command": ["grpo", "eval", *args.argv],
                 "env_kwargs": {k: dict(v) for k, v in args.env_kwargs.items()},
@@ -284,14 +424,17 @@ def run_compare(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``grpo eval``; returns the exit status (2 on bad input)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from grpo_envs.registration import RegistryError
+    from grpo_train.console import setup_logging
     from grpo_train.models import ModelNotAvailableError
 
     try:
         if args and args[0] == "compare":
+            setup_logging("info")
             return run_compare(args[1:])
-        return run_eval(parse_eval_args(args))
+        parsed = parse_eval_args(args)
+        setup_logging(parsed.log_level)
+        return run_eval(parsed)
     except (ValueError, FileNotFoundError, RegistryError, ModelNotAvailableError) as err:
         # Bad input (unknown env, missing model or data, settings that conflict): one line that
         # says what to fix, not a traceback.

@@ -8,7 +8,6 @@ batch is scored, and a rerun into the same folder only generates what is missing
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import logging
@@ -25,8 +24,10 @@ from tqdm.auto import tqdm
 from grpo_envs.base import Environment
 from grpo_envs.types import Sample, Score
 from grpo_envs.wrappers import guarded_scores
+from grpo_train import prompts
 from grpo_train.eval.records import SampleRecord, SampleStore
 from grpo_train.eval.report import SuiteResult, markdown_table, summarize_task
+from grpo_train.prompts import PromptFormat
 from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
 from grpo_train.scoring import ScoreErrors
 
@@ -163,44 +164,31 @@ def wants_math_checks(env_id: str) -> bool:
 
 
 def encode_prompt(
-    tokenizer: AnyTokenizer, sample: Sample, max_prompt_tokens: int | None = None
+    tokenizer: AnyTokenizer,
+    sample: Sample,
+    max_prompt_tokens: int | None = None,
+    prompt_format: PromptFormat | None = None,
 ) -> tuple[str, list[int]]:
-    """Render a sample's chat prompt with the tokenizer's template and tokenize it.
+    """Render and tokenize a sample's prompt exactly as the trainer does (``grpo_train.prompts``).
 
-    Same encoding as the trainer's (template text, then tokens without extra special tokens), so
-    evaluation sees what training saw. A tokenizer without a chat template (a base model) gets the
-    message contents joined by blank lines and its usual special tokens. With
+    A chat model gets its chat template (or ``prompt_format``'s); a tokenizer without one (a
+    base model) gets the plain-text format and its usual special tokens. With
     ``max_prompt_tokens`` only the last that many tokens are kept (as the trainer does).
     """
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(
-            sample.messages, tokenize=False, add_generation_prompt=True
-        )
-        if not isinstance(text, str):
-            raise TypeError(f"apply_chat_template returned {type(text).__name__}, expected str")
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    else:
-        text = "\n\n".join(m.content for m in sample.prompt)
-        ids = tokenizer(text)["input_ids"]
-    if not isinstance(ids, list) or not ids:
-        raise ValueError(f"sample {sample.id!r}: the tokenizer produced no prompt tokens")
-    if max_prompt_tokens is not None and len(ids) > max_prompt_tokens:
-        logger.warning(
-            "sample %s: prompt of %d tokens cut to its last %d",
-            sample.id,
-            len(ids),
-            max_prompt_tokens,
-        )
-        ids = ids[-max_prompt_tokens:]
-    return text, [int(i) for i in ids]
+    encoded = prompts.encode_prompt(tokenizer, sample, prompt_format, max_prompt_tokens)
+    if encoded.cut:
+        logger.warning("sample %s: prompt cut to its last %d tokens", sample.id, max_prompt_tokens)
+    return encoded.text, encoded.ids
 
 
-def template_info(tokenizer: object) -> dict[str, object]:
-    """Return the chat template and its sha256 (templates move scores; record them)."""
-    template = getattr(tokenizer, "chat_template", None)
-    template = template if isinstance(template, str) else None
-    digest = hashlib.sha256(template.encode()).hexdigest() if template else None
-    return {"chat_template": template, "sha256": digest}
+def template_info(
+    tokenizer: object, prompt_format: PromptFormat | None = None
+) -> dict[str, object]:
+    """Return the prompt format used: the chat template and its sha256, kwargs, system prompt.
+
+    Templates move scores by double-digit points: summaries record them.
+    """
+    return (prompt_format or PromptFormat()).describe(tokenizer)
 
 
 def package_versions() -> dict[str, str]:
@@ -318,6 +306,7 @@ def evaluate(
     model: str = "",
     max_prompt_tokens: int | None = None,
     metadata: Mapping[str, object] | None = None,
+    prompt_format: PromptFormat | None = None,
 ) -> EvalSummary:
     """Evaluate ``engine`` on environments and return per-task results.
 
@@ -338,6 +327,8 @@ def evaluate(
         model: the model's name or path, recorded in the summary.
         max_prompt_tokens: keep only the last that many prompt tokens (default: all).
         metadata: more JSON-ready facts for summary.json (the CLI adds its command line).
+        prompt_format: how prompts are rendered (chat template, system prompt...); default: the
+            tokenizer's chat template. A training run passes its own, so both see one prompt.
     """
     start = time.perf_counter()
     n = sampling.n
@@ -354,7 +345,7 @@ def evaluate(
 
     store: SampleStore | None = None
     out = Path(out_dir) if out_dir is not None else None
-    template = template_info(tokenizer)
+    template = template_info(tokenizer, prompt_format)
     if out is not None:
         run_config = {
             "model": model,
@@ -363,6 +354,13 @@ def evaluate(
             "template_sha256": template["sha256"],
             "max_prompt_tokens": max_prompt_tokens,
         }
+        settings = {
+            k: template[k] for k in ("chat_template_kwargs", "system_prompt") if template[k]
+        }
+        if template["prompt_template"] not in (None, "{prompt}"):
+            settings["prompt_template"] = template["prompt_template"]
+        if settings:  # only when set, so that earlier folders still resume
+            run_config["prompt_format"] = settings
         _check_run_config(out, run_config)
         store = SampleStore(out / SAMPLES_FILE)
     memory: dict[tuple[str, str, int], SampleRecord] = {}
@@ -381,7 +379,7 @@ def evaluate(
             ]
             reused += n - len(missing)
             if missing:
-                text, ids = encode_prompt(tokenizer, sample, max_prompt_tokens)
+                text, ids = encode_prompt(tokenizer, sample, max_prompt_tokens, prompt_format)
                 pending.append(_Pending(task, sample, text, ids, missing))
 
     # 2. Generate and score batch by batch; each batch is saved before the next starts.

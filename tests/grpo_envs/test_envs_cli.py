@@ -75,3 +75,49 @@ def test_cli_does_not_import_torch():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_score_exits_nonzero_and_says_why_for_a_row_it_cannot_score(tmp_path, capsys):
+    path = tmp_path / "completions.jsonl"
+    rows = [
+        {"sample": {"id": "a", "prompt": [{"role": "user", "content": "2+2?"}], "answer": "4"},
+         "completion": "\\boxed{4}"},
+        {"sample": {"id": "b", "prompt": [{"role": "user", "content": "2+3?"}], "answer": "5"},
+         "completion": None},
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code = main(["score", "math/add2-v0", "--completions", str(path)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "line 2" in captured.err and "'b'" in captured.err
+    assert "could not be scored:" in captured.err
+
+
+def test_show_of_a_hub_dataset_offline_fails_fast_with_the_fix(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    # An endpoint nothing listens on stands for "no network"; an empty cache for a fresh machine.
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": "http://127.0.0.1:9",
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_DATASETS_CACHE": str(tmp_path / "hf" / "datasets"),
+    }
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "GRPO_GSM8K_DIR", "HTTPS_PROXY"):
+        env.pop(name, None)
+    grpo = os.path.join(os.path.dirname(sys.executable), "grpo")
+    start = time.monotonic()
+    proc = subprocess.run(
+        [grpo, "envs", "show", "math/gsm8k-v0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 1
+    assert "not reachable" in proc.stdout and "GRPO_GSM8K_DIR" in proc.stdout
+    assert elapsed < 30  # it used to retry the hub for ~40 s per split
