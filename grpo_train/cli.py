@@ -11,6 +11,10 @@ from __future__ import annotations
 import importlib
 import sys
 
+from grpo_train.console import quiet_child_process
+
+quiet_child_process()  # a no-op unless this is a process a quiet `grpo` command spawned
+
 #: sub-command -> (module exposing ``main(argv: list[str]) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": (

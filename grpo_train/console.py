@@ -102,6 +102,26 @@ def _vllm_logging_config(level: str) -> str:
     return path
 
 
+QUIET_ENV = "GRPO_KIT_QUIET"
+
+
+def quiet_child_process() -> None:
+    """In a process that a quiet ``grpo`` command spawned (vLLM's engine), filter from the start.
+
+    vLLM's engine processes import vLLM, which logs its Triton probing, before vLLM configures
+    its logging; those records reach Python's last-resort handler unfiltered. The spawned
+    process imports the ``grpo`` entry point's module first (multiprocessing's spawn re-imports
+    the main module), which calls this, so the records meet ``ExpectedNoise`` instead.
+    """
+    if os.environ.get(QUIET_ENV) != "1" or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(ExpectedNoise())
+    handler.setLevel(logging.WARNING)
+    logging.getLogger().addHandler(handler)
+
+
 def setup_logging(level: str = "info") -> None:
     """Configure the console for a ``grpo`` command at ``level`` (one of ``LEVELS``).
 
@@ -111,12 +131,17 @@ def setup_logging(level: str = "info") -> None:
     if level not in LEVELS:
         raise ValueError(f"log_level: {level!r} is not one of {list(LEVELS)}")
     numeric = getattr(logging, level.upper())
-    logging.basicConfig(level=numeric, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=numeric, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
     root = logging.getLogger()
     root.setLevel(numeric)
     if level == "debug":
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "DEBUG")
         return
+    os.environ[QUIET_ENV] = "1"  # read by vLLM's engine processes (``quiet_child_process``)
+    # torch's C++ warnings of vLLM's CPU worker (NUMA binding) in those processes.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     for handler in root.handlers:
         if not any(isinstance(f, ExpectedNoise) for f in handler.filters):
             handler.addFilter(ExpectedNoise())

@@ -100,7 +100,7 @@ def test_base_model_lora_wandb_resume_then_eval_two_checkpoints(tiny_model_path,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-3000:]
     folders = sorted(p.name for p in (tmp_path / "eval_runs").iterdir())
-    assert len(folders) == 2 and "step-000003" in folders[0] and "step-000004" in folders[1]
+    assert len(folders) == 2 and "000003" in folders[0] and "000004" in folders[1]
     summary = json.loads((tmp_path / "eval_runs" / folders[0] / "summary.json").read_text())
     assert summary["prompt_template"]["prompt_template"] == "Q: {prompt}\nA:"
     first = _rows(tmp_path / "eval_runs" / folders[0] / "samples.jsonl")[0]

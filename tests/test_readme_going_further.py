@@ -1,0 +1,114 @@
+"""The README's "Going further" commands run as written, with a tiny model and small limits.
+
+Every ``grpo`` line of the section's bash blocks is executed through the real CLI, in a scratch
+folder, with three kinds of substitution only: the hub model it names (or the embedded default)
+becomes the tiny test model; each run gets small limits appended (later flags win); paths that
+stand for "your run" or "your files" (``runs/grpo-default/.../step-000030``, ``eval_runs/A``,
+``{...}``) become the ones the earlier commands produced.
+"""
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GRPO = str(Path(sys.executable).with_name("grpo"))
+HUB_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+GSM8K = ROOT / "tests" / "grpo_envs" / "fixtures" / "gsm8k"
+
+
+def going_further() -> str:
+    text = (ROOT / "README.md").read_text()
+    return text.split("## Going further", 1)[1].split("\n## ", 1)[0]
+
+
+def commands() -> list[list[str]]:
+    """The ``grpo`` command lines of the section, comments removed, in order."""
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", going_further(), re.S):
+        for line in block.splitlines():
+            words = shlex.split(line, comments=True)
+            if words and words[0] == "grpo":
+                out.append(words)
+    return out
+
+
+def run_yaml() -> str:
+    block = re.search(r"```yaml\n(# run\.yaml.*?)```", going_further(), re.S)
+    assert block is not None, "the README lost its run.yaml example"
+    return block.group(1)
+
+
+def test_the_section_still_has_the_commands_this_test_knows():
+    lines = [" ".join(c[:2]) for c in commands()]
+    assert lines.count("grpo train") >= 4 and lines.count("grpo eval") >= 3
+    assert any(c[:3] == ["grpo", "eval", "compare"] for c in commands())
+
+
+@pytest.mark.slow
+def test_going_further_commands_run_as_written(tiny_model_path, tmp_path):
+    work = tmp_path / "work"
+    (work / "data").mkdir(parents=True)
+    rows = [{"problem": f"What is {i} + {i}?", "solution": str(2 * i), "qid": f"q{i}"}
+            for i in range(40)]  # fmt: skip
+    (work / "data" / "questions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (work / "run.yaml").write_text(run_yaml())
+    shutil.copytree(ROOT / "benchmarks" / "configs", work / "benchmarks" / "configs")
+    env = {**os.environ, "GRPO_GSM8K_DIR": str(GSM8K), "TOKENIZERS_PARALLELISM": "false"}
+    tiny = str(tiny_model_path)
+    train_limits = [
+        "--model", tiny, "--engine", "hf", "--max_steps", "1", "--num_generations", "2",
+        "--prompts_per_step", "2", "--max_completion_length", "8", "--eval_size", "2",
+        "--progress", "false", "--save_every", "1",
+    ]  # fmt: skip
+    eval_limits = ["--engine", "hf", "--max_tokens", "8", "--limit", "2", "--no_progress"]
+    dataset_kwargs = None
+    eval_runs: list[str] = []
+    checkpoint = None
+    for words in commands():
+        argv = [tiny if w == HUB_MODEL else w for w in words[1:]]
+        if argv[0] == "train":
+            argv += train_limits
+        elif argv[:2] == ["eval", "compare"]:
+            assert len(eval_runs) >= 2, "the compare line needs two evaluations before it"
+            argv = ["eval", "compare", eval_runs[-2], eval_runs[-1], "--resamples", "200"]
+        elif argv[0] == "eval":
+            argv = [checkpoint if "step-000030" in w else w for w in argv]
+            if "--model" not in argv:
+                argv += ["--model", tiny]
+            argv += eval_limits
+        if argv[0] == "envs" and argv[1] == "show":
+            dataset_kwargs = argv[argv.index("--kwargs") + 1]
+        argv = [w.replace("{...}", dataset_kwargs or "{...}") for w in argv]
+        if argv[0] == "envs" and argv[1] == "score":
+            import grpo_envs
+
+            kwargs = json.loads(argv[argv.index("--kwargs") + 1])
+            train = grpo_envs.make("math/dataset-v0", **kwargs).dataset("train")
+            completions = [{"id": row["id"], "completion": "\\boxed{0}"} for row in train][:3]
+            (work / "completions.jsonl").write_text(
+                "".join(json.dumps(c) + "\n" for c in completions)
+            )
+        proc = subprocess.run(
+            [GRPO, *argv], cwd=work, env=env, capture_output=True, text=True, timeout=900
+        )
+        assert proc.returncode == 0, (
+            f"{' '.join(words)}\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+        )
+        if argv[0] == "eval" and argv[1] != "compare":  # its default folder, as printed
+            newest = max((work / "eval_runs").iterdir(), key=lambda p: p.stat().st_mtime)
+            eval_runs.append(str(newest))
+        if argv[0] == "train" and "--resume" not in argv:
+            newest = max((work / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
+            checkpoint = str(newest / "checkpoints" / "step-000001" / "model")
+            if argv[1:3] == ["--config", "run.yaml"]:
+                # "runs/x" in the README stands for this run's folder, as the CLI printed it.
+                (work / "runs" / "x").symlink_to(newest.resolve())
+    assert len(eval_runs) >= 3
