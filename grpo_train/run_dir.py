@@ -94,7 +94,8 @@ def check_run_dir(config: TrainConfig) -> None:
     except (OSError, yaml.YAMLError):
         saved = {}
     ours = _comparable(config.to_dict())
-    differ = sorted(k for k in set(saved) | set(ours) if saved.get(k) != ours.get(k))
+    # Fields only one side knows come from another grpo-kit version, not from another run.
+    differ = sorted(k for k in set(saved) & set(ours) if saved[k] != ours[k])
     if not differ:
         return
     shown = ", ".join(f"{k}: {saved.get(k)!r} -> {ours.get(k)!r}" for k in differ[:4])

@@ -53,7 +53,7 @@ def test_the_section_still_has_the_commands_this_test_knows():
 
 
 @pytest.mark.slow
-def test_going_further_commands_run_as_written(tiny_model_path, tmp_path):
+def test_going_further_commands_run_as_written(tiny_model_path, tmp_path, monkeypatch):
     work = tmp_path / "work"
     (work / "data").mkdir(parents=True)
     rows = [{"problem": f"What is {i} + {i}?", "solution": str(2 * i), "qid": f"q{i}"}
@@ -91,6 +91,7 @@ def test_going_further_commands_run_as_written(tiny_model_path, tmp_path):
             import grpo_envs
 
             kwargs = json.loads(argv[argv.index("--kwargs") + 1])
+            monkeypatch.chdir(work)  # the kwargs' path is relative to where the user runs
             train = grpo_envs.make("math/dataset-v0", **kwargs).dataset("train")
             completions = [{"id": row["id"], "completion": "\\boxed{0}"} for row in train][:3]
             (work / "completions.jsonl").write_text(
