@@ -1,4 +1,4 @@
-"""The learning-signal guard: one line when nearly every group has equal rewards, step after step."""
+"""The learning-signal guard: one line when nearly every group has equal rewards, for steps."""
 
 from grpo_train.config import TrainConfig
 from grpo_train.groups import SignalGuard
