@@ -69,7 +69,9 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``grpo plot RUN_DIR [--out DIR]``; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="grpo plot", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="grpo plot", description=__doc__.splitlines()[0], allow_abbrev=False
+    )
     parser.add_argument("run_dir", help="a run folder (holds metrics.jsonl)")
     parser.add_argument(
         "--out", default=None, help="where to write the PNGs (default RUN_DIR/plots)"

@@ -398,7 +398,7 @@ def run_compare(argv: list[str]) -> int:
     from grpo_train.eval.compare import compare_rates, compare_table, load_run, plot_deltas
 
     p = argparse.ArgumentParser(
-        prog="grpo eval compare", description="Per-suite deltas B - A with CIs."
+        prog="grpo eval compare", description="Per-suite deltas B - A with CIs.", allow_abbrev=False
     )
     p.add_argument("run_a")
     p.add_argument("run_b")
