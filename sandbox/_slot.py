@@ -154,8 +154,9 @@ class SlotResources:
             try:
                 if "/memory/" in path:
                     _linux.write_file(f"{path}/memory.limit_in_bytes", str(limits[0] << 20))
-                else:  # + slot server, template, verdict server, spare
-                    _linux.write_file(f"{path}/pids.max", str(max_processes + 4))
+                else:  # + slot server, template, verdict server, spare; the kernel's maximum
+                    pids = min(max_processes + 4, 1 << 22)
+                    _linux.write_file(f"{path}/pids.max", str(pids))
             except OSError:  # e.g. EBUSY when lowering below the current usage: retry next run
                 self.cgroup_limits = None
 

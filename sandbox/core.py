@@ -320,9 +320,13 @@ class Sandbox:
         debug: bool = False,
     ) -> None:
         self.limits = limits if limits is not None else Limits()
-        self.workers = int(workers) if workers is not None else (os.cpu_count() or 1)
-        if self.workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
+        if not isinstance(self.limits, Limits):
+            raise TypeError(f"limits must be a sandbox.Limits, got {type(limits).__name__}")
+        if workers is not None and (
+            isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 1024
+        ):
+            raise ValueError(f"workers must be an int in [1, 1024] (or None), got {workers!r}")
+        self.workers = workers if workers is not None else (os.cpu_count() or 1)
         required = set(required_layers or ())
         if strict:
             required |= set(ALL_LAYERS)
