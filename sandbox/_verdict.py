@@ -1,6 +1,6 @@
 """The verdict side of ``run_tests``: trusted test code against proxies of the candidate.
 
-Runs inside the long-lived verdict server (see ``_zygote.VerdictServer``), never in the untrusted
+Runs inside the long-lived verdict server (see ``_verdict_server``), never in the untrusted
 process. Standard library + ``_codec`` only: the fork server loads this file by path.
 """
 

@@ -1,9 +1,9 @@
 """The parent side: a pool of fork servers and the public ``Sandbox`` API.
 
-Each worker slot is one fork server (``_zygote.py``) started from ``/usr/bin/python3 -I -S`` with
-an empty environment, so the untrusted children it forks inherit no secret, no GPU handle and no
-import state of this process. The parent only ever exchanges length-prefixed JSON frames with it
-and rebuilds typed results field by field (no pickle anywhere).
+Each worker slot is one slot server, the "fork server" (``_zygote.py``), started from
+``/usr/bin/python3 -I -S`` with an empty environment, so the untrusted children below it inherit
+no secret, no GPU handle and no import state of this process. The parent only ever exchanges
+length-prefixed JSON frames with it and rebuilds typed results field by field (no pickle).
 """
 
 from __future__ import annotations

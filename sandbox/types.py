@@ -2,7 +2,7 @@
 
 Everything here is a frozen dataclass or a str-enum so that results can be logged, compared and
 sent between processes without ``dict[str, Any]`` state. The execution machinery lives in
-``sandbox.core`` (the parent side) and ``sandbox._zygote`` (the fork server).
+``sandbox.core`` (the parent side) and the slot server's modules (``sandbox._zygote`` and below).
 """
 
 from __future__ import annotations

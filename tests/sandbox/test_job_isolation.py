@@ -6,7 +6,6 @@ job. One-worker sandboxes make consecutive jobs share a slot (the hardest case).
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import json
 import os
@@ -338,7 +337,11 @@ def test_unix_sockets_inside_a_run_still_work(one_slot: Sandbox) -> None:
 
 
 def _interrupt_after(seconds: float) -> threading.Timer:
-    timer = threading.Timer(seconds, _thread.interrupt_main)
+    """Ctrl-C for the main thread in ``seconds``: a real SIGINT, so a blocking wait is cut short
+    (``_thread.interrupt_main`` would only be noticed once the wait ended)."""
+    main = threading.main_thread().ident
+    assert main is not None
+    timer = threading.Timer(seconds, signal.pthread_kill, (main, signal.SIGINT))
     timer.start()
     return timer
 
