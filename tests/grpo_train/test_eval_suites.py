@@ -66,3 +66,35 @@ def test_bad_suites_files_are_clear_errors(tmp_path, text):
 def test_missing_suites_file(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         load_suites_file(tmp_path / "nope.yaml")
+
+
+def test_any_id_make_accepts_is_a_suite_item(tmp_path, monkeypatch):
+    """Registered ids, families (rg/<task>-v0) and module:id resolve as grpo train --env does."""
+    (tmp_path / "my_suite_envs.py").write_text(
+        "from grpo_envs import register\n"
+        "register('mine/add-v0', 'grpo_envs.envs.arithmetic:ArithmeticEnv', task='add2')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    items = "math/add2-v0,rg/leg_counting-v0,my_suite_envs:mine/add-v0"
+    tasks = resolve_tasks(items)
+    assert [t.env_id for t in tasks] == items.split(",")
+    with pytest.raises(ValueError, match="unknown suite or env id 'math/nope-v0'"):
+        resolve_tasks("math/nope-v0")
+    with pytest.raises(ValueError, match="cannot import module 'no_such_module_xyz'"):
+        resolve_tasks("no_such_module_xyz:mine/add-v0")
+
+
+def test_suites_file_entries_carry_make_kwargs(tmp_path):
+    path = tmp_path / "suites.yaml"
+    path.write_text(
+        "suites:\n  mine:\n    - id: math/dataset-v0\n      kwargs: {path: q.jsonl, answer: a}\n"
+        "    - math/add2-v0\n"
+    )
+    tasks = resolve_tasks("mine", user_suites=load_suites_file(path))
+    assert [(t.env_id, dict(t.kwargs)) for t in tasks] == [
+        ("math/dataset-v0", {"path": "q.jsonl", "answer": "a"}),
+        ("math/add2-v0", {}),
+    ]
+    path.write_text("suites:\n  bad:\n    - {id: math/add2-v0, weight: 2}\n")
+    with pytest.raises(ValueError, match=r"\{id, kwargs\} entry"):
+        load_suites_file(path)
