@@ -14,10 +14,10 @@ import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from tqdm.auto import tqdm
 
@@ -332,6 +332,67 @@ def evaluate(
     """
     start = time.perf_counter()
     n = sampling.n
+    ks_t = _checked_ks(n, ks, batch_size, limit)
+    tasks = _as_tasks(envs)
+    out = Path(out_dir) if out_dir is not None else None
+    template = template_info(tokenizer, prompt_format)
+    store = None
+    if out is not None:
+        _check_run_config(out, _run_config(model, split, sampling, template, max_prompt_tokens))
+        store = SampleStore(out / SAMPLES_FILE)
+    records: dict[tuple[str, str, int], SampleRecord] = {}  # in memory when nothing is stored
+
+    # 1. Load data, encode prompts, find what is still missing.
+    plan = _plan(tasks, split, limit, n, store, tokenizer, max_prompt_tokens, prompt_format)
+
+    # 2. Generate and score batch by batch; each batch is saved before the next starts.
+    total = sum(len(p.missing) for p in plan.pending)
+    generated = 0
+    with tqdm(total=total, desc="eval", unit="completion", disable=not progress) as bar:
+        for batch in _batches(plan.pending, batch_size):
+            done = _run_batch(engine, batch, sampling)
+            generated += len(done)
+            if store is not None:
+                store.append(done)
+            else:
+                records.update((r.key, r) for r in done)
+            bar.update(len(done))
+
+    # 3. Aggregate over the selected samples only (a folder may hold more from a larger --limit).
+    greedy = sampling.temperature == 0 and n == 1
+    lookup = store.get if store is not None else records.get
+    results = [
+        summarize_task(
+            task.label,
+            task.env.env_id,
+            _task_records(task, plan.selected[task.label], n, lookup),
+            n=n,
+            ks=ks_t,
+            greedy=greedy,
+        )
+        for task in tasks
+    ]
+    summary = EvalSummary(
+        results=tuple(results),
+        sampling=sampling,
+        split=split,
+        limit=limit,
+        ks=ks_t,
+        num_generated=generated,
+        num_reused=plan.reused,
+        elapsed_s=time.perf_counter() - start,
+        out_dir=str(out) if out is not None else None,
+        extra=_summary_extra(metadata, model, engine, template, tasks, plan.fingerprints),
+    )
+    if out is not None:
+        _write_json_atomic(out / SUMMARY_FILE, summary.to_json())
+    return summary
+
+
+def _checked_ks(
+    n: int, ks: Sequence[int] | None, batch_size: int, limit: int | None
+) -> tuple[int, ...]:
+    """Validate ``evaluate``'s counts; return the pass@k values to report."""
     ks_t = tuple(sorted(set(ks))) if ks else default_ks(n)
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
@@ -341,31 +402,53 @@ def evaluate(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1 (or None for the whole split), got {limit}")
-    tasks = _as_tasks(envs)
+    return ks_t
 
-    store: SampleStore | None = None
-    out = Path(out_dir) if out_dir is not None else None
-    template = template_info(tokenizer, prompt_format)
-    if out is not None:
-        run_config = {
-            "model": model,
-            "split": split,
-            "sampling": asdict(sampling),
-            "template_sha256": template["sha256"],
-            "max_prompt_tokens": max_prompt_tokens,
-        }
-        settings = {
-            k: template[k] for k in ("chat_template_kwargs", "system_prompt") if template[k]
-        }
-        if template["prompt_template"] not in (None, "{prompt}"):
-            settings["prompt_template"] = template["prompt_template"]
-        if settings:  # only when set, so that earlier folders still resume
-            run_config["prompt_format"] = settings
-        _check_run_config(out, run_config)
-        store = SampleStore(out / SAMPLES_FILE)
-    memory: dict[tuple[str, str, int], SampleRecord] = {}
 
-    # 1. Load data, encode prompts, find what is still missing.
+def _run_config(
+    model: str,
+    split: str,
+    sampling: SamplingConfig,
+    template: Mapping[str, Any],
+    max_prompt_tokens: int | None,
+) -> dict[str, object]:
+    """Return what an output folder's results depend on (a folder made otherwise is refused)."""
+    run_config: dict[str, object] = {
+        "model": model,
+        "split": split,
+        "sampling": asdict(sampling),
+        "template_sha256": template["sha256"],
+        "max_prompt_tokens": max_prompt_tokens,
+    }
+    settings = {k: template[k] for k in ("chat_template_kwargs", "system_prompt") if template[k]}
+    if template["prompt_template"] not in (None, "{prompt}"):
+        settings["prompt_template"] = template["prompt_template"]
+    if settings:  # only when set, so that earlier folders still resume
+        run_config["prompt_format"] = settings
+    return run_config
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The samples each task evaluates and the completions still to generate."""
+
+    selected: dict[str, list[Sample]]
+    fingerprints: dict[str, str | None]
+    pending: list[_Pending]
+    reused: int
+
+
+def _plan(
+    tasks: Sequence[EvalTask],
+    split: str,
+    limit: int | None,
+    n: int,
+    store: SampleStore | None,
+    tokenizer: AnyTokenizer,
+    max_prompt_tokens: int | None,
+    prompt_format: PromptFormat | None,
+) -> _Plan:
+    """Load each task's samples, encode prompts, list the (sample, index) pairs not stored yet."""
     selected: dict[str, list[Sample]] = {}
     fingerprints: dict[str, str | None] = {}
     pending: list[_Pending] = []
@@ -381,36 +464,37 @@ def evaluate(
             if missing:
                 text, ids = encode_prompt(tokenizer, sample, max_prompt_tokens, prompt_format)
                 pending.append(_Pending(task, sample, text, ids, missing))
+    return _Plan(selected, fingerprints, pending, reused)
 
-    # 2. Generate and score batch by batch; each batch is saved before the next starts.
-    total = sum(len(p.missing) for p in pending)
-    generated = 0
-    with tqdm(total=total, desc="eval", unit="completion", disable=not progress) as bar:
-        for batch in _batches(pending, batch_size):
-            records = _run_batch(engine, batch, sampling)
-            generated += len(records)
-            if store is not None:
-                store.append(records)
-            else:
-                memory.update((r.key, r) for r in records)
-            bar.update(len(records))
 
-    # 3. Aggregate over the selected samples only (a folder may hold more from a larger --limit).
-    results = []
-    for task in tasks:
-        env_id = task.env.env_id
-        recs = []
-        for sample in selected[task.label]:
-            for g in range(n):
-                key = (env_id, sample.id, g)
-                rec = store.get(key) if store is not None else memory.get(key)
-                if rec is None:
-                    raise RuntimeError(f"internal: no record for {key} after generation")
-                recs.append(rec)
-        greedy = sampling.temperature == 0 and n == 1
-        results.append(summarize_task(task.label, env_id, recs, n=n, ks=ks_t, greedy=greedy))
+def _task_records(
+    task: EvalTask,
+    samples: Sequence[Sample],
+    n: int,
+    lookup: Callable[[tuple[str, str, int]], SampleRecord | None],
+) -> list[SampleRecord]:
+    """Every (sample, completion index) record of ``task``, in order."""
+    recs = []
+    for sample in samples:
+        for g in range(n):
+            key = (task.env.env_id, sample.id, g)
+            rec = lookup(key)
+            if rec is None:
+                raise RuntimeError(f"internal: no record for {key} after generation")
+            recs.append(rec)
+    return recs
 
-    extra: dict[str, object] = {
+
+def _summary_extra(
+    metadata: Mapping[str, object] | None,
+    model: str,
+    engine: RolloutEngine,
+    template: Mapping[str, Any],
+    tasks: Sequence[EvalTask],
+    fingerprints: Mapping[str, str | None],
+) -> dict[str, object]:
+    """Provenance for summary.json: model, engine, prompt template, datasets, package versions."""
+    return {
         **(metadata or {}),
         "model": model,
         "engine": getattr(engine, "name", type(engine).__name__),
@@ -426,21 +510,6 @@ def evaluate(
         ],
         "packages": package_versions(),
     }
-    summary = EvalSummary(
-        results=tuple(results),
-        sampling=sampling,
-        split=split,
-        limit=limit,
-        ks=ks_t,
-        num_generated=generated,
-        num_reused=reused,
-        elapsed_s=time.perf_counter() - start,
-        out_dir=str(out) if out is not None else None,
-        extra=extra,
-    )
-    if out is not None:
-        _write_json_atomic(out / SUMMARY_FILE, summary.to_json())
-    return summary
 
 
 def _as_tasks(envs: Sequence[EvalTask | Environment] | Mapping[str, Environment]) -> list[EvalTask]:
