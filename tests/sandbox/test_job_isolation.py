@@ -511,7 +511,26 @@ def test_lone_surrogates_never_leave_the_sandbox(sb: Sandbox) -> None:
 # -- close() leaves nothing behind ---------------------------------------------------------------
 
 
+def _taken_again(uid: int) -> bool:
+    """Whether another Sandbox on this machine holds ``uid`` now (it may, once we released it)."""
+    import fcntl
+
+    for lock_dir in _slot.LOCK_DIRS:
+        try:
+            fd = os.open(f"{lock_dir}/{uid}.lock", os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
+    return False
+
+
 def _leftovers(uids: tuple[int, ...], servers: tuple[int, ...]) -> list[str]:
+    uids = tuple(uid for uid in uids if not _taken_again(uid))
     found = [f"process {pid}" for pid in processes_of(uids)]
     for pid in servers:
         with contextlib.suppress(ProcessLookupError):
