@@ -91,6 +91,7 @@ def handle_run(server: Server, req: dict[str, object]) -> dict[str, object]:
 
 def _terminate(_signum: int, _frame: object) -> None:
     """SIGTERM from the library (an abandoned call): unwind, so that ``finally`` cleans up."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: never cut the clean-up short
     raise SystemExit(0)
 
 
@@ -116,6 +117,7 @@ def main() -> None:
     try:
         _serve(server, config, req_fd, rep_fd)
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         server.close()
 
 
