@@ -140,9 +140,21 @@ def test_mbpp_group_copying_earlier_asserts_scores_zero() -> None:
     assert rewards == [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
 
 
-def test_stdio_copycat_of_the_previous_output_scores_zero() -> None:
-    """A copycat prints whatever output of an earlier run it can find (a reply's stdout)."""
-    env = grpo_envs.make("code/stdio-v0", data_files=str(FIXTURES / "stdio.jsonl"), workers=1)
+@pytest.mark.parametrize("one_test", [True, False])
+def test_stdio_copycat_of_the_previous_output_scores_zero(one_test: bool, tmp_path: Path) -> None:
+    """A copycat prints whatever output of an earlier run it can find (a reply's stdout). With a
+    single test, the run before it (an honest one of the same task) printed exactly that."""
+    data = FIXTURES / "stdio.jsonl"
+    if one_test:
+        data = tmp_path / "one.jsonl"
+        row = {
+            "id": "double",
+            "prompt": "Read an integer n and print 2n.",
+            "tests": [{"input": "21\n", "output": "42\n"}],
+            "solution": "print(2 * int(input()))\n",
+        }
+        data.write_text(json.dumps(row) + "\n")
+    env = grpo_envs.make("code/stdio-v0", data_files=str(data), workers=1)
     sample = Sample.from_row(env.dataset("test")[0])
     copycat = HARVEST + (
         'found = harvest(rb"[\'\\"]stdout[\'\\"]: ?[\'\\"]([^\'\\"]{1,200})[\'\\"]")\n'
