@@ -17,7 +17,9 @@ A standalone number is never cut out of an expression or a word: in ``\frac{1+\s
 ``2^{10}``, ``x_2`` or ``AZYUK2A`` there is none (a digit run touching a letter, a brace, ``^``,
 ``_``, ``/`` or a backslash command is part of something larger). Inline spans (``$``, ``\(``) may
 not cross a line, display spans may; a ``$`` pair around prose ("costs $5 and gets $") is read as
-two currency signs, not as math.
+two currency signs, not as math. A number its sentence negates or brackets ("the answer cannot be
+5", "between 5 and 6") is not taken. A completion that is one bare expression (``\frac{10}{9}``,
+``(1, 4.5)``, a matrix) is taken whole.
 
 Several boxes in a row, separated only by commas, "and"/"or", spacing or a short label
 (``\boxed{1}, \boxed{2}``; ``\boxed{(2, 2)} \text{ and } \boxed{(6, 2)}``) are one answer, the
