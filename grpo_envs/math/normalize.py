@@ -383,6 +383,7 @@ _MIXED = re.compile(
     r"^([+-]?)\s*(\d+)\s*(?:\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|\s(\d+)\s*/\s*(\d+))$"
 )
 _REPEATING = re.compile(r"^([+-]?)(\d*)\.(\d*)\s*\\overline\s*\{\s*(\d{1,12})\s*\}$")
+_E_NOTATION = re.compile(r"^([+-]?\d+(?:\.\d+)?)[eE]([+-]?\d{1,3})$")
 _SCI = re.compile(
     r"^([+-]?\d+(?:\.\d+)?)\s*(?:\\times|\\cdot|\*)\s*10\s*\^\s*\{?\s*([+-]?\d{1,3})\s*\}?$"
 )
@@ -434,6 +435,10 @@ def parse_number(s: str) -> Number | None:
         return Number(-v if m.group(1) == "-" else v, False)
     m = _SCI.match(s)
     if m:
+        mant = Fraction(m.group(1))
+        return Number(mant * Fraction(10) ** int(m.group(2)), "." in m.group(1))
+    m = _E_NOTATION.match(s)
+    if m:  # 1.5e3, as calculators and programs print it
         mant = Fraction(m.group(1))
         return Number(mant * Fraction(10) ** int(m.group(2)), "." in m.group(1))
     m = _REPEATING.match(s)
