@@ -169,7 +169,10 @@ def read_manifest(path: str | Path) -> Manifest | None:
     try:
         return Manifest.from_json(json.loads(file.read_text()))
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise CheckpointError(f"{file} is damaged ({type(err).__name__}: {err})") from None
+        raise CheckpointError(
+            f"checkpoint {path} is damaged: {MANIFEST_FILE} cannot be read "
+            f"({type(err).__name__}: {err}). {offer_previous(Path(path))}"
+        ) from None
 
 
 def verify_files(path: str | Path, manifest: Manifest | None = None) -> None:

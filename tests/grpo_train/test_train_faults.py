@@ -243,6 +243,8 @@ def _flip(path):
         (STATE_FILE, _garbage, False),
         (f"{MODEL_DIR}/model.safetensors", _truncate, False),
         (f"{MODEL_DIR}/model.safetensors", _flip, False),
+        (MANIFEST_FILE, _truncate, False),
+        ("config.yaml", _flip, False),
         (STATE_FILE, _zero, True),
         (STATE_FILE, _garbage, True),
         (f"{MODEL_DIR}/model.safetensors", _truncate, True),
