@@ -145,6 +145,14 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``grpo train``; exit code 0 done, 1 aborted, 2 bad input, 130 interrupted."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C outside the training loop (loading, plotting)
+        print("grpo train: interrupted", file=sys.stderr)
+        return _EXIT_INTERRUPTED
+
+
+def _main(argv: list[str] | None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(join_negative_values(raw))
     try:
