@@ -119,6 +119,7 @@ def quiet_child_process() -> None:
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     handler.addFilter(ExpectedNoise())
     handler.setLevel(logging.WARNING)
+    handler.grpo_kit_child = True  # type: ignore[attr-defined]  # setup_logging replaces it
     logging.getLogger().addHandler(handler)
 
 
@@ -131,10 +132,11 @@ def setup_logging(level: str = "info") -> None:
     if level not in LEVELS:
         raise ValueError(f"log_level: {level!r} is not one of {list(LEVELS)}")
     numeric = getattr(logging, level.upper())
-    logging.basicConfig(
-        level=numeric, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
-    )
     root = logging.getLogger()
+    for handler in list(root.handlers):  # only ours: a test's or an app's handlers stay
+        if getattr(handler, "grpo_kit_child", False):
+            root.removeHandler(handler)
+    logging.basicConfig(level=numeric, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     root.setLevel(numeric)
     if level == "debug":
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "DEBUG")
