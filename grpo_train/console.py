@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import re
+import sys
 import tempfile
 import warnings
 
@@ -105,6 +106,18 @@ def _vllm_logging_config(level: str) -> str:
 QUIET_ENV = "GRPO_KIT_QUIET"
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The console handler: writes to whatever ``sys.stderr`` is now (a redirect, a capture)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:  # StreamHandler.__init__ sets it; ignored
+        pass
+
+
 def quiet_child_process() -> None:
     """In a process that a quiet ``grpo`` command spawned (vLLM's engine), filter from the start.
 
@@ -134,9 +147,11 @@ def setup_logging(level: str = "info") -> None:
     numeric = getattr(logging, level.upper())
     root = logging.getLogger()
     for handler in list(root.handlers):  # only ours: a test's or an app's handlers stay
-        if getattr(handler, "grpo_kit_child", False):
+        if getattr(handler, "grpo_kit_child", False) or isinstance(handler, _StderrHandler):
             root.removeHandler(handler)
-    logging.basicConfig(level=numeric, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    console = _StderrHandler()
+    console.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(console)
     root.setLevel(numeric)
     if level == "debug":
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "DEBUG")
