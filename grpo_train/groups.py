@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     from grpo_train.config import DataConfig, TrainConfig
 
 
-@dataclass
+@dataclass(frozen=True)
 class Group:
-    """One prompt and its scored completions (filled in as the step proceeds)."""
+    """One prompt and its scored completions: the record a step logs (texts, scores)."""
 
     sample: Sample
     env_index: int

@@ -23,20 +23,22 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
 
 from grpo_envs.base import Environment
-from grpo_envs.types import Sample
-from grpo_train import distributed, memory, weight_export
+from grpo_envs.types import Sample, Score
+from grpo_train import data_parallel, distributed, memory, weight_export
+from grpo_train.batch import RolloutBatch
 from grpo_train.checkpoint import (
     MANIFEST_FILE,
     MODEL_DIR,
     STATE_FILE,
     CheckpointError,
     RunIdentity,
+    SamplerState,
     checkpoint_path,
     latest_checkpoint,
     load_checkpoint,
@@ -61,7 +63,6 @@ from grpo_train.groups import (
     safe_scores,
 )
 from grpo_train.logging import (
-    MetricSums,
     RunLogger,
     logger,
     peak_memory_mb,
@@ -70,25 +71,15 @@ from grpo_train.logging import (
     sample_records,
 )
 from grpo_train.lora import LoraSettings, reference_logprobs, save_merged
-from grpo_train.loss import (
-    MicroBatch,
-    grpo_loss,
-    live_rows,
-    loss_share,
-    make_micro_batches,
-    pad_rows,
-    rows_with_gradient,
-    token_logprobs,
-    truncated_is_weights,
-)
+from grpo_train.loss import MicroBatch, token_logprobs
 from grpo_train.prompts import PromptFormat
-from grpo_train.rollout.base import RolloutEngine, SamplingConfig
+from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
 from grpo_train.scoring import ScoreErrors
+from grpo_train.update import Policy, UpdateSettings, grpo_update
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-T = TypeVar("T")
 _FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -220,6 +211,29 @@ def make_envs(cfg: TrainConfig) -> list[Environment]:
     return envs
 
 
+def build_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW on the trainable parameters and the learning-rate schedule, per update."""
+    from transformers import get_scheduler
+
+    o = cfg.optim
+    # The fused kernel (one pass over all parameters, CPU and CUDA since torch 2.4) instead
+    # of a per-tensor loop: same update, about a tenth of the optimizer time on CPU.
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    fused = all(p.dtype in _FUSED_DTYPES for p in trainable)
+    optimizer = torch.optim.AdamW(
+        trainable,
+        lr=o.learning_rate,
+        betas=(o.adam_beta1, o.adam_beta2),
+        weight_decay=o.weight_decay,
+        fused=fused or None,
+    )
+    schedule = "constant_with_warmup" if o.lr_scheduler == "constant" else o.lr_scheduler
+    total_updates = max(1, cfg.run.max_steps * cfg.algorithm.mu)
+    # The scheduler is not handed to accelerate: its wrapper steps once per process per
+    # update (it assumes the batch grows with the world), which would shift the schedule.
+    return optimizer, get_scheduler(schedule, optimizer, o.warmup_steps, total_updates)
+
+
 class Trainer:
     """GRPO on one or more environments: ``Trainer(config).train()`` runs the whole thing.
 
@@ -233,11 +247,48 @@ class Trainer:
         env: Environment | Sequence[Environment] | None = None,
         engine: RolloutEngine | None = None,
     ) -> None:
+        from grpo_train.models import resolve_model
+
+        self._start_process(config)
+        weights = self._build_envs(env)
+        self.launch = new_launch_id()
+        self.resume_from = self._resume_path()
+        init_from = self._init_path()
+        torch.manual_seed(self.cfg.run.seed)
+        random.seed(self.cfg.run.seed)
+        np.random.seed(self.cfg.run.seed)
+        base_model = resolve_model(self.cfg.policy.model)
+        self.lora = lora_settings(self.cfg)
+        self.identity = run_identity(self.cfg, base_model)
+        self.saved = read_manifest(self.resume_from) if self.resume_from else None
+        if self.resume_from is not None:
+            self._check_resume(self.resume_from)
+        model, model_path, base_model = self._build_policy(base_model, init_from)
+        self.ref_model = self._build_reference(base_model)
+        self.optimizer, self.scheduler = build_optimizer(self.cfg, model)
+        self.policy = model  # the unwrapped module: engines, checkpoints, evaluation
+        self.model: torch.nn.Module = model
+        if self.distributed:  # DDP / FSDP / ZeRO wrappers; gradients reduced by them
+            self.model, self.optimizer = self.accelerator.prepare(model, self.optimizer)
+        self.dp = data_parallel.strategy(self.accelerator, self.model, self.distributed)
+        sampler_state = self._resume_training_state()
+        sizes = [len(rows) for rows in self.train_rows]
+        self.sampler = PromptSampler(sizes, weights, self.cfg.run.seed, sampler_state)
+        if engine is None:
+            engine = build_engine(self.cfg, model_path, self.policy, self.tokenizer)
+        self.engine = engine
+        if self.lora is not None and self.resume_from:
+            weight_export.sync_rollout_weights(self.engine, self.model)  # the resumed adapter
+        self.learner = self._build_learner()
+        self.settings = UpdateSettings.from_config(self.cfg)
+        self._stop_signal: int | None = None
+        self._bad_updates = 0
+
+    def _start_process(self, config: TrainConfig) -> None:
+        """Resolve the config, check the run folder, start accelerate (the device, the ranks)."""
         from accelerate import Accelerator
         from accelerate.utils import DistributedType, InitProcessGroupKwargs
-        from transformers import get_scheduler
 
-        from grpo_train.models import ModelNotAvailableError, load_policy, resolve_model
         from grpo_train.run_dir import check_run_dir, clear_run_dir, with_output_dir
 
         # `auto` choices become concrete here, so the run's config.yaml says what ran.
@@ -267,24 +318,28 @@ class Trainer:
             )
         if cfg.policy.num_threads:
             torch.set_num_threads(cfg.policy.num_threads)
+
+    def _build_envs(self, env: Environment | Sequence[Environment] | None) -> list[float]:
+        """Build (or take) the environments and their training rows; return their weights."""
+        cfg = self.cfg
         self.envs = [env] if isinstance(env, Environment) else list(env or make_envs(cfg))
         self.env_names = [e.env_id or type(e).__name__ for e in self.envs]
         check_splits(self.envs, self.env_names, cfg.data)
-        same = len(cfg.data.env) == len(self.envs)
-        weights = [e.weight for e in cfg.data.env] if same else [1.0] * len(self.envs)
         self.train_rows = [e.dataset(cfg.data.train_split) for e in self.envs]
-        self.launch = new_launch_id()
-        self.resume_from = self._resume_path()
-        init_from = self._init_path()
-        torch.manual_seed(cfg.run.seed)
-        random.seed(cfg.run.seed)
-        np.random.seed(cfg.run.seed)
-        base_model = resolve_model(cfg.policy.model)
-        self.lora = lora_settings(cfg)
-        self.identity = run_identity(cfg, base_model)
-        self.saved = read_manifest(self.resume_from) if self.resume_from else None
-        if self.resume_from is not None:
-            self._check_resume(self.resume_from)
+        same = len(cfg.data.env) == len(self.envs)
+        return [e.weight for e in cfg.data.env] if same else [1.0] * len(self.envs)
+
+    def _build_policy(
+        self, base_model: str, init_from: Path | None
+    ) -> tuple[PreTrainedModel, str, str]:
+        """Load the policy (and tokenizer); return it, the engine's start path and the base.
+
+        From the resumed checkpoint, ``init_from``'s weights, or the base model; with LoRA the
+        base plus an adapter. A checkpoint that cannot be loaded is named, with an older one.
+        """
+        from grpo_train.models import ModelNotAvailableError, load_policy
+
+        cfg = self.cfg
         saved = str(self.resume_from / MODEL_DIR) if self.resume_from else None
         adapter = saved
         if init_from is not None:  # a new run from a checkpoint's weights (fresh optimizer)
@@ -335,57 +390,47 @@ class Trainer:
             self.tokenizer.chat_template = template
         if cfg.policy.gradient_checkpointing:
             memory.enable_gradient_checkpointing(model)
-        # The KL reference is the initial policy, and exists only when it is used (beta > 0).
-        # With LoRA it is the same module with the adapter switched off: no second copy.
-        self.ref_model = None
-        if cfg.algorithm.beta > 0 and self.lora is None:
-            ref_device = "cpu" if cfg.policy.offload_reference else self.device
-            with distributed.every_rank_loads_weights():  # never prepared: needs real weights
-                self.ref_model = load_policy(base_model, cfg.policy.dtype, ref_device)[0]
-            self.ref_model.eval().requires_grad_(False)
-        o = cfg.optim
-        # The fused kernel (one pass over all parameters, CPU and CUDA since torch 2.4) instead
-        # of a per-tensor loop: same update, about a tenth of the optimizer time on CPU.
-        trainable = [p for p in model.parameters() if p.requires_grad]
-        fused = all(p.dtype in _FUSED_DTYPES for p in trainable)
-        optimizer = torch.optim.AdamW(
-            trainable,
-            lr=o.learning_rate,
-            betas=(o.adam_beta1, o.adam_beta2),
-            weight_decay=o.weight_decay,
-            fused=fused or None,
+        return model, model_path, base_model
+
+    def _build_reference(self, base_model: str) -> PreTrainedModel | None:
+        """Load the KL reference: the initial policy, only when used (beta > 0).
+
+        With LoRA it is the same module with the adapter switched off: no second copy.
+        """
+        from grpo_train.models import load_policy
+
+        cfg = self.cfg
+        if cfg.algorithm.beta <= 0 or self.lora is not None:
+            return None
+        ref_device = "cpu" if cfg.policy.offload_reference else self.device
+        with distributed.every_rank_loads_weights():  # never prepared: needs real weights
+            ref_model = load_policy(base_model, cfg.policy.dtype, ref_device)[0]
+        ref_model.eval().requires_grad_(False)
+        return ref_model
+
+    def _resume_training_state(self) -> SamplerState | None:
+        """Restore optimizer, scheduler and data position from the resumed checkpoint.
+
+        After ``accelerator.prepare``: FSDP / DeepSpeed restore into the sharded state.
+        """
+        self.start_step = 0
+        if not self.resume_from:
+            return None
+        state = load_checkpoint(
+            self.resume_from,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            accelerator=self.accelerator if self.distributed else None,
         )
-        schedule = "constant_with_warmup" if o.lr_scheduler == "constant" else o.lr_scheduler
-        total_updates = max(1, cfg.run.max_steps * cfg.algorithm.mu)
-        # The scheduler is not handed to accelerate: its wrapper steps once per process per
-        # update (it assumes the batch grows with the world), which would shift the schedule.
-        self.scheduler = get_scheduler(schedule, optimizer, o.warmup_steps, total_updates)
-        self.policy = model  # the unwrapped module: engines, checkpoints, evaluation
-        self.model: torch.nn.Module = model
-        self.optimizer = optimizer
-        if self.distributed:  # DDP / FSDP / ZeRO wrappers; gradients reduced by them
-            self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
-        self.start_step, sampler_state = 0, None
-        if self.resume_from:  # after prepare: FSDP / DeepSpeed restore into the sharded state
-            state = load_checkpoint(
-                self.resume_from,
-                optimizer=self.optimizer,
-                scheduler=self.scheduler,
-                accelerator=self.accelerator if self.distributed else None,
-            )
-            self.start_step, sampler_state = state.step, state.sampler
-            if self.rank.is_main:
-                logger.info("resuming from %s (step %d)", self.resume_from, self.start_step)
-            self._apply_schedule_changes()
-        sizes = [len(rows) for rows in self.train_rows]
-        self.sampler = PromptSampler(sizes, weights, cfg.run.seed, sampler_state)
-        self.engine = (
-            engine
-            if engine is not None
-            else build_engine(cfg, model_path, self.policy, self.tokenizer)
-        )
-        if self.lora is not None and self.resume_from:
-            weight_export.sync_rollout_weights(self.engine, self.model)  # the resumed adapter
+        self.start_step = state.step
+        if self.rank.is_main:
+            logger.info("resuming from %s (step %d)", self.resume_from, self.start_step)
+        self._apply_schedule_changes()
+        return state.sampler
+
+    def _build_learner(self) -> Policy:
+        """Return the policy as ``grpo_update`` sees it (module, pad id, autocast, reference)."""
+        cfg = self.cfg
         # The update runs each group's prompt once (loss.token_logprobs, share_prompts): not
         # under DDP/FSDP wrappers (two forwards per backward) or gradient checkpointing (no cache).
         self.share_prompts = (
@@ -393,8 +438,14 @@ class Trainer:
             and not self.distributed
             and not cfg.policy.gradient_checkpointing
         )
-        self._stop_signal: int | None = None
-        self._bad_updates = 0
+        return Policy(
+            model=self.model,
+            pad_id=self.tokenizer.pad_token_id,
+            device=self.device,
+            share_prompts=self.share_prompts,
+            autocast=self._autocast,
+            reference=self._reference_logprobs if cfg.algorithm.beta > 0 else None,
+        )
 
     def _resume_path(self) -> Path | None:
         """Return the checkpoint to resume (integrity checked), or None for a fresh start."""
@@ -589,70 +640,80 @@ class Trainer:
         return distributed.global_max(stop)[0] > 0
 
     def train_step(self, step: int, log: RunLogger) -> dict[str, float]:
-        """Run one step (generate, score, advantages, update, sync) and return its metrics."""
+        """Run one GRPO step (arXiv:2402.03300): rollouts, advantages, update, sync, metrics."""
+        a, times = self.cfg.algorithm, defaultdict[str, float](float)
+        # (1)-(3) Prompts -> a group of scored completions each (this rank's share).
+        batch, sampled, m = self.sample_batch(step, times)
+        # (4) Group-relative advantages over the whole step's batch (every rank's groups).
+        t = time.perf_counter()
+        advantages = self.dp.advantages(
+            batch.rewards, a.advantage_estimator, a.scale_rewards, batch.scored
+        ).float()
+        # (5) Clipped policy-gradient updates (mu of them, micro-batched) on this rank's rows.
+        if self.dp.any(batch.rewards.numel() > 0):
+            # vLLM sleep mode (GPU): the engine's memory is free while the trainer needs it.
+            with memory.engine_asleep(self.engine):
+                m.update(
+                    grpo_update(
+                        self.learner, self.optimizer_step, batch, advantages, self.settings, self.dp
+                    )
+                )
+        else:
+            logger.warning("step %d: every group had equal rewards; no update", step)
+        times["train"] = time.perf_counter() - t
+        # (6) Push the new weights into the rollout engine (merged LoRA, gathered shards).
+        t = time.perf_counter()
+        weight_export.sync_rollout_weights(self.engine, self.model)
+        times["sync"] = time.perf_counter() - t
+        # (7) Time split, throughput, memory, sample completions.
+        m.update(self._step_metrics(sampled, times))
+        every = self.cfg.run.log_every_samples
+        if every and step % every == 0 and batch.samples:
+            group = batch.samples[0]
+            name = self.env_names[group.env_index]
+            log.log_samples(sample_records(step, group, name, advantages[0].tolist()))
+        return m
+
+    def sample_batch(
+        self, step: int, times: dict[str, float]
+    ) -> tuple[RolloutBatch, list[Group], dict[str, float]]:
+        """Collect this rank's rollout batch; return it, every group sampled, and batch metrics.
+
+        DAPO dynamic sampling (arXiv:2503.14476, 3.2) drops groups whose rewards all agree and
+        refills the batch from the next prompts, for at most ``dynamic_sampling_rounds`` extra
+        rounds. Every rank draws the same prompts and keeps its share, so counts are global sums.
+        """
         cfg, a, m = self.cfg, self.cfg.algorithm, {}
-        times: dict[str, float] = defaultdict(float)
         p_step = cfg.rollout.prompts_per_step
-        # (1)-(3) Prompts -> a group of completions each -> scores. DAPO dynamic sampling
-        # (arXiv:2503.14476, 3.2) drops groups whose rewards all agree and refills the batch from
-        # the next prompts, for at most `dynamic_sampling_rounds` extra rounds. Every rank draws
-        # the same prompts and keeps its share, so counts are global sums.
         sampled = self.collect(p_step, step, 0, times)
         groups, padding = sampled, False
         if a.dynamic_sampling == "on" or (a.dynamic_sampling == "auto" and self._low_signal):
             groups, rounds = [g for g in sampled if g.informative], 0
-            kept = int(distributed.global_sum(len(groups))[0])
+            kept = int(self.dp.total(len(groups)))
             while kept < p_step and rounds < a.dynamic_sampling_rounds:
                 rounds += 1
                 more = self.collect(p_step - kept, step, rounds, times)
                 sampled, groups = sampled + more, groups + [g for g in more if g.informative]
-                kept = int(distributed.global_sum(len(groups))[0])
+                kept = int(self.dp.total(len(groups)))
             m.update({"dynamic/groups_kept": float(kept), "dynamic/rounds": float(rounds)})
             if not groups and kept > 0 and sampled:
                 # Every rank must run the same number of backward passes (DDP collectives):
                 # a rank with nothing left trains on one dropped group with zero loss weight.
                 groups, padding = [sampled[0]], True
         # Statistics describe the whole step's batch: every rank's groups, as one process.
-        everything = self._gathered(sampled)
+        everything = self.dp.gather(sampled)
         m.update(rollout_metrics(everything, self.env_names))
         self._check_scores(step, everything)
+        batch = RolloutBatch.from_groups(groups, cfg.rollout.num_generations, padding)
+        return batch, sampled, m
 
-        # (4)-(5) Group-relative advantages over the whole step's batch (all ranks), then the
-        # clipped policy-gradient updates on this rank's groups.
-        t = time.perf_counter()
-        advantages = torch.zeros(0, cfg.rollout.num_generations)
-        rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float64)  # (P_rank, G)
-        scored = torch.tensor([g.scored for g in groups], dtype=torch.bool)
-        if rewards.numel() == 0:
-            rewards = rewards.reshape(0, cfg.rollout.num_generations)
-            scored = scored.reshape(0, cfg.rollout.num_generations)
-        # Failed scores are left out of their group's baseline (advantage 0, and no loss below).
-        ga = distributed.global_advantages(
-            rewards, a.advantage_estimator, a.scale_rewards, local_valid=scored
-        )
-        if ga.rewards.shape[0] > 0:
-            advantages = ga.local.float()
-            # vLLM sleep mode (GPU): the engine's memory is free while the trainer needs it.
-            with memory.engine_asleep(self.engine):
-                m.update(self.update(groups, advantages.flatten(), padding))
-        else:
-            logger.warning("step %d: every group had equal rewards; no update", step)
-        times["train"] = time.perf_counter() - t
-
-        # (6) Push the new weights into the rollout engine (merged LoRA, gathered shards).
-        t = time.perf_counter()
-        weight_export.sync_rollout_weights(self.engine, self.model)
-        times["sync"] = time.perf_counter() - t
-
-        # (7) Time split, throughput, memory, sample completions.
+    def _step_metrics(self, sampled: Sequence[Group], times: dict[str, float]) -> dict[str, float]:
+        """Time split, throughput (sampled tokens per second), peak memory, learning rate."""
         total = sum(times.values())
         new_tokens = sum(len(c.token_ids) for g in sampled for c in g.completions)
-        m.update({f"time/{k}": v for k, v in times.items()})
+        m = {f"time/{k}": v for k, v in times.items()}
         m.update({"time/step": total, "tokens_per_s": new_tokens / max(total, 1e-9)})
         m.update({"memory/peak_mb": peak_memory_mb(), "lr": self.scheduler.get_last_lr()[0]})
-        if cfg.run.log_every_samples and step % cfg.run.log_every_samples == 0 and groups:
-            name = self.env_names[groups[0].env_index]
-            log.log_samples(sample_records(step, groups[0], name, advantages[0].tolist()))
         return m
 
     def _check_scores(self, step: int, groups: Sequence[Group]) -> None:
@@ -692,30 +753,50 @@ class Trainer:
         Every rank draws the same ``n_prompts`` prompts (same sampler, same seed) and keeps its
         contiguous share (``distributed.shard_prompts``); a group never spans two ranks.
         """
-        cfg, drawn = self.cfg, []
+        drawn = []
         for _ in range(n_prompts):
             env_index, row = self.sampler.next()
-            sample = Sample.from_row(self.train_rows[env_index][row])
-            drawn.append((sample, env_index))
+            drawn.append((Sample.from_row(self.train_rows[env_index][row]), env_index))
         start = distributed.shard_bounds(n_prompts, self.rank.rank, self.rank.world_size)[0]
-        groups = []
-        for sample, env_index in distributed.shard_prompts(
-            drawn, self.rank.rank, self.rank.world_size
-        ):
-            ids, cut = encode_prompt(
-                self.tokenizer, sample, cfg.data.max_prompt_length, self.prompt_format
-            )
-            if cut:
-                logger.warning(
-                    "prompt %s is longer than max_prompt_length=%d tokens: kept its last tokens",
-                    sample.id,
-                    cfg.data.max_prompt_length,
-                )
-            groups.append(Group(sample, env_index, ids))
+        mine = distributed.shard_prompts(drawn, self.rank.rank, self.rank.world_size)
+        prompts = [self._encode(sample) for sample, _ in mine]
         t = time.perf_counter()
+        results = self._generate(prompts, step, round_, start)
+        times["generate"] += time.perf_counter() - t
+        t = time.perf_counter()
+        scores: list[list[Score]] = [[] for _ in mine]
+        for index, env in enumerate(self.envs):
+            here = [k for k, (_, e) in enumerate(mine) if e == index]
+            texts = [c.text for k in here for c in results[k]]
+            flat = safe_scores(env, texts, [mine[k][0] for k in here for _ in results[k]])
+            for j, k in enumerate(here):
+                n = len(results[k])
+                scores[k] = flat[j * n : (j + 1) * n]
+        times["score"] += time.perf_counter() - t
+        return [
+            Group(sample, env_index, ids, list(results[k]), scores[k])
+            for k, ((sample, env_index), ids) in enumerate(zip(mine, prompts))
+        ]
+
+    def _encode(self, sample: Sample) -> list[int]:
+        """Encode a prompt: its last ``max_prompt_length`` token ids (a warning when cut)."""
+        limit = self.cfg.data.max_prompt_length
+        ids, cut = encode_prompt(self.tokenizer, sample, limit, self.prompt_format)
+        if cut:
+            logger.warning(
+                "prompt %s is longer than max_prompt_length=%d tokens: kept its last tokens",
+                sample.id,
+                limit,
+            )
+        return ids
+
+    def _generate(
+        self, prompts: list[list[int]], step: int, round_: int, start: int
+    ) -> list[list[Completion]]:
+        """``num_generations`` completions per prompt, seeded by step, round and prompt index."""
+        cfg, n = self.cfg, self.cfg.rollout.num_generations
         # A seed per (step, round) makes sampling independent of the past: resume is exact.
         # Ranks offset it by their first prompt's global index so they sample differently.
-        n = cfg.rollout.num_generations
         seed = cfg.run.seed * 1_000_003 + step * 101 + round_ + start * n
         sampling = SamplingConfig(
             n=n,
@@ -724,146 +805,13 @@ class Trainer:
             top_p=cfg.rollout.top_p,
             seed=seed,
         )
-        prompts = [g.prompt_ids for g in groups]
         if cfg.rollout.seed_per_prompt:  # seed = base + global prompt index: split-independent
             base = seed - start * n
-            results = [
+            return [
                 self.engine.generate([p], replace(sampling, seed=base + (start + i) * n))[0]
                 for i, p in enumerate(prompts)
             ]
-        else:
-            results = self.engine.generate(prompts, sampling) if prompts else []
-        for g, completions in zip(groups, results):
-            g.completions = completions
-        times["generate"] += time.perf_counter() - t
-        t = time.perf_counter()
-        for index, env in enumerate(self.envs):
-            mine = [g for g in groups if g.env_index == index]
-            texts = [c.text for g in mine for c in g.completions]
-            scores = safe_scores(env, texts, [g.sample for g in mine for _ in g.completions])
-            for k, g in enumerate(mine):
-                g.scores = scores[k * len(g.completions) : (k + 1) * len(g.completions)]
-        times["score"] += time.perf_counter() - t
-        return groups
-
-    def update(
-        self, groups: list[Group], advantages: torch.Tensor, padding: bool = False
-    ) -> dict[str, float]:
-        """Run ``mu`` clipped policy-gradient updates on the groups' completions; return metrics.
-
-        ``padding``: this rank's groups only keep the data-parallel collectives in step; they get
-        no loss weight. Losses are normalised by global token / sequence counts and scaled by the
-        world size, so DDP's gradient average equals the single-process gradient.
-        """
-        cfg, a, dev = self.cfg, self.cfg.algorithm, self.device
-        rows = [(g.prompt_ids, c) for g in groups for c in g.completions]
-        # Items whose scoring failed (and groups left with too few scored ones) get no loss.
-        trainable = [ok for g in groups for ok in g.trainable]
-        # DAPO overlong filtering: truncated completions get no loss (their reward is unreliable).
-        keep = torch.tensor(
-            [
-                0.0 if padding or (a.mask_truncated and c.truncated) or not ok else 1.0
-                for (_, c), ok in zip(rows, trainable)
-            ]
-        )
-        # Only rows whose loss can have a gradient get a forward/backward pass (with beta = 0,
-        # not those with advantage 0); the normalisers below still count every row.
-        select = rows_with_gradient(advantages, keep, a.beta)
-        # With no row to learn from, one row still runs (every rank must run a backward). Its
-        # entropy/ratio metrics stand for the batch only when no rank trains anything; otherwise
-        # they would skew the trained rows' metrics (and differ from a single process's).
-        learns = bool(live_rows(advantages, keep, a.beta))
-        anyone_learns = distributed.global_sum(float(learns))[0] > 0
-        silent = padding or (anyone_learns and not learns)
-        batches = make_micro_batches(
-            [p for p, _ in rows],
-            [list(c.token_ids) for _, c in rows],
-            cfg.optim.micro_batch_tokens,
-            self.tokenizer.pad_token_id,
-            select=select,
-            group_prompts=self.share_prompts,
-        )
-        local_tokens = int(sum(len(c.token_ids) * float(keep[i]) for i, (_, c) in enumerate(rows)))
-        total_tokens, total_seqs = distributed.global_loss_normalizers(
-            local_tokens, 0 if padding else sum(trainable)
-        )
-        dp_scale = distributed.data_parallel_loss_scale()
-        schedule = distributed.micro_batch_schedule(len(batches))
-        advantages = advantages.to(dev)
-        old: dict[int, torch.Tensor] = {}  # micro-batch -> trainer logprobs before any update
-        sums, loss_total, grad_norm = MetricSums(), 0.0, 0.0
-        temperature = cfg.rollout.temperature
-        self.model.train()
-        for iteration in range(a.mu):
-            loss_total = 0.0
-            done: set[int] = set()
-            for k, (i, weight) in enumerate(schedule):
-                mb = batches[i].to(dev)
-                rows_i = list(mb.rows)
-                mask = mb.completion_mask.float() * keep[rows_i].to(dev).unsqueeze(1)  # (B, C)
-                tokens = 0.0 if silent else float(mask.sum()) * weight  # metric weight
-                first = iteration == 0 and i not in old
-                with (
-                    distributed.gradient_sync(
-                        self.accelerator if self.distributed else None, self.model, k, len(schedule)
-                    ),
-                    self._autocast(),
-                ):
-                    logprobs, entropy = token_logprobs(
-                        self.model, mb, temperature, first, self.share_prompts
-                    )
-                    logprobs = logprobs.float()
-                    if first:  # before the first update the current policy is the "old" one
-                        old[i] = logprobs.detach()
-                    if entropy is not None and tokens:
-                        entropy_mean = float((entropy * mask).sum() / max(tokens, 1.0))
-                        sums.add({"entropy": entropy_mean}, tokens)
-                    ref = self._reference_logprobs(mb) if a.beta > 0 else None
-                    weights = None
-                    if a.is_correction:
-                        sampled = pad_rows([rows[r][1].logprobs for r in rows_i], mask.shape[1])
-                        weights, is_metrics = truncated_is_weights(
-                            old[i], sampled.to(dev), mask, a.is_cap
-                        )
-                        if first and tokens:
-                            sums.add(is_metrics, tokens)
-                    loss, metrics = grpo_loss(
-                        logprobs,
-                        old[i],
-                        advantages[rows_i],
-                        mask,
-                        ref_logprobs=ref,
-                        beta=a.beta,
-                        epsilon_low=a.epsilon_low,
-                        epsilon_high=a.epsilon_high,
-                        loss_type=a.loss_type,
-                        max_completion_length=cfg.rollout.max_completion_length,
-                        importance_weights=weights,
-                    )
-                    # Each micro-batch's loss is a mean over its own tokens/sequences; weighting
-                    # by its share of the global batch makes the accumulated gradient that of
-                    # the whole batch (a padding pass has weight 0).
-                    share = loss_share(a.loss_type, mask, total_tokens, total_seqs) * weight
-                    if padding:
-                        share = 0.0
-                    self.accelerator.backward(loss * (share * dp_scale))
-                loss_total += float(loss.detach()) * share
-                if iteration == a.mu - 1 and tokens and i not in done:
-                    sums.add(metrics, tokens)
-                    done.add(i)
-            loss_total = distributed.global_sum(loss_total)[0]
-            grad_norm = self.optimizer_step(loss_total)
-        for other in self._gathered([sums])[1:] if self.distributed else ():
-            sums.merge(other)
-        return {**sums.result(), "loss": loss_total, "grad_norm": grad_norm}
-
-    def _gathered(self, items: list[T]) -> list[T]:
-        """Every rank's ``items`` concatenated in rank order (picklable objects; collective)."""
-        if not self.distributed:
-            return items
-        parts: list[list[T] | None] = [None] * self.rank.world_size
-        torch.distributed.all_gather_object(parts, items)
-        return [item for part in parts for item in (part or [])]
+        return self.engine.generate(prompts, sampling) if prompts else []
 
     def _autocast(self) -> contextlib.AbstractContextManager[object]:
         """bf16 autocast: on CUDA for a bfloat16 run; on CPU only with ``cpu_autocast_bf16``."""
