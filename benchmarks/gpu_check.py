@@ -8,9 +8,9 @@ Two modes:
 
 * ``--mode trainer`` (default): the real ``grpo_train.trainer.Trainer`` on ``math/add2-v0``, with
   the timings it logs per step in ``metrics.jsonl``;
-* ``--mode minimal``: a self-contained GRPO step (HF/vLLM generate, score, ``compute_advantages``,
-  token-budget micro-batches, ``grpo_loss``, AdamW, weight sync) in this file, for when the
-  trainer's API has moved; also the fallback (announced) when trainer mode fails.
+* ``--mode minimal``: a GRPO step assembled here from the library's parts (HF/vLLM generate,
+  score, ``compute_advantages``, the trainer's own ``grpo_train.update.grpo_update`` with AdamW,
+  weight sync), without the ``Trainer``; also the fallback (announced) when trainer mode fails.
 
 The first step of each run is a warm-up (CUDA kernels, vLLM graphs) and is left out of the
 medians. Run from the repository root:
@@ -138,10 +138,12 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
     import grpo_envs
     from grpo_envs.types import Sample
     from grpo_train.advantages import compute_advantages
-    from grpo_train.loss import grpo_loss, loss_share, make_micro_batches, token_logprobs
+    from grpo_train.batch import RolloutBatch
+    from grpo_train.groups import Group
     from grpo_train.memory import enable_gradient_checkpointing, reset_peak_memory
     from grpo_train.models import load_policy, resolve_model
     from grpo_train.rollout.base import SamplingConfig
+    from grpo_train.update import Policy, UpdateSettings, grpo_update
     from grpo_train.weight_export import sync_rollout_weights
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -166,6 +168,17 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
     env = grpo_envs.make(ENV_ID)
     rows = env.dataset("train")
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
+
+    def adamw_step(loss: float) -> float:
+        norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    policy = Policy(model, pad_id=tokenizer.pad_token_id, device=device)
+    settings = UpdateSettings(
+        max_completion_length=args.max_new_tokens, micro_batch_tokens=args.micro_batch_tokens
+    )
     reset_peak_memory()
     records: list[dict[str, float]] = []
     try:
@@ -194,33 +207,19 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
             t = time.perf_counter()
             texts = [c.text for g in groups for c in g]
             scores = env.score_batch(texts, [s for s in samples for _ in range(args.group)])
-            rewards = torch.tensor([s.reward for s in scores], dtype=torch.float64).view(
-                len(prompts), args.group
+            batch = RolloutBatch.from_groups(
+                [
+                    Group(s, 0, p, list(g), scores[k * args.group : (k + 1) * args.group])
+                    for k, (s, p, g) in enumerate(zip(samples, prompts, groups))
+                ],
+                args.group,
             )
             times["score"] = time.perf_counter() - t
 
             t = time.perf_counter()
-            adv = compute_advantages(rewards).flatten()  # (P * G,)
-            pairs = [(p, list(c.token_ids)) for p, g in zip(prompts, groups) for c in g]
-            batches = make_micro_batches(
-                [p for p, _ in pairs],
-                [c for _, c in pairs],
-                args.micro_batch_tokens,
-                tokenizer.pad_token_id,
-            )
-            total_tokens = sum(len(c) for _, c in pairs)
-            model.train()
-            for mb in batches:
-                mb = mb.to(device)
-                logprobs, _ = token_logprobs(model, mb)
-                mask = mb.completion_mask.float()
-                loss, _ = grpo_loss(
-                    logprobs, logprobs.detach(), adv[list(mb.rows)].to(device), mask
-                )
-                (loss * loss_share("dapo", mask, total_tokens, len(pairs))).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            adv = compute_advantages(batch.rewards, valid=batch.scored).float()  # (P, G)
+            grpo_update(policy, adamw_step, batch, adv, settings)
+            total_tokens = sum(len(c) for c in batch.completion_ids)
             _sync_cuda()
             times["train"] = time.perf_counter() - t
 

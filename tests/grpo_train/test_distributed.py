@@ -23,13 +23,14 @@ import torch
 from collective_guard.nccl_guard import GUARD_BANNER, guarded_env
 
 from grpo_train.advantages import compute_advantages
+from grpo_train.batch import RolloutBatch
+from grpo_train.data_parallel import DataParallel, SingleProcess
 from grpo_train.distributed import (
     common_count,
     data_parallel_loss_scale,
     gather_rewards,
     global_advantages,
     global_loss_normalizers,
-    gradient_sync,
     max_rank_difference,
     micro_batch_schedule,
     rank_info,
@@ -38,7 +39,7 @@ from grpo_train.distributed import (
     vllm_colocate_kwargs,
 )
 from grpo_train.lora import LoraSettings, reference_logprobs
-from grpo_train.loss import grpo_loss, loss_share, make_micro_batches, token_logprobs
+from grpo_train.update import Policy, UpdateSettings, grpo_update
 from grpo_train.weight_export import (
     export_state_dict,
     full_state_dict,
@@ -49,7 +50,6 @@ from grpo_train.weight_export import (
 
 PROMPTS, GROUP, STEPS, LR, BETA = 4, 3, 3, 0.5, 0.1
 LORA = LoraSettings(lora_r=4, lora_alpha=8)
-PADDED: list[int] = []  # zero-weight passes run by grpo_updates (padding to the busiest rank)
 
 # ------------------------------------------------------------------------------- pure helpers
 
@@ -212,57 +212,61 @@ def synthetic_step(
     return prompts, completions, rewards
 
 
+def synthetic_batch(step: int, vocab: int, mine: list[int]) -> RolloutBatch:
+    """This rank's prompts ``mine`` of ``synthetic_step``, as the update's rollout batch."""
+    prompts, completions, rewards = synthetic_step(step, vocab)
+    rows = [completions[p][g] for p in mine for g in range(GROUP)]
+    shape = (len(mine), GROUP)
+    return RolloutBatch(
+        prompt_ids=tuple(tuple(prompts[p]) for p in mine),
+        completion_ids=tuple(tuple(c) for c in rows),
+        loss_mask=tuple(torch.ones(len(c), dtype=torch.bool) for c in rows),
+        sampling_logprobs=tuple((0.0,) * len(c) for c in rows),
+        rewards=rewards[mine].double(),
+        scored=torch.ones(shape, dtype=torch.bool),
+        trainable=torch.ones(shape, dtype=torch.bool),
+        truncated=torch.zeros(shape, dtype=torch.bool),
+        env_index=torch.zeros(len(mine), dtype=torch.long),
+    )
+
+
 def grpo_updates(
     model: torch.nn.Module, rank: int, world: int, accelerator: Any = None, beta: float = 0.0
-) -> list[float]:
-    """``STEPS`` GRPO updates (mu = 1, DAPO loss, batch-scaled advantages) on this rank's share.
+) -> tuple[list[float], int]:
+    """``STEPS`` real ``grpo_update`` calls (mu = 1, DAPO loss, batch-scaled advantages).
 
-    With ``beta > 0`` the model is a LoRA model and the k3 KL term uses the adapter-free
-    reference (``lora.reference_logprobs``), through the DDP wrapper when there is one.
+    Returns the step losses (the global loss, on every rank) and the number of zero-weight
+    padding passes this rank ran. With ``beta > 0`` the model is a LoRA model and the k3 KL
+    term uses the adapter-free reference (``lora.reference_logprobs``), through the DDP wrapper.
 
     SGD rather than AdamW: Adam's first step is ~lr * sign(grad), so a gradient that is 1e-9 on
     one run and -1e-9 on another (summation order) would move a weight by 2 * lr; SGD keeps the
     single- vs multi-process comparison about the gradients, which is what is under test.
     """
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LR)
-    inner: Any = getattr(model, "module", model)  # through the DDP wrapper
-    vocab = int(inner.config.vocab_size)
-    losses = []
-    for step in range(STEPS):
-        prompts, completions, rewards = synthetic_step(step, vocab)
-        mine = shard_prompts(list(range(PROMPTS)), rank, world)
-        adv = global_advantages(
-            rewards[mine], scale_rewards="batch"
-        ).local.flatten()  # (P_rank * G,)
-        rows = [(prompts[p], c) for p in mine for c in completions[p]]
-        # A small budget gives each rank several micro-batches, and different counts per rank.
-        batches = make_micro_batches(
-            [p for p, _ in rows], [c for _, c in rows], token_budget=24, pad_id=0
-        )
-        total_tokens, total_seqs = global_loss_normalizers(sum(len(c) for _, c in rows), len(rows))
-        schedule = micro_batch_schedule(len(batches))
-        PADDED.append(sum(weight == 0.0 for _, weight in schedule))
-        scale = data_parallel_loss_scale()
-        total = 0.0
-        for k, (index, weight) in enumerate(schedule):
-            mb = batches[index]
-            with gradient_sync(accelerator, model, k, len(schedule)):
-                logprobs, _ = token_logprobs(model, mb)
-                mask = mb.completion_mask.float()
-                ref = reference_logprobs(model, mb) if beta > 0 else None
-                loss, _ = grpo_loss(
-                    logprobs, logprobs.detach(), adv[list(mb.rows)], mask, loss_type="dapo",
-                    ref_logprobs=ref, beta=beta,
-                )  # fmt: skip
-                share = loss_share("dapo", mask, total_tokens, total_seqs) * weight
-                (accelerator.backward if accelerator else torch.Tensor.backward)(
-                    loss * share * scale
-                )
-                total += float(loss.detach()) * share
+
+    def sgd_step(loss: float) -> float:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        losses.append(total)
-    return losses
+        return 0.0
+
+    inner: Any = getattr(model, "module", model)  # through the DDP wrapper
+    vocab = int(inner.config.vocab_size)
+    dp = DataParallel(accelerator, model) if accelerator else SingleProcess()
+    policy = Policy(
+        model, pad_id=0, reference=(lambda mb: reference_logprobs(model, mb)) if beta else None
+    )
+    # A small budget gives each rank several micro-batches, and different counts per rank.
+    settings = UpdateSettings(
+        beta=beta, loss_type="dapo", is_correction=False, micro_batch_tokens=24
+    )
+    losses = []
+    for step in range(STEPS):
+        batch = synthetic_batch(step, vocab, shard_prompts(list(range(PROMPTS)), rank, world))
+        advantages = dp.advantages(batch.rewards, "grpo", "batch", batch.scored).float()
+        metrics = grpo_update(policy, sgd_step, batch, advantages, settings, dp)
+        losses.append(metrics["loss"])
+    return losses, dp.padding_passes
 
 
 # ------------------------------------------------------------------------------ worker (2 ranks)
@@ -284,16 +288,15 @@ def _worker(model_path: str, out: Path) -> None:
     model, _ = load_policy(model_path)
     ddp = accelerator.prepare(model)
     report["wrapper"] = type(ddp).__name__
-    report["losses"] = grpo_updates(ddp, info.rank, info.world_size, accelerator)
+    report["losses"], report["padded"] = grpo_updates(ddp, info.rank, info.world_size, accelerator)
     report["replica_diff"] = max_rank_difference(ddp)
-    report["padded"] = sum(PADDED)
     report["vllm_kwargs"] = vllm_colocate_kwargs(seed=5)
     times["ddp"] = time.perf_counter()
 
     # 1b. LoRA under DDP with a KL term against the adapter-free reference.
     torch.manual_seed(0)
     lora_ddp = accelerator.prepare(apply_lora(load_policy(model_path)[0], LORA))
-    report["lora_losses"] = grpo_updates(lora_ddp, info.rank, info.world_size, accelerator, BETA)
+    report["lora_losses"], _ = grpo_updates(lora_ddp, info.rank, info.world_size, accelerator, BETA)
     report["lora_replica_diff"] = max_rank_difference(lora_ddp)
     if info.is_main:
         lora_state = accelerator.unwrap_model(lora_ddp).state_dict()
@@ -391,10 +394,11 @@ def test_two_cpu_ranks_match_single_process(tmp_path: Path, tiny_model_path: Pat
         torch.manual_seed(0)
         single, _ = load_policy(str(tiny_model_path))
         initial = {k: v.clone() for k, v in single.state_dict().items()}
-        losses = grpo_updates(single, rank=0, world=1)
+        losses, padded = grpo_updates(single, rank=0, world=1)
+        assert padded == 0  # one process never pads
         torch.manual_seed(0)
         single_lora = apply_lora(load_policy(str(tiny_model_path))[0], LORA)
-        lora_losses = grpo_updates(single_lora, rank=0, world=1, beta=BETA)
+        lora_losses, _ = grpo_updates(single_lora, rank=0, world=1, beta=BETA)
         stdout, stderr = proc.communicate(timeout=360)
     finally:
         if proc.poll() is None:
@@ -444,11 +448,10 @@ def test_two_cpu_ranks_match_single_process(tmp_path: Path, tiny_model_path: Pat
     assert any(
         ("lora_B" in k) and v.abs().max() > 1e-4 for k, v in single_lora.state_dict().items()
     )
-    summed = [a + b for a, b in zip(reports[0]["lora_losses"], reports[1]["lora_losses"])]
-    assert summed == pytest.approx(lora_losses, abs=1e-5)
-    # Rank-local loss values are this rank's share of the global loss; they sum to it.
-    summed = [a + b for a, b in zip(reports[0]["losses"], reports[1]["losses"])]
-    assert summed == pytest.approx(losses, abs=1e-5)
+    # Every rank reports the global loss (the ranks' shares summed): the single process's.
+    for rep in reports:
+        assert rep["lora_losses"] == pytest.approx(lora_losses, abs=1e-5)
+        assert rep["losses"] == pytest.approx(losses, abs=1e-5)
 
 
 def _cli_args(model: Path, out: Path) -> list[str]:

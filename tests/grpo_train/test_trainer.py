@@ -187,17 +187,19 @@ class FlakyEnv(DigitEnv):
 
 
 def test_scoring_failures_are_counted_warned_and_left_out_of_training(
-    tiny_model_path, tmp_path, caplog
+    tiny_model_path, tmp_path, caplog, monkeypatch
 ):
+    import grpo_train.trainer as trainer_module
+
     trainer = Trainer(make_config(tiny_model_path, tmp_path, eval_size=0), env=FlakyEnv())
     seen = []
-    original = trainer.update
+    original = trainer_module.grpo_update
 
-    def update(groups, advantages, padding=False):
-        seen.append((groups, advantages.clone()))
-        return original(groups, advantages, padding)
+    def update(policy, step, batch, advantages, settings, dp):
+        seen.append((batch, advantages.flatten().clone()))
+        return original(policy, step, batch, advantages, settings, dp)
 
-    trainer.update = update
+    monkeypatch.setattr(trainer_module, "grpo_update", update)
     with caplog.at_level("WARNING", logger="grpo_train"):
         result = trainer.train()
     trainer.close()
@@ -206,7 +208,10 @@ def test_scoring_failures_are_counted_warned_and_left_out_of_training(
     assert [r["score/errors"] for r in rows] == [8.0, 8.0]  # 1 in 4 of 32 completions
     warnings = [r.getMessage() for r in caplog.records if "failed to score" in r.getMessage()]
     assert len(warnings) == 2 and "8 of 32" in warnings[0] and "flaky scorer" in warnings[0]
-    for groups, advantages in seen:
+    assert len(seen) == 2
+    for batch, advantages in seen:
+        groups = batch.samples
+        assert torch.equal(batch.scored, torch.tensor([g.scored for g in groups]))
         failed = torch.tensor([not ok for g in groups for ok in g.scored])
         assert failed.sum() == 8
         assert (advantages[failed] == 0).all()  # no loss signal for a failed item
@@ -442,8 +447,10 @@ def test_update_gradient_equals_the_plain_full_batch_computation(
     # log(softmax(logits / T)), grpo_loss, backward.
     from collections import defaultdict
 
-    import grpo_train.trainer as trainer_module
+    import grpo_train.update as update_module
+    from grpo_train.batch import RolloutBatch
     from grpo_train.loss import grpo_loss, pad_rows, truncated_is_weights
+    from grpo_train.update import grpo_update
 
     cfg = make_config(
         tiny_model_path,
@@ -462,13 +469,13 @@ def test_update_gradient_equals_the_plain_full_batch_computation(
     adv[2, :3] = 0.0
     adv = adv.flatten()
     seen: list[int] = []
-    original = trainer_module.token_logprobs
+    original = update_module.token_logprobs
 
     def recording(model, mb, *args, **kwargs):
         seen.extend(mb.rows)
         return original(model, mb, *args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "token_logprobs", recording)
+    monkeypatch.setattr(update_module, "token_logprobs", recording)
     captured = {}
 
     def capture(loss):
@@ -477,8 +484,8 @@ def test_update_gradient_equals_the_plain_full_batch_computation(
         trainer.optimizer.zero_grad(set_to_none=True)
         return 0.0
 
-    trainer.optimizer_step = capture
-    trainer.update(groups, adv)
+    batch = RolloutBatch.from_groups(groups, 8)
+    grpo_update(trainer.learner, capture, batch, adv.view(4, 8), trainer.settings, trainer.dp)
     assert sorted(seen) == [i for i in range(32) if adv[i] != 0]  # zero rows: no forward
     assert len(seen) > 0 and len(set(seen)) == len(seen)
 

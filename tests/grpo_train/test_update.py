@@ -1,0 +1,101 @@
+"""``grpo_update`` on hand-built rollout batches: per-token loss masks, the batch contract."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from grpo_train.batch import RolloutBatch
+from grpo_train.data_parallel import SingleProcess
+from grpo_train.loss import grpo_loss, make_micro_batches, token_logprobs
+from grpo_train.update import Policy, UpdateSettings, grpo_update
+
+PROMPTS = ((11, 12, 13), (14, 15))
+COMPLETIONS = ((20, 21, 22, 23, 24), (25, 26), (27, 28, 29, 30), (31, 32, 33))
+
+
+def make_batch(loss_mask: tuple[torch.Tensor, ...]) -> RolloutBatch:
+    """Two prompts with two completions each; completion 0 is a multi-turn episode."""
+    return RolloutBatch(
+        prompt_ids=PROMPTS,
+        completion_ids=COMPLETIONS,
+        loss_mask=loss_mask,
+        sampling_logprobs=tuple((0.0,) * len(c) for c in COMPLETIONS),
+        rewards=torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64),
+        scored=torch.ones(2, 2, dtype=torch.bool),
+        trainable=torch.ones(2, 2, dtype=torch.bool),
+        truncated=torch.zeros(2, 2, dtype=torch.bool),
+        env_index=torch.zeros(2, dtype=torch.long),
+    )
+
+
+def all_tokens() -> tuple[torch.Tensor, ...]:
+    return tuple(torch.ones(len(c), dtype=torch.bool) for c in COMPLETIONS)
+
+
+def gradients(model: torch.nn.Module, batch: RolloutBatch, settings: UpdateSettings) -> dict:
+    """Run ``grpo_update`` and return its loss and the gradients it would step with."""
+    captured: dict = {}
+
+    def capture(loss: float) -> float:
+        captured["loss"] = loss
+        captured["grads"] = {n: p.grad.clone() for n, p in model.named_parameters()}
+        model.zero_grad(set_to_none=True)
+        return 0.0
+
+    advantages = torch.tensor([[1.0, -1.0], [-0.5, 0.5]])
+    grpo_update(Policy(model, pad_id=0), capture, batch, advantages, settings, SingleProcess())
+    return captured
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
+def test_masked_tokens_inside_a_completion_get_no_gradient_and_no_weight(
+    tiny_model_path: Path, loss_type: str
+) -> None:
+    """Tool output inside a completion: in the forward pass, out of the loss and normalisers."""
+    from grpo_train.models import load_policy
+
+    model, _ = load_policy(str(tiny_model_path))
+    settings = UpdateSettings(loss_type=loss_type, is_correction=False, micro_batch_tokens=10**6)
+    # Tokens 1-2 of completion 0 came from the environment (e.g. a tool's reply), not the policy.
+    episode = torch.tensor([True, False, False, True, True])
+    masked = make_batch((episode, *all_tokens()[1:]))
+    assert masked.trained_tokens(torch.ones(4)) == 12  # 14 tokens, 2 masked
+    got = gradients(model, masked, settings)
+
+    # Textbook: one plain forward of every row, the loss over the policy's own tokens only,
+    # normalised by their count (DAPO: 12 tokens; GRPO: a mean over each row's own tokens).
+    prompts = [p for p in PROMPTS for _ in range(2)]
+    (mb,) = make_micro_batches(prompts, COMPLETIONS, 10**6, 0)
+    logprobs, _ = token_logprobs(model, mb)
+    mask = mb.completion_mask.float()
+    rows = list(mb.rows)
+    for b, r in enumerate(rows):
+        if r == 0:
+            mask[b, 1:3] = 0.0
+    advantages = torch.tensor([1.0, -1.0, -0.5, 0.5])[rows]
+    loss, _ = grpo_loss(logprobs, logprobs.detach(), advantages, mask, loss_type=loss_type)
+    loss.backward()
+    assert got["loss"] == pytest.approx(loss.item(), abs=1e-6)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(got["grads"][name], p.grad, atol=1e-6, rtol=1e-4, msg=name)
+    model.zero_grad(set_to_none=True)
+
+    # Unmasked, the same rows give another gradient: the mask is what changed it.
+    full = gradients(model, make_batch(all_tokens()), settings)
+    differs = max(float((full["grads"][n] - g).abs().max()) for n, g in got["grads"].items())
+    assert differs > 1e-4
+
+
+def test_rollout_batch_names_the_field_that_does_not_fit() -> None:
+    short = (torch.ones(4, dtype=torch.bool), *all_tokens()[1:])  # completion 0 has 5 tokens
+    with pytest.raises(ValueError, match=r"loss_mask row 0 .* 5 tokens"):
+        make_batch(short)
+    with pytest.raises(ValueError, match="loss_mask needs 4 rows"):
+        make_batch(all_tokens()[:3])
+    batch = make_batch(all_tokens())
+    assert batch.group_size == 2 and batch.row_prompts()[2] == PROMPTS[1]
+    with pytest.raises(AttributeError):
+        batch.padding = True  # type: ignore[misc]  # immutable
