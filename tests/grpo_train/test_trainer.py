@@ -142,15 +142,15 @@ def test_toy_reward_rises_within_a_bounded_number_of_steps(tiny_model_path, tmp_
 
 
 def test_nan_loss_skips_updates_then_aborts_keeping_weights(tiny_model_path, tmp_path, monkeypatch):
-    import grpo_train.trainer as trainer_module
+    import grpo_train.update as update_module
 
-    real = trainer_module.grpo_loss
+    real = update_module.grpo_loss
 
     def nan_loss(*args, **kwargs):
         loss, metrics = real(*args, **kwargs)
         return loss * float("nan"), metrics
 
-    monkeypatch.setattr(trainer_module, "grpo_loss", nan_loss)
+    monkeypatch.setattr(update_module, "grpo_loss", nan_loss)
     trainer = Trainer(
         make_config(tiny_model_path, tmp_path, max_steps=5, max_bad_steps=2, eval_size=0),
         env=DigitEnv(),
