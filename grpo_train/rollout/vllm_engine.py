@@ -142,7 +142,9 @@ class VLLMEngine:
                 worker_extension_cls=(
                     f"{GrpoWorkerExtension.__module__}.{GrpoWorkerExtension.__name__}"
                 ),
-                **kwargs,
+                # No progress bar per weight load: every sync reloads the weights, and two bars
+                # per step bury the run's own output (kept with --log_level debug).
+                **{"use_tqdm_on_load": logging.getLogger().level <= logging.DEBUG, **kwargs},
             )
         torch.set_num_threads = set_num_threads  # an in-process CPU worker replaced it
         return llm
