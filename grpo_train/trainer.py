@@ -1,18 +1,22 @@
 """The GRPO training loop, readable top to bottom.
 
-Each step: (1) sample prompts -> (2) generate a group of completions per prompt with the rollout
-engine -> (3) score them with the environment -> (4) group-relative advantages -> (5) clipped
-policy-gradient updates (mu of them, micro-batched) -> (6) sync the new weights into the engine ->
-(7) log, evaluate, checkpoint. The math lives in ``advantages.py`` and ``loss.py``, prompt groups
-in ``groups.py``, run management in ``checkpoint.py`` and ``logging.py``.
+Each step (``Trainer.train_step``): (1) sample prompts -> (2) generate a group of completions
+per prompt with the rollout engine -> (3) score them with the environment (``collect``, into an
+immutable ``batch.RolloutBatch``) -> (4) group-relative advantages -> (5) clipped policy-gradient
+updates (``update.grpo_update``, mu of them, micro-batched) -> (6) sync the new weights into the
+engine -> (7) log, evaluate, checkpoint. The math lives in ``advantages.py`` and ``loss.py``, the
+data-parallel protocol in ``data_parallel.py``, prompt groups in ``groups.py``, start-up choices
+and resume checks in ``run_setup.py``, run management in ``checkpoint.py`` and ``logging.py``.
+
+Over 500 lines because one class owns a run's whole life: the builders ``__init__`` calls (each
+a short method), the run loop with its signal, evaluation and checkpoint rules, and the step;
+splitting it further would scatter that state over objects that only the Trainer uses.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-import os
 import random
 import signal
 import threading
@@ -23,7 +27,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -33,25 +37,19 @@ from grpo_envs.types import Sample, Score
 from grpo_train import data_parallel, distributed, memory, weight_export
 from grpo_train.batch import RolloutBatch
 from grpo_train.checkpoint import (
-    MANIFEST_FILE,
     MODEL_DIR,
-    STATE_FILE,
     CheckpointError,
-    RunIdentity,
     SamplerState,
     checkpoint_path,
     latest_checkpoint,
     load_checkpoint,
-    model_identity,
     new_launch_id,
     offer_previous,
     read_manifest,
-    resume_differences,
     save_checkpoint,
     start_lineage,
-    verify_files,
 )
-from grpo_train.config import RESUME_FIXED, ConfigError, TrainConfig
+from grpo_train.config import ConfigError, TrainConfig
 from grpo_train.groups import (
     MIN_SCORED,
     Group,
@@ -70,17 +68,27 @@ from grpo_train.logging import (
     rollout_metrics,
     sample_records,
 )
-from grpo_train.lora import LoraSettings, reference_logprobs, save_merged
+from grpo_train.lora import reference_logprobs, save_merged
 from grpo_train.loss import MicroBatch, token_logprobs
 from grpo_train.prompts import PromptFormat
 from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
+from grpo_train.run_setup import (
+    apply_schedule_changes,
+    build_optimizer,
+    check_output_dir,
+    check_resume,
+    init_path,
+    lora_settings,
+    make_envs,
+    resolve_auto,
+    resume_path,
+    run_identity,
+)
 from grpo_train.scoring import ScoreErrors
 from grpo_train.update import Policy, UpdateSettings, grpo_update
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
-
-_FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 class SecondSignal(KeyboardInterrupt):
@@ -104,136 +112,6 @@ class TrainResult:
     last_checkpoint: Path | None
 
 
-def lora_settings(cfg: TrainConfig) -> LoraSettings | None:
-    """Return the run's LoRA settings, or None for full fine-tuning (``lora_r = 0``)."""
-    p = cfg.policy
-    if p.lora_r == 0:
-        return None
-    names = [m.strip() for m in p.target_modules.split(",") if m.strip()]
-    targets: str | tuple[str, ...] = "all-linear" if names == ["all-linear"] else tuple(names)
-    return LoraSettings(p.lora_r, p.lora_alpha, p.lora_dropout, targets, p.use_qlora)
-
-
-def resolve_auto(cfg: TrainConfig) -> TrainConfig:
-    """Replace ``dtype: auto`` by bfloat16 on a GPU that supports it, else float32."""
-    if cfg.policy.dtype != "auto":
-        return cfg
-    bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    policy = replace(cfg.policy, dtype="bfloat16" if bf16 else "float32")
-    return replace(cfg, policy=policy)
-
-
-def run_identity(cfg: TrainConfig, base_model: str) -> RunIdentity:
-    """Return what this configuration trains, as a checkpoint manifest records it."""
-    p = cfg.policy
-    lora = (
-        None
-        if p.lora_r == 0
-        else {
-            "r": p.lora_r,
-            "alpha": p.lora_alpha,
-            "dropout": p.lora_dropout,
-            "target_modules": p.target_modules,
-            "qlora": p.use_qlora,
-        }
-    )
-    flat = {k: v for section in cfg.to_dict().values() for k, v in section.items()}
-    plain = json.loads(json.dumps(flat, default=str))  # the form a manifest reads back
-    return RunIdentity(model_identity(base_model, p.dtype, lora), plain["env"], plain)
-
-
-def checkpoint_arg(name: str, value: str) -> Path:
-    """Resolve ``--resume PATH`` / ``--init_from PATH``: a checkpoint, its model/, or a run."""
-    path = Path(value).expanduser()
-    if path.name == MODEL_DIR and (path.parent / STATE_FILE).exists():
-        path = path.parent
-    if (path / STATE_FILE).exists() or (path / MANIFEST_FILE).exists():
-        return path
-    if (path / "checkpoints").is_dir():
-        found = latest_checkpoint(path)
-        if found is not None:
-            return found
-        raise ConfigError(f"{name}: run folder {path} has no complete checkpoint yet")
-    what = "does not exist" if not path.exists() else f"is not a checkpoint (no {STATE_FILE})"
-    raise ConfigError(
-        f"{name}: {path} {what}; give a checkpoint folder such as "
-        "runs/NAME/checkpoints/step-000010, or a run folder"
-        + (" (--resume alone continues output_dir's last checkpoint)" if name == "resume" else "")
-    )
-
-
-def check_output_dir(run_dir: Path) -> None:
-    """Fail at start, naming the path, when the run folder cannot be created and written.
-
-    Tried for real (a probe file), since permission bits say nothing for root or a read-only
-    mount.
-    """
-    blocker = next((p for p in (run_dir, *run_dir.parents) if p.exists()), None)
-    if blocker is not None and not blocker.is_dir():
-        raise ConfigError(
-            f"output_dir: {blocker} is a file, so {run_dir} cannot be a run folder; give "
-            "another path (the folder is created)"
-        )
-    probe = run_dir / f".write-test-{os.getpid()}"
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        reason = os.strerror(err.errno) if err.errno else str(err)
-        raise ConfigError(
-            f"output_dir: cannot write in {run_dir} ({reason}); choose a writable folder"
-        ) from None
-
-
-def make_envs(cfg: TrainConfig) -> list[Environment]:
-    """``grpo_envs.make`` each configured environment; a failure names the entry and the fix."""
-    import grpo_envs
-
-    envs = []
-    for entry in cfg.data.env:
-        module = entry.id.split(":", 1)[0] if ":" in entry.id else None
-        try:
-            envs.append(grpo_envs.make(entry.id, **entry.kwargs))
-        except ModuleNotFoundError as err:
-            raise ConfigError(
-                f"env: {entry.id}: cannot import module {err.name or module!r}; put it on "
-                "PYTHONPATH (or pip install it), or check the spelling of MODULE:ID"
-            ) from None
-        except TypeError as err:
-            raise ConfigError(
-                f"env: {entry.id} does not accept kwargs {dict(entry.kwargs)} ({err}); "
-                "`grpo envs show ID` lists its arguments"
-            ) from None
-        except (KeyError, ValueError, ImportError, AttributeError) as err:
-            text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
-            raise ConfigError(f"env: {entry.id}: {text}") from None
-    return envs
-
-
-def build_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> tuple[torch.optim.Optimizer, Any]:
-    """AdamW on the trainable parameters and the learning-rate schedule, per update."""
-    from transformers import get_scheduler
-
-    o = cfg.optim
-    # The fused kernel (one pass over all parameters, CPU and CUDA since torch 2.4) instead
-    # of a per-tensor loop: same update, about a tenth of the optimizer time on CPU.
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    fused = all(p.dtype in _FUSED_DTYPES for p in trainable)
-    optimizer = torch.optim.AdamW(
-        trainable,
-        lr=o.learning_rate,
-        betas=(o.adam_beta1, o.adam_beta2),
-        weight_decay=o.weight_decay,
-        fused=fused or None,
-    )
-    schedule = "constant_with_warmup" if o.lr_scheduler == "constant" else o.lr_scheduler
-    total_updates = max(1, cfg.run.max_steps * cfg.algorithm.mu)
-    # The scheduler is not handed to accelerate: its wrapper steps once per process per
-    # update (it assumes the batch grows with the world), which would shift the schedule.
-    return optimizer, get_scheduler(schedule, optimizer, o.warmup_steps, total_updates)
-
-
 class Trainer:
     """GRPO on one or more environments: ``Trainer(config).train()`` runs the whole thing.
 
@@ -252,8 +130,8 @@ class Trainer:
         self._start_process(config)
         weights = self._build_envs(env)
         self.launch = new_launch_id()
-        self.resume_from = self._resume_path()
-        init_from = self._init_path()
+        self.resume_from = resume_path(self.cfg, self.run_dir)
+        init_from = init_path(self.cfg)
         torch.manual_seed(self.cfg.run.seed)
         random.seed(self.cfg.run.seed)
         np.random.seed(self.cfg.run.seed)
@@ -262,7 +140,7 @@ class Trainer:
         self.identity = run_identity(self.cfg, base_model)
         self.saved = read_manifest(self.resume_from) if self.resume_from else None
         if self.resume_from is not None:
-            self._check_resume(self.resume_from)
+            check_resume(self.resume_from, self.saved, self.identity)
         model, model_path, base_model = self._build_policy(base_model, init_from)
         self.ref_model = self._build_reference(base_model)
         self.optimizer, self.scheduler = build_optimizer(self.cfg, model)
@@ -425,7 +303,9 @@ class Trainer:
         self.start_step = state.step
         if self.rank.is_main:
             logger.info("resuming from %s (step %d)", self.resume_from, self.start_step)
-        self._apply_schedule_changes()
+        apply_schedule_changes(
+            self.saved, self.cfg, self.optimizer, self.scheduler, self.start_step, self.rank.is_main
+        )
         return state.sampler
 
     def _build_learner(self) -> Policy:
@@ -447,95 +327,6 @@ class Trainer:
             reference=self._reference_logprobs if cfg.algorithm.beta > 0 else None,
         )
 
-    def _resume_path(self) -> Path | None:
-        """Return the checkpoint to resume (integrity checked), or None for a fresh start."""
-        resume = self.cfg.run.resume
-        if not resume:
-            return None
-        if resume == "latest":
-            path = latest_checkpoint(self.run_dir)
-            if path is None:
-                logger.warning(
-                    "resume=latest: no checkpoint in %s; starting from scratch", self.run_dir
-                )
-                return None
-        else:
-            path = checkpoint_arg("resume", resume)
-        verify_files(path)
-        return path
-
-    def _init_path(self) -> Path | None:
-        """Return the checkpoint ``init_from`` names (integrity checked), or None."""
-        if not self.cfg.run.init_from:
-            return None
-        path = checkpoint_arg("init_from", self.cfg.run.init_from)
-        verify_files(path)
-        return path
-
-    def _check_resume(self, path: Path) -> None:
-        """Refuse a checkpoint saved with another model, environments or fixed settings."""
-        if self.saved is None:
-            logger.warning(
-                "%s has no %s (written by an older grpo-kit): the model and settings are not "
-                "checked against this configuration",
-                path,
-                MANIFEST_FILE,
-            )
-            return
-        diffs = resume_differences(self.saved.identity, self.identity, RESUME_FIXED)
-        if diffs:
-            raise CheckpointError(
-                f"cannot resume {path}: it was saved with other settings: "
-                + "; ".join(diffs)
-                + f". To continue that run, resume it with its own settings (grpo train --config "
-                f"{path / 'config.yaml'} --resume {path}; only "
-                "learning_rate, max_steps and the run/logging fields may change). To train with "
-                f"the new settings from its weights, start a new run: --init_from {path} "
-                "(step 0, fresh optimizer) with another output_dir"
-            )
-
-    def _apply_schedule_changes(self) -> None:
-        """Apply a learning_rate / max_steps changed on resume, and say what it does to the lr.
-
-        The restored scheduler would keep the saved peak rate (its ``base_lrs``), and with a new
-        ``max_steps`` a decaying schedule is recomputed over the new length from the resumed step
-        on; both are stated in the log so a jump in the lr curve is never a surprise.
-        """
-        if self.saved is None:
-            return
-        old = self.saved.identity.config
-        lr, steps = self.cfg.optim.learning_rate, self.cfg.run.max_steps
-        old_lr, old_steps = old.get("learning_rate", lr), old.get("max_steps", steps)
-        if old_lr == lr and old_steps == steps:
-            return
-        sched = self.scheduler
-        before = sched.get_last_lr()[0]
-        sched.base_lrs = [lr for _ in sched.base_lrs]
-        for group, base, fn in zip(
-            self.optimizer.param_groups,
-            sched.base_lrs,
-            sched.lr_lambdas,  # type: ignore[attr-defined]
-        ):
-            group["initial_lr"] = base
-            group["lr"] = base * fn(sched.last_epoch)
-        sched._last_lr = [g["lr"] for g in self.optimizer.param_groups]  # type: ignore[attr-defined]
-        changes = []
-        if old_lr != lr:
-            changes.append(f"learning_rate {old_lr} -> {lr} (the schedule's peak)")
-        if old_steps != steps:
-            changes.append(
-                f"max_steps {old_steps} -> {steps} (the {self.cfg.optim.lr_scheduler} schedule now "
-                f"spans {steps} steps)"
-            )
-        if self.rank.is_main:
-            logger.warning(
-                "changed on resume: %s; lr for step %d: %.3g (the saved schedule had %.3g)",
-                ", ".join(changes),
-                self.start_step + 1,
-                sched.get_last_lr()[0],
-                before,
-            )
-
     def train(self) -> TrainResult:
         """Run up to ``max_steps`` steps (from the resumed step), evaluating before and after.
 
@@ -544,39 +335,15 @@ class Trainer:
         """
         cfg, run, t0 = self.cfg, self.cfg.run, time.perf_counter()
         main = self.rank.is_main
-        if main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            cfg.save(self.run_dir / "config.yaml")
-            for moved in start_lineage(self.run_dir, self.resume_from, self.launch):
-                logger.warning(
-                    "%s is on a branch this run abandons (after the resumed step): moved to %s",
-                    moved.name,
-                    moved,
-                )
-        log = RunLogger(self.run_dir, cfg, start_step=self.start_step, enabled=main)
+        log = self._open_run()
         # Handlers can only be installed from the main thread; elsewhere Ctrl-C is the caller's.
         in_main = threading.current_thread() is threading.main_thread()
         signals = (signal.SIGINT, signal.SIGTERM) if in_main else ()
         handlers = {s: signal.signal(s, self._on_signal) for s in signals}
         step, last_ckpt, acc_before, acc_after = self.start_step, None, None, None
         stopped = False
-        if cfg.algorithm.beta == 0 and cfg.algorithm.mu == 1 and main:  # TRL/verl users' FAQ
-            logger.info(
-                "beta=0, mu=1: the logged loss stays near 0 by design, the gradient does not "
-                "(see 'Why is the loss 0?' in grpo_train/README.md); watch reward/mean"
-            )
-        if self.start_step >= run.max_steps:  # never train 0 steps silently (a TRL resume bug)
-            logger.warning("resumed at step %d >= max_steps: nothing to do", self.start_step)
         try:
-            if self.start_step == 0 and cfg.data.eval_size > 0 and main:
-                # A run resumed at step 0 has its evaluation-before row already.
-                old_row = [r for r in read_metrics(self.run_dir) if r.get("step") == 0]
-                if self.resume_from is not None and old_row:
-                    acc_before = old_row[0].get("eval/accuracy")
-                else:
-                    before = self.evaluate()
-                    acc_before = before["eval/accuracy"]
-                    log.log_eval(0, before)
+            acc_before = self._accuracy_before(log)
             while step < run.max_steps and not self._should_stop():
                 step += 1
                 metrics = self.train_step(step, log)
@@ -591,8 +358,8 @@ class Trainer:
                 ):
                     metrics.update(self.evaluate())
                     acc_after = metrics["eval/accuracy"] if last else None
-                # Accuracy against wall time (issue 8's curves): seconds since this launch began
-                # training, evaluations included.
+                # For accuracy against wall time: seconds since this launch began training,
+                # evaluations included.
                 metrics["time/elapsed"] = time.perf_counter() - t0
                 self._watch_signal(step, metrics, log)
                 log.log_step(step, metrics)
@@ -624,6 +391,39 @@ class Trainer:
         interrupted = stopped
         wall = time.perf_counter() - t0
         return TrainResult(self.run_dir, step, acc_before, acc_after, wall, interrupted, last_ckpt)
+
+    def _open_run(self) -> RunLogger:
+        """Write the run's config and lineage (main rank), say what to expect; return the log."""
+        cfg, main = self.cfg, self.rank.is_main
+        if main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            cfg.save(self.run_dir / "config.yaml")
+            for moved in start_lineage(self.run_dir, self.resume_from, self.launch):
+                logger.warning(
+                    "%s is on a branch this run abandons (after the resumed step): moved to %s",
+                    moved.name,
+                    moved,
+                )
+        log = RunLogger(self.run_dir, cfg, start_step=self.start_step, enabled=main)
+        if cfg.algorithm.beta == 0 and cfg.algorithm.mu == 1 and main:  # TRL/verl users' FAQ
+            logger.info(
+                "beta=0, mu=1: the logged loss stays near 0 by design, the gradient does not "
+                "(see 'Why is the loss 0?' in grpo_train/README.md); watch reward/mean"
+            )
+        if self.start_step >= cfg.run.max_steps:  # never train 0 steps silently (a TRL bug)
+            logger.warning("resumed at step %d >= max_steps: nothing to do", self.start_step)
+        return log
+
+    def _accuracy_before(self, log: RunLogger) -> float | None:
+        """Evaluate before training (main rank, step 0 only); a resumed step 0 reuses its row."""
+        if not (self.start_step == 0 and self.cfg.data.eval_size > 0 and self.rank.is_main):
+            return None
+        old_row = [r for r in read_metrics(self.run_dir) if r.get("step") == 0]
+        if self.resume_from is not None and old_row:
+            return old_row[0].get("eval/accuracy")
+        before = self.evaluate()
+        log.log_eval(0, before)
+        return before["eval/accuracy"]
 
     def _watch_signal(self, step: int, metrics: dict[str, float], log: RunLogger) -> None:
         """Say once, in one line, when most groups keep having equal rewards (no gradient)."""
