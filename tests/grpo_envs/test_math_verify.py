@@ -108,7 +108,7 @@ EQUAL = [
     (r"\frac{1}{2004!}", r"\boxed{1/2004!}"),
 ]
 
-# Wrong answers, including Math-Verify's known false positives (anchors.md).
+# Wrong answers, including cases Math-Verify 0.9 is known to accept wrongly.
 NOT_EQUAL = [
     (r"\frac{1}{2004!}", r"\boxed{\frac{1}{2006!}}"),
     ("2021", r"\boxed{\pm 2021}"),
