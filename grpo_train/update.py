@@ -94,23 +94,26 @@ def _token_mask(batch: RolloutBatch, rows: list[int], width: int) -> torch.Tenso
     return out
 
 
-def grpo_update(
-    policy: Policy,
-    optimizer_step: Callable[[float], float],
-    batch: RolloutBatch,
-    advantages: torch.Tensor,
-    settings: UpdateSettings,
-    dp: SingleProcess | None = None,
-) -> dict[str, float]:
-    """Run ``mu`` clipped policy-gradient updates on ``batch``; return the step's metrics.
+@dataclass(frozen=True)
+class _Plan:
+    """What an update runs: row weights, micro-batches, passes, normalisers, metric rule."""
 
-    ``advantages``: (P, G), this batch's rows of the step's advantages. ``optimizer_step(loss)``
-    clips, steps and zeroes the gradients and returns the gradient norm. Losses are normalised by
-    the step's token / sequence counts over all ranks (``dp``), so accumulating micro-batches
-    gives the gradient of the whole batch.
-    """
-    s, dp = settings, dp or SingleProcess()
-    adv = advantages.flatten()
+    keep: torch.Tensor
+    batches: list[MicroBatch]
+    schedule: list[tuple[int, float]]
+    silent: bool
+    total_tokens: int
+    total_sequences: int
+
+
+def _plan(
+    policy: Policy,
+    batch: RolloutBatch,
+    adv: torch.Tensor,
+    s: UpdateSettings,
+    dp: SingleProcess,
+) -> _Plan:
+    """Decide which rows train and how they are split; collective (the ``dp`` calls)."""
     # Items whose scoring failed (and groups left with too few scored ones) get no loss, and
     # neither do truncated ones under DAPO overlong filtering (their reward is unreliable).
     skip = ~batch.trainable.flatten() | (batch.truncated.flatten() & s.mask_truncated)
@@ -131,7 +134,29 @@ def grpo_update(
     sequences = 0 if batch.padding else int(batch.trainable.sum())
     total_tokens, total_seqs = dp.normalizers(batch.trained_tokens(keep), sequences)
     schedule = dp.schedule(len(batches))
-    adv = adv.to(policy.device)
+    return _Plan(keep, batches, schedule, silent, total_tokens, total_seqs)
+
+
+def grpo_update(
+    policy: Policy,
+    optimizer_step: Callable[[float], float],
+    batch: RolloutBatch,
+    advantages: torch.Tensor,
+    settings: UpdateSettings,
+    dp: SingleProcess | None = None,
+) -> dict[str, float]:
+    """Run ``mu`` clipped policy-gradient updates on ``batch``; return the step's metrics.
+
+    ``advantages``: (P, G), this batch's rows of the step's advantages. ``optimizer_step(loss)``
+    clips, steps and zeroes the gradients and returns the gradient norm. Losses are normalised by
+    the step's token / sequence counts over all ranks (``dp``), so accumulating micro-batches
+    gives the gradient of the whole batch.
+    """
+    s, dp = settings, dp or SingleProcess()
+    plan = _plan(policy, batch, advantages.flatten(), s, dp)
+    keep, batches, schedule, silent = plan.keep, plan.batches, plan.schedule, plan.silent
+    total_tokens, total_seqs = plan.total_tokens, plan.total_sequences
+    adv = advantages.flatten().to(policy.device)
     old: dict[int, torch.Tensor] = {}  # micro-batch -> logprobs before any update
     sums, loss_total, grad_norm = MetricSums(), 0.0, 0.0
     policy.model.train()
