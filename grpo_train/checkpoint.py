@@ -34,6 +34,10 @@ from, then each one it wrote) and the launch that owns it. ``latest_checkpoint``
 the highest step number on disk: after a roll back (``--resume step-000006``) the later steps of
 the abandoned branch are moved into ``checkpoints/abandoned/<launch>/`` (``start_lineage``), so a
 crash of the new branch resumes the new branch.
+
+Why one module over 500 lines: the manifest, the lineage head and the atomic write are one
+protocol (what is written, renamed and recorded in which order); checking that a kill at any
+moment leaves a resumable run needs all of it in one place.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ Each worker slot is one slot server, the "fork server" (``_zygote.py``), started
 ``/usr/bin/python3 -I -S`` with an empty environment, so the untrusted children below it inherit
 no secret, no GPU handle and no import state of this process. The parent only ever exchanges
 length-prefixed JSON frames with it and rebuilds typed results field by field (no pickle).
+
+Why one module over 500 lines: the slot protocol (request ids, replies, discarding a slot whose
+call did not complete) and the public API that drives it are read together to check that no
+reply can ever be attached to another job.
 """
 
 from __future__ import annotations

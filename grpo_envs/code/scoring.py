@@ -12,6 +12,9 @@ reference runs lazily: completions first run under the 4 s floor, and only when 
 out is its task's reference measured (once, cached) and, if that raises the limit, the item run
 again. Since a larger limit only changes timeout verdicts, this gives the verdicts of measuring
 every reference up front, without paying for it on tasks where nothing times out.
+
+Why one module over 500 lines: tasks, jobs, verdicts and rewards are one contract between the
+code environments and the sandbox; the reward a completion gets is decided in this file only.
 """
 
 from __future__ import annotations
