@@ -182,8 +182,8 @@ def safe_scores(env: Environment, texts: Sequence[str], samples: Sequence[Sample
     """Score completions; any failure or malformed reward becomes reward 0 with outcome ``error``.
 
     The one guard of grpo-kit (``grpo_envs.wrappers.guarded_scores``, which ``make`` also puts
-    around every environment), applied here too for environments built without ``make`` (pain
-    points: a raising reward stops training, a None/NaN reward poisons the advantages).
+    around every environment), applied here too for environments built without ``make``: without
+    it a raising reward would stop training and a None/NaN reward would poison the advantages.
     """
     return guarded_scores(env, list(texts), list(samples))
 
