@@ -157,7 +157,10 @@ def find_boxed_answer(text: str) -> str | None:
 
 
 def _read_box(text: str, start: int) -> tuple[str, int] | None:
-    """Like ``_read_box_argument``, also returning the index just after the argument."""
+    """Return the box argument at ``start`` and the index just after it (None: no argument).
+
+    The argument is the braced group after optional spaces, or one bare token.
+    """
     i = start
     n = len(text)
     while i < n and text[i] in " \t":
@@ -165,6 +168,7 @@ def _read_box(text: str, start: int) -> tuple[str, int] | None:
     if i >= n:
         return None
     if text[i] != "{":
+        # "\boxed 5" / "\boxed5": LaTeX takes one token. "\boxedx" is not a box at all.
         m = re.match(r"\s*([^\s${}]+)", text[start : start + 200])
         if m is None or text[start : start + 1].isalpha():
             return None
@@ -183,30 +187,8 @@ def _read_box(text: str, start: int) -> tuple[str, int] | None:
 
 def _read_box_argument(text: str, start: int) -> str | None:
     """Return the braced argument at ``start`` (after optional spaces), or one bare token."""
-    i = start
-    n = len(text)
-    while i < n and text[i] in " \t":
-        i += 1
-    if i >= n:
-        return None
-    if text[i] != "{":
-        # "\boxed 5" / "\boxed5": LaTeX takes one token. "\boxedx" is not a box at all.
-        m = re.match(r"\s*([^\s${}]+)", text[start : start + 200])
-        if m is None or text[start : start + 1].isalpha():
-            return None
-        return m.group(1)
-    depth = 0
-    for j in range(i, n):
-        ch = text[j]
-        if ch == "\\":
-            continue
-        if ch == "{" and text[j - 1] != "\\":
-            depth += 1
-        elif ch == "}" and text[j - 1] != "\\":
-            depth -= 1
-            if depth == 0:
-                return text[i + 1 : j]
-    return None
+    read = _read_box(text, start)
+    return None if read is None else read[0]
 
 
 def _last_answer_tag(region: str) -> str | None:
