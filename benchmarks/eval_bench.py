@@ -59,8 +59,9 @@ def main() -> None:
     import grpo_envs
     from grpo_envs.types import Sample
     from grpo_train.eval.records import SampleStore
-    from grpo_train.eval.runner import EvalTask, encode_prompt, evaluate
+    from grpo_train.eval.runner import EvalTask, evaluate
     from grpo_train.models import default_model_path
+    from grpo_train.prompts import encode_prompt
     from grpo_train.rollout.base import SamplingConfig
     from grpo_train.rollout.vllm_engine import VLLMEngine
 
@@ -70,7 +71,7 @@ def main() -> None:
 
     rows = env.dataset("test").select(range(args.prompts))
     samples = [Sample.from_row(r) for r in rows]
-    prompt_ids = [encode_prompt(tokenizer, s)[1] for s in samples]
+    prompt_ids = [encode_prompt(tokenizer, s).ids for s in samples]
     sampling = SamplingConfig(n=1, temperature=0.0, max_new_tokens=args.max_tokens)
 
     # transformers first, before any vLLM process exists, so the two never share the 2 cores.

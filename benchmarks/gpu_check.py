@@ -70,7 +70,7 @@ def _median(rows: Sequence[dict[str, float]], key: str) -> float:
 
 def _report(model: str, engine: str, mode: str, rows: Sequence[dict[str, float]]) -> Report:
     """Summarise per-step rows (medians) with the peak GPU memory seen so far."""
-    from grpo_train.memory import peak_memory  # lazy, like every grpo_train import here
+    from grpo_train.metrics import peak_memory  # lazy, like every grpo_train import here
 
     peak = peak_memory()
     return Report(
@@ -95,8 +95,8 @@ def _report(model: str, engine: str, mode: str, rows: Sequence[dict[str, float]]
 def run_trainer(model: str, engine: str, args: argparse.Namespace, out: Path) -> Report:
     """Run ``Trainer`` for ``args.steps`` steps and summarise its logged timings."""
     from grpo_train.config import TrainConfig
-    from grpo_train.logging import read_metrics
-    from grpo_train.memory import reset_peak_memory
+    from grpo_train.metrics import reset_peak_memory
+    from grpo_train.run_log import read_metrics
     from grpo_train.trainer import Trainer
 
     config = TrainConfig.from_flat(
@@ -140,7 +140,8 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
     from grpo_train.advantages import compute_advantages
     from grpo_train.batch import RolloutBatch
     from grpo_train.groups import Group
-    from grpo_train.memory import enable_gradient_checkpointing, reset_peak_memory
+    from grpo_train.memory import enable_gradient_checkpointing
+    from grpo_train.metrics import reset_peak_memory
     from grpo_train.models import load_policy, resolve_model
     from grpo_train.rollout.base import SamplingConfig
     from grpo_train.update import Policy, UpdateSettings, grpo_update

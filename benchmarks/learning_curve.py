@@ -112,7 +112,7 @@ def evaluate(model_dir: str, task: Task, n: int, max_new_tokens: int, batch: int
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grpo_envs.types import Sample
-    from grpo_train.groups import encode_prompt
+    from grpo_train.prompts import encode_prompt
 
     env = task.make()
     rows = env.dataset("test")
@@ -122,7 +122,9 @@ def evaluate(model_dir: str, task: Task, n: int, max_new_tokens: int, batch: int
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     texts: list[str] = []
     for start in range(0, len(samples), batch):
-        ids = [encode_prompt(tokenizer, s, 512)[0] for s in samples[start : start + batch]]
+        ids = [
+            encode_prompt(tokenizer, s, max_tokens=512).ids for s in samples[start : start + batch]
+        ]
         width = max(map(len, ids))
         # Left padding: every row's generation starts right after its own prompt.
         inputs = torch.tensor([[pad] * (width - len(i)) + i for i in ids])
@@ -146,7 +148,7 @@ def evaluate(model_dir: str, task: Task, n: int, max_new_tokens: int, batch: int
 def run_ours(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
     """Train with ``grpo train`` (default preset + matched settings) and collect its checkpoints."""
     from grpo_train.checkpoint import MODEL_DIR, list_checkpoints
-    from grpo_train.logging import read_metrics
+    from grpo_train.run_log import read_metrics
 
     config = {
         "env": [{"id": shared.task.env_id, "kwargs": dict(shared.task.kwargs)}],

@@ -159,7 +159,7 @@ def make_env(n_prompts: int):
 def run_ours(args: argparse.Namespace, variant: str) -> Result:
     """``ours-hf``, ``ours-vllm`` or ``ours-vllm-inproc`` (``vllm_in_process: true``)."""
     from grpo_train.config import TrainConfig
-    from grpo_train.logging import read_metrics
+    from grpo_train.run_log import read_metrics
     from grpo_train.trainer import Trainer
 
     engine = "hf" if variant == "ours-hf" else "vllm"

@@ -115,14 +115,34 @@ def _masked_advantages(
     return torch.where(mask, centred, torch.zeros((), dtype=torch.float64)).float()
 
 
-def informative_groups(rewards: torch.Tensor, tol: float = 1e-6) -> torch.Tensor:
+def informative_groups(
+    rewards: torch.Tensor, mask: torch.Tensor | None = None, tol: float = 1e-6
+) -> torch.Tensor:
     """Return a (P,) bool mask of the groups whose rewards do not all agree.
 
-    A group where every completion got the same reward has zero advantage everywhere and gives no
-    gradient; DAPO's dynamic sampling (arXiv:2503.14476, section 3.2) drops such groups and refills
-    the batch from further prompts.
+    The one definition of an informative group, used by dynamic sampling (``Group.informative``)
+    and the logged share of equal-reward groups (``group_stats``). Only the rewards where
+    ``mask`` is True count (the trainable ones: failed scores say nothing); rewards within
+    ``tol`` of each other agree. A group where every counted reward agrees (or fewer than two
+    count) has zero advantage everywhere and gives no gradient; DAPO's dynamic sampling
+    (arXiv:2503.14476, section 3.2) drops such groups and refills the batch from further prompts.
+
+    >>> r = torch.tensor([[1.0, 0.0], [1.0, 1.0 + 1e-9], [1.0, 0.0]])
+    >>> informative_groups(r).tolist()
+    [True, False, True]
+    >>> informative_groups(r, torch.tensor([[True, True], [True, True], [True, False]])).tolist()
+    [True, False, False]
     """
-    return (rewards.max(dim=1).values - rewards.min(dim=1).values) > tol
+    r = rewards.double()
+    if mask is None:
+        mask = torch.ones_like(r, dtype=torch.bool)
+    if r.shape[-1] == 0:
+        return torch.zeros(r.shape[:-1], dtype=torch.bool)
+    inf = torch.tensor(float("inf"), dtype=torch.float64)
+    spread = (
+        torch.where(mask, r, -inf).max(dim=-1).values - torch.where(mask, r, inf).min(dim=-1).values
+    )
+    return (mask.sum(dim=-1) > 1) & (spread > tol)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import torch
 
 from grpo_train import distributed
 from grpo_train.advantages import Estimator, ScaleRewards, compute_advantages
-from grpo_train.logging import MetricSums
+from grpo_train.metrics import MetricSums
 
 T = TypeVar("T")
 

@@ -1,24 +1,18 @@
-"""Memory controls: checkpointing, autocast, micro-batches, peak memory, offload, vLLM sleep.
+"""How the training model holds its memory: activation recomputation, mixed precision, offload.
 
-Gradient checkpointing, mixed precision, token-budget micro-batches, peak-memory readings,
-reference-model offload and vLLM sleep between rollouts.
-
-Each helper is a small function the trainer calls at one place; none holds state of its own.
+Gradient checkpointing, autocast and moving an offloaded module (the KL reference kept in host
+RAM) to the device for a while. Each helper is a small function the trainer calls at one place;
+none holds state of its own. Peak-memory readings are metrics (``grpo_train.metrics``); putting
+the rollout engine to sleep during the update is the engine's (``rollout.base.engine_asleep``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import resource
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import torch
-
-if TYPE_CHECKING:
-    from grpo_train.rollout.base import RolloutEngine
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
@@ -65,37 +59,6 @@ def autocast(
     return torch.autocast(device_type="cuda", dtype=resolved)
 
 
-@dataclass(frozen=True)
-class PeakMemory:
-    """Peak memory of this process since start (or the last ``reset_peak_memory``)."""
-
-    rss_mb: float
-    """Maximum resident set size of the process in MiB (never reset by the OS)."""
-    cuda_allocated_mb: float | None
-    """``torch.cuda.max_memory_allocated`` in MiB; None without CUDA."""
-    cuda_reserved_mb: float | None
-    """``torch.cuda.max_memory_reserved`` in MiB (near nvidia-smi's); None without CUDA."""
-
-
-def peak_memory() -> PeakMemory:
-    """Read the process's peak host RSS and, with CUDA, the peak allocated / reserved GPU memory."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    rss_mb = rss / (2**20 if sys.platform == "darwin" else 2**10)  # bytes on macOS, KiB on Linux
-    if not torch.cuda.is_available():
-        return PeakMemory(rss_mb, None, None)
-    return PeakMemory(
-        rss_mb,
-        torch.cuda.max_memory_allocated() / 2**20,
-        torch.cuda.max_memory_reserved() / 2**20,
-    )
-
-
-def reset_peak_memory() -> None:
-    """Start a new CUDA peak-memory window (host RSS peaks cannot be reset)."""
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
-
-
 @contextlib.contextmanager
 def on_device(
     module: torch.nn.Module, device: str | torch.device, *, release: bool = True
@@ -119,18 +82,3 @@ def on_device(
         module.to(home)
         if release and target.type == "cuda":
             torch.cuda.empty_cache()
-
-
-@contextlib.contextmanager
-def engine_asleep(engine: RolloutEngine, level: Literal[1, 2] = 1) -> Iterator[bool]:
-    """Put a colocated engine to sleep during the update and wake it for the weight sync.
-
-    Yields whether the engine slept (``RolloutEngine.sleep``: vLLM's sleep mode on CUDA frees
-    the KV cache and offloads or drops the weights; other engines stay awake).
-    """
-    slept = engine.sleep(level)
-    try:
-        yield slept
-    finally:
-        if slept:
-            engine.wake_up()

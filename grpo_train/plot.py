@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from grpo_train.logging import read_metrics
+from grpo_train.run_log import read_metrics
 
 #: file name -> (title, [(metric, label)])
 PANELS: dict[str, tuple[str, list[tuple[str, str]]]] = {

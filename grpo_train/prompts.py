@@ -19,6 +19,7 @@ continue from (TRL truncates on the left too).
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,8 @@ from grpo_envs.types import Sample
 
 if TYPE_CHECKING:
     from grpo_train.config import DataConfig
+
+logger = logging.getLogger("grpo_train")
 
 PLAIN = "plain"
 """``chat_template`` value that forces the plain-text format even for a chat model."""
@@ -149,12 +152,23 @@ def encode_prompt(
     fmt: PromptFormat | None = None,
     max_tokens: int | None = None,
 ) -> EncodedPrompt:
-    """Render ``sample`` with ``fmt`` and tokenize it, keeping the last ``max_tokens`` tokens."""
+    """Render ``sample`` with ``fmt`` and tokenize it, keeping the last ``max_tokens`` tokens.
+
+    The one encoding of training and ``grpo eval``: the chat template (or the plain-text format
+    for base models), the run's system prompt and template kwargs. A cut prompt is warned about.
+    """
     text, chat = (fmt or PromptFormat()).render(tokenizer, sample)
     # A chat template writes its own special tokens; plain text gets the tokenizer's (BOS).
     ids = [int(i) for i in tokenizer(text, add_special_tokens=not chat)["input_ids"]]
     if not ids:
         raise PromptFormatError(f"sample {sample.id!r}: the tokenizer produced no prompt tokens")
     if max_tokens is not None and len(ids) > max_tokens:
+        logger.warning(
+            "prompt %s has %d tokens, over the limit of %d (max_prompt_length): kept its last "
+            "tokens",
+            sample.id,
+            len(ids),
+            max_tokens,
+        )
         return EncodedPrompt(text, ids[-max_tokens:], True)
     return EncodedPrompt(text, ids, False)

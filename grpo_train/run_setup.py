@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,9 @@ from grpo_train.checkpoint import (
     resume_differences,
     verify_files,
 )
-from grpo_train.config import RESUME_FIXED, ConfigError, TrainConfig
-from grpo_train.logging import logger
+from grpo_train.config import RESUME_FIXED, ConfigError, DataConfig, TrainConfig
 from grpo_train.lora import LoraSettings
+from grpo_train.run_log import logger
 
 _FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -260,3 +261,14 @@ def apply_schedule_changes(
             sched.get_last_lr()[0],
             before,
         )
+
+
+def check_splits(envs: Sequence[Environment], names: Sequence[str], data: DataConfig) -> None:
+    """Fail early, with the fix, when an environment lacks the train or eval split."""
+    wanted = [data.train_split] + ([data.eval_split] if data.eval_size else [])
+    for env, name in zip(envs, names):
+        if missing := [s for s in wanted if s not in env.splits]:
+            raise ValueError(
+                f"{name} has no split {missing} (it has {list(env.splits)}); set train_split / "
+                "eval_split to one of them, or eval_size=0 to skip evaluation"
+            )

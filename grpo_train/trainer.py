@@ -5,8 +5,10 @@ per prompt with the rollout engine -> (3) score them with the environment (``col
 immutable ``batch.RolloutBatch``) -> (4) group-relative advantages -> (5) clipped policy-gradient
 updates (``update.grpo_update``, mu of them, micro-batched) -> (6) sync the new weights into the
 engine -> (7) log, evaluate, checkpoint. The math lives in ``advantages.py`` and ``loss.py``, the
-data-parallel protocol in ``data_parallel.py``, prompt groups in ``groups.py``, start-up choices
-and resume checks in ``run_setup.py``, run management in ``checkpoint.py`` and ``logging.py``.
+data-parallel protocol in ``data_parallel.py``, prompt groups in ``groups.py``, the prompt order in
+``prompt_sampler.py``, engine construction in ``rollout``, start-up choices and resume checks in
+``run_setup.py``, step metrics in ``metrics.py``, run management in ``checkpoint.py`` and
+``run_log.py``.
 
 Over 500 lines because one class owns a run's whole life: the builders ``__init__`` calls (each
 a short method), the run loop with its signal, evaluation and checkpoint rules, and the step;
@@ -34,6 +36,7 @@ import torch
 
 from grpo_envs.base import Environment
 from grpo_envs.types import Sample, Score
+from grpo_envs.wrappers import guarded_scores
 from grpo_train import data_parallel, distributed, memory, weight_export
 from grpo_train.batch import RolloutBatch
 from grpo_train.checkpoint import (
@@ -50,33 +53,21 @@ from grpo_train.checkpoint import (
     start_lineage,
 )
 from grpo_train.config import ConfigError, TrainConfig
-from grpo_train.groups import (
-    MIN_SCORED,
-    Group,
-    PromptSampler,
-    SignalGuard,
-    build_engine,
-    check_splits,
-    encode_prompt,
-    safe_scores,
-)
-from grpo_train.logging import (
-    RunLogger,
-    logger,
-    peak_memory_mb,
-    read_metrics,
-    rollout_metrics,
-    sample_records,
-)
+from grpo_train.groups import MIN_SCORED, Group
 from grpo_train.lora import reference_logprobs, save_merged
 from grpo_train.loss import MicroBatch, token_logprobs
-from grpo_train.prompts import PromptFormat
-from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
+from grpo_train.metrics import peak_memory_mb, rollout_metrics
+from grpo_train.prompt_sampler import PromptSampler
+from grpo_train.prompts import PromptFormat, encode_prompt
+from grpo_train.rollout import build_engine
+from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig, engine_asleep
+from grpo_train.run_log import RunLogger, logger, read_metrics, sample_records
 from grpo_train.run_setup import (
     apply_schedule_changes,
     build_optimizer,
     check_output_dir,
     check_resume,
+    check_splits,
     init_path,
     lora_settings,
     make_envs,
@@ -85,6 +76,7 @@ from grpo_train.run_setup import (
     run_identity,
 )
 from grpo_train.scoring import ScoreErrors
+from grpo_train.signal_guard import SignalGuard
 from grpo_train.update import Policy, UpdateSettings, grpo_update
 
 if TYPE_CHECKING:
@@ -452,7 +444,7 @@ class Trainer:
         # (5) Clipped policy-gradient updates (mu of them, micro-batched) on this rank's rows.
         if self.dp.any(batch.rewards.numel() > 0):
             # vLLM sleep mode (GPU): the engine's memory is free while the trainer needs it.
-            with memory.engine_asleep(self.engine):
+            with engine_asleep(self.engine):
                 m.update(
                     grpo_update(
                         self.learner, self.optimizer_step, batch, advantages, self.settings, self.dp
@@ -568,7 +560,7 @@ class Trainer:
         for index, env in enumerate(self.envs):
             here = [k for k, (_, e) in enumerate(mine) if e == index]
             texts = [c.text for k in here for c in results[k]]
-            flat = safe_scores(env, texts, [mine[k][0] for k in here for _ in results[k]])
+            flat = guarded_scores(env, texts, [mine[k][0] for k in here for _ in results[k]])
             for j, k in enumerate(here):
                 n = len(results[k])
                 scores[k] = flat[j * n : (j + 1) * n]
@@ -581,14 +573,7 @@ class Trainer:
     def _encode(self, sample: Sample) -> list[int]:
         """Encode a prompt: its last ``max_prompt_length`` token ids (a warning when cut)."""
         limit = self.cfg.data.max_prompt_length
-        ids, cut = encode_prompt(self.tokenizer, sample, limit, self.prompt_format)
-        if cut:
-            logger.warning(
-                "prompt %s is longer than max_prompt_length=%d tokens: kept its last tokens",
-                sample.id,
-                limit,
-            )
-        return ids
+        return encode_prompt(self.tokenizer, sample, self.prompt_format, limit).ids
 
     def _generate(
         self, prompts: list[list[int]], step: int, round_: int, start: int

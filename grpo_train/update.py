@@ -17,7 +17,6 @@ import torch
 from grpo_train.batch import RolloutBatch
 from grpo_train.config import TrainConfig
 from grpo_train.data_parallel import SingleProcess
-from grpo_train.logging import MetricSums
 from grpo_train.loss import (
     MicroBatch,
     grpo_loss,
@@ -29,6 +28,7 @@ from grpo_train.loss import (
     token_logprobs,
     truncated_is_weights,
 )
+from grpo_train.metrics import MetricSums
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grpo_envs.types import JSONValue
+from grpo_train.records import CompletionRecord
 
 logger = logging.getLogger(__name__)
 
@@ -23,24 +24,20 @@ RecordKey = tuple[str, str, int]
 
 
 @dataclass(frozen=True)
-class SampleRecord:
-    """One scored completion, as written to ``samples.jsonl``."""
+class SampleRecord(CompletionRecord):
+    """One scored evaluation completion, as written to an eval run's ``samples.jsonl``.
+
+    The fields every logged completion has come from ``CompletionRecord``; the trainer's rows
+    are ``grpo_train.run_log.TrainingSample``.
+    """
 
     task: str
     """The report row this sample belongs to (suite label)."""
-    env_id: str
-    sample_id: str
     gen_index: int
     """Which of the ``n`` completions of this prompt (0-based)."""
-    prompt: str
-    """The prompt text the model saw (chat template applied)."""
-    completion: str
     num_tokens: int
     truncated: bool
     """The completion hit ``max_tokens`` before EOS."""
-    reward: float
-    outcome: str
-    """A ``grpo_envs.types.Outcome`` value."""
     success: bool
     """The outcome counts towards accuracy / pass@k."""
     extracted: str | None

@@ -163,24 +163,6 @@ def wants_math_checks(env_id: str) -> bool:
     return env_id.startswith("math/") and "countdown" not in env_id
 
 
-def encode_prompt(
-    tokenizer: AnyTokenizer,
-    sample: Sample,
-    max_prompt_tokens: int | None = None,
-    prompt_format: PromptFormat | None = None,
-) -> tuple[str, list[int]]:
-    """Render and tokenize a sample's prompt exactly as the trainer does (``grpo_train.prompts``).
-
-    A chat model gets its chat template (or ``prompt_format``'s); a tokenizer without one (a
-    base model) gets the plain-text format and its usual special tokens. With
-    ``max_prompt_tokens`` only the last that many tokens are kept (as the trainer does).
-    """
-    encoded = prompts.encode_prompt(tokenizer, sample, prompt_format, max_prompt_tokens)
-    if encoded.cut:
-        logger.warning("sample %s: prompt cut to its last %d tokens", sample.id, max_prompt_tokens)
-    return encoded.text, encoded.ids
-
-
 def template_info(
     tokenizer: object, prompt_format: PromptFormat | None = None
 ) -> dict[str, object]:
@@ -462,7 +444,8 @@ def _plan(
             ]
             reused += n - len(missing)
             if missing:
-                text, ids = encode_prompt(tokenizer, sample, max_prompt_tokens, prompt_format)
+                encoded = prompts.encode_prompt(tokenizer, sample, prompt_format, max_prompt_tokens)
+                text, ids = encoded.text, encoded.ids
                 pending.append(_Pending(task, sample, text, ids, missing))
     return _Plan(selected, fingerprints, pending, reused)
 

@@ -1,10 +1,12 @@
 """Rollout engines: sample groups of completions with their logprobs, take new weights in place.
 
-``make_engine("auto", path)`` gives the vLLM engine when vLLM is importable, else the HF one.
+``make_engine("auto", path)`` gives the vLLM engine when vLLM is importable, else the HF one;
+``build_engine`` builds the one a training run's configuration asks for.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -13,7 +15,9 @@ from grpo_train.rollout.vllm_engine import vllm_available
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PreTrainedTokenizerBase
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from grpo_train.config import TrainConfig
 
 EngineName = Literal["vllm", "hf", "auto"]
 ENGINE_NAMES: tuple[str, ...] = ("vllm", "hf", "auto")
@@ -24,6 +28,7 @@ __all__ = [
     "EngineName",
     "RolloutEngine",
     "SamplingConfig",
+    "build_engine",
     "make_engine",
     "vllm_available",
 ]
@@ -74,4 +79,48 @@ def make_engine(
 
     return VLLMEngine(
         model_path, dtype=dtype, seed=seed, max_model_len=max_model_len, **engine_kwargs
+    )
+
+
+def build_engine(
+    config: TrainConfig, model_path: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
+) -> RolloutEngine:
+    """Build the configured rollout engine (``auto``: vLLM when importable, else HF generate).
+
+    The HF engine shares the trainer's module, so its weight sync is free (a sharded module: a
+    copy loaded from ``model_path``); vLLM loads ``model_path`` and receives new weights through
+    ``sync_weights`` after each update.
+    """
+    name = config.rollout.engine
+    if name == "auto":
+        name = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+    dtype = config.policy.dtype
+    if name == "hf":
+        from grpo_train.distributed import every_rank_loads_weights
+        from grpo_train.weight_export import is_sharded
+
+        if not is_sharded(model):
+            return make_engine("hf", model_path, model=model, tokenizer=tokenizer, dtype=dtype)
+        # A sharded (FSDP / ZeRO-3) policy cannot generate on one rank alone: its forwards
+        # all-gather across ranks, and ranks decode different lengths (and only rank 0
+        # evaluates). The engine then keeps its own full copy, refreshed by the weight sync.
+        with every_rank_loads_weights():
+            return make_engine("hf", model_path, tokenizer=tokenizer, dtype=dtype)
+    from grpo_train.distributed import vllm_colocate_kwargs
+
+    # Under `accelerate launch` each rank's engine joins the job (external_launcher) with its
+    # own sampling seed; a single process gets just the seed.
+    extra: dict[str, Any] = dict(vllm_colocate_kwargs(config.run.seed))
+    if config.rollout.vllm_sleep_mode:
+        extra["enable_sleep_mode"] = True
+    if config.rollout.vllm_in_process:
+        extra["in_process"] = True
+    return make_engine(
+        "vllm",
+        model_path,
+        dtype=dtype,
+        max_model_len=config.data.max_prompt_length + config.rollout.max_completion_length,
+        gpu_memory_utilization=config.rollout.vllm_memory_fraction,
+        cpu_kv_cache_gib=config.rollout.vllm_cpu_kv_cache_gib,
+        **extra,
     )

@@ -13,7 +13,8 @@ the distribution it was drawn from, i.e. ``log_softmax(top_k_top_p(logits / temp
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -142,3 +143,18 @@ def check_prompts(
             )
         prompts.append(row)
     return prompts
+
+
+@contextlib.contextmanager
+def engine_asleep(engine: RolloutEngine, level: Literal[1, 2] = 1) -> Iterator[bool]:
+    """Put a colocated engine to sleep during the update and wake it for the weight sync.
+
+    Yields whether the engine slept (``RolloutEngine.sleep``: vLLM's sleep mode on CUDA frees
+    the KV cache and offloads or drops the weights; other engines stay awake).
+    """
+    slept = engine.sleep(level)
+    try:
+        yield slept
+    finally:
+        if slept:
+            engine.wake_up()

@@ -53,3 +53,45 @@ def test_informative_groups_and_stats():
     assert stats.frac_zero_std == pytest.approx(2 / 3)
     assert stats.reward_mean == pytest.approx(2 / 6)
     assert stats.group_std_mean == pytest.approx(math.sqrt(0.5) / 3)
+
+
+def test_informative_groups_counts_only_the_masked_rewards_within_a_tolerance():
+    rewards = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0 + 1e-9, 1.0], [0.3, 0.3, 0.9]])
+    mask = torch.tensor([[True, True, False], [True, True, True], [True, True, False]])
+    # Row 1 differs by less than the tolerance: zero advantage, not informative.
+    assert informative_groups(rewards).tolist() == [True, False, True]
+    # Row 2's only different reward is masked out (a failed score): nothing to learn.
+    assert informative_groups(rewards, mask).tolist() == [True, False, False]
+    one_left = torch.tensor([[True, False, False], [False, False, False], [True, True, True]])
+    assert informative_groups(rewards, one_left).tolist() == [False, False, True]
+    assert informative_groups(torch.zeros(2, 0)).tolist() == [False, False]
+
+
+def test_group_informative_is_the_same_rule_as_the_batch_mask():
+    from grpo_envs.types import Message, Outcome, Sample, Score
+    from grpo_train.groups import Group
+
+    sample = Sample("s", (Message("user", "q"),), "a")
+
+    def group(*scores: Score) -> Group:
+        return Group(sample, 0, [1], scores=list(scores))
+
+    right, wrong = (
+        Score(reward=1.0, outcome=Outcome.CORRECT),
+        Score(reward=0.0, outcome=Outcome.WRONG),
+    )
+    nearly = Score(reward=1.0 + 1e-9, outcome=Outcome.CORRECT)
+    failed = Score.failure(Outcome.ERROR, "scorer raised")
+    cases = [
+        group(right, wrong, wrong),  # rewards differ
+        group(right, nearly, nearly),  # within the tolerance
+        group(right, right, failed),  # the failed score's 0 does not count
+        group(right, failed, failed),  # dropped: fewer than two scored
+        group(wrong, right, failed),  # differ among the scored ones
+    ]
+    assert [g.informative for g in cases] == [True, False, False, False, True]
+    rows = [[g.rewards, g.trainable] for g in cases]
+    mask = informative_groups(
+        torch.tensor([r for r, _ in rows], dtype=torch.float64), torch.tensor([t for _, t in rows])
+    )
+    assert mask.tolist() == [g.informative for g in cases]

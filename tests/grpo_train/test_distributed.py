@@ -472,7 +472,7 @@ def test_grpo_train_cli_on_two_cpu_ranks_matches_one_process(
     """The real `grpo train` under `accelerate launch`: 2 gloo ranks == 1 process, same batch."""
     from safetensors.torch import load_file
 
-    from grpo_train.logging import read_metrics
+    from grpo_train.run_log import read_metrics
 
     bindir = Path(sys.executable).parent
     launch = [

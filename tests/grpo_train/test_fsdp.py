@@ -77,7 +77,7 @@ def test_fsdp_checkpoint_resume_matches_uninterrupted_run(
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from grpo_train.logging import read_metrics
+    from grpo_train.run_log import read_metrics
 
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     run = _launch(_cli_args(tiny_model_path, straight, *extra), state_dict_type)

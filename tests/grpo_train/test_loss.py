@@ -1,4 +1,5 @@
 import math
+import random
 
 import pytest
 import torch
@@ -258,3 +259,39 @@ def test_micro_batch_to_moves_every_tensor_and_keeps_rows():
     tensors = ("input_ids", "attention_mask", "position_ids", "completion_ids", "completion_mask")
     assert all(getattr(moved, name).device.type == "meta" for name in tensors)
     assert moved.rows == mb.rows and moved.input_ids.shape == mb.input_ids.shape
+
+
+def _packing(lengths: list[int], budget: int) -> list[list[int]]:
+    """The trainer's micro-batches of rows with these total lengths (prompt of 1 + completion)."""
+    prompts = [[1] for _ in lengths]
+    completions = [[2] * (n - 1) for n in lengths]
+    return [list(mb.rows) for mb in make_micro_batches(prompts, completions, budget, pad_id=0)]
+
+
+@pytest.mark.parametrize(
+    ("lengths", "budget", "expected"),
+    [
+        ([3, 1, 2], 4, [[1, 2], [0]]),
+        ([4, 4, 4, 4], 8, [[0, 1], [2, 3]]),
+        ([4, 4, 4, 4], 16, [[0, 1, 2, 3]]),
+        ([10, 2, 2], 5, [[1, 2], [0]]),  # the long row gets its own micro-batch
+        ([5, 5, 1], 4, [[2], [0], [1]]),  # every row is over budget except the short one
+        ([2, 3, 3, 7, 1], 9, [[4, 0, 1], [2], [3]]),
+    ],
+)
+def test_micro_batches_hand_cases(
+    lengths: list[int], budget: int, expected: list[list[int]]
+) -> None:
+    """Shortest first, packed greedily while rows x longest row fits the token budget."""
+    assert _packing(lengths, budget) == expected
+
+
+def test_micro_batches_fit_the_budget() -> None:
+    rng = random.Random(0)
+    for _ in range(50):
+        lengths = [rng.randint(1, 60) for _ in range(rng.randint(1, 30))]
+        budget = rng.randint(16, 200)
+        groups = _packing(lengths, budget)
+        assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+        for g in groups:
+            assert len(g) == 1 or len(g) * max(lengths[i] for i in g) <= budget

@@ -9,9 +9,7 @@ from transformers import AutoTokenizer
 
 from grpo_envs.types import Message, Sample
 from grpo_train.config import TrainConfig
-from grpo_train.eval.runner import encode_prompt as eval_encode
-from grpo_train.groups import encode_prompt as train_encode
-from grpo_train.prompts import PromptFormat, PromptFormatError
+from grpo_train.prompts import PromptFormat, PromptFormatError, encode_prompt
 
 SAMPLE = Sample("s1", (Message("user", "What is 2 + 3?"),), "5")
 
@@ -35,10 +33,10 @@ def base_model(tiny_model_path, tmp_path_factory):
 
 
 def _both(tokenizer, fmt):
-    train_ids, _ = train_encode(tokenizer, SAMPLE, 512, fmt)
-    text, eval_ids = eval_encode(tokenizer, SAMPLE, 512, fmt)
-    assert train_ids == eval_ids  # train and eval see one prompt
-    return text, train_ids
+    """The prompt training and evaluation both see (one function encodes for both)."""
+    encoded = encode_prompt(tokenizer, SAMPLE, fmt, 512)
+    assert not encoded.cut
+    return encoded.text, encoded.ids
 
 
 def test_a_base_model_gets_the_plain_format_in_training_and_eval(base_model):
@@ -48,7 +46,7 @@ def test_a_base_model_gets_the_plain_format_in_training_and_eval(base_model):
     assert text == "Question: What is 2 + 3?\nAnswer:"
     assert tok.decode(ids, skip_special_tokens=True).endswith("Answer:")
     # Training used to crash here ("Cannot use chat template functions...").
-    ids_default, _ = train_encode(tok, SAMPLE, 512)
+    ids_default = encode_prompt(tok, SAMPLE, max_tokens=512).ids
     assert tok.decode(ids_default, skip_special_tokens=True).strip() == "What is 2 + 3?"
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from grpo_train.config import DEFAULT_PRESET, field_owners
-from grpo_train.logging import read_metrics
+from grpo_train.run_log import read_metrics
 from grpo_train.train_cli import build_parser, main, resolve_config
 
 

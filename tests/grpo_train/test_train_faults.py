@@ -34,7 +34,7 @@ from grpo_train.config import (
     RESUME_IDENTITY,
     field_owners,
 )
-from grpo_train.logging import read_metrics
+from grpo_train.run_log import read_metrics
 from grpo_train.trainer import Trainer
 
 

@@ -10,10 +10,10 @@ from toy_env import DigitEnv
 from grpo_envs.types import Sample
 from grpo_train.checkpoint import latest_checkpoint
 from grpo_train.config import TrainConfig
-from grpo_train.groups import PromptSampler, encode_prompt
-from grpo_train.logging import read_metrics
 from grpo_train.loss import make_micro_batches, token_logprobs
+from grpo_train.prompts import encode_prompt
 from grpo_train.rollout.base import SamplingConfig
+from grpo_train.run_log import read_metrics
 from grpo_train.trainer import Trainer, TrainingAborted
 
 # Metrics that depend on wall time or memory, not on the computation.
@@ -283,20 +283,6 @@ def test_padded_micro_batches_give_the_same_logprobs_as_single_sequences(tiny_mo
             torch.testing.assert_close(padded[k, :n], alone[0, :n], atol=1e-5, rtol=1e-5)
 
 
-def test_prompt_sampler_is_deterministic_weighted_and_resumable():
-    a = PromptSampler([5, 3], [3.0, 1.0], seed=1)
-    draws = [a.next() for _ in range(40)]
-    envs = [e for e, _ in draws]
-    assert 20 < envs.count(0) < 40  # weight 3:1
-    first_epoch = [r for e, r in draws if e == 1][:3]
-    assert sorted(first_epoch) == [0, 1, 2]  # each epoch is a permutation
-    b = PromptSampler([5, 3], [3.0, 1.0], seed=1)
-    for _ in range(17):
-        b.next()
-    c = PromptSampler([5, 3], [3.0, 1.0], seed=1, state=b.state())
-    assert [c.next() for _ in range(23)] == draws[17:]
-
-
 @pytest.mark.vllm
 def test_vllm_engine_few_steps_with_weight_sync(tiny_model_path, tmp_path):
     pytest.importorskip("vllm")
@@ -326,7 +312,7 @@ def _check_vllm_run(trainer, before, tmp_path):
         assert abs(r["is_ratio_mean"] - 1.0) < 0.05, r
     # Direct check: the engine's logprobs of its own greedy tokens match the trained policy's.
     sample = Sample.from_row(DigitEnv().dataset("test")[0])
-    prompt = encode_prompt(trainer.tokenizer, sample, 64)[0]
+    prompt = encode_prompt(trainer.tokenizer, sample, max_tokens=64).ids
     (completion,) = trainer.engine.generate(
         [prompt], SamplingConfig(n=1, max_new_tokens=4, temperature=0.0)
     )[0]
@@ -424,7 +410,7 @@ def test_vllm_engine_serves_the_merged_lora_policy(tiny_model_path, tmp_path):
                 p.add_(0.05 * torch.randn_like(p))
         sync_rollout_weights(trainer.engine, trainer.model)
         sample = Sample.from_row(DigitEnv().dataset("test")[0])
-        prompt = encode_prompt(trainer.tokenizer, sample, 64)[0]
+        prompt = encode_prompt(trainer.tokenizer, sample, max_tokens=64).ids
         greedy = SamplingConfig(n=1, max_new_tokens=4, temperature=0.0)
         (completion,) = trainer.engine.generate([prompt], greedy)[0]
         (batch,) = make_micro_batches([prompt], [list(completion.token_ids)], 1000, 0)

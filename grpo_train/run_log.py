@@ -1,10 +1,9 @@
-"""Run logging: per-step metrics to JSONL, TensorBoard and W&B, samples, progress, memory.
-
-Also the metric computations that are not part of the loss: rollout statistics (rewards per
-component and environment, group statistics, lengths) and token-weighted metric averaging.
+"""The run log: per-step metrics to JSONL, TensorBoard and W&B, sample completions, progress.
 
 Metrics are flat ``{name: float}`` maps with ``/``-separated names (``reward/mean``,
-``time/generate``); ``grpo plot RUN_DIR`` reads ``metrics.jsonl`` back.
+``time/generate``), computed in ``grpo_train.metrics``; ``grpo plot RUN_DIR`` reads
+``metrics.jsonl`` back. Every ``log_every_samples`` steps one group's completions go to
+``samples.jsonl`` as ``TrainingSample`` rows.
 """
 
 from __future__ import annotations
@@ -14,19 +13,12 @@ import json
 import logging
 import math
 import os
-import resource
-import sys
-from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
-from grpo_envs.types import Outcome
-from grpo_train.advantages import group_stats
-from grpo_train.scoring import scoring_failed
+from grpo_train.records import CompletionRecord
 
 if TYPE_CHECKING:
     from grpo_train.config import TrainConfig
@@ -39,27 +31,16 @@ SAMPLES_FILE = "samples.jsonl"
 
 
 @dataclass(frozen=True)
-class SampleRecord:
-    """One logged completion."""
+class TrainingSample(CompletionRecord):
+    """One completion of a training step, as logged to the run's ``samples.jsonl``.
+
+    Not an evaluation record (``grpo_train.eval.records.SampleRecord``, a resumable result keyed
+    by generation index): a training row says which step sampled it and the advantage it got.
+    """
 
     step: int
-    env_id: str
-    sample_id: str
-    prompt: str
-    completion: str
-    reward: float
-    outcome: str
     advantage: float
     finish_reason: str
-
-
-def peak_memory_mb() -> float:
-    """Return the peak memory of this process in MiB: CUDA max allocated on GPU, max RSS on CPU."""
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
-    # ru_maxrss is in KiB on Linux (bytes on macOS).
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / (2**20 if sys.platform == "darwin" else 2**10)
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
@@ -152,7 +133,7 @@ class RunLogger:
         if self._wandb is not None:
             self._wandb.log(dict(metrics), step=step)
 
-    def log_samples(self, records: Sequence[SampleRecord]) -> None:
+    def log_samples(self, records: Sequence[TrainingSample]) -> None:
         """Append sample completions to ``samples.jsonl``."""
         if not self.enabled:
             return
@@ -255,87 +236,22 @@ def _finite(value: float) -> float | None:
     return float(value) if value is not None and math.isfinite(value) else None
 
 
-class MetricSums:
-    """Token-weighted averages of per-micro-batch metrics (``*_min`` / ``*_max`` keep extremes)."""
-
-    def __init__(self) -> None:
-        self._sums: dict[str, float] = defaultdict(float)
-        self._weights: dict[str, float] = defaultdict(float)
-        self._extremes: dict[str, float] = {}
-
-    def add(self, metrics: Mapping[str, float], tokens: float) -> None:
-        """Add one micro-batch's metrics, weighted by its number of completion tokens."""
-        for key, value in metrics.items():
-            if key.endswith(("_min", "_max")):
-                pick = min if key.endswith("_min") else max
-                self._extremes[key] = pick(self._extremes.get(key, value), value)
-            else:
-                self._sums[key] += value * tokens
-                self._weights[key] += tokens
-
-    def merge(self, other: MetricSums) -> None:
-        """Fold another rank's sums into these (averages stay token-weighted over both)."""
-        for key, value in other._sums.items():
-            self._sums[key] += value
-            self._weights[key] += other._weights[key]
-        for key, value in other._extremes.items():
-            pick = min if key.endswith("_min") else max
-            self._extremes[key] = pick(self._extremes.get(key, value), value)
-
-    def result(self) -> dict[str, float]:
-        """Return the averages and extremes."""
-        out = {k: v / self._weights[k] for k, v in self._sums.items() if self._weights[k] > 0}
-        return {**out, **self._extremes}
-
-
-def rollout_metrics(groups: Sequence[Group], env_names: Sequence[str]) -> dict[str, float]:
-    """Return reward (overall, per component, per env), accuracy, group and length statistics."""
-    stats = group_stats(torch.tensor([g.rewards for g in groups], dtype=torch.float64))
-    scores = [s for g in groups for s in g.scores]
-    completions = [c for g in groups for c in g.completions]
-    lengths = [len(c.token_ids) for c in completions]
-    m = {
-        "reward/mean": stats.reward_mean,
-        "reward/std": stats.reward_std,
-        "group/reward_std": stats.group_std_mean,
-        "group/frac_zero_std": stats.frac_zero_std,
-        "accuracy": sum(s.correct for s in scores) / len(scores),
-        # Failed scores (scorer raised, malformed reward, broken sandbox): left out of training.
-        "score/errors": float(sum(scoring_failed(s) for s in scores)),
-        "score/groups_dropped": float(sum(g.dropped for g in groups)),
-        "score/timeouts": float(sum(s.outcome is Outcome.TIMEOUT for s in scores)),
-        "length/mean": sum(lengths) / len(lengths),
-        "length/max": float(max(lengths)),
-        "length/clipped_frac": sum(c.truncated for c in completions) / len(completions),
-    }
-    per_component: dict[str, list[float]] = defaultdict(list)
-    per_env: dict[str, list[float]] = defaultdict(list)
-    for g in groups:
-        per_env[env_names[g.env_index]] += g.rewards
-        for s in g.scores:
-            for comp in s.components:
-                per_component[comp.name].append(comp.value)
-    m.update({f"reward/component/{k}": sum(v) / len(v) for k, v in per_component.items()})
-    m.update({f"reward/env/{k}": sum(v) / len(v) for k, v in per_env.items()})
-    return m
-
-
 def sample_records(
     step: int, group: Group, env_name: str, advantages: Sequence[float]
-) -> list[SampleRecord]:
+) -> list[TrainingSample]:
     """Return the completions of one group as ``samples.jsonl`` records."""
     prompt = group.sample.prompt[-1].content if group.sample.prompt else ""
     return [
-        SampleRecord(
-            step,
-            env_name,
-            group.sample.id,
-            prompt,
-            c.text,
-            s.reward,
-            s.outcome.value,
-            adv,
-            c.finish_reason,
+        TrainingSample(
+            env_id=env_name,
+            sample_id=group.sample.id,
+            prompt=prompt,
+            completion=c.text,
+            reward=s.reward,
+            outcome=s.outcome.value,
+            step=step,
+            advantage=adv,
+            finish_reason=c.finish_reason,
         )
         for c, s, adv in zip(group.completions, group.scores, advantages)
     ]
