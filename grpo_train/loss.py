@@ -70,6 +70,35 @@ def grpo_loss(
     ``clip_frac`` (either), ``ratio_mean/min/max`` and ``kl`` (mean k3 over tokens; 0 without a
     reference).
     """
+    kind = LossType(loss_type)
+    _check_loss_inputs(logprobs, old_logprobs, advantages, mask, kind, max_completion_length)
+    if beta > 0 and ref_logprobs is None:
+        raise ValueError(
+            "beta > 0 needs ref_logprobs (log-probabilities under the reference model)"
+        )
+    mask = mask.to(logprobs.dtype)
+    adv = advantages.to(logprobs.dtype).unsqueeze(1)  # (B, 1)
+    ratio = torch.exp(logprobs - old_logprobs)  # (B, T)
+    per_token = _clipped_surrogate(ratio, adv, epsilon_low, epsilon_high)  # (B, T)
+    if importance_weights is not None:
+        per_token = per_token * importance_weights.detach()
+    kl = torch.zeros_like(per_token)
+    if ref_logprobs is not None and beta > 0:
+        kl = _k3_kl(ref_logprobs, logprobs)
+        per_token = per_token + beta * kl
+    loss = _aggregate(per_token, mask, kind, max_completion_length)
+    return loss, _loss_metrics(ratio, adv, mask, kl, epsilon_low, epsilon_high)
+
+
+def _check_loss_inputs(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    kind: LossType,
+    max_completion_length: int | None,
+) -> None:
+    """Raise ``ValueError`` naming the argument when shapes or the loss settings do not fit."""
     if logprobs.shape != old_logprobs.shape or logprobs.shape != mask.shape:
         raise ValueError(
             f"logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old_logprobs.shape)} and mask "
@@ -77,49 +106,65 @@ def grpo_loss(
         )
     if advantages.shape != logprobs.shape[:1]:
         raise ValueError(f"advantages must have shape (B,) = {tuple(logprobs.shape[:1])}")
-    kind = LossType(loss_type)
     if kind is LossType.DR_GRPO and not max_completion_length:
         raise ValueError("loss_type='dr_grpo' needs max_completion_length (the token sum divisor)")
-    if beta > 0 and ref_logprobs is None:
-        raise ValueError(
-            "beta > 0 needs ref_logprobs (log-probabilities under the reference model)"
-        )
 
-    mask = mask.to(logprobs.dtype)
-    adv = advantages.to(logprobs.dtype).unsqueeze(1)  # (B, 1)
-    ratio = torch.exp(logprobs - old_logprobs)  # (B, T)
+
+def _clipped_surrogate(
+    ratio: torch.Tensor, adv: torch.Tensor, epsilon_low: float, epsilon_high: float
+) -> torch.Tensor:
+    """Per-token PPO clipped objective, negated: ``-min(r A, clip(r, 1 - e_low, 1 + e_high) A)``.
+
+    >>> _clipped_surrogate(torch.tensor([[1.5, 0.5]]), torch.tensor([[1.0]]), 0.2, 0.28)
+    tensor([[-1.2800, -0.5000]])
+    """
     clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
-    per_token = -torch.min(ratio * adv, clipped * adv)  # (B, T)
-    if importance_weights is not None:
-        per_token = per_token * importance_weights.detach()
-    kl = torch.zeros_like(per_token)
-    if ref_logprobs is not None and beta > 0:
-        delta = ref_logprobs - logprobs
-        kl = torch.exp(delta) - delta - 1
-        per_token = per_token + beta * kl
+    return -torch.min(ratio * adv, clipped * adv)
 
+
+def _k3_kl(ref_logprobs: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(policy || reference): ``exp(d) - d - 1``, ``d = ref - logp``.
+
+    Unbiased and never negative (John Schulman, "Approximating KL Divergence", 2020).
+    """
+    delta = ref_logprobs - logprobs
+    return torch.exp(delta) - delta - 1
+
+
+def _aggregate(
+    per_token: torch.Tensor, mask: torch.Tensor, kind: LossType, max_completion_length: int | None
+) -> torch.Tensor:
+    """Reduce (B, T) per-token losses to the scalar loss by ``kind``'s unit (see ``LossType``)."""
     token_sum = (per_token * mask).sum(dim=1)  # (B,)
     if kind is LossType.GRPO:
-        loss = (token_sum / mask.sum(dim=1).clamp(min=1)).mean()
-    elif kind is LossType.DR_GRPO:
-        loss = token_sum.sum() / (logprobs.shape[0] * float(max_completion_length or 1))
-    else:
-        loss = token_sum.sum() / mask.sum().clamp(min=1)
+        return (token_sum / mask.sum(dim=1).clamp(min=1)).mean()
+    if kind is LossType.DR_GRPO:
+        return token_sum.sum() / (per_token.shape[0] * float(max_completion_length or 1))
+    return token_sum.sum() / mask.sum().clamp(min=1)
 
-    with torch.no_grad():
-        low = ((ratio < 1 - epsilon_low) & (adv < 0)).to(mask.dtype)
-        high = ((ratio > 1 + epsilon_high) & (adv > 0)).to(mask.dtype)
-        on = mask > 0
-        metrics = {
-            "clip_frac_low": _masked_mean(low, mask),
-            "clip_frac_high": _masked_mean(high, mask),
-            "clip_frac": _masked_mean(low + high, mask),
-            "ratio_mean": _masked_mean(ratio, mask),
-            "ratio_min": float(ratio[on].min()) if on.any() else 1.0,
-            "ratio_max": float(ratio[on].max()) if on.any() else 1.0,
-            "kl": _masked_mean(kl, mask),
-        }
-    return loss, metrics
+
+@torch.no_grad()
+def _loss_metrics(
+    ratio: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    kl: torch.Tensor,
+    epsilon_low: float,
+    epsilon_high: float,
+) -> dict[str, float]:
+    """Clip fractions, ratio statistics and mean KL over the trained tokens (``grpo_loss``)."""
+    low = ((ratio < 1 - epsilon_low) & (adv < 0)).to(mask.dtype)
+    high = ((ratio > 1 + epsilon_high) & (adv > 0)).to(mask.dtype)
+    on = mask > 0
+    return {
+        "clip_frac_low": _masked_mean(low, mask),
+        "clip_frac_high": _masked_mean(high, mask),
+        "clip_frac": _masked_mean(low + high, mask),
+        "ratio_mean": _masked_mean(ratio, mask),
+        "ratio_min": float(ratio[on].min()) if on.any() else 1.0,
+        "ratio_max": float(ratio[on].max()) if on.any() else 1.0,
+        "kl": _masked_mean(kl, mask),
+    }
 
 
 def loss_share(
