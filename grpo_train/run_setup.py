@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -25,11 +25,15 @@ from grpo_train.checkpoint import (
     RunIdentity,
     latest_checkpoint,
     model_identity,
+    offer_previous,
     resume_differences,
     verify_files,
 )
 from grpo_train.config import RESUME_FIXED, ConfigError, DataConfig, TrainConfig
 from grpo_train.lora import LoraSettings
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 from grpo_train.run_log import logger
 
 _FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -272,3 +276,70 @@ def check_splits(envs: Sequence[Environment], names: Sequence[str], data: DataCo
                 f"{name} has no split {missing} (it has {list(env.splits)}); set train_split / "
                 "eval_split to one of them, or eval_size=0 to skip evaluation"
             )
+
+
+def load_run_policy(
+    cfg: TrainConfig,
+    lora: LoraSettings | None,
+    device: str,
+    base_model: str,
+    resume_from: Path | None,
+    init_from: Path | None,
+) -> tuple[PreTrainedModel, Any, str, str]:
+    """Load the policy and tokenizer; return them, the engine's start path and the base model.
+
+    From the resumed checkpoint, ``init_from``'s weights, or the base model; with LoRA the base
+    plus an adapter. A checkpoint that cannot be loaded is named, with an older one to use.
+    """
+    from grpo_train.models import ModelNotAvailableError, load_policy
+
+    saved = str(resume_from / MODEL_DIR) if resume_from else None
+    base_model, adapter = _start_weights(lora, base_model, saved, init_from)
+    try:
+        if lora is not None:
+            from grpo_train.lora import load_lora_policy
+
+            # A LoRA checkpoint's model/ folder holds only the adapter: load the base, then it.
+            peft_model, tokenizer = load_lora_policy(
+                base_model, lora, dtype=cfg.policy.dtype, device=device, adapter_dir=adapter
+            )
+            # A PeftModel forwards generate / save_pretrained / forward like the model it wraps.
+            model = cast("PreTrainedModel", peft_model)
+            model_path = base_model  # what a vLLM engine starts from; merged weights follow
+        else:
+            model_path = saved or base_model
+            model, tokenizer = load_policy(model_path, cfg.policy.dtype, device)
+    except Exception as err:  # SafetensorError, OSError, ...: a damaged or foreign folder
+        # A checkpoint without a manifest (older grpo-kit) is only checked by loading it.
+        folder = resume_from or init_from
+        if folder is None or isinstance(err, ModelNotAvailableError):
+            raise
+        first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
+        raise CheckpointError(
+            f"checkpoint {folder} is damaged: its {MODEL_DIR}/ weights cannot be loaded "
+            f"({type(err).__name__}: {first}). {offer_previous(folder)}"
+        ) from None
+    return model, tokenizer, model_path, base_model
+
+
+def _start_weights(
+    lora: LoraSettings | None, base_model: str, saved: str | None, init_from: Path | None
+) -> tuple[str, str | None]:
+    """Return the base model and adapter folder a run starts from (``init_from`` changes them)."""
+    adapter = saved
+    if init_from is None:
+        return base_model, adapter
+    # A new run from a checkpoint's weights (fresh optimizer).
+    is_adapter = (init_from / MODEL_DIR / "adapter_config.json").is_file()
+    if is_adapter and lora is None:
+        raise ConfigError(
+            f"init_from: {init_from} holds a LoRA adapter, and this run trains every "
+            "weight; set the same lora_r / lora_alpha / target_modules, or start from "
+            "a merged folder (save_merged) with --model"
+        )
+    if is_adapter:
+        adapter = str(init_from / MODEL_DIR)
+    else:
+        base_model = str(init_from / MODEL_DIR)  # these weights are the new start
+    logger.info("starting a new run from the weights of %s", init_from)
+    return base_model, adapter

@@ -165,7 +165,8 @@ def _main(argv: list[str] | None) -> int:
 
     from grpo_train.checkpoint import CheckpointError
     from grpo_train.models import ModelNotAvailableError
-    from grpo_train.trainer import SecondSignal, Trainer, TrainingAborted
+    from grpo_train.stop import SecondSignal, TrainingAborted
+    from grpo_train.trainer import Trainer
 
     envs = ", ".join(e.id for e in config.data.env)
     print(

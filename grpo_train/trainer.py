@@ -1,18 +1,13 @@
 """The GRPO training loop, readable top to bottom.
 
 Each step (``Trainer.train_step``): (1) sample prompts -> (2) generate a group of completions
-per prompt with the rollout engine -> (3) score them with the environment (``collect``, into an
-immutable ``batch.RolloutBatch``) -> (4) group-relative advantages -> (5) clipped policy-gradient
-updates (``update.grpo_update``, mu of them, micro-batched) -> (6) sync the new weights into the
-engine -> (7) log, evaluate, checkpoint. The math lives in ``advantages.py`` and ``loss.py``, the
-data-parallel protocol in ``data_parallel.py``, prompt groups in ``groups.py``, the prompt order in
-``prompt_sampler.py``, engine construction in ``rollout``, start-up choices and resume checks in
-``run_setup.py``, step metrics in ``metrics.py``, run management in ``checkpoint.py`` and
-``run_log.py``.
-
-Over 500 lines because one class owns a run's whole life: the builders ``__init__`` calls (each
-a short method), the run loop with its signal, evaluation and checkpoint rules, and the step;
-splitting it further would scatter that state over objects that only the Trainer uses.
+per prompt with the rollout engine -> (3) score them with the environment (``collect.py``, into
+an immutable ``batch.RolloutBatch``) -> (4) group-relative advantages -> (5) clipped
+policy-gradient updates (``update.grpo_update``, mu of them, micro-batched) -> (6) sync the new
+weights into the engine -> (7) log, evaluate, checkpoint. The math lives in ``advantages.py`` and
+``loss.py``, the data-parallel protocol in ``data_parallel.py``, start-up choices, policy loading
+and resume checks in ``run_setup.py``, stopping on a signal in ``stop.py``, step metrics in
+``metrics.py``, run management in ``checkpoint.py`` and ``run_log.py``.
 """
 
 from __future__ import annotations
@@ -20,47 +15,39 @@ from __future__ import annotations
 import contextlib
 import math
 import random
-import signal
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from types import FrameType
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from grpo_envs.base import Environment
-from grpo_envs.types import Sample, Score
-from grpo_envs.wrappers import guarded_scores
 from grpo_train import data_parallel, distributed, memory, weight_export
-from grpo_train.batch import RolloutBatch
 from grpo_train.checkpoint import (
-    MODEL_DIR,
-    CheckpointError,
     SamplerState,
     checkpoint_path,
     latest_checkpoint,
     load_checkpoint,
     new_launch_id,
-    offer_previous,
     read_manifest,
     save_checkpoint,
     start_lineage,
 )
+from grpo_train.collect import Collector
 from grpo_train.config import ConfigError, TrainConfig
-from grpo_train.groups import MIN_SCORED, Group
+from grpo_train.groups import Group
 from grpo_train.lora import reference_logprobs, save_merged
 from grpo_train.loss import MicroBatch, token_logprobs
-from grpo_train.metrics import peak_memory_mb, rollout_metrics
+from grpo_train.metrics import peak_memory_mb
 from grpo_train.prompt_sampler import PromptSampler
-from grpo_train.prompts import PromptFormat, encode_prompt
+from grpo_train.prompts import PromptFormat
 from grpo_train.rollout import build_engine
-from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig, engine_asleep
+from grpo_train.rollout.base import RolloutEngine, engine_asleep
 from grpo_train.run_log import RunLogger, logger, read_metrics, sample_records
 from grpo_train.run_setup import (
     apply_schedule_changes,
@@ -69,26 +56,19 @@ from grpo_train.run_setup import (
     check_resume,
     check_splits,
     init_path,
+    load_run_policy,
     lora_settings,
     make_envs,
     resolve_auto,
     resume_path,
     run_identity,
 )
-from grpo_train.scoring import ScoreErrors
 from grpo_train.signal_guard import SignalGuard
+from grpo_train.stop import StopRequest, TrainingAborted
 from grpo_train.update import Policy, UpdateSettings, grpo_update
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
-
-
-class SecondSignal(KeyboardInterrupt):
-    """A second Ctrl-C / SIGTERM while the first one's save was pending: stop at once."""
-
-
-class TrainingAborted(RuntimeError):
-    """Too many updates in a row had a NaN/inf loss or gradient; the last checkpoint is kept."""
 
 
 @dataclass(frozen=True)
@@ -151,7 +131,11 @@ class Trainer:
             weight_export.sync_rollout_weights(self.engine, self.model)  # the resumed adapter
         self.learner = self._build_learner()
         self.settings = UpdateSettings.from_config(self.cfg)
-        self._stop_signal: int | None = None
+        self.collector = Collector(
+            self.cfg, self.envs, self.env_names, self.train_rows, self.sampler, self.engine,
+            self.tokenizer, self.prompt_format, self.rank, self.dp, self.run_dir,
+        )  # fmt: skip
+        self.stop = StopRequest()
         self._bad_updates = 0
 
     def _start_process(self, config: TrainConfig) -> None:
@@ -202,63 +186,16 @@ class Trainer:
     def _build_policy(
         self, base_model: str, init_from: Path | None
     ) -> tuple[PreTrainedModel, str, str]:
-        """Load the policy (and tokenizer); return it, the engine's start path and the base.
-
-        From the resumed checkpoint, ``init_from``'s weights, or the base model; with LoRA the
-        base plus an adapter. A checkpoint that cannot be loaded is named, with an older one.
-        """
-        from grpo_train.models import ModelNotAvailableError, load_policy
-
-        cfg = self.cfg
-        saved = str(self.resume_from / MODEL_DIR) if self.resume_from else None
-        adapter = saved
-        if init_from is not None:  # a new run from a checkpoint's weights (fresh optimizer)
-            is_adapter = (init_from / MODEL_DIR / "adapter_config.json").is_file()
-            if is_adapter and self.lora is None:
-                raise ConfigError(
-                    f"init_from: {init_from} holds a LoRA adapter, and this run trains every "
-                    "weight; set the same lora_r / lora_alpha / target_modules, or start from "
-                    "a merged folder (save_merged) with --model"
-                )
-            if is_adapter:
-                adapter = str(init_from / MODEL_DIR)
-            else:
-                base_model = str(init_from / MODEL_DIR)  # these weights are the new start
-            logger.info("starting a new run from the weights of %s", init_from)
-        try:
-            if self.lora is not None:
-                from grpo_train.lora import load_lora_policy
-
-                # A LoRA checkpoint's model/ folder holds only the adapter: load the base, then it.
-                peft_model, self.tokenizer = load_lora_policy(
-                    base_model,
-                    self.lora,
-                    dtype=cfg.policy.dtype,
-                    device=self.device,
-                    adapter_dir=adapter,
-                )
-                # A PeftModel forwards generate / save_pretrained / forward like the model it wraps.
-                model = cast("PreTrainedModel", peft_model)
-                model_path = base_model  # what a vLLM engine starts from; merged weights follow
-            else:
-                model_path = saved or base_model
-                model, self.tokenizer = load_policy(model_path, cfg.policy.dtype, self.device)
-        except Exception as err:  # SafetensorError, OSError, ...: a damaged or foreign folder
-            # A checkpoint without a manifest (older grpo-kit) is only checked by loading it.
-            folder = self.resume_from or init_from
-            if folder is None or isinstance(err, ModelNotAvailableError):
-                raise
-            first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
-            raise CheckpointError(
-                f"checkpoint {folder} is damaged: its {MODEL_DIR}/ weights cannot be loaded "
-                f"({type(err).__name__}: {first}). {offer_previous(folder)}"
-            ) from None
+        """Load the policy (and tokenizer); return it, the engine's start path and the base."""
+        model, self.tokenizer, model_path, base_model = load_run_policy(
+            self.cfg, self.lora, self.device, base_model, self.resume_from, init_from
+        )
         # One prompt format for training and evaluation (grpo_train/prompts.py). A template
         # given by the run is also set on the tokenizer, so checkpoints carry it to `grpo eval`.
         template = self.prompt_format.template_text()
         if template is not None:
             self.tokenizer.chat_template = template
-        if cfg.policy.gradient_checkpointing:
+        if self.cfg.policy.gradient_checkpointing:
             memory.enable_gradient_checkpointing(model)
         return model, model_path, base_model
 
@@ -328,50 +265,47 @@ class Trainer:
         cfg, run, t0 = self.cfg, self.cfg.run, time.perf_counter()
         main = self.rank.is_main
         log = self._open_run()
-        # Handlers can only be installed from the main thread; elsewhere Ctrl-C is the caller's.
-        in_main = threading.current_thread() is threading.main_thread()
-        signals = (signal.SIGINT, signal.SIGTERM) if in_main else ()
-        handlers = {s: signal.signal(s, self._on_signal) for s in signals}
         step, last_ckpt, acc_before, acc_after = self.start_step, None, None, None
         stopped = False
-        try:
-            acc_before = self._accuracy_before(log)
-            while step < run.max_steps and not self._should_stop():
-                step += 1
-                metrics = self.train_step(step, log)
-                last = step == run.max_steps
-                if last and self.distributed and not weight_export.is_sharded(self.model):
-                    # Data-parallel replicas must agree exactly; 0.0 says DDP kept them in step.
-                    metrics["dist/max_rank_diff"] = distributed.max_rank_difference(self.model)
-                if (
-                    main
-                    and cfg.data.eval_size > 0
-                    and (last or (run.eval_every and step % run.eval_every == 0))
-                ):
-                    metrics.update(self.evaluate())
-                    acc_after = metrics["eval/accuracy"] if last else None
-                # For accuracy against wall time: seconds since this launch began training,
-                # evaluations included.
-                metrics["time/elapsed"] = time.perf_counter() - t0
-                self._watch_signal(step, metrics, log)
-                log.log_step(step, metrics)
-                if last or (run.save_every and step % run.save_every == 0):
+        with self.stop.installed():  # the first Ctrl-C / SIGTERM: finish the step, save
+            try:
+                acc_before = self._accuracy_before(log)
+                while step < run.max_steps and not self.stop.anywhere():
+                    step += 1
+                    metrics = self.train_step(step, log)
+                    last = step == run.max_steps
+                    if last and self.distributed and not weight_export.is_sharded(self.model):
+                        # Data-parallel replicas must agree exactly; 0.0 says DDP kept them in step.
+                        metrics["dist/max_rank_diff"] = distributed.max_rank_difference(self.model)
+                    if (
+                        main
+                        and cfg.data.eval_size > 0
+                        and (last or (run.eval_every and step % run.eval_every == 0))
+                    ):
+                        metrics.update(self.evaluate())
+                        acc_after = metrics["eval/accuracy"] if last else None
+                    # For accuracy against wall time: seconds since this launch began training,
+                    # evaluations included.
+                    metrics["time/elapsed"] = time.perf_counter() - t0
+                    self._watch_signal(step, metrics, log)
+                    log.log_step(step, metrics)
+                    if last or (run.save_every and step % run.save_every == 0):
+                        last_ckpt = self.save(step)
+                # The stop decision is global (a signal to any one rank stops all of them), and so
+                # are the save (collective) and the reported "interrupted".
+                stopped = self.stop.anywhere()
+                if stopped and last_ckpt != checkpoint_path(self.run_dir, step):
+                    why = (
+                        f"signal {self.stop.signum}" if self.stop.signum else "stop on another rank"
+                    )
+                    log.write(f"{why}: saving step {step} and stopping")
                     last_ckpt = self.save(step)
-            # The stop decision is global (a signal to any one rank stops all of them), and so
-            # are the save (collective) and the reported "interrupted".
-            stopped = self._should_stop()
-            if stopped and last_ckpt != checkpoint_path(self.run_dir, step):
-                why = f"signal {self._stop_signal}" if self._stop_signal else "stop on another rank"
-                log.write(f"{why}: saving step {step} and stopping")
-                last_ckpt = self.save(step)
-            if self.lora is not None and cfg.policy.save_merged:
-                save_merged(
-                    self.model, self.tokenizer, self.run_dir / "merged", is_main_process=main
-                )
-        finally:
-            for sig, handler in handlers.items():
-                signal.signal(sig, handler)
-            log.close()
+                if self.lora is not None and cfg.policy.save_merged:
+                    save_merged(
+                        self.model, self.tokenizer, self.run_dir / "merged", is_main_process=main
+                    )
+            finally:
+                log.close()
         if self.distributed:
             # Ranks leave together, with no collective in flight: a rank that exited while gloo
             # still had work aborted once in C++ teardown ("terminate called without an active
@@ -426,16 +360,11 @@ class Trainer:
         auto = self.cfg.algorithm.dynamic_sampling == "auto"
         log.write(self.signal_guard.advice(step, self.cfg, dynamic_sampling_now_on=auto))
 
-    def _should_stop(self) -> bool:
-        """Return True once a signal arrived on any rank (all ranks must stop at the same step)."""
-        stop = 1.0 if self._stop_signal is not None else 0.0
-        return distributed.global_max(stop)[0] > 0
-
     def train_step(self, step: int, log: RunLogger) -> dict[str, float]:
         """Run one GRPO step (arXiv:2402.03300): rollouts, advantages, update, sync, metrics."""
         a, times = self.cfg.algorithm, defaultdict[str, float](float)
         # (1)-(3) Prompts -> a group of scored completions each (this rank's share).
-        batch, sampled, m = self.sample_batch(step, times)
+        batch, sampled, m = self.collector.sample_batch(step, times, self._low_signal)
         # (4) Group-relative advantages over the whole step's batch (every rank's groups).
         t = time.perf_counter()
         advantages = self.dp.advantages(
@@ -466,39 +395,6 @@ class Trainer:
             log.log_samples(sample_records(step, group, name, advantages[0].tolist()))
         return m
 
-    def sample_batch(
-        self, step: int, times: dict[str, float]
-    ) -> tuple[RolloutBatch, list[Group], dict[str, float]]:
-        """Collect this rank's rollout batch; return it, every group sampled, and batch metrics.
-
-        DAPO dynamic sampling (arXiv:2503.14476, 3.2) drops groups whose rewards all agree and
-        refills the batch from the next prompts, for at most ``dynamic_sampling_rounds`` extra
-        rounds. Every rank draws the same prompts and keeps its share, so counts are global sums.
-        """
-        cfg, a, m = self.cfg, self.cfg.algorithm, {}
-        p_step = cfg.rollout.prompts_per_step
-        sampled = self.collect(p_step, step, 0, times)
-        groups, padding = sampled, False
-        if a.dynamic_sampling == "on" or (a.dynamic_sampling == "auto" and self._low_signal):
-            groups, rounds = [g for g in sampled if g.informative], 0
-            kept = int(self.dp.total(len(groups)))
-            while kept < p_step and rounds < a.dynamic_sampling_rounds:
-                rounds += 1
-                more = self.collect(p_step - kept, step, rounds, times)
-                sampled, groups = sampled + more, groups + [g for g in more if g.informative]
-                kept = int(self.dp.total(len(groups)))
-            m.update({"dynamic/groups_kept": float(kept), "dynamic/rounds": float(rounds)})
-            if not groups and kept > 0 and sampled:
-                # Every rank must run the same number of backward passes (DDP collectives):
-                # a rank with nothing left trains on one dropped group with zero loss weight.
-                groups, padding = [sampled[0]], True
-        # Statistics describe the whole step's batch: every rank's groups, as one process.
-        everything = self.dp.gather(sampled)
-        m.update(rollout_metrics(everything, self.env_names))
-        self._check_scores(step, everything)
-        batch = RolloutBatch.from_groups(groups, cfg.rollout.num_generations, padding)
-        return batch, sampled, m
-
     def _step_metrics(self, sampled: Sequence[Group], times: dict[str, float]) -> dict[str, float]:
         """Time split, throughput (sampled tokens per second), peak memory, learning rate."""
         total = sum(times.values())
@@ -507,96 +403,6 @@ class Trainer:
         m.update({"time/step": total, "tokens_per_s": new_tokens / max(total, 1e-9)})
         m.update({"memory/peak_mb": peak_memory_mb(), "lr": self.scheduler.get_last_lr()[0]})
         return m
-
-    def _check_scores(self, step: int, groups: Sequence[Group]) -> None:
-        """Warn about failed scores (counts, first error); stop when the scorer looks broken.
-
-        ``groups``: the whole step's batch (every rank's), so every rank decides the same.
-        """
-        errors = ScoreErrors.of(s for g in groups for s in g.scores)
-        if not errors.failed:
-            return
-        dropped = sum(g.dropped for g in groups)
-        limit = self.cfg.run.max_reward_errors
-        if errors.fraction > limit:
-            last = latest_checkpoint(self.run_dir)
-            raise TrainingAborted(
-                f"step {step}: {errors.describe()}; above max_reward_errors={limit:g}, so the "
-                "scorer looks broken and the step was not trained on. Fix the environment "
-                "(`grpo envs score` scores a JSONL file of completions) or raise "
-                "max_reward_errors; "
-                + (f"resume from {last} with --resume" if last else "no checkpoint was written")
-            )
-        if self.rank.is_main:
-            logger.warning(
-                "step %d: %s; they are left out of their groups' baselines and the loss "
-                "(%d group(s) dropped with fewer than %d scored completions)",
-                step,
-                errors.describe(),
-                dropped,
-                MIN_SCORED,
-            )
-
-    def collect(
-        self, n_prompts: int, step: int, round_: int, times: dict[str, float]
-    ) -> list[Group]:
-        """Draw ``n_prompts`` prompts, generate ``num_generations`` completions each, score them.
-
-        Every rank draws the same ``n_prompts`` prompts (same sampler, same seed) and keeps its
-        contiguous share (``distributed.shard_prompts``); a group never spans two ranks.
-        """
-        drawn = []
-        for _ in range(n_prompts):
-            env_index, row = self.sampler.next()
-            drawn.append((Sample.from_row(self.train_rows[env_index][row]), env_index))
-        start = distributed.shard_bounds(n_prompts, self.rank.rank, self.rank.world_size)[0]
-        mine = distributed.shard_prompts(drawn, self.rank.rank, self.rank.world_size)
-        prompts = [self._encode(sample) for sample, _ in mine]
-        t = time.perf_counter()
-        results = self._generate(prompts, step, round_, start)
-        times["generate"] += time.perf_counter() - t
-        t = time.perf_counter()
-        scores: list[list[Score]] = [[] for _ in mine]
-        for index, env in enumerate(self.envs):
-            here = [k for k, (_, e) in enumerate(mine) if e == index]
-            texts = [c.text for k in here for c in results[k]]
-            flat = guarded_scores(env, texts, [mine[k][0] for k in here for _ in results[k]])
-            for j, k in enumerate(here):
-                n = len(results[k])
-                scores[k] = flat[j * n : (j + 1) * n]
-        times["score"] += time.perf_counter() - t
-        return [
-            Group(sample, env_index, ids, list(results[k]), scores[k])
-            for k, ((sample, env_index), ids) in enumerate(zip(mine, prompts))
-        ]
-
-    def _encode(self, sample: Sample) -> list[int]:
-        """Encode a prompt: its last ``max_prompt_length`` token ids (a warning when cut)."""
-        limit = self.cfg.data.max_prompt_length
-        return encode_prompt(self.tokenizer, sample, self.prompt_format, limit).ids
-
-    def _generate(
-        self, prompts: list[list[int]], step: int, round_: int, start: int
-    ) -> list[list[Completion]]:
-        """``num_generations`` completions per prompt, seeded by step, round and prompt index."""
-        cfg, n = self.cfg, self.cfg.rollout.num_generations
-        # A seed per (step, round) makes sampling independent of the past: resume is exact.
-        # Ranks offset it by their first prompt's global index so they sample differently.
-        seed = cfg.run.seed * 1_000_003 + step * 101 + round_ + start * n
-        sampling = SamplingConfig(
-            n=n,
-            max_new_tokens=cfg.rollout.max_completion_length,
-            temperature=cfg.rollout.temperature,
-            top_p=cfg.rollout.top_p,
-            seed=seed,
-        )
-        if cfg.rollout.seed_per_prompt:  # seed = base + global prompt index: split-independent
-            base = seed - start * n
-            return [
-                self.engine.generate([p], replace(sampling, seed=base + (start + i) * n))[0]
-                for i, p in enumerate(prompts)
-            ]
-        return self.engine.generate(prompts, sampling) if prompts else []
 
     def _autocast(self) -> contextlib.AbstractContextManager[object]:
         """bf16 autocast: on CUDA for a bfloat16 run; on CPU only with ``cpu_autocast_bf16``."""
@@ -697,9 +503,3 @@ class Trainer:
     def close(self) -> None:
         """Free the rollout engine."""
         self.engine.close()
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        """First Ctrl-C / SIGTERM: finish the step, save, stop. A second one: stop at once."""
-        if self._stop_signal is not None:
-            raise SecondSignal(signum)
-        self._stop_signal = signum

@@ -14,7 +14,8 @@ from grpo_train.loss import make_micro_batches, token_logprobs
 from grpo_train.prompts import encode_prompt
 from grpo_train.rollout.base import SamplingConfig
 from grpo_train.run_log import read_metrics
-from grpo_train.trainer import Trainer, TrainingAborted
+from grpo_train.stop import TrainingAborted
+from grpo_train.trainer import Trainer
 
 # Metrics that depend on wall time or memory, not on the computation.
 NON_DETERMINISTIC = ("time/", "tokens_per_s", "memory/")
@@ -448,7 +449,7 @@ def test_update_gradient_equals_the_plain_full_batch_computation(
         temperature=0.8,
     )
     trainer = Trainer(cfg, env=DigitEnv())
-    groups = trainer.collect(4, 1, 0, defaultdict(float))
+    groups = trainer.collector.collect(4, 1, 0, defaultdict(float))
     torch.manual_seed(0)
     adv = torch.randn(4, 8)
     adv[0] = 0.0  # a group whose rewards all agree

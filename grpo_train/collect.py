@@ -1,0 +1,185 @@
+"""Rollout collection: one rank's share of a step's prompts, generated and scored.
+
+``Collector.sample_batch`` is steps (1)-(3) of the GRPO step (``trainer.py``): draw prompts with
+the ``PromptSampler``, encode them (``prompts.encode_prompt``), generate ``num_generations``
+completions each with the rollout engine, score them through the one guard
+(``grpo_envs.wrappers.guarded_scores``), refill with DAPO dynamic sampling when asked, and build
+the immutable ``RolloutBatch`` the update reads, with the step's rollout metrics. A step whose
+scorer looks broken (too many failed scores) stops the run (``TrainingAborted``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from grpo_envs.base import Environment
+from grpo_envs.types import Sample, Score
+from grpo_envs.wrappers import guarded_scores
+from grpo_train import distributed
+from grpo_train.batch import RolloutBatch
+from grpo_train.checkpoint import latest_checkpoint
+from grpo_train.config import TrainConfig
+from grpo_train.data_parallel import SingleProcess
+from grpo_train.groups import MIN_SCORED, Group
+from grpo_train.metrics import rollout_metrics
+from grpo_train.prompt_sampler import PromptSampler
+from grpo_train.prompts import PromptFormat, encode_prompt
+from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
+from grpo_train.run_log import logger
+from grpo_train.scoring import ScoreErrors
+from grpo_train.stop import TrainingAborted
+
+
+class Collector:
+    """Draws, generates and scores a step's rollouts (this rank's share of them).
+
+    Every rank holds the same sampler and draws the same prompts; ``rank`` picks this rank's
+    contiguous share, ``dp`` sums counts and gathers statistics over ranks.
+    """
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        envs: Sequence[Environment],
+        env_names: Sequence[str],
+        train_rows: Sequence[Any],
+        sampler: PromptSampler,
+        engine: RolloutEngine,
+        tokenizer: Any,
+        prompt_format: PromptFormat,
+        rank: distributed.RankInfo,
+        dp: SingleProcess,
+        run_dir: Path,
+    ) -> None:
+        self.cfg, self.envs, self.env_names = cfg, list(envs), list(env_names)
+        self.train_rows, self.sampler, self.engine = train_rows, sampler, engine
+        self.tokenizer, self.prompt_format = tokenizer, prompt_format
+        self.rank, self.dp, self.run_dir = rank, dp, run_dir
+
+    def sample_batch(
+        self, step: int, times: dict[str, float], low_signal: bool = False
+    ) -> tuple[RolloutBatch, list[Group], dict[str, float]]:
+        """Collect this rank's rollout batch; return it, every group sampled, and batch metrics.
+
+        DAPO dynamic sampling (arXiv:2503.14476, 3.2) drops groups whose rewards all agree and
+        refills the batch from the next prompts, for at most ``dynamic_sampling_rounds`` extra
+        rounds. Every rank draws the same prompts and keeps its share, so counts are global sums.
+        ``low_signal``: the learning-signal guard fired (``dynamic_sampling=auto`` turns on).
+        """
+        cfg, a, m = self.cfg, self.cfg.algorithm, {}
+        p_step = cfg.rollout.prompts_per_step
+        sampled = self.collect(p_step, step, 0, times)
+        groups, padding = sampled, False
+        if a.dynamic_sampling == "on" or (a.dynamic_sampling == "auto" and low_signal):
+            groups, rounds = [g for g in sampled if g.informative], 0
+            kept = int(self.dp.total(len(groups)))
+            while kept < p_step and rounds < a.dynamic_sampling_rounds:
+                rounds += 1
+                more = self.collect(p_step - kept, step, rounds, times)
+                sampled, groups = sampled + more, groups + [g for g in more if g.informative]
+                kept = int(self.dp.total(len(groups)))
+            m.update({"dynamic/groups_kept": float(kept), "dynamic/rounds": float(rounds)})
+            if not groups and kept > 0 and sampled:
+                # Every rank must run the same number of backward passes (DDP collectives):
+                # a rank with nothing left trains on one dropped group with zero loss weight.
+                groups, padding = [sampled[0]], True
+        # Statistics describe the whole step's batch: every rank's groups, as one process.
+        everything = self.dp.gather(sampled)
+        m.update(rollout_metrics(everything, self.env_names))
+        self._check_scores(step, everything)
+        batch = RolloutBatch.from_groups(groups, cfg.rollout.num_generations, padding)
+        return batch, sampled, m
+
+    def _check_scores(self, step: int, groups: Sequence[Group]) -> None:
+        """Warn about failed scores (counts, first error); stop when the scorer looks broken.
+
+        ``groups``: the whole step's batch (every rank's), so every rank decides the same.
+        """
+        errors = ScoreErrors.of(s for g in groups for s in g.scores)
+        if not errors.failed:
+            return
+        dropped = sum(g.dropped for g in groups)
+        limit = self.cfg.run.max_reward_errors
+        if errors.fraction > limit:
+            last = latest_checkpoint(self.run_dir)
+            raise TrainingAborted(
+                f"step {step}: {errors.describe()}; above max_reward_errors={limit:g}, so the "
+                "scorer looks broken and the step was not trained on. Fix the environment "
+                "(`grpo envs score` scores a JSONL file of completions) or raise "
+                "max_reward_errors; "
+                + (f"resume from {last} with --resume" if last else "no checkpoint was written")
+            )
+        if self.rank.is_main:
+            logger.warning(
+                "step %d: %s; they are left out of their groups' baselines and the loss "
+                "(%d group(s) dropped with fewer than %d scored completions)",
+                step,
+                errors.describe(),
+                dropped,
+                MIN_SCORED,
+            )
+
+    def collect(
+        self, n_prompts: int, step: int, round_: int, times: dict[str, float]
+    ) -> list[Group]:
+        """Draw ``n_prompts`` prompts, generate ``num_generations`` completions each, score them.
+
+        Every rank draws the same ``n_prompts`` prompts (same sampler, same seed) and keeps its
+        contiguous share (``distributed.shard_prompts``); a group never spans two ranks.
+        """
+        drawn = []
+        for _ in range(n_prompts):
+            env_index, row = self.sampler.next()
+            drawn.append((Sample.from_row(self.train_rows[env_index][row]), env_index))
+        start = distributed.shard_bounds(n_prompts, self.rank.rank, self.rank.world_size)[0]
+        mine = distributed.shard_prompts(drawn, self.rank.rank, self.rank.world_size)
+        prompts = [self._encode(sample) for sample, _ in mine]
+        t = time.perf_counter()
+        results = self._generate(prompts, step, round_, start)
+        times["generate"] += time.perf_counter() - t
+        t = time.perf_counter()
+        scores: list[list[Score]] = [[] for _ in mine]
+        for index, env in enumerate(self.envs):
+            here = [k for k, (_, e) in enumerate(mine) if e == index]
+            texts = [c.text for k in here for c in results[k]]
+            flat = guarded_scores(env, texts, [mine[k][0] for k in here for _ in results[k]])
+            for j, k in enumerate(here):
+                n = len(results[k])
+                scores[k] = flat[j * n : (j + 1) * n]
+        times["score"] += time.perf_counter() - t
+        return [
+            Group(sample, env_index, ids, list(results[k]), scores[k])
+            for k, ((sample, env_index), ids) in enumerate(zip(mine, prompts))
+        ]
+
+    def _encode(self, sample: Sample) -> list[int]:
+        """Encode a prompt: its last ``max_prompt_length`` token ids (a warning when cut)."""
+        limit = self.cfg.data.max_prompt_length
+        return encode_prompt(self.tokenizer, sample, self.prompt_format, limit).ids
+
+    def _generate(
+        self, prompts: list[list[int]], step: int, round_: int, start: int
+    ) -> list[list[Completion]]:
+        """``num_generations`` completions per prompt, seeded by step, round and prompt index."""
+        cfg, n = self.cfg, self.cfg.rollout.num_generations
+        # A seed per (step, round) makes sampling independent of the past: resume is exact.
+        # Ranks offset it by their first prompt's global index so they sample differently.
+        seed = cfg.run.seed * 1_000_003 + step * 101 + round_ + start * n
+        sampling = SamplingConfig(
+            n=n,
+            max_new_tokens=cfg.rollout.max_completion_length,
+            temperature=cfg.rollout.temperature,
+            top_p=cfg.rollout.top_p,
+            seed=seed,
+        )
+        if cfg.rollout.seed_per_prompt:  # seed = base + global prompt index: split-independent
+            base = seed - start * n
+            return [
+                self.engine.generate([p], replace(sampling, seed=base + (start + i) * n))[0]
+                for i, p in enumerate(prompts)
+            ]
+        return self.engine.generate(prompts, sampling) if prompts else []
