@@ -748,93 +748,140 @@ def parse_envs(value: object) -> tuple[EnvEntry, ...]:
 
 def _validate(cfg: TrainConfig) -> list[str]:
     """List every problem with ``cfg`` as 'field: what is wrong; how to fix it'."""
-    p: list[str] = []
-    r, a, o, run, d = cfg.rollout, cfg.algorithm, cfg.optim, cfg.run, cfg.data
+    return [
+        *_data_problems(cfg.data),
+        *_rollout_problems(cfg.rollout),
+        *_algorithm_problems(cfg.algorithm),
+        *_optim_problems(cfg.optim),
+        *_policy_problems(cfg.policy),
+        *_run_problems(cfg.run),
+    ]
 
-    def need(ok: bool, message: str) -> None:
+
+class _Problems(list[str]):
+    """The problems found so far; ``need(ok, message)`` adds ``message`` when ``ok`` is False."""
+
+    def need(self, ok: bool, message: str) -> None:
+        """Record ``message`` unless ``ok``."""
         if not ok:
-            p.append(message)
+            self.append(message)
 
-    need(bool(d.env), "env: no environment given; pass --env ID (see `grpo envs list`)")
+
+def _data_problems(d: DataConfig) -> list[str]:
+    """List the problems of the ``data`` settings."""
+    p = _Problems()
+    p.need(bool(d.env), "env: no environment given; pass --env ID (see `grpo envs list`)")
     for e in d.env:
-        need(bool(e.id), "env: an entry has an empty id")
-        need(e.weight > 0, f"env: weight of {e.id} is {e.weight}; weights must be > 0")
-    need(d.eval_size >= 0, f"eval_size: {d.eval_size} < 0; use 0 to disable evaluation")
-    need(d.max_prompt_length >= 1, f"max_prompt_length: {d.max_prompt_length}; must be >= 1")
-    need(
+        p.need(bool(e.id), "env: an entry has an empty id")
+        p.need(e.weight > 0, f"env: weight of {e.id} is {e.weight}; weights must be > 0")
+    p.need(d.eval_size >= 0, f"eval_size: {d.eval_size} < 0; use 0 to disable evaluation")
+    p.need(d.max_prompt_length >= 1, f"max_prompt_length: {d.max_prompt_length}; must be >= 1")
+    p.need(
         "{prompt}" in d.prompt_template,
         f"prompt_template: {d.prompt_template!r} has no {{prompt}}; e.g. 'Q: {{prompt}}\\nA:'",
     )
-    need(
+    return p
+
+
+def _rollout_problems(r: RolloutConfig) -> list[str]:
+    """List the problems of the ``rollout`` settings."""
+    p = _Problems()
+    p.need(
         r.num_generations >= 2,
         f"num_generations: {r.num_generations}; group-relative advantages need at least 2 "
         "completions per prompt (8 is typical)",
     )
-    need(r.prompts_per_step >= 1, f"prompts_per_step: {r.prompts_per_step}; must be >= 1")
-    need(
+    p.need(r.prompts_per_step >= 1, f"prompts_per_step: {r.prompts_per_step}; must be >= 1")
+    p.need(
         r.max_completion_length >= 1,
         f"max_completion_length: {r.max_completion_length}; must be >= 1",
     )
-    need(r.temperature > 0, f"temperature: {r.temperature}; training samples need > 0 (try 1.0)")
-    need(0 < r.top_p <= 1, f"top_p: {r.top_p}; must be in (0, 1]")
-    need(
+    p.need(r.temperature > 0, f"temperature: {r.temperature}; training samples need > 0 (try 1.0)")
+    p.need(0 < r.top_p <= 1, f"top_p: {r.top_p}; must be in (0, 1]")
+    p.need(
         0 < r.vllm_memory_fraction < 1,
         f"vllm_memory_fraction: {r.vllm_memory_fraction}; must be in (0, 1)",
     )
-    need(
+    p.need(
         r.vllm_cpu_kv_cache_gib > 0,
         f"vllm_cpu_kv_cache_gib: {r.vllm_cpu_kv_cache_gib}; must be > 0",
     )
-    need(a.mu >= 1, f"mu: {a.mu}; must be >= 1 (1 = one update per batch)")
-    need(a.beta >= 0, f"beta: {a.beta}; must be >= 0 (0 disables the KL term)")
-    need(0 <= a.epsilon_low < 1, f"epsilon_low: {a.epsilon_low}; must be in [0, 1) (0.2 is usual)")
-    need(a.epsilon_high >= 0, f"epsilon_high: {a.epsilon_high}; must be >= 0 (0.28 for DAPO)")
-    need(a.is_cap >= 1, f"is_cap: {a.is_cap}; must be >= 1 (TRL uses 3.0)")
-    need(
+    return p
+
+
+def _algorithm_problems(a: AlgorithmConfig) -> list[str]:
+    """List the problems of the ``algorithm`` settings."""
+    p = _Problems()
+    p.need(a.mu >= 1, f"mu: {a.mu}; must be >= 1 (1 = one update per batch)")
+    p.need(a.beta >= 0, f"beta: {a.beta}; must be >= 0 (0 disables the KL term)")
+    p.need(
+        0 <= a.epsilon_low < 1, f"epsilon_low: {a.epsilon_low}; must be in [0, 1) (0.2 is usual)"
+    )
+    p.need(a.epsilon_high >= 0, f"epsilon_high: {a.epsilon_high}; must be >= 0 (0.28 for DAPO)")
+    p.need(a.is_cap >= 1, f"is_cap: {a.is_cap}; must be >= 1 (TRL uses 3.0)")
+    p.need(
         a.dynamic_sampling_rounds >= 0,
         f"dynamic_sampling_rounds: {a.dynamic_sampling_rounds}; must be >= 0",
     )
-    need(o.learning_rate > 0, f"learning_rate: {o.learning_rate}; must be > 0 (1e-6 is typical)")
-    need(
+    return p
+
+
+def _optim_problems(o: OptimConfig) -> list[str]:
+    """List the problems of the ``optim`` settings."""
+    p = _Problems()
+    p.need(o.learning_rate > 0, f"learning_rate: {o.learning_rate}; must be > 0 (1e-6 is typical)")
+    p.need(
         o.learning_rate < 1, f"learning_rate: {o.learning_rate} is far too large (1e-6 is typical)"
     )
-    need(o.warmup_steps >= 0, f"warmup_steps: {o.warmup_steps}; must be >= 0")
-    need(o.max_grad_norm >= 0, f"max_grad_norm: {o.max_grad_norm}; must be >= 0 (0 disables)")
-    need(o.micro_batch_tokens >= 16, f"micro_batch_tokens: {o.micro_batch_tokens}; must be >= 16")
-    need(
+    p.need(o.warmup_steps >= 0, f"warmup_steps: {o.warmup_steps}; must be >= 0")
+    p.need(o.max_grad_norm >= 0, f"max_grad_norm: {o.max_grad_norm}; must be >= 0 (0 disables)")
+    p.need(o.micro_batch_tokens >= 16, f"micro_batch_tokens: {o.micro_batch_tokens}; must be >= 16")
+    p.need(
         0 <= o.adam_beta1 < 1 and 0 <= o.adam_beta2 < 1, "adam_beta1/adam_beta2: must be in [0, 1)"
     )
-    need(cfg.policy.lora_r >= 0, f"lora_r: {cfg.policy.lora_r}; must be >= 0 (0 disables LoRA)")
-    need(cfg.policy.lora_alpha > 0, f"lora_alpha: {cfg.policy.lora_alpha}; must be > 0 (try 2 * r)")
-    need(
-        0 <= cfg.policy.lora_dropout < 1,
-        f"lora_dropout: {cfg.policy.lora_dropout}; must be in [0, 1)",
+    return p
+
+
+def _policy_problems(policy: PolicyConfig) -> list[str]:
+    """List the problems of the ``policy`` settings."""
+    p = _Problems()
+    p.need(policy.lora_r >= 0, f"lora_r: {policy.lora_r}; must be >= 0 (0 disables LoRA)")
+    p.need(policy.lora_alpha > 0, f"lora_alpha: {policy.lora_alpha}; must be > 0 (try 2 * r)")
+    p.need(
+        0 <= policy.lora_dropout < 1,
+        f"lora_dropout: {policy.lora_dropout}; must be in [0, 1)",
     )
-    need(bool(cfg.policy.target_modules.strip()), "target_modules: empty; use all-linear")
-    need(
-        cfg.policy.lora_r > 0 or not (cfg.policy.use_qlora or cfg.policy.save_merged),
+    p.need(bool(policy.target_modules.strip()), "target_modules: empty; use all-linear")
+    p.need(
+        policy.lora_r > 0 or not (policy.use_qlora or policy.save_merged),
         "use_qlora/save_merged: need LoRA; set lora_r (e.g. 16)",
     )
-    need(cfg.policy.num_threads >= 0, f"num_threads: {cfg.policy.num_threads}; must be >= 0")
-    need(run.max_steps >= 0, f"max_steps: {run.max_steps}; must be >= 0")
-    need(run.save_every >= 0, f"save_every: {run.save_every}; must be >= 0 (0: only at the end)")
-    need(run.keep_last >= 1, f"keep_last: {run.keep_last}; keep at least 1 checkpoint")
-    need(run.eval_every >= 0, f"eval_every: {run.eval_every}; must be >= 0")
-    need(run.log_every_samples >= 0, f"log_every_samples: {run.log_every_samples}; must be >= 0")
-    need(run.max_bad_steps >= 1, f"max_bad_steps: {run.max_bad_steps}; must be >= 1")
-    need(
+    p.need(policy.num_threads >= 0, f"num_threads: {policy.num_threads}; must be >= 0")
+    return p
+
+
+def _run_problems(run: RunConfig) -> list[str]:
+    """List the problems of the ``run`` settings."""
+    p = _Problems()
+    p.need(run.max_steps >= 0, f"max_steps: {run.max_steps}; must be >= 0")
+    p.need(run.save_every >= 0, f"save_every: {run.save_every}; must be >= 0 (0: only at the end)")
+    p.need(run.keep_last >= 1, f"keep_last: {run.keep_last}; keep at least 1 checkpoint")
+    p.need(run.eval_every >= 0, f"eval_every: {run.eval_every}; must be >= 0")
+    p.need(run.log_every_samples >= 0, f"log_every_samples: {run.log_every_samples}; must be >= 0")
+    p.need(run.max_bad_steps >= 1, f"max_bad_steps: {run.max_bad_steps}; must be >= 1")
+    p.need(
         not (run.resume and run.overwrite),
         "resume/overwrite: give one; resume continues the run, overwrite starts it afresh",
     )
-    need(
+    p.need(
         0 < run.max_reward_errors <= 1,
         f"max_reward_errors: {run.max_reward_errors}; must be in (0, 1] (1 never stops)",
     )
-    need(
+    p.need(
         run.collective_timeout_s > 0,
         f"collective_timeout_s: {run.collective_timeout_s}; must be > 0 seconds",
     )
-    need(
+    p.need(
         not (run.resume and run.init_from),
         "resume/init_from: give one: --resume continues a run, --init_from starts a new one "
         "from a checkpoint's weights",

@@ -627,79 +627,120 @@ def _dedupe(items: list[Node]) -> tuple[Node, ...]:
 
 
 def _parse(s: str, level: int) -> Node:
+    r"""Parse one answer element (nesting ``level``): the first reading that applies, in order.
+
+    Matrices, a decimal comma, ``x \in S``, unions, assignments and bare lists, brackets, then
+    relations, plus-minus and ratios; what is left is a scalar leaf.
+    """
     s = s.strip()
     if not s:
         raise MalformedAnswer("an empty element")
-    combined = _matrix_expression(s, level)
-    if combined is not None:
-        return combined
-    m = _MATRIX.match(s)
-    if m:
-        rows = [r for r in re.split(r"\\\\", m.group(2)) if r.strip()]
-        if len(rows) > MAX_ITEMS:
-            raise AnswerTooComplex("matrix too large")
-        if sum(r.count("&") + 1 for r in rows) > 4 * MAX_ITEMS:
-            raise AnswerTooComplex("matrix too large")
-        cells = tuple(tuple(_parse(c, level + 1) for c in r.split("&")) for r in rows)
-        return Matrix(cells)
-    m = _DECIMAL_COMMA.match(s)
-    if m and not _THOUSANDS.match(s):
-        whole, frac = m.group(1), m.group(2)
-        as_list = Seq("ordered", (_scalar(whole), _scalar(frac)))
-        # Decimal comma (1000,99; 0,111; 2,74) where a list of two integers is unlikely: see the
-        # module docstring of ``equivalence`` for the convention.
-        if whole.lstrip("-") == "0" or len(frac) == 2 or len(frac) >= 4:
-            return Alt((as_list, _scalar(f"{whole}.{frac}")))
-        return as_list
-    m = _IN_SET.match(s)
-    if m:
-        return SetOf(m.group(1), _parse(m.group(2), level + 1))
-    unions = split_top(s, ("\\cup",))
-    if len(unions) > 1:
-        if len(unions) > MAX_ITEMS:
-            raise AnswerTooComplex("too many intervals")
-        return Union(tuple(_parse(u, level + 1) for u in unions))
+    for read in (_matrix_expression, _matrix_literal, _decimal_comma, _membership, _union):
+        node = read(s, level)
+        if node is not None:
+            return node
     is_set = s.startswith("\\{") and s.endswith("\\}") and _matching(s, 1) == len(s) - 1
     bracketed = is_set or (s[0] in "([" and _matching(s, 0) == len(s) - 1)
-    assignments = _assignment_groups(s) if not bracketed else None
-    if assignments is not None:
-        return assignments
-    # Bare comma list / "or" list (solutions), unless it is a thousands-separated number.
-    if not bracketed and not _THOUSANDS.match(s):
-        explicit = False
-        if level == 0:
-            s_or = _OR_TIGHT.sub(", ", _OR.sub(", ", s))
-            explicit = s_or != s
-            parts = split_top(s_or, (",", ";"))
-        else:
-            parts = split_top(s, (",", ";"))
-        parts = [p for p in parts if p.strip()]
-        if len(parts) > 1:
-            if len(parts) > MAX_ITEMS:
-                raise AnswerTooComplex("too many elements")
-            nodes = _dedupe([_parse(p, level + 1) for p in parts])
-            # "\\boxed{4} and again \\boxed{4}" states one answer.
-            if len(nodes) == 1:
-                return nodes[0]
-            values = all(isinstance(n, Scalar | Alt) for n in nodes)
-            return Seq("ordered" if values and not explicit else "list", nodes)
-    # Brackets enclosing the whole answer.
+    if not bracketed:
+        node = _assignment_groups(s)
+        if node is None:
+            node = _bare_list(s, level)
+    else:
+        node = _bracketed(s, level, is_set)
+    if node is None:
+        node = _relation_chain(s, level)
+    return node if node is not None else _plus_minus_ratio_or_leaf(s)
+
+
+def _matrix_literal(s: str, level: int) -> Matrix | None:
+    r"""Read a ``\begin{pmatrix} ... \end{pmatrix}`` literal, cell by cell."""
+    m = _MATRIX.match(s)
+    if not m:
+        return None
+    rows = [r for r in re.split(r"\\\\", m.group(2)) if r.strip()]
+    if len(rows) > MAX_ITEMS:
+        raise AnswerTooComplex("matrix too large")
+    if sum(r.count("&") + 1 for r in rows) > 4 * MAX_ITEMS:
+        raise AnswerTooComplex("matrix too large")
+    return Matrix(tuple(tuple(_parse(c, level + 1) for c in r.split("&")) for r in rows))
+
+
+def _decimal_comma(s: str, level: int) -> Node | None:
+    """``1000,99``: a decimal comma where a list of two integers is unlikely, else the list."""
+    m = _DECIMAL_COMMA.match(s)
+    if not m or _THOUSANDS.match(s):
+        return None
+    whole, frac = m.group(1), m.group(2)
+    as_list = Seq("ordered", (_scalar(whole), _scalar(frac)))
+    # Decimal comma (1000,99; 0,111; 2,74) where a list of two integers is unlikely: see the
+    # module docstring of ``equivalence`` for the convention.
+    if whole.lstrip("-") == "0" or len(frac) == 2 or len(frac) >= 4:
+        return Alt((as_list, _scalar(f"{whole}.{frac}")))
+    return as_list
+
+
+def _membership(s: str, level: int) -> SetOf | None:
+    r"""Read ``x \in S``: the set ``S``, named by ``x``."""
+    m = _IN_SET.match(s)
+    return SetOf(m.group(1), _parse(m.group(2), level + 1)) if m else None
+
+
+def _union(s: str, level: int) -> Union | None:
+    r"""Read ``A \cup B``: a union of its parts (intervals, sets)."""
+    unions = split_top(s, ("\\cup",))
+    if len(unions) < 2:
+        return None
+    if len(unions) > MAX_ITEMS:
+        raise AnswerTooComplex("too many intervals")
+    return Union(tuple(_parse(u, level + 1) for u in unions))
+
+
+def _bare_list(s: str, level: int) -> Node | None:
+    """Read a bare comma / "or" list (solutions), unless it is a thousands-separated number."""
+    if _THOUSANDS.match(s):
+        return None
+    explicit = False
+    if level == 0:
+        s_or = _OR_TIGHT.sub(", ", _OR.sub(", ", s))
+        explicit = s_or != s
+        parts = split_top(s_or, (",", ";"))
+    else:
+        parts = split_top(s, (",", ";"))
+    parts = [p for p in parts if p.strip()]
+    if len(parts) < 2:
+        return None
+    if len(parts) > MAX_ITEMS:
+        raise AnswerTooComplex("too many elements")
+    nodes = _dedupe([_parse(p, level + 1) for p in parts])
+    # "\\boxed{4} and again \\boxed{4}" states one answer.
+    if len(nodes) == 1:
+        return nodes[0]
+    values = all(isinstance(n, Scalar | Alt) for n in nodes)
+    return Seq("ordered" if values and not explicit else "list", nodes)
+
+
+def _bracketed(s: str, level: int, is_set: bool) -> Node | None:
+    """Brackets enclosing the whole answer: a set, a tuple / interval, or grouping parentheses."""
     if is_set:
         items = split_top(s[2:-2], (",", ";"))
         if len(items) > MAX_ITEMS:
             raise AnswerTooComplex("too many elements")
         # "\\{\\}" is the empty set, so empty items are dropped rather than rejected.
         return Seq("set", _dedupe([_parse(p, level + 1) for p in items if p.strip()]))
-    if bracketed:
-        items = split_top(s[1:-1], (",",))
-        if len(items) == 1:
-            items = split_top(s[1:-1], (";",))  # (0;-2;6): semicolons as separators
-        if len(items) > 1:
-            if len(items) > MAX_ITEMS:
-                raise AnswerTooComplex("too many elements")
-            return Seq("tuple", tuple(_parse(p, level + 1) for p in items), s[0], s[-1])
-        if s[0] == "(" or _MATRIX.match(s[1:-1].strip()):
-            return _parse(s[1:-1], level + 1)
+    items = split_top(s[1:-1], (",",))
+    if len(items) == 1:
+        items = split_top(s[1:-1], (";",))  # (0;-2;6): semicolons as separators
+    if len(items) > 1:
+        if len(items) > MAX_ITEMS:
+            raise AnswerTooComplex("too many elements")
+        return Seq("tuple", tuple(_parse(p, level + 1) for p in items), s[0], s[-1])
+    if s[0] == "(" or _MATRIX.match(s[1:-1].strip()):
+        return _parse(s[1:-1], level + 1)
+    return None
+
+
+def _relation_chain(s: str, level: int) -> Node | None:
+    r"""Read ``a \approx b``, ``x = 5``, ``x = 5 + 5 + 1 = 11``, ``1 < x < 3``; else None."""
     # "\\frac{1}{6} \\approx 0.167": the exact form before \\approx is the answer; in
     # "x \\approx 11" the name is not, so the value after it is.
     approx = split_top(s, ("\\approx",))
@@ -718,6 +759,11 @@ def _parse(s: str, level: int) -> Node:
         if len(sides) == 3 and is_name_like(sides[1].strip()):
             return _between(sides, ops, s)
         return _scalar(s)
+    return None
+
+
+def _plus_minus_ratio_or_leaf(s: str) -> Node:
+    r"""Read ``a \pm b`` (the set of both), a ratio or time ``7:32``, else a scalar leaf."""
     # Plus-minus: a \\pm b is the set {a + b, a - b}.
     if "\\pm" in s or "\\mp" in s:
         plus = s.replace("\\pm", "+").replace("\\mp", "-")
