@@ -50,7 +50,7 @@ import shutil
 import uuid
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -470,34 +470,16 @@ def save_checkpoint(
     tmp = root / f".tmp-{final.name}"
     parent = read_head(run_dir) if main else None
     try:
+        _stage(tmp, main, barrier, accelerator if sharded else None)
         if main:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-        barrier()
-        if sharded:  # collective: optimizer shards, model shards, per-rank RNG
-            accelerator.save_state(str(tmp / ACCELERATE_DIR))
-        if main:
-            _write_files(
-                tmp,
-                step,
-                model=model,
-                tokenizer=tokenizer,
-                optimizer=None if sharded else optimizer,
-                scheduler=scheduler,
-                sampler=sampler,
-                config=config,
-                state_dict=state_dict,
-            )
+            optimizer_file = None if sharded else optimizer  # sharded: in accelerate/ already
+            _write_files(tmp, step, model=model, tokenizer=tokenizer, optimizer=optimizer_file,
+                         scheduler=scheduler, sampler=sampler, config=config,
+                         state_dict=state_dict)  # fmt: skip
         barrier()  # every rank's files are in tmp before it is renamed
         if main and identity is not None and launch is not None:
-            files = {
-                str(f.relative_to(tmp)): file_entry(f)
-                for f in sorted(tmp.rglob("*"))
-                if f.is_file()
-            }
             parent_name = parent.checkpoint if parent is not None else None
-            manifest = Manifest(step, launch, parent_name, identity, files)
-            (tmp / MANIFEST_FILE).write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
+            _write_manifest(tmp, Manifest(step, launch, parent_name, identity, {}))
         if main:
             _publish(tmp, final)
             if launch is not None:
@@ -505,10 +487,7 @@ def save_checkpoint(
     except (OSError, RuntimeError) as err:
         if not _is_write_failure(err):
             raise
-        raise OutputWriteError(
-            errno.ENOSPC if "space" in _space_note(root, model) else errno.EIO,
-            f"cannot write checkpoint {final} ({_reason(err)}); {_space_note(root, model)}",
-        ) from None
+        raise _write_error(err, root, final, model) from None
     finally:
         if main and tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -517,6 +496,35 @@ def save_checkpoint(
             shutil.rmtree(stale, ignore_errors=True)
     barrier()
     return final
+
+
+def _stage(tmp: Path, main: bool, barrier: Callable[[], None], sharding: Any) -> None:
+    """Make the empty staging folder (main rank); ``sharding`` (an accelerator) saves its state.
+
+    ``accelerator.save_state`` is collective: optimizer shards, model shards, per-rank RNG.
+    """
+    if main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    barrier()
+    if sharding is not None:
+        sharding.save_state(str(tmp / ACCELERATE_DIR))
+
+
+def _write_manifest(tmp: Path, manifest: Manifest) -> None:
+    """Write ``manifest.json`` into the staged checkpoint, with every staged file's entry."""
+    files = {str(f.relative_to(tmp)): file_entry(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
+    manifest = replace(manifest, files=files)
+    (tmp / MANIFEST_FILE).write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
+
+
+def _write_error(err: BaseException, root: Path, final: Path, model: Any) -> OutputWriteError:
+    """Build the error of a failed checkpoint write: the folder and the space one needs."""
+    note = _space_note(root, model)
+    return OutputWriteError(
+        errno.ENOSPC if "space" in note else errno.EIO,
+        f"cannot write checkpoint {final} ({_reason(err)}); {note}",
+    )
 
 
 def _is_write_failure(err: BaseException) -> bool:
