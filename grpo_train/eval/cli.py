@@ -19,9 +19,14 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grpo_train.eval.passk import parse_ks
 from grpo_train.prompts import PromptFormat
+
+if TYPE_CHECKING:
+    from grpo_train.eval.runner import EvalTask
+    from grpo_train.eval.suites import Task
 
 logger = logging.getLogger(__name__)
 
@@ -301,13 +306,14 @@ def resolve_prompt_format(args: EvalArgs) -> PromptFormat:
     )
 
 
-def run_eval(args: EvalArgs) -> int:
-    """Build the engine and environments, evaluate, print the table."""
+def _eval_tasks(args: EvalArgs) -> tuple[list[Task], list[EvalTask]]:
+    """Resolve the suites into tasks and build their environments, data loaded.
+
+    The data loads before the engine starts: a bad path fails in seconds.
+    """
     import grpo_envs
-    from grpo_train.eval.runner import EvalTask, evaluate
+    from grpo_train.eval.runner import EvalTask
     from grpo_train.eval.suites import load_suites_file, resolve_tasks
-    from grpo_train.models import resolve_model
-    from grpo_train.rollout.base import SamplingConfig
 
     user_suites = load_suites_file(args.suites_file) if args.suites_file else None
     registered = [getattr(spec, "id", spec) for spec in grpo_envs.list_envs()]
@@ -323,24 +329,39 @@ def run_eval(args: EvalArgs) -> int:
         )
         for t in tasks
     ]
-    for task in envs:  # load the data before the engine starts: a bad path fails in seconds
+    for task in envs:
         task.env.dataset(args.split)
+    return tasks, envs
+
+
+def _eval_model_path(args: EvalArgs) -> str:
+    """Return the model folder to evaluate: a LoRA adapter is merged into its base (cached)."""
+    from grpo_train.models import resolve_model
+
+    if not (args.model and is_adapter_folder(args.model)):
+        return resolve_model(args.model)
+    # A LoRA run's checkpoint holds only the adapter: merge it into the base model it names
+    # (once, cached) and evaluate that like any full checkpoint.
+    from grpo_train.lora import adapter_base_model, merged_checkpoint
+    from grpo_train.models import cache_dir
+
+    logger.info(
+        "%s is a LoRA adapter on %s: merging it for evaluation",
+        args.model,
+        adapter_base_model(args.model),
+    )
+    return str(merged_checkpoint(args.model, cache_dir() / "merged"))
+
+
+def run_eval(args: EvalArgs) -> int:
+    """Build the engine and environments, evaluate, print the table."""
+    from grpo_train.eval.runner import evaluate
+    from grpo_train.rollout.base import SamplingConfig
+
+    tasks, envs = _eval_tasks(args)
     prompt_format = resolve_prompt_format(args)
     prompt_format.template_text()  # a missing template file fails before the model loads
-    if args.model and is_adapter_folder(args.model):
-        # A LoRA run's checkpoint holds only the adapter: merge it into the base model it names
-        # (once, cached) and evaluate that like any full checkpoint.
-        from grpo_train.lora import adapter_base_model, merged_checkpoint
-        from grpo_train.models import cache_dir
-
-        logger.info(
-            "%s is a LoRA adapter on %s: merging it for evaluation",
-            args.model,
-            adapter_base_model(args.model),
-        )
-        model_path = str(merged_checkpoint(args.model, cache_dir() / "merged"))
-    else:
-        model_path = resolve_model(args.model)
+    model_path = _eval_model_path(args)
     # torch and transformers load only now (tens of seconds on a busy machine): input errors
     # above are reported without waiting for them.
     from transformers import AutoTokenizer

@@ -328,32 +328,11 @@ def evaluate(
     plan = _plan(tasks, split, limit, n, store, tokenizer, max_prompt_tokens, prompt_format)
 
     # 2. Generate and score batch by batch; each batch is saved before the next starts.
-    total = sum(len(p.missing) for p in plan.pending)
-    generated = 0
-    with tqdm(total=total, desc="eval", unit="completion", disable=not progress) as bar:
-        for batch in _batches(plan.pending, batch_size):
-            done = _run_batch(engine, batch, sampling)
-            generated += len(done)
-            if store is not None:
-                store.append(done)
-            else:
-                records.update((r.key, r) for r in done)
-            bar.update(len(done))
+    generated = _generate_missing(engine, plan, sampling, batch_size, progress, store, records)
 
     # 3. Aggregate over the selected samples only (a folder may hold more from a larger --limit).
-    greedy = sampling.temperature == 0 and n == 1
     lookup = store.get if store is not None else records.get
-    results = [
-        summarize_task(
-            task.label,
-            task.env.env_id,
-            _task_records(task, plan.selected[task.label], n, lookup),
-            n=n,
-            ks=ks_t,
-            greedy=greedy,
-        )
-        for task in tasks
-    ]
+    results = _task_results(tasks, plan, sampling, ks_t, lookup)
     summary = EvalSummary(
         results=tuple(results),
         sampling=sampling,
@@ -369,6 +348,56 @@ def evaluate(
     if out is not None:
         _write_json_atomic(out / SUMMARY_FILE, summary.to_json())
     return summary
+
+
+def _task_results(
+    tasks: Sequence[EvalTask],
+    plan: _Plan,
+    sampling: SamplingConfig,
+    ks: tuple[int, ...],
+    lookup: Callable[[tuple[str, str, int]], SampleRecord | None],
+) -> list[SuiteResult]:
+    """Summarize each task over its selected samples' records (pass@k, accuracy)."""
+    n = sampling.n
+    greedy = sampling.temperature == 0 and n == 1
+    return [
+        summarize_task(
+            task.label,
+            task.env.env_id,
+            _task_records(task, plan.selected[task.label], n, lookup),
+            n=n,
+            ks=ks,
+            greedy=greedy,
+        )
+        for task in tasks
+    ]
+
+
+def _generate_missing(
+    engine: RolloutEngine,
+    plan: _Plan,
+    sampling: SamplingConfig,
+    batch_size: int,
+    progress: bool,
+    store: SampleStore | None,
+    records: dict[tuple[str, str, int], SampleRecord],
+) -> int:
+    """Generate and score the plan's missing completions batch by batch; count them.
+
+    Each batch is saved (to ``store``, else into ``records``) before the next one starts.
+    """
+    total = sum(len(p.missing) for p in plan.pending)
+    generated = 0
+    with tqdm(total=total, desc="eval", unit="completion", disable=not progress) as bar:
+        for batch in _batches(plan.pending, batch_size):
+            done = _run_batch(engine, batch, sampling)
+            generated += len(done)
+            if store is not None:
+                store.append(done)
+            else:
+                records.update((r.key, r) for r in done)
+            bar.update(len(done))
+    return generated
 
 
 def _checked_ks(
