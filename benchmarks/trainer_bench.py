@@ -41,6 +41,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 VARIANTS = ("ours-hf", "ours-vllm", "ours-vllm-inproc", "trl-hf")
 
@@ -227,11 +228,38 @@ def run_ours(args: argparse.Namespace, variant: str) -> Result:
     return res
 
 
+def _trl_config(args: argparse.Namespace) -> Any:
+    """TRL's GRPOConfig for the same run as ours: DAPO loss, clip-higher, no KL, CPU, float32."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="bench-trl-"),
+        per_device_train_batch_size=args.prompts * args.group,
+        gradient_accumulation_steps=1,
+        num_generations=args.group,
+        max_completion_length=args.completion_length,
+        learning_rate=args.lr,
+        lr_scheduler_type="constant",
+        epsilon_high=0.28,
+        beta=0.0,
+        loss_type="dapo",
+        max_steps=args.steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        temperature=1.0,
+        dataloader_num_workers=0,
+    )
+
+
 def run_trl(args: argparse.Namespace) -> Result:
     import datasets
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     timings = {"generate": 0.0, "score": 0.0}
     counts = {"tokens": 0}
@@ -254,27 +282,7 @@ def run_trl(args: argparse.Namespace) -> Result:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     data = datasets.Dataset.from_list([{"prompt": p} for p in prompts(args.prompts * args.steps)])
-    cfg = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="bench-trl-"),
-        per_device_train_batch_size=args.prompts * args.group,
-        gradient_accumulation_steps=1,
-        num_generations=args.group,
-        max_completion_length=args.completion_length,
-        learning_rate=args.lr,
-        lr_scheduler_type="constant",
-        epsilon_high=0.28,
-        beta=0.0,
-        loss_type="dapo",
-        max_steps=args.steps,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        temperature=1.0,
-        dataloader_num_workers=0,
-    )
+    cfg = _trl_config(args)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward_func,
