@@ -19,6 +19,9 @@ class Estimator(StrEnum):
     """``r - mean(group)`` (DeepSeekMath, arXiv:2402.03300), then scaled by ``ScaleRewards``."""
     RLOO = "rloo"
     """Leave-one-out baseline ``r_i - mean_{j != i} r_j`` (Ahmadian et al., arXiv:2402.14740)."""
+    EMA = "ema"
+    """``r - b`` with ``b`` a running mean of the prompt's (else the environment's) past rewards,
+    kept across steps (``grpo_train.baselines.ema_advantages``; it needs that state)."""
 
 
 class ScaleRewards(StrEnum):
@@ -59,6 +62,11 @@ def compute_advantages(
     if rewards.ndim != 2 or rewards.shape[1] < 2:
         raise ValueError(
             f"rewards must have shape (prompts, group) with group >= 2, got {tuple(rewards.shape)}"
+        )
+    if Estimator(estimator) is Estimator.EMA:
+        raise ValueError(
+            "advantage_estimator 'ema' needs the running baselines: call "
+            "grpo_train.baselines.ema_advantages"
         )
     if valid is not None and not bool(valid.all()):
         return _masked_advantages(
