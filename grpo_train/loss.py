@@ -28,6 +28,52 @@ class LossType(StrEnum):
     """Mean over all completion tokens of the batch (DAPO token-level loss, arXiv:2503.14476)."""
 
 
+class ImportanceLevel(StrEnum):
+    """Where the clipped importance ratio is taken (TRL's ``importance_sampling_level``)."""
+
+    TOKEN = "token"
+    """Per token: ``exp(logp_t - old_t)`` (PPO / GRPO)."""
+    SEQUENCE = "sequence"
+    """Per completion: the length-normalised sequence ratio of GSPO (Group Sequence Policy
+    Optimization, arXiv:2507.18071), clipped per sequence."""
+
+
+def importance_log_ratio(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    level: ImportanceLevel | str = ImportanceLevel.TOKEN,
+) -> torch.Tensor:
+    """Return the (B, T) log importance ratio the clipped objective uses, per token.
+
+    ``token``: ``logp_t - old_t``. ``sequence`` (GSPO, arXiv:2507.18071, eq. 7 and its
+    GSPO-token form, eq. 13): with ``l_i = mean over the completion's masked-in tokens of
+    (logp_t - old_t)``, the sequence ratio is ``s_i = exp(l_i)`` (the geometric mean of the token
+    ratios: ``(pi(y|x) / pi_old(y|x)) ** (1 / |y|)``), and every token gets
+
+        log s_{i,t} = sg[l_i] + logp_t - sg[logp_t]
+
+    whose value is ``l_i`` for every token and whose gradient is ``grad logp_t``: the token form
+    the paper gives, through which ``s_{i,t} * A`` has the gradient ``s_i * A * grad logp_t``.
+    Averaged over the sequence's tokens (``loss_type: grpo``) that is exactly GSPO's
+    ``A * grad s_i``. Tokens outside ``mask`` (padding, a tool's output inside a multi-turn
+    completion) count neither in ``|y|`` nor in the mean; a row with no masked-in token gets
+    ratio 1. The clip of ``s_{i,t}`` then acts per sequence, since all its tokens share the value.
+
+    >>> lp, old = torch.tensor([[-1.0, -2.0, -9.0]]), torch.tensor([[-1.5, -1.5, 0.0]])
+    >>> importance_log_ratio(lp, old, torch.tensor([[1.0, 1.0, 0.0]]), "sequence")
+    tensor([[0., 0., 0.]])
+    """
+    log_ratio = logprobs - old_logprobs
+    if ImportanceLevel(level) is ImportanceLevel.TOKEN:
+        return log_ratio
+    weight = mask.to(log_ratio.dtype)
+    seq = (log_ratio * weight).sum(dim=1, keepdim=True) / weight.sum(dim=1, keepdim=True).clamp(
+        min=1
+    )  # (B, 1)
+    return seq.detach() + logprobs - logprobs.detach()
+
+
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
     count = mask.sum()
     return float((values * mask).sum() / count) if count > 0 else 0.0
@@ -46,12 +92,16 @@ def grpo_loss(
     loss_type: LossType | str = LossType.DAPO,
     max_completion_length: int | None = None,
     importance_weights: torch.Tensor | None = None,
+    importance_sampling_level: ImportanceLevel | str = ImportanceLevel.TOKEN,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Compute the clipped GRPO policy-gradient loss, with optional k3 KL to a reference policy.
 
     Shapes: ``logprobs``, ``old_logprobs``, ``ref_logprobs``, ``mask``, ``importance_weights``
     are (B, T) per completion token; ``advantages`` is (B,). Per token, with
-    ``ratio = exp(logprobs - old_logprobs)``::
+    ``ratio = exp(logprobs - old_logprobs)`` (``importance_sampling_level="token"``) or GSPO's
+    length-normalised sequence ratio in its token form (``"sequence"``, see
+    ``importance_log_ratio``: the same value on every token of a completion, clipped per
+    sequence)::
 
         pg  = -min(ratio * A, clip(ratio, 1 - epsilon_low, 1 + epsilon_high) * A)
         kl  = exp(ref - logprobs) - (ref - logprobs) - 1        # k3 estimator (Schulman, 2020)
@@ -78,7 +128,7 @@ def grpo_loss(
         )
     mask = mask.to(logprobs.dtype)
     adv = advantages.to(logprobs.dtype).unsqueeze(1)  # (B, 1)
-    ratio = torch.exp(logprobs - old_logprobs)  # (B, T)
+    ratio = torch.exp(importance_log_ratio(logprobs, old_logprobs, mask, importance_sampling_level))
     per_token = _clipped_surrogate(ratio, adv, epsilon_low, epsilon_high)  # (B, T)
     if importance_weights is not None:
         per_token = per_token * importance_weights.detach()

@@ -36,7 +36,9 @@ def reference_run(steps, alpha, scale, eps=1e-4):
         per_env = {}
         for env, pid, rs in groups:
             key, mean = f"{env}/{pid}", sum(rs) / len(rs)
-            prompt_b[key] = mean if key not in prompt_b else alpha * prompt_b[key] + (1 - alpha) * mean
+            prompt_b[key] = (
+                mean if key not in prompt_b else alpha * prompt_b[key] + (1 - alpha) * mean
+            )
             per_env.setdefault(str(env), []).extend(rs)
         for env, rs in per_env.items():
             m = sum(rs) / len(rs)
@@ -69,7 +71,9 @@ def test_matches_the_reference_over_several_steps(alpha, scale):
 
 def test_first_visit_is_the_group_mean_and_equal_groups_then_learn():
     rewards = torch.tensor([[1.0, 0.0, 1.0, 0.0]])
-    first, state = ema_advantages(rewards, [group_key(0, "q")], EmaBaselines(), scale_rewards="none")
+    first, state = ema_advantages(
+        rewards, [group_key(0, "q")], EmaBaselines(), scale_rewards="none"
+    )
     # No baseline yet: the group mean, so the first step is grpo with scale_rewards=none.
     assert first.tolist() == compute_advantages(rewards, "grpo", "none").tolist()
     # An all-correct group on a prompt solved half the time: grpo gives 0, ema +0.5 each.
@@ -132,7 +136,9 @@ def test_alpha_outside_the_open_unit_interval_is_refused(alpha):
 
 def test_group_std_scaling_and_wrong_key_counts_are_refused():
     with pytest.raises(ValueError, match="'batch' or 'none'"):
-        ema_advantages(torch.tensor([[1.0, 0.0]]), [group_key(0, "a")], EmaBaselines(), 0.9, "group")
+        ema_advantages(
+            torch.tensor([[1.0, 0.0]]), [group_key(0, "a")], EmaBaselines(), 0.9, "group"
+        )
     with pytest.raises(ValueError, match="one each"):
         ema_advantages(torch.tensor([[1.0, 0.0]]), [], EmaBaselines())
     with pytest.raises(ValueError, match="ema_advantages"):
