@@ -38,7 +38,7 @@ from typing import Literal, get_type_hints
 import yaml
 
 from grpo_train.advantages import Estimator, ScaleRewards
-from grpo_train.loss import LossType
+from grpo_train.loss import ImportanceLevel, LossType
 
 
 class ConfigError(ValueError):
@@ -155,9 +155,18 @@ class AlgorithmConfig:
     """The GRPO objective and its variants."""
 
     advantage_estimator: Estimator = Estimator.GRPO
-    """``grpo`` (reward minus group mean) or ``rloo`` (leave-one-out baseline)."""
+    """``grpo`` (reward minus group mean), ``rloo`` (leave-one-out baseline: unbiased, for small
+    groups), or ``ema`` (reward minus a running mean of the prompt's past rewards, else the
+    environment's: equal-reward groups still learn; needs scale_rewards batch or none)."""
+    ema_alpha: float = 0.95
+    """``ema`` only: weight of the old baseline at each update, in (0, 1); 0.9-0.99 is useful
+    (lower follows a fast-improving policy, higher averages more visits)."""
     scale_rewards: ScaleRewards = ScaleRewards.GROUP
     """Divide centred rewards by the std of the ``group``, the ``batch``, or ``none`` (Dr. GRPO)."""
+    importance_sampling_level: ImportanceLevel = ImportanceLevel.TOKEN
+    """Clipped ratio per ``token`` (GRPO), or per ``sequence``: GSPO's length-normalised
+    sequence ratio, clipped per completion (arXiv:2507.18071; it changes the update only when
+    mu > 1, and the paper clips at epsilon_low 3e-4, epsilon_high 4e-4)."""
     loss_type: LossType = LossType.DAPO
     """Aggregation: ``grpo`` (per-sequence mean), ``dr_grpo`` (sum / max length), ``dapo``
     (token mean over the batch)."""
@@ -245,6 +254,9 @@ class RunConfig:
     max_reward_errors: float = 0.5
     """Stop the run when more than this fraction of a step's completions fail to score (the
     scorer raised, or returned None/NaN/inf): the scorer is broken. 1 never stops."""
+    target_accuracy: float = 0.0
+    """Held-out accuracy whose first reaching the run summary reports (step and wall time:
+    time-to-target), in (0, 1]; 0: report when the best held-out accuracy was first reached."""
     collective_timeout_s: float = 1800.0
     """Distributed runs: seconds a rank waits in a collective (all-reduce, barrier) before the
     run fails with a timeout, e.g. when another rank hangs or was stopped."""
@@ -275,7 +287,8 @@ RESUME_FIXED: frozenset[str] = frozenset(
         "system_prompt", "chat_template", "chat_template_kwargs", "prompt_template",
         "num_generations", "prompts_per_step", "max_completion_length", "temperature", "top_p",
         "seed_per_prompt",
-        "advantage_estimator", "scale_rewards", "loss_type", "mu", "beta", "epsilon_low",
+        "advantage_estimator", "ema_alpha", "scale_rewards", "importance_sampling_level",
+        "loss_type", "mu", "beta", "epsilon_low",
         "epsilon_high", "is_correction", "is_cap", "mask_truncated", "dynamic_sampling",
         "dynamic_sampling_rounds",
         "lr_scheduler", "warmup_steps",
@@ -303,6 +316,7 @@ RESUME_FREE: frozenset[str] = frozenset(
         "max_steps", "output_dir", "resume", "init_from", "save_every", "keep_last",
         "eval_every", "log_every_samples", "max_bad_steps", "max_reward_errors",
         "collective_timeout_s", "wandb", "wandb_project", "progress", "overwrite",
+        "target_accuracy",
         "wandb_entity", "wandb_run_name", "wandb_tags", "log_level",
     }
 )  # fmt: skip
@@ -818,6 +832,23 @@ def _algorithm_problems(a: AlgorithmConfig) -> list[str]:
         0 <= a.epsilon_low < 1, f"epsilon_low: {a.epsilon_low}; must be in [0, 1) (0.2 is usual)"
     )
     p.need(a.epsilon_high >= 0, f"epsilon_high: {a.epsilon_high}; must be >= 0 (0.28 for DAPO)")
+    p.need(
+        0 < a.ema_alpha < 1,
+        f"ema_alpha: {a.ema_alpha}; must be in (0, 1), the old baseline's weight per update "
+        "(0.9-0.99 is useful, 0.95 the default)",
+    )
+    ema = a.advantage_estimator is Estimator.EMA
+    p.need(
+        not (ema and a.scale_rewards is ScaleRewards.GROUP),
+        "scale_rewards: 'group' divides by each group's reward std, which is 0 for the "
+        "equal-reward groups advantage_estimator=ema learns from; use --scale_rewards batch "
+        "(or none)",
+    )
+    p.need(
+        not (ema and a.dynamic_sampling == "on"),
+        "dynamic_sampling: 'on' drops the equal-reward groups that advantage_estimator=ema "
+        "learns from; use --dynamic_sampling off (auto stays off with ema)",
+    )
     p.need(a.is_cap >= 1, f"is_cap: {a.is_cap}; must be >= 1 (TRL uses 3.0)")
     p.need(
         a.dynamic_sampling_rounds >= 0,
@@ -878,6 +909,11 @@ def _run_problems(run: RunConfig) -> list[str]:
         f"max_reward_errors: {run.max_reward_errors}; must be in (0, 1] (1 never stops)",
     )
     p.need(
+        0 <= run.target_accuracy <= 1,
+        f"target_accuracy: {run.target_accuracy}; a held-out accuracy in (0, 1], e.g. 0.5 "
+        "(0: report the time to the best accuracy)",
+    )
+    p.need(
         run.collective_timeout_s > 0,
         f"collective_timeout_s: {run.collective_timeout_s}; must be > 0 seconds",
     )
@@ -887,3 +923,28 @@ def _run_problems(run: RunConfig) -> list[str]:
         "from a checkpoint's weights",
     )
     return p
+
+
+def algorithm_notes(cfg: TrainConfig) -> list[str]:
+    """Return advice on valid but probably unintended algorithm settings (logged at start).
+
+    >>> algorithm_notes(TrainConfig())
+    []
+    >>> len(algorithm_notes(TrainConfig.from_flat({"importance_sampling_level": "sequence"})))
+    2
+    """
+    a, notes = cfg.algorithm, []
+    if a.importance_sampling_level is ImportanceLevel.SEQUENCE:
+        if a.mu == 1:
+            notes.append(
+                "importance_sampling_level=sequence with mu=1: every ratio is exactly 1, so the "
+                "update is the same as token level; GSPO acts on reused rollouts (e.g. --mu 2)"
+            )
+        if max(a.epsilon_low, a.epsilon_high) > 0.01:
+            notes.append(
+                f"importance_sampling_level=sequence with epsilon_low={a.epsilon_low:g}, "
+                f"epsilon_high={a.epsilon_high:g}: a sequence ratio is a geometric mean of token "
+                "ratios and stays near 1, so this range rarely clips; the GSPO paper uses "
+                "--epsilon_low 3e-4 --epsilon_high 4e-4"
+            )
+    return notes
