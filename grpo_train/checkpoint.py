@@ -4,8 +4,8 @@ A checkpoint is a folder ``RUN_DIR/checkpoints/step-000010/`` holding:
 
 - ``model/``: the policy in Hugging Face format (safetensors + tokenizer), loadable by
   transformers and vLLM as is;
-- ``trainer_state.pt``: optimizer, LR scheduler, RNG states (python, numpy, torch), the step and
-  the prompt sampler's position;
+- ``trainer_state.pt``: optimizer, LR scheduler, RNG states (python, numpy, torch), the step,
+  the prompt sampler's position and the EMA reward baselines (``advantage_estimator: ema``);
 - ``config.yaml``: the resolved configuration;
 - ``manifest.json``: what the checkpoint is (``Manifest``): the model's identity (architecture,
   sizes, vocabulary, dtype, LoRA settings, a fingerprint of the base weights), the environments,
@@ -371,6 +371,8 @@ class ResumeState:
     step: int
     sampler: SamplerState
     path: Path
+    baselines: Mapping[str, Mapping[str, float]] | None = None
+    """The EMA reward baselines (``baselines.EmaBaselines.to_state``); None when not saved."""
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
@@ -442,8 +444,12 @@ def save_checkpoint(
     accelerator: Any = None,
     identity: RunIdentity | None = None,
     launch: str | None = None,
+    baselines: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Path:
     """Write a checkpoint of ``step`` atomically and delete all but the newest ``keep_last``.
+
+    ``baselines``: the EMA reward baselines' plain-dictionary state (training state like the
+    optimizer's: a resumed run computes the same advantages as an uninterrupted one).
 
     ``identity`` / ``launch``: what goes into ``manifest.json`` (None: no manifest, as before);
     the checkpoint then becomes the lineage head of ``launch``. A full disk or an unwritable
@@ -475,7 +481,7 @@ def save_checkpoint(
             optimizer_file = None if sharded else optimizer  # sharded: in accelerate/ already
             _write_files(tmp, step, model=model, tokenizer=tokenizer, optimizer=optimizer_file,
                          scheduler=scheduler, sampler=sampler, config=config,
-                         state_dict=state_dict)  # fmt: skip
+                         state_dict=state_dict, baselines=baselines)  # fmt: skip
         barrier()  # every rank's files are in tmp before it is renamed
         if main and identity is not None and launch is not None:
             parent_name = parent.checkpoint if parent is not None else None
@@ -591,6 +597,7 @@ def _write_files(
     sampler: SamplerState,
     config: TrainConfig,
     state_dict: Mapping[str, torch.Tensor] | None,
+    baselines: Mapping[str, Mapping[str, float]] | None = None,
 ) -> None:
     """Write the main process's part of a checkpoint: HF model, trainer state, config."""
     full = None if state_dict is None else dict(state_dict)
@@ -603,6 +610,8 @@ def _write_files(
         "rng": _rng_state(),
         "sampler": {"draws": sampler.draws, "positions": list(sampler.positions)},
     }
+    if baselines is not None:
+        state["baselines"] = {name: dict(table) for name, table in baselines.items()}
     torch.save(state, folder / STATE_FILE)
     config.save(folder / "config.yaml")
 
@@ -670,4 +679,6 @@ def load_checkpoint(
     sampler = SamplerState(
         int(state["sampler"]["draws"]), tuple(int(p) for p in state["sampler"]["positions"])
     )
-    return ResumeState(step=int(state["step"]), sampler=sampler, path=path)
+    return ResumeState(
+        step=int(state["step"]), sampler=sampler, path=path, baselines=state.get("baselines")
+    )

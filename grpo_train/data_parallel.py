@@ -18,6 +18,7 @@ import torch
 
 from grpo_train import distributed
 from grpo_train.advantages import Estimator, ScaleRewards, compute_advantages
+from grpo_train.baselines import EmaBaselines, GroupKey, ema_advantages
 from grpo_train.metrics import MetricSums
 
 T = TypeVar("T")
@@ -41,6 +42,18 @@ class SingleProcess:
     ) -> torch.Tensor:
         """Return the advantages of this process's (P, G) rewards (the whole batch)."""
         return compute_advantages(rewards, estimator, scale_rewards, valid=valid)
+
+    def ema_advantages(
+        self,
+        rewards: torch.Tensor,
+        keys: Sequence[GroupKey],
+        baselines: EmaBaselines,
+        alpha: float,
+        scale_rewards: ScaleRewards | str,
+        valid: torch.Tensor,
+    ) -> tuple[torch.Tensor, EmaBaselines]:
+        """Return the EMA-baseline advantages of this process's groups, and the new baselines."""
+        return ema_advantages(rewards, keys, baselines, alpha, scale_rewards, valid=valid)
 
     def any(self, flag: bool) -> bool:
         """Tell whether ``flag`` holds on some rank."""
@@ -108,6 +121,29 @@ class DataParallel(SingleProcess):
         """Return this rank's rows of the advantages computed over every rank's rewards."""
         result = distributed.global_advantages(rewards, estimator, scale_rewards, local_valid=valid)
         return result.local
+
+    def ema_advantages(
+        self,
+        rewards: torch.Tensor,
+        keys: Sequence[GroupKey],
+        baselines: EmaBaselines,
+        alpha: float,
+        scale_rewards: ScaleRewards | str,
+        valid: torch.Tensor,
+    ) -> tuple[torch.Tensor, EmaBaselines]:
+        """Return this rank's rows of the EMA advantages over every rank's groups (collective).
+
+        Every rank computes from the same gathered rewards and keys, in rank order, so every
+        rank's baselines stay identical (each saves and restores the same state).
+        """
+        every = distributed.gather_rows(rewards)
+        every_valid = distributed.gather_rows(valid.to(rewards.dtype)) > 0.5
+        counts = self.gather([int(rewards.shape[0])])
+        offset = sum(counts[: distributed.rank_info().rank])
+        adv, new = ema_advantages(
+            every, self.gather(list(keys)), baselines, alpha, scale_rewards, valid=every_valid
+        )
+        return adv[offset : offset + rewards.shape[0]], new
 
     def any(self, flag: bool) -> bool:
         """Tell whether ``flag`` holds on some rank (collective)."""

@@ -3,8 +3,9 @@
 Pure functions of counts and of a run's metric rows (``metrics.jsonl``), so ``grpo train``'s
 summary, the benchmarks and a finished run folder all report them the same way.
 
-- Per step (logged with the step's metrics): ``samples_per_s`` (completions generated per
-  second, every rank's, dynamic-sampling refills included) and ``completion_tokens_per_s``
+- Per step (logged with the step's metrics): ``throughput/samples_per_s`` (completions
+  generated per second, every rank's, dynamic-sampling refills included) and
+  ``throughput/completion_tokens_per_s``
   (their tokens per second), both over ``time/step``: generation, scoring, the update and the
   weight sync; evaluations and checkpoints are not part of a step.
 - Per run (the summary): ``time_to_target``, the first step whose held-out accuracy
@@ -22,12 +23,12 @@ def step_throughput(samples: int, completion_tokens: int, seconds: float) -> dic
     """Return one step's ``samples_per_s`` and ``completion_tokens_per_s``.
 
     >>> step_throughput(32, 1600, 4.0)
-    {'samples_per_s': 8.0, 'completion_tokens_per_s': 400.0}
+    {'throughput/samples_per_s': 8.0, 'throughput/completion_tokens_per_s': 400.0}
     """
     seconds = max(seconds, 1e-9)
     return {
-        "samples_per_s": samples / seconds,
-        "completion_tokens_per_s": completion_tokens / seconds,
+        "throughput/samples_per_s": samples / seconds,
+        "throughput/completion_tokens_per_s": completion_tokens / seconds,
     }
 
 
@@ -37,19 +38,19 @@ def run_throughput(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
     Weighted by each step's ``time/step`` (so a slow step counts for its length, not as one
     rate among others); rows without the rates (the step-0 evaluation) are skipped; {} if none.
 
-    >>> rate = ("samples_per_s", "completion_tokens_per_s")
+    >>> rate = ("throughput/samples_per_s", "throughput/completion_tokens_per_s")
     >>> rows = [{"step": 1, "time/step": 1.0, **dict(zip(rate, (8.0, 80.0)))},
     ...         {"step": 2, "time/step": 3.0, **dict(zip(rate, (4.0, 60.0)))}]
     >>> run_throughput(rows)
-    {'samples_per_s': 5.0, 'completion_tokens_per_s': 65.0}
+    {'throughput/samples_per_s': 5.0, 'throughput/completion_tokens_per_s': 65.0}
     """
-    timed = [r for r in rows if "samples_per_s" in r and r.get("time/step", 0) > 0]
+    timed = [r for r in rows if "throughput/samples_per_s" in r and r.get("time/step", 0) > 0]
     seconds = sum(r["time/step"] for r in timed)
     if not timed or seconds <= 0:
         return {}
     return {
         name: sum(r[name] * r["time/step"] for r in timed) / seconds
-        for name in ("samples_per_s", "completion_tokens_per_s")
+        for name in ("throughput/samples_per_s", "throughput/completion_tokens_per_s")
     }
 
 

@@ -19,6 +19,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grpo_train.config import (
     TRL_ALIASES,
@@ -32,6 +33,9 @@ from grpo_train.config import (
 )
 from grpo_train.console import setup_logging
 from grpo_train.run_dir import check_run_dir, with_output_dir
+
+if TYPE_CHECKING:  # the trainer imports torch: only when a run starts
+    from grpo_train.trainer import TrainResult
 
 _EXIT_INTERRUPTED = 130  # the shell convention for "stopped by a signal"
 
@@ -220,6 +224,7 @@ def _main(argv: list[str] | None) -> int:
         f"\nheld-out accuracy: before {fmt(result.accuracy_before)}"
         f" -> after {fmt(result.accuracy_after)}"
         f"\nwall time: {result.wall_s:.0f} s for {result.steps} steps"
+        f"{_speed_lines(result)}"
         f"\nrun folder: {run_dir}"
         f"\nmetrics: {run_dir / 'metrics.jsonl'} (tensorboard --logdir {run_dir / 'tensorboard'})"
         f"\ncheckpoints: {run_dir / 'checkpoints'} (last: {result.last_checkpoint})"
@@ -230,6 +235,20 @@ def _main(argv: list[str] | None) -> int:
         print(f"interrupted: resume with `grpo train --config {run_dir / 'config.yaml'} --resume`")
         return _EXIT_INTERRUPTED
     return 0
+
+
+def _speed_lines(result: TrainResult) -> str:
+    """Return the summary's throughput and time-to-target lines (each after a newline)."""
+    lines = ""
+    rate = result.throughput
+    if rate:
+        lines += (
+            f"\nthroughput: {rate['throughput/samples_per_s']:.2f} samples/s, "
+            f"{rate['throughput/completion_tokens_per_s']:.0f} completion tokens/s (over step time)"
+        )
+    if result.time_to_target is not None:
+        lines += f"\n{result.time_to_target.describe()}"
+    return lines
 
 
 def _one_line(err: BaseException) -> str:

@@ -18,7 +18,7 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +28,9 @@ import torch
 
 from grpo_envs.base import Environment
 from grpo_train import data_parallel, distributed, memory, weight_export
+from grpo_train.advantages import Estimator
+from grpo_train.baselines import EmaBaselines, group_key
+from grpo_train.batch import RolloutBatch
 from grpo_train.checkpoint import (
     SamplerState,
     checkpoint_path,
@@ -39,7 +42,7 @@ from grpo_train.checkpoint import (
     start_lineage,
 )
 from grpo_train.collect import Collector
-from grpo_train.config import ConfigError, TrainConfig
+from grpo_train.config import ConfigError, TrainConfig, algorithm_notes
 from grpo_train.groups import Group
 from grpo_train.lora import reference_logprobs, save_merged
 from grpo_train.loss import MicroBatch, token_logprobs
@@ -65,6 +68,7 @@ from grpo_train.run_setup import (
 )
 from grpo_train.signal_guard import SignalGuard
 from grpo_train.stop import StopRequest, TrainingAborted
+from grpo_train.throughput import TimeToTarget, run_throughput, step_throughput, time_to_target
 from grpo_train.update import Policy, UpdateSettings, grpo_update
 
 if TYPE_CHECKING:
@@ -82,6 +86,11 @@ class TrainResult:
     wall_s: float
     interrupted: bool
     last_checkpoint: Path | None
+    time_to_target: TimeToTarget | None = None
+    """When held-out accuracy first reached ``target_accuracy`` (or its best); main rank only."""
+    throughput: dict[str, float] = field(default_factory=dict)
+    """The run's ``throughput/samples_per_s`` and ``throughput/completion_tokens_per_s`` over
+    its step time (main rank only)."""
 
 
 class Trainer:
@@ -221,6 +230,7 @@ class Trainer:
         After ``accelerator.prepare``: FSDP / DeepSpeed restore into the sharded state.
         """
         self.start_step = 0
+        self.baselines = EmaBaselines()  # advantage_estimator=ema: the running reward baselines
         if not self.resume_from:
             return None
         state = load_checkpoint(
@@ -230,6 +240,7 @@ class Trainer:
             accelerator=self.accelerator if self.distributed else None,
         )
         self.start_step = state.step
+        self.baselines = EmaBaselines.from_state(state.baselines)
         if self.rank.is_main:
             logger.info("resuming from %s (step %d)", self.resume_from, self.start_step)
         apply_schedule_changes(
@@ -316,7 +327,18 @@ class Trainer:
             self.accelerator.wait_for_everyone()
         interrupted = stopped
         wall = time.perf_counter() - t0
-        return TrainResult(self.run_dir, step, acc_before, acc_after, wall, interrupted, last_ckpt)
+        rows = read_metrics(self.run_dir) if main else []  # the whole run's, resumed launches too
+        return TrainResult(
+            self.run_dir,
+            step,
+            acc_before,
+            acc_after,
+            wall,
+            interrupted,
+            last_ckpt,
+            time_to_target(rows, run.target_accuracy) if main else None,
+            run_throughput(rows),
+        )
 
     def _open_run(self) -> RunLogger:
         """Write the run's config and lineage (main rank), say what to expect; return the log."""
@@ -336,6 +358,8 @@ class Trainer:
                 "beta=0, mu=1: the logged loss stays near 0 by design, the gradient does not "
                 "(see 'Why is the loss 0?' in grpo_train/README.md); watch reward/mean"
             )
+        for note in algorithm_notes(cfg) if main else []:
+            logger.warning(note)
         if self.start_step >= cfg.run.max_steps:  # never train 0 steps silently (a TRL bug)
             logger.warning("resumed at step %d >= max_steps: nothing to do", self.start_step)
         return log
@@ -354,6 +378,8 @@ class Trainer:
     def _watch_signal(self, step: int, metrics: dict[str, float], log: RunLogger) -> None:
         """Say once, in one line, when most groups keep having equal rewards (no gradient)."""
         frac = metrics.get("group/frac_zero_std")
+        if self.cfg.algorithm.advantage_estimator is Estimator.EMA:
+            return  # equal-reward groups still learn against the EMA baseline: not a stall
         if frac is None or not self.signal_guard.update(frac):
             return
         self._low_signal = True
@@ -362,14 +388,12 @@ class Trainer:
 
     def train_step(self, step: int, log: RunLogger) -> dict[str, float]:
         """Run one GRPO step (arXiv:2402.03300): rollouts, advantages, update, sync, metrics."""
-        a, times = self.cfg.algorithm, defaultdict[str, float](float)
+        times = defaultdict[str, float](float)
         # (1)-(3) Prompts -> a group of scored completions each (this rank's share).
         batch, sampled, m = self.collector.sample_batch(step, times, self._low_signal)
-        # (4) Group-relative advantages over the whole step's batch (every rank's groups).
+        # (4) Advantages over the whole step's batch (every rank's groups).
         t = time.perf_counter()
-        advantages = self.dp.advantages(
-            batch.rewards, a.advantage_estimator, a.scale_rewards, batch.scored
-        ).float()
+        advantages = self.advantages(batch)
         # (5) Clipped policy-gradient updates (mu of them, micro-batched) on this rank's rows.
         if self.dp.any(batch.rewards.numel() > 0):
             # vLLM sleep mode (GPU): the engine's memory is free while the trainer needs it.
@@ -395,12 +419,39 @@ class Trainer:
             log.log_samples(sample_records(step, group, name, advantages[0].tolist()))
         return m
 
+    def advantages(self, batch: RolloutBatch) -> torch.Tensor:
+        """Return the (P, G) advantages of this rank's groups, computed over every rank's.
+
+        ``grpo`` / ``rloo`` compare each completion with its group; ``ema`` with the running
+        baselines of past steps (``baselines.ema_advantages``), which it then updates.
+        """
+        a = self.cfg.algorithm
+        if a.advantage_estimator is not Estimator.EMA:
+            return self.dp.advantages(
+                batch.rewards, a.advantage_estimator, a.scale_rewards, batch.scored
+            ).float()
+        keys = [group_key(g.env_index, g.sample.id) for g in batch.samples]
+        # A padding rank's group only keeps the collectives in step: it must not move a baseline.
+        valid = batch.scored & (not batch.padding)
+        advantages, self.baselines = self.dp.ema_advantages(
+            batch.rewards, keys, self.baselines, a.ema_alpha, a.scale_rewards, valid
+        )
+        return advantages
+
     def _step_metrics(self, sampled: Sequence[Group], times: dict[str, float]) -> dict[str, float]:
-        """Time split, throughput (sampled tokens per second), peak memory, learning rate."""
+        """Time split, throughput, peak memory, learning rate.
+
+        ``tokens_per_s``: this rank's sampled tokens per second; ``throughput/samples_per_s``
+        and ``throughput/completion_tokens_per_s``: every rank's completions and their tokens
+        (collective).
+        """
         total = sum(times.values())
         new_tokens = sum(len(c.token_ids) for g in sampled for c in g.completions)
+        samples = sum(len(g.completions) for g in sampled)
         m = {f"time/{k}": v for k, v in times.items()}
         m.update({"time/step": total, "tokens_per_s": new_tokens / max(total, 1e-9)})
+        every_samples, every_tokens = self.dp.total(samples), self.dp.total(new_tokens)
+        m.update(step_throughput(int(every_samples), int(every_tokens), total))
         m.update({"memory/peak_mb": peak_memory_mb(), "lr": self.scheduler.get_last_lr()[0]})
         return m
 
@@ -498,6 +549,7 @@ class Trainer:
             accelerator=self.accelerator if self.distributed else None,
             identity=self.identity,
             launch=self.launch,
+            baselines=self.baselines.to_state(),
         )
 
     def close(self) -> None:

@@ -40,6 +40,7 @@ class UpdateSettings:
     epsilon_low: float = 0.2
     epsilon_high: float = 0.28
     loss_type: str = "dapo"
+    importance_sampling_level: str = "token"
     max_completion_length: int = 256
     mask_truncated: bool = False
     is_correction: bool = True
@@ -57,6 +58,7 @@ class UpdateSettings:
             epsilon_low=a.epsilon_low,
             epsilon_high=a.epsilon_high,
             loss_type=a.loss_type,
+            importance_sampling_level=a.importance_sampling_level,
             max_completion_length=cfg.rollout.max_completion_length,
             mask_truncated=a.mask_truncated,
             is_correction=a.is_correction,
@@ -205,6 +207,7 @@ def grpo_update(
                     loss_type=s.loss_type,
                     max_completion_length=s.max_completion_length,
                     importance_weights=weights,
+                    importance_sampling_level=s.importance_sampling_level,
                 )
                 # Each micro-batch's loss is a mean over its own tokens / sequences; weighting by
                 # its share of the global batch makes the accumulated gradient the whole batch's.

@@ -6,29 +6,32 @@ from grpo_train.throughput import run_throughput, step_throughput, time_to_targe
 
 ROWS = [
     {"step": 0, "eval/accuracy": 0.25},
-    {"step": 1, "time/step": 2.0, "time/elapsed": 2.5, "samples_per_s": 16.0,
-     "completion_tokens_per_s": 320.0},
+    {"step": 1, "time/step": 2.0, "time/elapsed": 2.5, "throughput/samples_per_s": 16.0,
+     "throughput/completion_tokens_per_s": 320.0},
     {"step": 2, "time/step": 2.0, "time/elapsed": 6.0, "eval/accuracy": 0.5,
-     "samples_per_s": 16.0, "completion_tokens_per_s": 480.0},
+     "throughput/samples_per_s": 16.0, "throughput/completion_tokens_per_s": 480.0},
     {"step": 3, "time/step": 4.0, "time/elapsed": 10.0, "eval/accuracy": 0.75,
-     "samples_per_s": 8.0, "completion_tokens_per_s": 160.0},
+     "throughput/samples_per_s": 8.0, "throughput/completion_tokens_per_s": 160.0},
     {"step": 4, "time/step": 2.0, "time/elapsed": 13.0, "eval/accuracy": 0.75,
-     "samples_per_s": 16.0, "completion_tokens_per_s": 320.0},
+     "throughput/samples_per_s": 16.0, "throughput/completion_tokens_per_s": 320.0},
 ]  # fmt: skip
 
 
 def test_step_rates_divide_counts_by_the_step_time():
     assert step_throughput(64, 2048, 8.0) == {
-        "samples_per_s": 8.0,
-        "completion_tokens_per_s": 256.0,
+        "throughput/samples_per_s": 8.0,
+        "throughput/completion_tokens_per_s": 256.0,
     }
-    assert step_throughput(0, 0, 0.0) == {"samples_per_s": 0.0, "completion_tokens_per_s": 0.0}
+    assert step_throughput(0, 0, 0.0) == {
+        "throughput/samples_per_s": 0.0,
+        "throughput/completion_tokens_per_s": 0.0,
+    }
 
 
 def test_run_rates_are_totals_over_total_step_time():
     # samples: 32 + 32 + 32 + 32 = 128 in 10 s; tokens 640 + 960 + 640 + 640 = 2880 in 10 s
     assert run_throughput(ROWS) == pytest.approx(
-        {"samples_per_s": 12.8, "completion_tokens_per_s": 288.0}
+        {"throughput/samples_per_s": 12.8, "throughput/completion_tokens_per_s": 288.0}
     )
     assert run_throughput([{"step": 0, "eval/accuracy": 0.1}]) == {}
 

@@ -18,7 +18,7 @@ from grpo_train.stop import TrainingAborted
 from grpo_train.trainer import Trainer
 
 # Metrics that depend on wall time or memory, not on the computation.
-NON_DETERMINISTIC = ("time/", "tokens_per_s", "memory/")
+NON_DETERMINISTIC = ("time/", "tokens_per_s", "throughput/", "memory/")
 
 
 def make_config(model_path, out, **overrides):
