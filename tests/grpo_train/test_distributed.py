@@ -23,6 +23,7 @@ import torch
 from collective_guard.nccl_guard import GUARD_BANNER, guarded_env
 
 from grpo_train.advantages import compute_advantages
+from grpo_train.baselines import EmaBaselines, ema_advantages, group_key
 from grpo_train.batch import RolloutBatch
 from grpo_train.data_parallel import DataParallel, SingleProcess
 from grpo_train.distributed import (
@@ -50,6 +51,9 @@ from grpo_train.weight_export import (
 
 PROMPTS, GROUP, STEPS, LR, BETA = 4, 3, 3, 0.5, 0.1
 LORA = LoraSettings(lora_r=4, lora_alpha=8)
+# Section 3's EMA check: rank r's groups (r + 1 of them) and the baselines before the step.
+EMA_KEYS = [[group_key(0, "a")], [group_key(0, "b"), group_key(1, "a")]]
+EMA_START = EmaBaselines({"0/a": 2.0}, {"0": 5.0})
 
 # ------------------------------------------------------------------------------- pure helpers
 
@@ -315,6 +319,16 @@ def _worker(model_path: str, out: Path) -> None:
     local = torch.tensor([[10.0 * info.rank + i, 0.0] for i in range(info.rank + 1)])
     report["gathered"] = gather_rewards(local).tolist()
     report["batch_adv"] = global_advantages(local, scale_rewards="batch").local.tolist()
+    # EMA baselines: every rank's advantages from every rank's groups, the same new state.
+    ema_adv, ema_state = DataParallel(accelerator, ddp).ema_advantages(
+        local,
+        EMA_KEYS[info.rank],
+        EMA_START,
+        0.9,
+        "batch",
+        torch.ones_like(local, dtype=torch.bool),
+    )
+    report["ema_adv"], report["ema_state"] = ema_adv.tolist(), ema_state.to_state()
 
     # 4. DDP full state dict has clean names and the trained weights.
     state = full_state_dict(ddp)
@@ -426,6 +440,14 @@ def test_two_cpu_ranks_match_single_process(tmp_path: Path, tiny_model_path: Pat
         torch.testing.assert_close(merged_fsdp[name], tensor, rtol=0, atol=1e-6, msg=name)
     # The data makes the ranks' micro-batch counts differ, so the padding path ran.
     assert reports[0]["padded"] + reports[1]["padded"] > 0
+    every_key = [key for keys in EMA_KEYS for key in keys]
+    ema_all, ema_state = ema_advantages(
+        torch.tensor(reports[1]["gathered"]), every_key, EMA_START, 0.9, "batch"
+    )
+    for rep in reports:  # identical baselines on both ranks, as one process computes them
+        assert rep["ema_state"] == ema_state.to_state()
+    torch.testing.assert_close(torch.tensor(reports[0]["ema_adv"]), ema_all[:1])
+    torch.testing.assert_close(torch.tensor(reports[1]["ema_adv"]), ema_all[1:])
     everything = compute_advantages(torch.tensor(reports[1]["gathered"]), scale_rewards="batch")
     torch.testing.assert_close(torch.tensor(reports[0]["batch_adv"]), everything[:1])
     torch.testing.assert_close(torch.tensor(reports[1]["batch_adv"]), everything[1:])
