@@ -37,6 +37,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 ROOT = HERE.parent.parent
 
+TARGET_GAIN = 0.28
+"""Default time-to-target: the base model's held-out accuracy plus 28 points, the gain of the TRL
+``GRPOTrainer`` reference run this benchmark was first compared with."""
+
 
 @dataclass(frozen=True)
 class Task:
@@ -96,6 +100,10 @@ class RunResult:
     overhead_s: float = 0.0
     """Process wall time not spent in training steps: start-up, checkpoint writes, shutdown."""
     process_s: float = 0.0
+    step_s: list[float] = field(default_factory=list)
+    """Training seconds of each step, in order (the same clock as ``Point.train_s``)."""
+    load: tuple[float, float] = (0.0, 0.0)
+    """1-minute load average when the run started and when it ended."""
     error: str = ""
 
 
@@ -195,6 +203,7 @@ def run_ours(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
     for row in sorted(rows, key=lambda r: r["step"]):
         elapsed += float(row["time/step"])
         cumulative[int(row["step"])] = elapsed
+        result.step_s.append(float(row["time/step"]))
     for ckpt in list_checkpoints(out):
         step = int(ckpt.name.split("-")[-1])
         result.points.append(Point(step, cumulative.get(step, float("nan")), str(ckpt / MODEL_DIR)))
@@ -247,13 +256,15 @@ def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
     )
     points: list[Point] = []
     clock = {"train_s": 0.0, "began": 0.0}
+    step_s: list[float] = []
 
     class Checkpoints(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
             clock["began"] = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
-            clock["train_s"] += time.perf_counter() - clock["began"]
+            step_s.append(time.perf_counter() - clock["began"])
+            clock["train_s"] += step_s[-1]
             if state.global_step % shared.eval_every == 0 or state.global_step == spec.steps:
                 path = out / f"step-{state.global_step:06d}"
                 trainer.model.save_pretrained(path)  # type: ignore[union-attr,operator]
@@ -262,7 +273,11 @@ def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
 
     trainer.add_callback(Checkpoints())
     trainer.train()
-    payload = {"train_s": clock["train_s"], "points": [asdict(p) for p in points]}
+    payload = {
+        "train_s": clock["train_s"],
+        "step_s": step_s,
+        "points": [asdict(p) for p in points],
+    }
     (out / "points.json").write_text(json.dumps(payload))
 
 
@@ -281,6 +296,7 @@ def run_trl(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
         data = json.loads((out / "points.json").read_text())
         result.overhead_s = max(result.process_s - data["train_s"], 0.0)
         result.points = [Point(**p) for p in data["points"]]
+        result.step_s = [float(x) for x in data.get("step_s", [])]
     return result
 
 
@@ -333,6 +349,136 @@ def plot(results: Sequence[RunResult], base_accuracy: float, path: Path) -> Path
     return path
 
 
+# --------------------------------------------------------------------------- the race
+
+
+@dataclass(frozen=True)
+class Race:
+    """One run's time-to-target: the first evaluated step whose accuracy reaches the target."""
+
+    name: str
+    trainer: str
+    learning_rate: float
+    best_accuracy: float | None
+    step: int | None
+    """First evaluated step at or above the target; None if the run never got there."""
+    seconds: float | None
+    """Training seconds to that step (the sum of its steps' times)."""
+    mean_step_s: float | None
+    """Mean seconds per step over the steps up to the target: seconds = step * mean_step_s."""
+    median_step_s: float | None
+    """Median seconds per step over the whole run (robust to a stall on a shared machine)."""
+
+
+def race_of(result: RunResult, target: float) -> Race:
+    """Time-to-target of one run (``target`` is an accuracy in [0, 1]).
+
+    >>> r = RunResult(RunSpec("ours@2e-05", "ours", 4, 2e-5), step_s=[10.0, 20.0, 30.0, 40.0])
+    >>> r.points = [Point(2, 30.0, "", 0.25), Point(4, 100.0, "", 0.5)]
+    >>> race = race_of(r, 0.4)
+    >>> race.step, race.seconds, race.mean_step_s, race.median_step_s, race.best_accuracy
+    (4, 100.0, 25.0, 25.0, 0.5)
+    >>> race_of(r, 0.6).step is None
+    True
+    """
+    import statistics
+
+    scored = [p for p in sorted(result.points, key=lambda p: p.step) if p.accuracy is not None]
+    hit = next((p for p in scored if p.accuracy is not None and p.accuracy >= target), None)
+    mean = hit.train_s / hit.step if hit is not None and hit.step > 0 else None
+    return Race(
+        name=result.spec.name,
+        trainer=result.spec.trainer,
+        learning_rate=result.spec.learning_rate,
+        best_accuracy=max((p.accuracy for p in scored if p.accuracy is not None), default=None),
+        step=None if hit is None else hit.step,
+        seconds=None if hit is None else hit.train_s,
+        mean_step_s=mean,
+        median_step_s=statistics.median(result.step_s) if result.step_s else None,
+    )
+
+
+def decompose(ours: Race, trl: Race) -> str:
+    """Ours' time-to-target over TRL's, split exactly into steps x seconds-per-step.
+
+    time = steps * mean s/step, so time ratio = step ratio * s/step ratio:
+
+    >>> a = Race("ours", "ours", 2e-5, 0.5, 4, 40.0, 10.0, 10.0)
+    >>> b = Race("trl", "trl", 2e-5, 0.5, 8, 200.0, 25.0, 24.0)
+    >>> print(*decompose(a, b).split("; "), sep="\\n")
+    time 0.20x TRL = steps 0.50x (4 vs 8) * s/step 0.40x (10.0 vs 25.0 s)
+    ours 2.4x faster per step (median 10.0 vs 24.0 s)
+    >>> decompose(a, Race("trl", "trl", 2e-5, 0.3, None, None, None, 24.0))
+    'TRL did not reach the target; ours 2.4x faster per step (median 10.0 vs 24.0 s)'
+    """
+    per_step = ""
+    if ours.median_step_s and trl.median_step_s:
+        per_step = (
+            f"ours {trl.median_step_s / ours.median_step_s:.1f}x faster per step (median "
+            f"{ours.median_step_s:.1f} vs {trl.median_step_s:.1f} s)"
+        )
+    if ours.seconds is None or trl.seconds is None or not ours.mean_step_s or not trl.mean_step_s:
+        missing = " and ".join(n for n, r in (("ours", ours), ("TRL", trl)) if r.seconds is None)
+        return f"{missing or 'one run'} did not reach the target" + (
+            f"; {per_step}" if per_step else ""
+        )
+    assert ours.step is not None and trl.step is not None
+    return (
+        f"time {ours.seconds / trl.seconds:.2f}x TRL = steps {ours.step / trl.step:.2f}x "
+        f"({ours.step} vs {trl.step}) * s/step {ours.mean_step_s / trl.mean_step_s:.2f}x "
+        f"({ours.mean_step_s:.1f} vs {trl.mean_step_s:.1f} s)"
+        + (f"; {per_step}" if per_step else "")
+    )
+
+
+def fastest(races: Sequence[Race]) -> Race | None:
+    """The run that reached the target in the least training time (None if none did).
+
+    >>> fastest([Race("a", "ours", 1e-5, .5, 4, 80.0, 20.0, 20.0),
+    ...          Race("b", "ours", 2e-5, .6, 2, 50.0, 25.0, 25.0),
+    ...          Race("c", "ours", 5e-6, .2, None, None, None, 22.0)]).name
+    'b'
+    """
+    done = [r for r in races if r.seconds is not None]
+    return min(done, key=lambda r: (r.seconds, -(r.best_accuracy or 0.0))) if done else None
+
+
+def race_report(results: Sequence[RunResult], target: float) -> str:
+    """Time-to-target for every run, then ours against TRL at each shared learning rate and at
+    each trainer's best learning rate of the sweep.
+
+    Tested in ``tests/benchmarks/test_learning_curve.py``.
+    """
+    races = [race_of(r, target) for r in results]
+    lines = [
+        f"target: held-out accuracy >= {target:.1%}",
+        "| run | lr | best acc. | step to target | time to target | median s/step |",
+        "|---|---|---|---|---|---|",
+    ]
+    for race, result in zip(races, results):
+        best = "-" if race.best_accuracy is None else f"{race.best_accuracy:.1%}"
+        step = str(race.step) if race.step is not None else f"not reached in {result.spec.steps}"
+        secs = "-" if race.seconds is None else f"{race.seconds:.0f} s"
+        med = "-" if race.median_step_s is None else f"{race.median_step_s:.1f}"
+        lines.append(f"| {race.name} | {race.learning_rate:g} | {best} | {step} | {secs} | {med} |")
+    ours = [r for r in races if r.trainer == "ours"]
+    trl = [r for r in races if r.trainer == "trl"]
+    for o in ours:
+        for t in trl:
+            if o.learning_rate == t.learning_rate:
+                lines.append(f"same lr {o.learning_rate:g}: {decompose(o, t)}")
+    best_o, best_t = fastest(ours), fastest(trl)
+    if best_o is not None and best_t is not None:
+        lines.append(
+            f"best of sweep (ours {best_o.learning_rate:g}, TRL {best_t.learning_rate:g}): "
+            f"{decompose(best_o, best_t)}"
+        )
+    elif ours and trl:
+        who = " and ".join(n for n, b in (("ours", best_o), ("TRL", best_t)) if b is None)
+        lines.append(f"best of sweep: {who} reached the target at no learning rate")
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------- driver
 
 
@@ -347,10 +493,21 @@ def build_runs(args: argparse.Namespace) -> list[RunSpec]:
     """The runs asked for: ours, trl, and our loss/std-scaling variants."""
     ours_lr = args.lr if args.lr is not None else default_learning_rate()
     runs: list[RunSpec] = []
-    if "ours" in args.runs:
-        runs.append(RunSpec("ours", "ours", args.steps, ours_lr))
-    if "trl" in args.runs:
-        runs.append(RunSpec("trl", "trl", args.trl_steps, args.trl_lr))
+    if args.lrs:
+        # The sweep: both trainers at every learning rate, interleaved and alternating which
+        # goes first, so that load drifting on a shared machine hits both alike.
+        for i, lr in enumerate(args.lrs):
+            pair = [
+                RunSpec(f"{name}@{lr:g}", name, steps, lr)
+                for name, steps in (("ours", args.steps), ("trl", args.trl_steps))
+                if name in args.runs
+            ]
+            runs += pair if i % 2 == 0 else pair[::-1]
+    else:
+        if "ours" in args.runs:
+            runs.append(RunSpec("ours", "ours", args.steps, ours_lr))
+        if "trl" in args.runs:
+            runs.append(RunSpec("trl", "trl", args.trl_steps, args.trl_lr))
     if "variants" in args.runs:
         # Loss aggregation x reward std scaling (Dr. GRPO, arXiv:2503.20783, drops both the
         # per-sequence length normalisation and the std division).
@@ -394,10 +551,29 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--lr", type=float, default=None, help="ours; default: DEFAULT_PRESET's")
     p.add_argument("--trl-lr", type=float, default=5e-6, help="the issue's TRL reference: 5e-6")
+    p.add_argument(
+        "--lrs",
+        type=float,
+        nargs="+",
+        default=None,
+        help="learning-rate sweep: ours and TRL at every one (replaces --lr/--trl-lr)",
+    )
+    p.add_argument(
+        "--target-gain",
+        type=float,
+        default=None,
+        help=f"time-to-target: held-out accuracy >= base + this (default {TARGET_GAIN}: the "
+        "TRL reference's gain)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="", help="output folder (default: a temp folder)")
     p.add_argument("--keep", action="store_true", help="keep the saved policies")
     p.add_argument("--quick", action="store_true", help="smoke: 2 steps, 8 eval prompts")
+    p.add_argument(
+        "--report",
+        default="",
+        help="print the tables of a saved learning_curve.json (also a stopped run's) and exit",
+    )
     p.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
@@ -407,12 +583,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.prompts, args.group = 2, 4
     if args.eval_every < 1:
         p.error("--eval-every must be >= 1")
+    if args.lrs and any(lr <= 0 for lr in args.lrs):
+        p.error(f"--lrs: {args.lrs}; every learning rate must be > 0")
+    if args.target_gain is not None and not 0 < args.target_gain <= 1:
+        p.error(f"--target-gain: {args.target_gain}; must be in (0, 1] (a share of prompts)")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run every asked-for training, evaluate their policies, print the table, draw the plot."""
     args = parse_args(argv)
+    if args.report:
+        base, saved, results = load(Path(args.report))
+        gain = args.target_gain if args.target_gain is not None else saved.get("target_gain")
+        load0 = results[0].load[0] if results else 0.0
+        print(report(results, base, gain if gain is not None else TARGET_GAIN, load0))
+        return 0
     if args.child:
         data = json.loads(args.child)
         shared = data["shared"]
@@ -453,7 +639,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"training {spec.name}: {spec.steps} steps, lr {spec.learning_rate:g} ...", flush=True
         )
         run = run_trl if spec.trainer == "trl" else run_ours
+        load0 = os.getloadavg()[0]
         result = run(spec, shared, run_dir)
+        result.load = (load0, os.getloadavg()[0])
         for point in result.points:
             point.accuracy = evaluate(point.path, task, args.eval_size, args.completion_length)
             print(
@@ -466,14 +654,43 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ignore_errors=True,
                 )
         results.append(result)
-    text = table(results, base)
-    load_after = os.getloadavg()
-    print(f"\n{text}\nload average (1 min) before {load_before[0]:.1f}, after {load_after[0]:.1f}")
+        save(out / "learning_curve.json", base, args, results)
+    gain = args.target_gain if args.target_gain is not None else TARGET_GAIN
+    print(report(results, base, gain, load_before[0]))
     png = plot(results, base, out / "learning_curve.png")
-    summary = {"base_accuracy": base, "args": vars(args), "results": [asdict(r) for r in results]}
-    (out / "learning_curve.json").write_text(json.dumps(summary, indent=1, default=str))
+    save(out / "learning_curve.json", base, args, results)
     print(f"results: {out / 'learning_curve.json'}; plot: {png or 'not drawn (no matplotlib)'}")
     return 1 if any(r.error for r in results) else 0
+
+
+def report(results: Sequence[RunResult], base: float, target_gain: float, load0: float) -> str:
+    """The side-by-side table, the load during each run, and (ours and TRL) the race."""
+    text = [f"\n{table(results, base)}"]
+    text.append(f"load average (1 min) before {load0:.1f}, after {os.getloadavg()[0]:.1f}")
+    loads = ", ".join(f"{r.spec.name} {r.load[0]:.1f}->{r.load[1]:.1f}" for r in results)
+    text.append(f"load per run (1 min, start->end): {loads}")
+    trainers = {r.spec.trainer for r in results}
+    if {"ours", "trl"} <= trainers:
+        text.append("\n" + race_report(results, min(base + target_gain, 1.0)))
+    return "\n".join(text)
+
+
+def save(path: Path, base: float, args: argparse.Namespace, results: Sequence[RunResult]) -> None:
+    """Write the results so far (after every run: a stopped benchmark keeps what it measured)."""
+    summary = {"base_accuracy": base, "args": vars(args), "results": [asdict(r) for r in results]}
+    path.write_text(json.dumps(summary, indent=1, default=str))
+
+
+def load(path: Path) -> tuple[float, dict, list[RunResult]]:
+    """Read back what ``save`` wrote: base accuracy, the arguments, the runs."""
+    data = json.loads(path.read_text())
+    results = []
+    for r in data["results"]:
+        points = [Point(**p) for p in r.pop("points")]
+        spec = RunSpec(**r.pop("spec"))
+        r["load"] = tuple(r.get("load", (0.0, 0.0)))
+        results.append(RunResult(spec, points, **r))
+    return float(data["base_accuracy"]), data["args"], results
 
 
 if __name__ == "__main__":

@@ -1,0 +1,116 @@
+"""The learning-curve race's arithmetic and options (no training: the runs are hand-made)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "learning_curve.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("learning_curve", PATH)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["learning_curve"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+lc = _load()
+
+
+def run(trainer: str, lr: float, steps: list[float], accs: list[float | None]):
+    r = lc.RunResult(lc.RunSpec(f"{trainer}@{lr:g}", trainer, len(steps), lr), step_s=steps)
+    r.points = [lc.Point(i + 1, sum(steps[: i + 1]), "", a) for i, a in enumerate(accs)]
+    return r
+
+
+def test_docstring_examples():
+    assert doctest.testmod(lc).failed == 0
+
+
+def test_time_to_target_is_the_first_evaluated_step_at_or_above_it():
+    r = run("ours", 2e-5, [10.0, 30.0, 20.0], [0.39, 0.40, 0.70])
+    race = lc.race_of(r, 0.40)
+    assert (race.step, race.seconds) == (2, 40.0)
+    assert race.mean_step_s == 20.0  # 40 s over 2 steps
+    assert race.median_step_s == 20.0  # of 10, 30, 20
+    assert race.best_accuracy == 0.70
+
+
+def test_unevaluated_points_do_not_count():
+    race = lc.race_of(run("trl", 1e-5, [5.0, 5.0], [None, 0.5]), 0.4)
+    assert race.step == 2 and race.seconds == 10.0
+
+
+def test_report_decomposes_time_into_steps_and_seconds_per_step():
+    runs = [
+        run("ours", 1e-5, [10, 10], [0.2, 0.5]),
+        run("trl", 1e-5, [20, 20], [0.1, 0.2]),
+        run("ours", 2e-5, [10, 12], [0.5, 0.6]),
+        run("trl", 2e-5, [20, 20], [0.3, 0.5]),
+    ]
+    lines = lc.race_report(runs, 0.4).splitlines()
+    assert lines[0] == "target: held-out accuracy >= 40.0%"
+    assert "| trl@1e-05 | 1e-05 | 20.0% | not reached in 2 | - | 20.0 |" in lines
+    assert "| ours@2e-05 | 2e-05 | 60.0% | 1 | 10 s | 11.0 |" in lines
+    same = [line for line in lines if line.startswith("same lr")]
+    assert same[0].startswith("same lr 1e-05: TRL did not reach the target")
+    # 10 s vs 40 s = (1 vs 2 steps) * (10 vs 20 s per step)
+    assert same[1].startswith(
+        "same lr 2e-05: time 0.25x TRL = steps 0.50x (1 vs 2) * s/step 0.50x (10.0 vs 20.0 s)"
+    )
+    assert "ours 1.8x faster per step (median 11.0 vs 20.0 s)" in same[1]
+    # ours' fastest is 2e-5 (10 s), TRL's only hit is 2e-5 (40 s)
+    assert lines[-1].startswith("best of sweep (ours 2e-05, TRL 2e-05): time 0.25x TRL")
+
+
+def test_report_says_when_a_trainer_never_reaches_the_target():
+    runs = [run("ours", 1e-5, [10], [0.5]), run("trl", 1e-5, [20], [0.1])]
+    assert lc.race_report(runs, 0.4).splitlines()[-1] == (
+        "best of sweep: TRL reached the target at no learning rate"
+    )
+
+
+def test_sweep_interleaves_both_trainers_and_alternates_the_first():
+    args = lc.parse_args(["--runs", "ours", "trl", "--lrs", "5e-6", "1e-5", "2e-5"])
+    names = [r.name for r in lc.build_runs(args)]
+    assert names == [
+        "ours@5e-06",
+        "trl@5e-06",
+        "trl@1e-05",
+        "ours@1e-05",
+        "ours@2e-05",
+        "trl@2e-05",
+    ]
+    assert {r.learning_rate for r in lc.build_runs(args) if r.trainer == "trl"} == {
+        5e-6,
+        1e-5,
+        2e-5,
+    }
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["--lrs", "0"], "--lrs"), (["--target-gain", "1.5"], "--target-gain")],
+)
+def test_bad_options_are_named(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        lc.parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_saved_results_read_back_into_the_same_report(tmp_path):
+    runs = [run("ours", 2e-5, [10.0, 12.0], [0.5, 0.6]), run("trl", 2e-5, [20.0, 20.0], [0.3, 0.5])]
+    runs[0].load = (3.0, 4.5)
+    args = lc.parse_args(["--runs", "ours", "trl", "--lrs", "2e-5"])
+    lc.save(tmp_path / "lc.json", 0.1, args, runs)
+    base, saved, back = lc.load(tmp_path / "lc.json")
+    assert base == 0.1 and saved["lrs"] == [2e-5]
+    assert back[0].load == (3.0, 4.5) and back[1].step_s == [20.0, 20.0]
+    assert lc.race_report(back, 0.4) == lc.race_report(runs, 0.4)
