@@ -79,6 +79,21 @@ class Shared:
     temperature: float
     eval_every: int
     seed: int
+    threads: int = 0
+    """CPU threads of every process (training, rollout engine, evaluation); 0: torch's choice."""
+
+    def env(self) -> dict[str, str]:
+        """Environment of a training subprocess: its thread count (and its vLLM engine's)."""
+        if self.threads <= 0:
+            return dict(os.environ)
+        count = str(self.threads)
+        # vLLM's CPU worker otherwise binds one OpenMP thread per core.
+        return {
+            **os.environ,
+            "OMP_NUM_THREADS": count,
+            "MKL_NUM_THREADS": count,
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        }
 
 
 @dataclass
@@ -173,6 +188,7 @@ def run_ours(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
         "seed": shared.seed,
         "progress": False,
         "output_dir": str(out),
+        **({"num_threads": shared.threads} if shared.threads > 0 else {}),
         **spec.overrides,
     }
     import yaml
@@ -189,7 +205,7 @@ def run_ours(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
         "--config",
         str(out.parent / f"{spec.name}.yaml"),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=shared.env())
     result = RunResult(spec, process_s=time.perf_counter() - t0)
     (out.parent / f"{spec.name}.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
@@ -224,6 +240,8 @@ def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
 
     from grpo_envs.adapters import trl_reward_funcs
 
+    if shared.threads > 0:
+        torch.set_num_threads(shared.threads)
     env = shared.task.make()
     tokenizer = AutoTokenizer.from_pretrained(shared.model)
     model = AutoModelForCausalLM.from_pretrained(shared.model, dtype=torch.float32)
@@ -287,7 +305,7 @@ def run_trl(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
     payload = json.dumps({"spec": asdict(spec), "shared": asdict(shared)})
     t0 = time.perf_counter()
     cmd = [sys.executable, str(HERE), "--child", payload, "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=shared.env())
     result = RunResult(spec, process_s=time.perf_counter() - t0)
     (out.parent / f"{spec.name}.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
@@ -566,6 +584,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "TRL reference's gain)",
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="CPU threads of every process, both trainers and the evaluation alike (0: torch's "
+        "choice). 1 on a small machine shared with other jobs: spinning OpenMP threads that wait "
+        "for a busy core make every kernel several times slower",
+    )
     p.add_argument("--out", default="", help="output folder (default: a temp folder)")
     p.add_argument("--keep", action="store_true", help="keep the saved policies")
     p.add_argument("--quick", action="store_true", help="smoke: 2 steps, 8 eval prompts")
@@ -583,6 +609,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.prompts, args.group = 2, 4
     if args.eval_every < 1:
         p.error("--eval-every must be >= 1")
+    if args.threads < 0:
+        p.error(f"--threads: {args.threads}; must be >= 0 (0: torch's choice)")
     if args.lrs and any(lr <= 0 for lr in args.lrs):
         p.error(f"--lrs: {args.lrs}; every learning rate must be > 0")
     if args.target_gain is not None and not 0 < args.target_gain <= 1:
@@ -618,7 +646,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         temperature=args.temperature,
         eval_every=args.eval_every,
         seed=args.seed,
+        threads=args.threads,
     )
+    if args.threads > 0:
+        import torch
+
+        torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="learning-curve-"))
     out.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
@@ -626,7 +659,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs, "
         f"load {load_before[0]:.1f}; {task.env_id} {task.kwargs}; {args.prompts} prompts x "
         f"{args.group} completions, <= {args.completion_length} tokens; eval: greedy HF, "
-        f"{args.eval_size} held-out prompts",
+        f"{args.eval_size} held-out prompts; threads per process: "
+        f"{args.threads or 'torch default'}",
         flush=True,
     )
     t = time.perf_counter()
