@@ -33,11 +33,12 @@ how TRL's PPO builds it: ``peft_config`` applies to the policy only).
 **How it is measured.** Each configuration runs in a fresh subprocess (clean memory); rounds of
 all configurations alternate, so that load drifting on a shared machine hits all alike. Peak
 memory is the child's ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` (peak resident set size of
-the process; torch's CPU allocations are ordinary heap memory and count in it), read once after
-the models are built ("setup") and once at the end ("peak"). Time per step is the wall time of
-each step (median over the steps after the first, which warms caches), with the process CPU time
-per step beside it (less sensitive to other jobs on a shared machine). Every process gets the same
-number of CPU threads (``--threads``). The table shows the median over rounds of each column.
+the process; torch's CPU allocations are ordinary heap memory and count in it, and so do the pages
+of the memory-mapped safetensors weights once read), read at the end of the run. Time per step is
+the wall time of each step (median over the steps after the first, which warms caches), with the
+process CPU time per step beside it (less sensitive to other jobs on a shared machine). Every
+process gets the same number of CPU threads (``--threads``). The table shows the median over
+rounds of each column.
 """
 
 from __future__ import annotations
@@ -468,8 +469,8 @@ def table(rows: Sequence[Row]) -> str:
     >>> rows = [Row("ours-full", "policy + reference", 134.5, 10.0, 9.0, 500, 1000, 3000, 2),
     ...         Row("trl-ppo-full", "policy + reference + value model", 269.0, 25.0, 27.0, 520,
     ...             1500, 6000, 2)]
-    >>> table(rows).splitlines()[2].split(" | ")[-3:]
-    ['2.5x', '3.0x', '2.0x |']
+    >>> table(rows).splitlines()[2].split(" | ")[3:]
+    ['10.00', '9.00', '500', '3000', '2.5x', '3.0x', '2.0x |']
     """
     cols = (
         "configuration",
@@ -478,7 +479,6 @@ def table(rows: Sequence[Row]) -> str:
         "s/step (wall)",
         "CPU s/step",
         "completion tokens/step",
-        "RSS after setup MB",
         "peak RSS MB",
         "PPO/ours s/step",
         "PPO/ours CPU s",
@@ -500,9 +500,7 @@ def table(rows: Sequence[Row]) -> str:
             ]
         lines.append(
             f"| {r.config} | {r.models} | {r.trainable_m:.1f} | {r.step_s:.2f} | {r.cpu_s:.2f} | "
-            f"{r.tokens:.0f} | {r.setup_rss_mb:.0f} | {r.peak_rss_mb:.0f} | "
-            + " | ".join(ratios)
-            + " |"
+            f"{r.tokens:.0f} | {r.peak_rss_mb:.0f} | " + " | ".join(ratios) + " |"
         )
     return "\n".join(lines)
 
