@@ -128,7 +128,7 @@ def run_ours(config: str, w: Workload, m: Measure) -> None:
     """Our trainer: HF engine, ``dapo`` loss, one optimizer step per step."""
     import grpo_envs
     from grpo_train.config import TrainConfig
-    from grpo_train.logging import read_metrics
+    from grpo_train.run_log import read_metrics
     from grpo_train.trainer import Trainer
 
     lora = "-lora" in config
@@ -234,7 +234,7 @@ def run_trl_ppo(config: str, w: Workload, m: Measure, trl_dir: Path) -> None:
 
     import grpo_envs
     from grpo_envs.types import Sample
-    from grpo_train.groups import encode_prompt
+    from grpo_train.prompts import encode_prompt
 
     if trl.__version__ != TRL_PPO_VERSION:
         raise RuntimeError(f"expected TRL {TRL_PPO_VERSION} from {trl_dir}, got {trl.__version__}")
@@ -249,7 +249,7 @@ def run_trl_ppo(config: str, w: Workload, m: Measure, trl_dir: Path) -> None:
     samples = [Sample.from_row(rows[i]) for i in range(w.prompts * w.steps)]
     # The same prompts as ours, through the same chat template; each prompt G times, so that a
     # batch of prompts x G rows holds the same number of completions as one GRPO step.
-    encoded = [encode_prompt(tokenizer, s, 256)[0] for s in samples]
+    encoded = [encode_prompt(tokenizer, s, max_tokens=256).ids for s in samples]
     by_prompt = {tuple(ids): s for ids, s in zip(encoded, samples)}
     data = datasets.Dataset.from_list(
         [{"input_ids": ids} for ids in encoded for _ in range(w.group)]
