@@ -597,8 +597,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="smoke: 2 steps, 8 eval prompts")
     p.add_argument(
         "--report",
-        default="",
-        help="print the tables of a saved learning_curve.json (also a stopped run's) and exit",
+        nargs="+",
+        default=[],
+        metavar="JSON",
+        help="print the tables of saved learning_curve.json files (also a stopped run's; several "
+        "make one race) and exit",
     )
     p.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -622,7 +625,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run every asked-for training, evaluate their policies, print the table, draw the plot."""
     args = parse_args(argv)
     if args.report:
-        base, saved, results = load(Path(args.report))
+        # Several saved runs (e.g. one invocation per learning rate) make one race, provided
+        # they share the base model's accuracy (the same evaluation).
+        loaded = [load(Path(p)) for p in args.report]
+        bases = {round(base, 6) for base, _, _ in loaded}
+        if len(bases) != 1:
+            raise SystemExit(f"--report: the files disagree on the base accuracy ({bases})")
+        base, saved, results = loaded[0][0], loaded[0][1], [r for *_, rs in loaded for r in rs]
         gain = args.target_gain if args.target_gain is not None else saved.get("target_gain")
         load0 = results[0].load[0] if results else 0.0
         print(report(results, base, gain if gain is not None else TARGET_GAIN, load0))

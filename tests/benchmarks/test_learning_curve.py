@@ -114,3 +114,16 @@ def test_saved_results_read_back_into_the_same_report(tmp_path):
     assert base == 0.1 and saved["lrs"] == [2e-5]
     assert back[0].load == (3.0, 4.5) and back[1].step_s == [20.0, 20.0]
     assert lc.race_report(back, 0.4) == lc.race_report(runs, 0.4)
+
+
+def test_report_merges_one_file_per_learning_rate(tmp_path, capsys):
+    args = lc.parse_args(["--runs", "ours", "trl"])
+    lc.save(tmp_path / "a.json", 0.1, args, [run("ours", 1e-5, [10.0], [0.5])])
+    lc.save(tmp_path / "b.json", 0.1, args, [run("trl", 1e-5, [30.0], [0.45])])
+    assert lc.main(["--report", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out
+    assert "target: held-out accuracy >= 38.0%" in out  # 10% + the default 28 points
+    assert "same lr 1e-05: time 0.33x TRL = steps 1.00x (1 vs 1)" in out
+    lc.save(tmp_path / "c.json", 0.2, args, [])
+    with pytest.raises(SystemExit, match="base accuracy"):
+        lc.main(["--report", str(tmp_path / "a.json"), str(tmp_path / "c.json")])
