@@ -51,6 +51,27 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+#: What the progress bar shows after each step: metric -> (label, format).
+_POSTFIX = {
+    "reward/mean": ("reward", ".3f"),
+    "eval/accuracy": ("eval", ".3f"),
+    "throughput/samples_per_s": ("samples/s", ".1f"),
+}
+
+
+def progress_postfix(metrics: Mapping[str, float]) -> dict[str, str]:
+    """Return the progress bar's step summary: reward, held-out accuracy, samples per second.
+
+    >>> progress_postfix({"reward/mean": 0.25, "throughput/samples_per_s": 12.34, "loss": 1.0})
+    {'reward': '0.250', 'samples/s': '12.3'}
+    """
+    return {
+        label: format(metrics[name], spec)
+        for name, (label, spec) in _POSTFIX.items()
+        if name in metrics
+    }
+
+
 class RunLogger:
     """Writes a run's metrics and samples; one instance per run."""
 
@@ -110,8 +131,7 @@ class RunLogger:
             return
         self._write(step, metrics)
         if self._bar is not None:
-            shown = {k: metrics[k] for k in ("reward/mean", "eval/accuracy") if k in metrics}
-            self._bar.set_postfix({k.split("/")[0]: f"{v:.3f}" for k, v in shown.items()})
+            self._bar.set_postfix(progress_postfix(metrics))
             self._bar.update(1)
 
     def log_eval(self, step: int, metrics: Mapping[str, float]) -> None:
