@@ -21,22 +21,9 @@ import os
 import resource
 import socket
 import sys
-import traceback
-from dataclasses import dataclass, field
 
-from sandbox import _codec, _landlock, _linux, _seccomp
+from sandbox import _codec, _landlock, _linux, _mounts, _seccomp
 
-#: Host directories hidden (empty read-only tmpfs) in the template's mount namespace: homes,
-#: checkouts, runtime state and every usual home of a host service's unix socket (/run, /var).
-#: Skipped when the interpreter itself lives below one of them.
-HIDDEN_DIRS = (
-    "/root", "/home", "/work", "/mnt", "/media", "/srv", "/run", "/var", "/opt",
-)  # fmt: skip
-#: Directories the program may read and execute from (Landlock); writes only in its work dir.
-READ_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc")
-#: The device files a run sees (the template's /dev holds nothing else).
-DEVICES = ("null", "zero", "full", "random", "urandom")
-READ_FILES = tuple(f"/dev/{name}" for name in DEVICES)
 #: The environment programs see (HOME and TMPDIR are their private work dir).
 CHILD_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
@@ -53,22 +40,63 @@ LAYER_ORDER = {name: i for i, name in enumerate(ALL_LAYERS)}
 MAX_MESSAGE = _codec.MAX_REQUEST + _codec.MAX_META + (1 << 10)
 
 
-@dataclass
 class RunContext:
-    """What the template prepared once for all its children (no job's data in it)."""
+    """What the template prepared once for all its children (no job's data in it).
 
-    uid: int = -1
-    env_empty: bool = False
-    cgroup: bool = False
-    stdlib_dirs: list[str] = field(default_factory=list)
-    host_dirs_hidden: bool = False
-    landlock: _landlock.Rules | None = None
-    seccomp: dict[bool, _seccomp.SeccompFilter] = field(default_factory=dict)
-    is_root: bool = False
-    slot_net: bool = False
-    """The template is in an empty network namespace of the slot's (see ``isolate``)."""
-    host_net: int = -1
-    """An fd of the host's network namespace, for ``network=True`` runs (with ``slot_net``)."""
+    A plain class, not a dataclass: ``dataclasses`` imports ``inspect`` and ``ast``, ~1.2 MB
+    that the template would hold and every clone copy the page tables of.
+    """
+
+    def __init__(
+        self,
+        *,
+        uid: int = -1,
+        env_empty: bool = False,
+        cgroup: bool = False,
+        stdlib_dirs: list[str] | None = None,
+        seccomp: dict[bool, _seccomp.SeccompFilter] | None = None,
+        is_root: bool = False,
+    ) -> None:
+        self.uid = uid
+        self.env_empty = env_empty
+        self.cgroup = cgroup
+        self.stdlib_dirs = stdlib_dirs or []
+        self.seccomp = seccomp or {}
+        self.is_root = is_root
+        self.host_dirs_hidden = False
+        self.landlock: _landlock.Rules | None = None
+        self.slot_net = False
+        """The template is in an empty network namespace of the slot's (see ``isolate``)."""
+        self.host_net = -1
+        """An fd of the host's network namespace, for ``network=True`` runs (with ``slot_net``)."""
+
+    def to_config(self) -> dict[str, object]:
+        """Return the slot server's settings as sent to the template at its start (JSON)."""
+        return {
+            "uid": self.uid,
+            "env_empty": self.env_empty,
+            "cgroup": self.cgroup,
+            "stdlib_dirs": self.stdlib_dirs,
+            "seccomp": {str(int(k)): f.program.hex() for k, f in self.seccomp.items()},
+            "is_root": self.is_root,
+        }
+
+    @classmethod
+    def from_config(cls, config: dict[str, object]) -> RunContext:
+        """Inverse of ``to_config`` (in the template)."""
+        programs = config["seccomp"]
+        dirs = config["stdlib_dirs"]
+        assert isinstance(programs, dict) and isinstance(dirs, list)
+        return cls(
+            uid=int(config["uid"]),  # type: ignore[call-overload]
+            env_empty=config["env_empty"] is True,
+            cgroup=config["cgroup"] is True,
+            stdlib_dirs=[str(d) for d in dirs],
+            seccomp={
+                k == "1": _seccomp.SeccompFilter(bytes.fromhex(v)) for k, v in programs.items()
+            },
+            is_root=config["is_root"] is True,
+        )
 
     @property
     def inherited_fds(self) -> set[int]:
@@ -77,14 +105,16 @@ class RunContext:
         return fds | ({self.host_net} if self.host_net >= 0 else set())
 
 
-@dataclass(frozen=True)
 class Kind:
     """The kind of run a fresh child is prepared for (sent by the slot server, not the template)."""
 
-    network: bool
-    max_file_mb: int
-    mount_ns: bool
-    host_workdir: str
+    __slots__ = ("host_workdir", "max_file_mb", "mount_ns", "network")
+
+    def __init__(self, network: bool, max_file_mb: int, mount_ns: bool, host_workdir: str) -> None:
+        self.network = network
+        self.max_file_mb = max_file_mb
+        self.mount_ns = mount_ns
+        self.host_workdir = host_workdir
 
 
 class RunSpec:
@@ -119,81 +149,6 @@ class RunSpec:
 def report_error(ctl: socket.socket, message: str) -> None:
     with contextlib.suppress(OSError):
         ctl.send(b"E" + message.encode("utf-8", "replace")[:4000])
-
-
-def hide_host_dirs(stdlib_dirs: list[str]) -> None:
-    """Make every mount private, cover ``HIDDEN_DIRS`` and replace /dev by a minimal one.
-
-    Done once in the template's own mount namespace, which each run's namespace copies. The
-    new /dev (a tmpfs) holds only ``DEVICES`` (bind mounts of the host's), the ``shm`` mount
-    point and the ``fd``/``stdin``/``stdout``/``stderr`` links: no host socket (``/dev/log``)
-    and no other device is left in reach.
-    """
-    libc = _linux.libc
-    _linux.errno_call(
-        libc.mount(b"none", b"/", None, _linux.MS_REC | _linux.MS_PRIVATE, None), "make-rprivate"
-    )
-    keep = [sys.base_prefix, sys.prefix, *stdlib_dirs]
-    flags = _linux.MS_RDONLY | _linux.MS_NOSUID | _linux.MS_NODEV | _linux.MS_NOEXEC
-    for path in HIDDEN_DIRS:
-        if not os.path.isdir(path) or any(k == path or k.startswith(path + "/") for k in keep):
-            continue
-        _linux.errno_call(
-            libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"size=4k,mode=0755"),
-            f"hide {path}",
-        )
-    devices = {}
-    for name in DEVICES:
-        with contextlib.suppress(OSError):
-            devices[name] = os.open(f"/dev/{name}", os.O_PATH | os.O_CLOEXEC)
-    try:
-        _linux.errno_call(
-            libc.mount(
-                b"tmpfs", b"/dev", b"tmpfs", _linux.MS_NOSUID | _linux.MS_NOEXEC,
-                b"size=64k,mode=0755",
-            ),
-            "mount /dev",
-        )  # fmt: skip
-        os.mkdir("/dev/shm", 0o1777)
-        os.symlink("/proc/self/fd", "/dev/fd")
-        for number, name in enumerate(("stdin", "stdout", "stderr")):
-            os.symlink(f"/proc/self/fd/{number}", f"/dev/{name}")
-        for name, fd in devices.items():
-            os.close(os.open(f"/dev/{name}", os.O_CREAT | os.O_WRONLY, 0o666))
-            _linux.errno_call(
-                libc.mount(f"/proc/self/fd/{fd}".encode(), f"/dev/{name}".encode(), None,
-                           _linux.MS_BIND, None),
-                f"bind /dev/{name}",
-            )  # fmt: skip
-    finally:
-        for fd in devices.values():
-            os.close(fd)
-
-
-def setup_mounts(ctx: RunContext, kind: Kind, layers: list[str]) -> str:
-    """Set up the run's new mount namespace: fresh /proc, tmpfs /tmp and /dev/shm."""
-    if not ctx.host_dirs_hidden:
-        hide_host_dirs(ctx.stdlib_dirs)
-    libc = _linux.libc
-    tmp_mb = max(16, 2 * kind.max_file_mb)
-    owner = f",uid={ctx.uid},gid={ctx.uid}" if ctx.uid > 0 else ""
-    opts = f"size={tmp_mb}m,mode=0700{owner}".encode()
-    nosuid_nodev = _linux.MS_NOSUID | _linux.MS_NODEV
-    _linux.errno_call(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", nosuid_nodev, opts), "mount /tmp")
-    if os.path.isdir("/dev/shm"):
-        _linux.errno_call(
-            libc.mount(
-                b"tmpfs", b"/dev/shm", b"tmpfs", nosuid_nodev | _linux.MS_NOEXEC,
-                b"size=16m,mode=1777",
-            ),
-            "mount /dev/shm",
-        )  # fmt: skip
-    if "pid_ns" in layers:
-        _linux.errno_call(
-            libc.mount(b"proc", b"/proc", b"proc", nosuid_nodev | _linux.MS_NOEXEC, None),
-            "mount /proc",
-        )
-    return "/tmp"
 
 
 def main(ctx: RunContext, ctl_fd: int, pid_ns: bool) -> None:
@@ -256,7 +211,9 @@ def isolate(ctx: RunContext, kind: Kind, layers: list[str], ctl: socket.socket) 
         layers.extend(name for name, flag in wanted.items() if libc.unshare(flag) == 0)
     if "mount_ns" in layers:
         try:
-            workdir = setup_mounts(ctx, kind, layers)
+            if not ctx.host_dirs_hidden:
+                _mounts.hide_host_dirs(ctx.stdlib_dirs)
+            workdir = _mounts.setup_run_mounts(ctx.uid, kind.max_file_mb, "pid_ns" in layers)
         except OSError as exc:
             report_error(ctl, f"mount namespace setup failed: {exc}")
             os._exit(125)
@@ -356,16 +313,52 @@ def await_program(
     run_program(spec, chan_staged >= 0)
 
 
+def _std_streams() -> tuple[io.TextIOWrapper, io.TextIOWrapper, io.TextIOWrapper]:
+    """Return text streams on fds 0, 1 and 2: the program's stdin, stdout and stderr."""
+    return (
+        io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8"),
+        io.TextIOWrapper(
+            io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace"
+        ),
+        io.TextIOWrapper(
+            io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+            line_buffering=True,
+        ),
+    )  # fmt: skip
+
+
+#: The program's streams, made once in the template (``prepare_template``).
+_STREAMS: tuple[io.TextIOWrapper, io.TextIOWrapper, io.TextIOWrapper] | None = None
+
+
+def prepare_template() -> None:
+    """Build, once in the template, the interpreter state every child would otherwise build.
+
+    Each of these cost every child a first time, measured: ``compile()`` creates the ``ast``
+    node types on its first call (1.5 ms and ~90 page faults); making the three text streams
+    touches the io and codec machinery (0.6 ms, ~80 faults; making them again, 0.05 ms). The
+    streams are made here on stand-ins of the kinds a run's fds 0-2 will be (a memfd for stdin,
+    a pipe for stdout/stderr: whether a stream is seekable is read once, when it is made), and
+    a child puts its own fds in their place (``dup2``) before the program uses them. Nothing of
+    a job is involved: this runs before the first clone.
+    """
+    global _STREAMS
+    compile("pass", "main.py", "exec")
+    made = [os.memfd_create("stdin"), *os.pipe()]
+    # Above 2 first: the lowest free fds may be 0-2 themselves.
+    stdin, read_end, write_end = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in made)
+    for fd in made:
+        os.close(fd)
+    for source, target in ((stdin, 0), (write_end, 1), (write_end, 2)):
+        os.dup2(source, target, inheritable=False)
+    for fd in (stdin, read_end, write_end):
+        os.close(fd)
+    _STREAMS = _std_streams()
+
+
 def run_program(spec: RunSpec, serve: bool) -> None:
     """Run the untrusted program in a fresh namespace; in serve mode then answer calls on fd 3."""
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
-    sys.stdout = io.TextIOWrapper(
-        io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace"
-    )
-    sys.stderr = io.TextIOWrapper(
-        io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
-        line_buffering=True,
-    )  # fmt: skip
+    sys.stdin, sys.stdout, sys.stderr = _STREAMS or _std_streams()
     sys.argv = ["main.py"]
     name = "__sandbox_candidate__" if serve else "__main__"
     namespace: dict[str, object] = {"__name__": name, "__builtins__": builtins}
@@ -383,11 +376,12 @@ def run_program(spec: RunSpec, serve: bool) -> None:
             print(exc.code, file=sys.stderr)
             code = 1
     except BaseException as exc:
-        # Skip our own frame: the program sees a traceback that starts at main.py.
+        # Skip our own frame: the program sees a traceback that starts at main.py. The
+        # interpreter's own printer (what an uncaught exception gets in ``python3 main.py``),
+        # not the ``traceback`` module, which the template would have to hold (~0.5 MB).
         with contextlib.suppress(BaseException):
-            traceback.print_exception(
-                type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None
-            )
+            tb = exc.__traceback__.tb_next if exc.__traceback__ else None
+            sys.__excepthook__(type(exc), exc.with_traceback(tb), tb)
         code = 1
     with contextlib.suppress(BaseException):
         atexit._run_exitfuncs()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import signal
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -94,7 +93,7 @@ class ParentClone:
     """
 
     def __init__(self) -> None:
-        numbers = _SYSCALLS.get(platform.machine())
+        numbers = _SYSCALLS.get(os.uname().machine)  # not ``platform``: the template imports this
         self.tid_addr = 0
         self.clone_nr = -1
         if numbers is None:

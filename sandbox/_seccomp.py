@@ -24,7 +24,7 @@ memory, and reading it there would race with the program), so the policy removes
 What this costs: a program cannot be a unix-socket client (``multiprocessing.Manager``,
 ``logging.handlers.SysLogHandler``); an honest test program has no use for that. Where seccomp
 is unavailable, the template's mount namespace still hides ``/run``, ``/var`` and the host's
-``/dev`` (``_child.hide_host_dirs``), and the per-slot uid leaves only world-writable sockets.
+``/dev`` (``_mounts.hide_host_dirs``), and the per-slot uid leaves only world-writable sockets.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import importlib.util
 import os
 import socket
 import sys
@@ -64,6 +63,7 @@ class SeccompFilter:
     """A compiled BPF program wrapped for ``prctl`` once; each child makes the one call."""
 
     def __init__(self, program: bytes) -> None:
+        self.program = program
         self._buf = ctypes.create_string_buffer(program, len(program))
         self._prog = SockFprog(len(program) // 8, ctypes.cast(self._buf, ctypes.c_void_p))
         self._ref = ctypes.byref(self._prog)
@@ -77,6 +77,8 @@ class SeccompFilter:
 
 
 def _load_pyseccomp(path: str) -> ModuleType:
+    import importlib.util  # the slot server's throw-away child only: not in the template
+
     spec = importlib.util.spec_from_file_location("pyseccomp", path)
     if spec is None or spec.loader is None:
         raise ImportError(path)

@@ -8,7 +8,7 @@ length-prefixed JSON frames on stdin/stdout; every reply echoes its request's ``
     slot server S (trusted, root)   holds the jobs; supervises: output caps, wall clock,
                                     reaping, OOM counts, verdict rounds (``_supervise``,
                                     ``_calltests``)
-      T template (trusted)          forked once at start-up, before any job; clones every C
+      T template (trusted)          a fresh interpreter started before any job; clones every C
                                     and V on a one-byte command and never sees a job
                                     (``_template``)
       C one child per run           a child of S (CLONE_PARENT), pid 1 of a fresh PID
@@ -23,9 +23,7 @@ Slot resources (uid pair, cgroups) are in ``_slot``, the seccomp policy in ``_se
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
-import importlib
 import json
 import os
 import signal
@@ -46,15 +44,6 @@ from sandbox._calltests import handle_tests
 from sandbox._server import Server
 from sandbox._supervise import Supervisor, classify, decode_output
 
-#: Standard-library modules model-written code and test code often import. Imported once here,
-#: before the template is forked, they cost a child nothing (an import in the child reads,
-#: unmarshals and executes the module, ~1.6 ms measured for random+heapq+copy+string); children
-#: do not share their state (copy-on-write), and ``random`` reseeds itself in every child.
-PRELOAD = (
-    "array", "bisect", "collections", "copy", "dataclasses", "datetime", "decimal", "fractions",
-    "functools", "hashlib", "heapq", "itertools", "math", "operator", "random", "re",
-    "statistics", "string", "typing",
-)  # fmt: skip
 _PROBE_LIMITS = {
     "timeout_s": 10, "cpu_s": 5, "memory_mb": 512, "output_bytes": 1024,
     "max_processes": 8, "max_file_mb": 1, "network": False,
@@ -109,9 +98,6 @@ def main() -> None:
     os.close(null)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _terminate)
-    for name in PRELOAD:  # before the template is forked: children inherit them for free
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
     pyseccomp = config.get("pyseccomp")
     server = Server(pyseccomp if isinstance(pyseccomp, str) else None)
     try:

@@ -1,0 +1,102 @@
+"""The mount namespaces of the template and of each run.
+
+The template hides the host's homes, checkouts and sockets once, in a mount namespace of its own
+(``hide_host_dirs``); every run's namespace is a copy of it, to which the run adds only its fresh
+``/tmp``, ``/dev/shm`` and ``/proc`` (``setup_run_mounts``). Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+from sandbox import _linux
+
+#: Host directories hidden (empty read-only tmpfs) in the template's mount namespace: homes,
+#: checkouts, runtime state and every usual home of a host service's unix socket (/run, /var).
+#: Skipped when the interpreter itself lives below one of them.
+HIDDEN_DIRS = (
+    "/root", "/home", "/work", "/mnt", "/media", "/srv", "/run", "/var", "/opt",
+)  # fmt: skip
+#: Directories the program may read and execute from (Landlock); writes only in its work dir.
+READ_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc")
+#: The device files a run sees (the template's /dev holds nothing else).
+DEVICES = ("null", "zero", "full", "random", "urandom")
+READ_FILES = tuple(f"/dev/{name}" for name in DEVICES)
+
+
+def hide_host_dirs(stdlib_dirs: list[str]) -> None:
+    """Make every mount private, cover ``HIDDEN_DIRS`` and replace /dev by a minimal one.
+
+    Done once in the template's own mount namespace, which each run's namespace copies. The
+    new /dev (a tmpfs) holds only ``DEVICES`` (bind mounts of the host's), the ``shm`` mount
+    point and the ``fd``/``stdin``/``stdout``/``stderr`` links: no host socket (``/dev/log``)
+    and no other device is left in reach.
+    """
+    libc = _linux.libc
+    _linux.errno_call(
+        libc.mount(b"none", b"/", None, _linux.MS_REC | _linux.MS_PRIVATE, None), "make-rprivate"
+    )
+    keep = [sys.base_prefix, sys.prefix, *stdlib_dirs]
+    flags = _linux.MS_RDONLY | _linux.MS_NOSUID | _linux.MS_NODEV | _linux.MS_NOEXEC
+    for path in HIDDEN_DIRS:
+        if not os.path.isdir(path) or any(k == path or k.startswith(path + "/") for k in keep):
+            continue
+        _linux.errno_call(
+            libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"size=4k,mode=0755"),
+            f"hide {path}",
+        )
+    devices = {}
+    for name in DEVICES:
+        with contextlib.suppress(OSError):
+            devices[name] = os.open(f"/dev/{name}", os.O_PATH | os.O_CLOEXEC)
+    try:
+        _linux.errno_call(
+            libc.mount(
+                b"tmpfs", b"/dev", b"tmpfs", _linux.MS_NOSUID | _linux.MS_NOEXEC,
+                b"size=64k,mode=0755",
+            ),
+            "mount /dev",
+        )  # fmt: skip
+        os.mkdir("/dev/shm", 0o1777)
+        os.symlink("/proc/self/fd", "/dev/fd")
+        for number, name in enumerate(("stdin", "stdout", "stderr")):
+            os.symlink(f"/proc/self/fd/{number}", f"/dev/{name}")
+        for name, fd in devices.items():
+            os.close(os.open(f"/dev/{name}", os.O_CREAT | os.O_WRONLY, 0o666))
+            _linux.errno_call(
+                libc.mount(f"/proc/self/fd/{fd}".encode(), f"/dev/{name}".encode(), None,
+                           _linux.MS_BIND, None),
+                f"bind /dev/{name}",
+            )  # fmt: skip
+    finally:
+        for fd in devices.values():
+            os.close(fd)
+
+
+def setup_run_mounts(uid: int, max_file_mb: int, pid_ns: bool) -> str:
+    """Set up a run's new mount namespace: tmpfs /tmp and /dev/shm, a fresh /proc (own PID ns).
+
+    Returns the work dir (the private /tmp, owned by ``uid``).
+    """
+    libc = _linux.libc
+    tmp_mb = max(16, 2 * max_file_mb)
+    owner = f",uid={uid},gid={uid}" if uid > 0 else ""
+    opts = f"size={tmp_mb}m,mode=0700{owner}".encode()
+    nosuid_nodev = _linux.MS_NOSUID | _linux.MS_NODEV
+    _linux.errno_call(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", nosuid_nodev, opts), "mount /tmp")
+    if os.path.isdir("/dev/shm"):
+        _linux.errno_call(
+            libc.mount(
+                b"tmpfs", b"/dev/shm", b"tmpfs", nosuid_nodev | _linux.MS_NOEXEC,
+                b"size=16m,mode=1777",
+            ),
+            "mount /dev/shm",
+        )  # fmt: skip
+    if pid_ns:
+        _linux.errno_call(
+            libc.mount(b"proc", b"/proc", b"proc", nosuid_nodev | _linux.MS_NOEXEC, None),
+            "mount /proc",
+        )
+    return "/tmp"
