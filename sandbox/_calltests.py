@@ -155,6 +155,7 @@ def _run_round(
         verdict.start(job, chan_v.fileno())
     finally:
         chan_v.close()
+    server.prepare_next(child)
     sup = Supervisor(child, spec.output_bytes, server.cleanup)
     rnd.sup = sup
     deadline = time.monotonic() + spec.timeout_s + (n - first) * per_test + 1.0

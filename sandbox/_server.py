@@ -72,6 +72,19 @@ class Server:
         self.res.start_job()
         return self.spawner.spawn(spec, chan)
 
+    def prepare_next(self, running: Child) -> None:
+        """Prepare the next run's child now, while ``running`` runs.
+
+        The new child isolates itself (~2.5 ms of CPU: namespaces, mounts, Landlock, seccomp)
+        on another core while this run executes, exits and is reported, instead of after it,
+        on the next request's path: measured, this is what kept a 2-core machine from being
+        busy with two slots. It holds nothing of either job: its program comes later, over
+        its own socket. Only when ``running`` has a PID namespace: without one, the clean-up
+        after a run kills every process of the slot uid, which would include it.
+        """
+        if running.pid_ns:
+            self.spawner.prewarm()
+
     def cleanup(self, child: Child) -> None:
         """Kill anything the run left behind.
 

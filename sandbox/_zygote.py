@@ -59,6 +59,7 @@ def handle_run(server: Server, req: dict[str, object]) -> dict[str, object]:
     req.clear()
     spec.code = spec.stdin = ""
     spec.files = {}
+    server.prepare_next(child)
     sup = Supervisor(child, spec.output_bytes, server.cleanup)
     try:
         sup.loop(start + spec.timeout_s)
@@ -151,7 +152,7 @@ def _serve(server: Server, config: dict[str, object], req_fd: int, rep_fd: int) 
         reply["id"] = request_id
         _codec.write_frame(rep_fd, _codec.dumps(reply))
         del req, reply
-        server.spawner.prewarm()  # off the critical path: the library is busy reading the reply
+        server.spawner.prewarm()  # unless prepared during the run (``Server.prepare_next``)
 
 
 if __name__ == "__main__":
