@@ -20,6 +20,7 @@ import json
 import os
 import resource
 import socket
+import struct
 import sys
 
 from sandbox import _codec, _landlock, _linux, _mounts, _seccomp
@@ -110,11 +111,29 @@ class Kind:
 
     __slots__ = ("host_workdir", "max_file_mb", "mount_ns", "network")
 
+    #: ``b"K"``, network, mount_ns, max_file_mb; then the host work dir as UTF-8. Fixed binary
+    #: fields, not JSON: every child parses one.
+    _LAYOUT = struct.Struct("=c??I")
+
     def __init__(self, network: bool, max_file_mb: int, mount_ns: bool, host_workdir: str) -> None:
         self.network = network
         self.max_file_mb = max_file_mb
         self.mount_ns = mount_ns
         self.host_workdir = host_workdir
+
+    def pack(self) -> bytes:
+        """Return the message that tells a child its kind of run (sent with its two pipes)."""
+        head = self._LAYOUT.pack(b"K", self.network, self.mount_ns, self.max_file_mb)
+        return head + self.host_workdir.encode()
+
+    @classmethod
+    def unpack(cls, message: bytes) -> Kind | None:
+        """Inverse of ``pack``; None for anything else (the slot server discarded the child)."""
+        if len(message) < cls._LAYOUT.size or message[:1] != b"K":
+            return None
+        _k, network, mount_ns, max_file_mb = cls._LAYOUT.unpack_from(message)
+        workdir = message[cls._LAYOUT.size :].decode()
+        return cls(network, max_file_mb, mount_ns, workdir)
 
 
 class RunSpec:
@@ -160,16 +179,11 @@ def main(ctx: RunContext, ctl_fd: int, pid_ns: bool) -> None:
     except BaseException:
         os._exit(125)
     try:
-        got, payload, fds = _codec.recv_message(ctl, 1 << 16, maxfds=2)
-        if got != b"K" or len(fds) != 2:
+        # Already queued: the slot server sends it before asking the template for this clone.
+        message, fds = _codec.recv_packet(ctl, 1 << 12, maxfds=2)
+        kind = Kind.unpack(message)
+        if kind is None or len(fds) != 2:
             os._exit(0)  # the slot server discarded this child
-        meta, _texts = _codec.unpack_texts(payload)
-        kind = Kind(
-            network=bool(meta["network"]),
-            max_file_mb=int(meta["max_file_mb"]),
-            mount_ns=bool(meta["mount_ns"]),
-            host_workdir=str(meta["host_workdir"]),
-        )
         layers = ["empty_env"] if ctx.env_empty else []
         if ctx.cgroup:
             layers.append("cgroup")

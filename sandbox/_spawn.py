@@ -97,36 +97,35 @@ class Spawner:
         self.run_counter = 0
 
     def prepare(self, network: bool, max_file_mb: int) -> Child:
-        """Have the template clone a child, then tell it (not the template) its kind of run."""
+        """Have the template clone a child that finds its kind of run (from us) waiting for it.
+
+        The kind and the pipes are queued on the child's socket before the clone is asked for,
+        so the child never waits for them (the template never reads that socket).
+        """
         ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        host_workdir = ""
         try:
+            host_workdir = "" if self.use_mount_ns else self._host_workdir()
+            kind = _child.Kind(network, max_file_mb, self.use_mount_ns, host_workdir)
+            socket.send_fds(ctl, [kind.pack()], [out_w, err_w])
             pid, pid_ns = self.template.fork_run_child(theirs.fileno())
         except BaseException:
             ctl.close()
+            for fd in (out_r, err_r):
+                os.close(fd)
+            if host_workdir:
+                shutil.rmtree(host_workdir, ignore_errors=True)
             raise
         finally:
             theirs.close()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+            os.close(out_w)
+            os.close(err_w)
         child = Child(pid, ctl, out_r, err_r)
         child.key = (network, max_file_mb)
         child.pid_ns = pid_ns
-        try:
-            child.host_workdir = "" if self.use_mount_ns else self._host_workdir()
-            kind = {
-                "network": network,
-                "max_file_mb": max_file_mb,
-                "mount_ns": self.use_mount_ns,
-                "host_workdir": child.host_workdir,
-            }
-            message = _codec.Message(b"K", kind, [])
-            message.send(ctl, [out_w, err_w])
-        except BaseException:
-            child.close()
-            raise
-        finally:
-            os.close(out_w)
-            os.close(err_w)
+        child.host_workdir = host_workdir
         for fd in (out_r, err_r):
             os.set_blocking(fd, False)
         return child
