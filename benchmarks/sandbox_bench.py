@@ -319,7 +319,13 @@ def _print_report(
     print(
         f"trivial-program throughput ratio (ours / fresh interpreter): "
         f"{rows[0].per_s / fresh_out.per_s:.1f}x "
-        f"(per round: {', '.join(f'{r:.1f}' for r in trivial_ratios)})"
+        f"(per round: {', '.join(f'{r:.1f}' for r in trivial_ratios)}; target >= 3x)"
+    )
+    # What the throughput ratio tends to once both sides keep every core busy; under load the
+    # fresh interpreter loses more wall time than CPU, so this is the steadier of the two.
+    print(
+        f"trivial-program CPU-per-run ratio (fresh interpreter / ours): "
+        f"{fresh_out.cpu_ms / rows[0].cpu_ms:.1f}x"
     )
     if args.caller_mb > 0:
         big_row = rows[4]
