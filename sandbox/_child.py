@@ -233,12 +233,6 @@ def isolate(ctx: RunContext, kind: Kind, layers: list[str], ctl: socket.socket) 
             os._exit(125)
     else:
         workdir = kind.host_workdir
-    if ctx.uid > 0:
-        os.setgroups([])
-        os.setresgid(ctx.uid, ctx.uid, ctx.uid)
-        os.setresuid(ctx.uid, ctx.uid, ctx.uid)
-        layers.append("uid")
-        _linux.set_pdeathsig()  # credential changes clear it
     os.chdir(workdir)
     _linux.errno_call(libc.prctl(_linux.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     layers.append("no_new_privs")
@@ -264,6 +258,17 @@ def await_program(
     kind, payload, fds = _codec.recv_message(ctl, MAX_MESSAGE, maxfds=1)
     if kind != b"R":
         os._exit(0)  # the slot server discarded this prepared child
+    if ctx.uid > 0:
+        # The slot uid only now that a program is here: the next child is prepared while the
+        # current run executes, and as that uid it would count against the running program's
+        # RLIMIT_NPROC (a per-uid count), taking one of its processes. Nothing untrusted has
+        # run in this process yet, and no_new_privs, Landlock and seccomp (set while waiting)
+        # allow a drop to an unprivileged uid.
+        os.setgroups([])
+        os.setresgid(ctx.uid, ctx.uid, ctx.uid)
+        os.setresuid(ctx.uid, ctx.uid, ctx.uid)
+        layers.append("uid")
+        _linux.set_pdeathsig()  # credential changes clear it
     req, texts = _codec.unpack_texts(payload)
     del payload
     chan = fds[0] if fds else -1

@@ -340,3 +340,33 @@ def test_request_messages_round_trip_inline_and_in_a_memfd(size: int) -> None:
         theirs.close()
     with pytest.raises(_codec.CodecError):
         _codec.unpack_texts(b"".join(_codec.pack_texts({}, texts))[:-1])
+
+
+def test_max_processes_are_all_the_programs_own(sb: Sandbox) -> None:
+    """A program may run ``max_processes`` processes, itself included, in every run.
+
+    The next run's child is prepared while a run executes; it must not count against the
+    running program's per-uid ``RLIMIT_NPROC`` (it once did, and a program allowed 3 processes
+    could fork only one child, depending on timing).
+    """
+    code = (
+        "import os, time\n"
+        "pids = []\n"
+        "for _ in range(2):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        time.sleep(0.2)\n"
+        "        os._exit(0)\n"
+        "    pids.append(pid)\n"
+        "for pid in pids:\n"
+        "    os.waitpid(pid, 0)\n"
+        "print('forked', len(pids))\n"
+    )
+    limits = Limits(timeout_s=5.0, memory_mb=256, max_processes=3)
+    for _ in range(4):
+        res = sb.run(code, limits=limits)
+        assert res.status == Status.OK, res.stderr
+        assert res.stdout == "forked 2\n"
+    # And no more than that: a third child is refused.
+    res = sb.run(code.replace("range(2)", "range(3)"), limits=limits)
+    assert res.status == Status.RUNTIME_ERROR and "BlockingIOError" in res.stderr
