@@ -32,7 +32,7 @@ from grpo_envs.registration import (
 from grpo_envs.types import Component, Message, Outcome, Sample, Score
 
 if TYPE_CHECKING:
-    from grpo_envs.base import Environment, SingleTurnEnv
+    from grpo_envs.base import Environment, SingleTurnEnv, easier_versions
     from grpo_envs.checker import check_env
     from grpo_envs.mixture import MixtureEnv
     from grpo_envs.rubric import Judgement, Parser, RewardComponent, Rubric
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "Environment": "grpo_envs.base",
     "SingleTurnEnv": "grpo_envs.base",
+    "easier_versions": "grpo_envs.base",
     "check_env": "grpo_envs.checker",
     "MixtureEnv": "grpo_envs.mixture",
     "Judgement": "grpo_envs.rubric",
@@ -74,6 +75,7 @@ __all__ = [
     "Score",
     "SingleTurnEnv",
     "check_env",
+    "easier_versions",
     "list_envs",
     "load_plugins",
     "make",

@@ -123,6 +123,22 @@ class Environment(ABC):
         return self
 
 
+def easier_versions(env: Environment) -> list[Environment]:
+    """Return easier versions of ``env`` for a curriculum, easiest first; [] when it has none.
+
+    An environment offers them by defining ``easier_versions()`` (procedural ones can: fewer
+    digits, fewer steps). They must score like ``env`` and draw from the same question space's
+    train side, so that ``env``'s held-out split stays unseen (``ArithmeticEnv`` does).
+    """
+    make_versions = getattr(env, "easier_versions", None)
+    if make_versions is None:
+        return []
+    versions = list(make_versions())
+    if not all(isinstance(v, Environment) for v in versions):
+        raise TypeError(f"{type(env).__name__}.easier_versions() must return Environments")
+    return versions
+
+
 def _check_aligned(completions: Sequence[object], samples: Sequence[object]) -> None:
     if len(completions) != len(samples):
         raise ValueError(

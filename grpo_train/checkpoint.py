@@ -358,10 +358,21 @@ def start_lineage(run_dir: str | Path, start: Path | None, launch: str) -> list[
 
 @dataclass(frozen=True)
 class SamplerState:
-    """Position of the prompt sampler: prompts drawn so far, and per environment."""
+    """Where the data stands: prompts drawn so far, per environment, and the curriculum.
+
+    ``positions`` count within each environment's current curriculum stage; ``curriculum`` is
+    ``curriculum.CurriculumState.to_json()`` and ``filter_memory`` ``PassRateFilter.to_json()``
+    (empty in checkpoints written before curricula existed: every environment at its start).
+    ``signal_streak`` / ``signal_fired`` are the learning-signal guard's (``SignalGuard``): with
+    ``dynamic_sampling: auto`` they decide how the next steps draw.
+    """
 
     draws: int = 0
     positions: tuple[int, ...] = ()
+    curriculum: Mapping[str, object] = field(default_factory=dict)
+    filter_memory: tuple[tuple[str | int | float, ...], ...] = ()
+    signal_streak: int = 0
+    signal_fired: bool = False
 
 
 @dataclass(frozen=True)
@@ -608,7 +619,13 @@ def _write_files(
         "optimizer": None if optimizer is None else optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
         "rng": _rng_state(),
-        "sampler": {"draws": sampler.draws, "positions": list(sampler.positions)},
+        "sampler": {
+            "draws": sampler.draws,
+            "positions": list(sampler.positions),
+            "curriculum": dict(sampler.curriculum),
+            "filter_memory": [list(row) for row in sampler.filter_memory],
+            "signal": [sampler.signal_streak, sampler.signal_fired],
+        },
     }
     if baselines is not None:
         state["baselines"] = {name: dict(table) for name, table in baselines.items()}
@@ -676,8 +693,13 @@ def load_checkpoint(
         accelerator.load_state(str(path / ACCELERATE_DIR))
     else:
         optimizer.load_state_dict(state["optimizer"])
+    saved = state["sampler"]
     sampler = SamplerState(
-        int(state["sampler"]["draws"]), tuple(int(p) for p in state["sampler"]["positions"])
+        int(saved["draws"]),
+        tuple(int(p) for p in saved["positions"]),
+        dict(saved.get("curriculum") or {}),
+        tuple(tuple(row) for row in saved.get("filter_memory") or ()),
+        *(int(saved["signal"][0]), bool(saved["signal"][1])) if "signal" in saved else (),
     )
     return ResumeState(
         step=int(state["step"]), sampler=sampler, path=path, baselines=state.get("baselines")

@@ -1,11 +1,12 @@
 """Rollout collection: one rank's share of a step's prompts, generated and scored.
 
-``Collector.sample_batch`` is steps (1)-(3) of the GRPO step (``trainer.py``): draw prompts with
-the ``PromptSampler``, encode them (``prompts.encode_prompt``), generate ``num_generations``
-completions each with the rollout engine, score them through the one guard
-(``grpo_envs.wrappers.guarded_scores``), refill with DAPO dynamic sampling when asked, and build
-the immutable ``RolloutBatch`` the update reads, with the step's rollout metrics. A step whose
-scorer looks broken (too many failed scores) stops the run (``TrainingAborted``).
+``Collector.sample_batch`` is steps (1)-(3) of the GRPO step (``trainer.py``): draw prompts
+from ``TrainingPrompts`` (the sampler's order over each environment's current curriculum
+stage), encode them (``prompts.encode_prompt``), generate ``num_generations`` completions each
+with the rollout engine, score them through the one guard (``grpo_envs.wrappers.guarded_scores``),
+refill with DAPO dynamic sampling when asked, and build the immutable ``RolloutBatch`` the update
+reads, with the step's rollout metrics. A step whose scorer looks broken (too many failed scores)
+stops the run (``TrainingAborted``).
 """
 
 from __future__ import annotations
@@ -16,17 +17,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from grpo_envs.base import Environment
 from grpo_envs.types import Sample, Score
 from grpo_envs.wrappers import guarded_scores
 from grpo_train import distributed
 from grpo_train.batch import RolloutBatch
 from grpo_train.checkpoint import latest_checkpoint
 from grpo_train.config import TrainConfig
+from grpo_train.curriculum import TrainingPrompts
 from grpo_train.data_parallel import SingleProcess
 from grpo_train.groups import MIN_SCORED, Group
 from grpo_train.metrics import rollout_metrics
-from grpo_train.prompt_sampler import PromptSampler
 from grpo_train.prompts import PromptFormat, encode_prompt
 from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
 from grpo_train.run_log import logger
@@ -44,10 +44,7 @@ class Collector:
     def __init__(
         self,
         cfg: TrainConfig,
-        envs: Sequence[Environment],
-        env_names: Sequence[str],
-        train_rows: Sequence[Any],
-        sampler: PromptSampler,
+        prompts: TrainingPrompts,
         engine: RolloutEngine,
         tokenizer: Any,
         prompt_format: PromptFormat,
@@ -55,8 +52,7 @@ class Collector:
         dp: SingleProcess,
         run_dir: Path,
     ) -> None:
-        self.cfg, self.envs, self.env_names = cfg, list(envs), list(env_names)
-        self.train_rows, self.sampler, self.engine = train_rows, sampler, engine
+        self.cfg, self.prompts, self.env_names, self.engine = cfg, prompts, prompts.names, engine
         self.tokenizer, self.prompt_format = tokenizer, prompt_format
         self.rank, self.dp, self.run_dir = rank, dp, run_dir
 
@@ -91,6 +87,11 @@ class Collector:
         everything = self.dp.gather(sampled)
         m.update(rollout_metrics(everything, self.env_names))
         self._check_scores(step, everything)
+        curriculum, moved = self.prompts.record(everything)
+        m.update(curriculum)
+        for where in moved if self.rank.is_main else ():
+            threshold = self.cfg.data.curriculum_threshold
+            logger.info("curriculum: %s (training accuracy reached %g)", where, threshold)
         batch = RolloutBatch.from_groups(groups, cfg.rollout.num_generations, padding)
         return batch, sampled, m
 
@@ -131,10 +132,7 @@ class Collector:
         Every rank draws the same ``n_prompts`` prompts (same sampler, same seed) and keeps its
         contiguous share (``distributed.shard_prompts``); a group never spans two ranks.
         """
-        drawn = []
-        for _ in range(n_prompts):
-            env_index, row = self.sampler.next()
-            drawn.append((Sample.from_row(self.train_rows[env_index][row]), env_index))
+        drawn = self.prompts.draw(n_prompts)
         start = distributed.shard_bounds(n_prompts, self.rank.rank, self.rank.world_size)[0]
         mine = distributed.shard_prompts(drawn, self.rank.rank, self.rank.world_size)
         prompts = [self._encode(sample) for sample, _ in mine]
@@ -143,7 +141,7 @@ class Collector:
         times["generate"] += time.perf_counter() - t
         t = time.perf_counter()
         scores: list[list[Score]] = [[] for _ in mine]
-        for index, env in enumerate(self.envs):
+        for index, env in enumerate(self.prompts.envs):
             here = [k for k, (_, e) in enumerate(mine) if e == index]
             texts = [c.text for k in here for c in results[k]]
             flat = guarded_scores(env, texts, [mine[k][0] for k in here for _ in results[k]])

@@ -55,6 +55,11 @@ class EnvEntry:
     """Relative share of the prompts drawn from this environment."""
     kwargs: Mapping[str, str | int | float | bool] = field(default_factory=dict)
     """Keyword arguments for ``grpo_envs.make(id, **kwargs)`` (YAML only)."""
+    stages: tuple[Mapping[str, str | int | float | bool], ...] = ()
+    """A curriculum (YAML only): kwargs overrides of easier versions, easiest first, e.g.
+    ``[{digits: 1}, {operands: 2}]``; the environment as configured is the last stage. Training
+    moves up a stage when its accuracy reaches ``curriculum_threshold``; evaluation always
+    measures the last stage."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,24 @@ class DataConfig:
     prompt_template: str = "{prompt}"
     """Plain-text prompt for models without a chat template (base models): ``{prompt}`` is the
     messages' text joined by blank lines, e.g. ``Question: {prompt}\nAnswer:``."""
+    curriculum: Literal["auto", "on", "off"] = "auto"
+    """Easy-first training (grpo_train/curriculum.py). An environment's stages are its ``stages``
+    in ``env``, else the easier versions it offers itself (``math/arithmetic-v0`` chains: fewer
+    digits and operands). ``on``: every environment with stages starts at its easiest. ``auto``:
+    environments given ``stages`` start at the easiest; the others train as configured until the
+    learning-signal guard sees no signal (equal rewards in nearly every group for several steps),
+    then drop to their easiest version and climb back. ``off``: never."""
+    curriculum_threshold: float = 0.6
+    """Training accuracy (share of correct completions, mean over ``curriculum_window`` steps at
+    a stage) at which an environment moves to its next stage."""
+    curriculum_window: int = 3
+    """Steps of training accuracy averaged for ``curriculum_threshold``."""
+    online_filtering: bool = False
+    """Skip a prompt whose pass rate on its last visit was 0 or 1 (no gradient either way),
+    retrying it after ``filter_retry_after`` skips ("Online Difficulty Filtering", arXiv
+    2504.03380). Acts on prompts that repeat (several epochs over a dataset)."""
+    filter_retry_after: int = 2
+    """Times in a row a prompt is skipped by ``online_filtering`` before it is drawn again."""
 
 
 @dataclass(frozen=True)
@@ -285,6 +308,8 @@ RESUME_FIXED: frozenset[str] = frozenset(
     {
         "env", "train_split", "max_prompt_length",
         "system_prompt", "chat_template", "chat_template_kwargs", "prompt_template",
+        "curriculum", "curriculum_threshold", "curriculum_window", "online_filtering",
+        "filter_retry_after",
         "num_generations", "prompts_per_step", "max_completion_length", "temperature", "top_p",
         "seed_per_prompt",
         "advantage_estimator", "ema_alpha", "scale_rewards", "importance_sampling_level",
@@ -570,7 +595,11 @@ def _plain(value: object) -> object:
     if isinstance(value, tuple):
         return [_plain(v) for v in value]
     if isinstance(value, EnvEntry):
-        return {"id": value.id, "weight": value.weight, "kwargs": dict(value.kwargs)}
+        plain: dict[str, object] = {"id": value.id, "weight": value.weight}
+        plain["kwargs"] = dict(value.kwargs)
+        if value.stages:
+            plain["stages"] = [dict(stage) for stage in value.stages]
+        return plain
     if isinstance(value, Mapping):
         return dict(value)
     if isinstance(value, str):  # StrEnum members become plain strings
@@ -736,10 +765,11 @@ def parse_envs(value: object) -> tuple[EnvEntry, ...]:
                     "use id:weight with a positive number (math/arithmetic-v0:2)"
                 ) from None
         elif isinstance(item, Mapping) and "id" in item:
-            extra = set(item) - {"id", "weight", "kwargs"}
+            extra = set(item) - {"id", "weight", "kwargs", "stages"}
             if extra:
                 raise ValueError(
-                    f"env: unknown key(s) {sorted(extra)} in {dict(item)}; use id, weight, kwargs"
+                    f"env: unknown key(s) {sorted(extra)} in {dict(item)}; use id, weight, "
+                    "kwargs, stages"
                 )
             weight, kwargs = item.get("weight", 1.0), item.get("kwargs") or {}
             try:
@@ -754,10 +784,21 @@ def parse_envs(value: object) -> tuple[EnvEntry, ...]:
                     f"env: kwargs of {item['id']} is {kwargs!r}; give a mapping of "
                     "argument: value (`grpo envs show ID` lists the arguments)"
                 )
-            entries.append(EnvEntry(str(item["id"]), number, dict(kwargs)))
+            stages = _parse_stages(str(item["id"]), item.get("stages") or [])
+            entries.append(EnvEntry(str(item["id"]), number, dict(kwargs), stages))
         else:
             raise ValueError(f"env: cannot read {item!r}; give an id or a mapping with an 'id' key")
     return tuple(entries)
+
+
+def _parse_stages(env_id: str, value: object) -> tuple[Mapping[str, str | int | float | bool], ...]:
+    """Read an env entry's ``stages``: a list of kwargs mappings, easiest first."""
+    if not isinstance(value, list | tuple) or not all(isinstance(s, Mapping) for s in value):
+        raise ValueError(
+            f"env: stages of {env_id} is {value!r}; give a list of kwargs overrides, easiest "
+            "first, e.g. [{digits: 1}, {operands: 2}]"
+        )
+    return tuple(dict(stage) for stage in value)
 
 
 def _validate(cfg: TrainConfig) -> list[str]:
@@ -785,6 +826,12 @@ def _data_problems(d: DataConfig) -> list[str]:
     """List the problems of the ``data`` settings."""
     p = _Problems()
     p.need(bool(d.env), "env: no environment given; pass --env ID (see `grpo envs list`)")
+    p.need(
+        0 < d.curriculum_threshold <= 1,
+        f"curriculum_threshold: {d.curriculum_threshold}; a training accuracy in (0, 1], e.g. 0.6",
+    )
+    p.need(d.curriculum_window >= 1, f"curriculum_window: {d.curriculum_window}; must be >= 1")
+    p.need(d.filter_retry_after >= 1, f"filter_retry_after: {d.filter_retry_after}; must be >= 1")
     for e in d.env:
         p.need(bool(e.id), "env: an entry has an empty id")
         p.need(e.weight > 0, f"env: weight of {e.id} is {e.weight}; weights must be > 0")

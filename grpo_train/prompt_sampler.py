@@ -44,6 +44,12 @@ class PromptSampler:
         self.positions[env] += 1
         return env, int(order[offset])
 
+    def restart(self, env: int, size: int) -> None:
+        """Draw environment ``env``'s rows anew, from ``size`` rows (a new curriculum stage)."""
+        if size < 1:
+            raise ValueError(f"environment {env}: the new stage has no training rows")
+        self.sizes[env], self.positions[env] = size, 0
+
     def state(self) -> SamplerState:
         """Return the counters to save in a checkpoint."""
         return SamplerState(self.draws, tuple(self.positions))

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from grpo_envs.base import Environment
+from grpo_envs.base import Environment, easier_versions
 from grpo_train.checkpoint import (
     MANIFEST_FILE,
     MODEL_DIR,
@@ -123,27 +123,56 @@ def check_output_dir(run_dir: Path) -> None:
 
 def make_envs(cfg: TrainConfig) -> list[Environment]:
     """``grpo_envs.make`` each configured environment; a failure names the entry and the fix."""
+    return [make_env(entry.id, entry.kwargs) for entry in cfg.data.env]
+
+
+def make_env(env_id: str, kwargs: Mapping[str, object]) -> Environment:
+    """``grpo_envs.make(env_id, **kwargs)``; a failure becomes a ``ConfigError`` with the fix."""
     import grpo_envs
 
-    envs = []
-    for entry in cfg.data.env:
-        module = entry.id.split(":", 1)[0] if ":" in entry.id else None
-        try:
-            envs.append(grpo_envs.make(entry.id, **entry.kwargs))
-        except ModuleNotFoundError as err:
-            raise ConfigError(
-                f"env: {entry.id}: cannot import module {err.name or module!r}; put it on "
-                "PYTHONPATH (or pip install it), or check the spelling of MODULE:ID"
-            ) from None
-        except TypeError as err:
-            raise ConfigError(
-                f"env: {entry.id} does not accept kwargs {dict(entry.kwargs)} ({err}); "
-                "`grpo envs show ID` lists its arguments"
-            ) from None
-        except (KeyError, ValueError, ImportError, AttributeError) as err:
-            text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
-            raise ConfigError(f"env: {entry.id}: {text}") from None
-    return envs
+    module = env_id.split(":", 1)[0] if ":" in env_id else None
+    try:
+        return grpo_envs.make(env_id, **kwargs)
+    except ModuleNotFoundError as err:
+        raise ConfigError(
+            f"env: {env_id}: cannot import module {err.name or module!r}; put it on "
+            "PYTHONPATH (or pip install it), or check the spelling of MODULE:ID"
+        ) from None
+    except TypeError as err:
+        raise ConfigError(
+            f"env: {env_id} does not accept kwargs {dict(kwargs)} ({err}); "
+            "`grpo envs show ID` lists its arguments"
+        ) from None
+    except (KeyError, ValueError, ImportError, AttributeError) as err:
+        text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+        raise ConfigError(f"env: {env_id}: {text}") from None
+
+
+def curriculum_stages(
+    cfg: TrainConfig, envs: Sequence[Environment]
+) -> tuple[list[list[Environment]], list[int]]:
+    """Each environment's curriculum stages (easiest first, itself last) and its starting stage.
+
+    Stages are the env entry's ``stages`` (built with ``make``), else the easier versions the
+    environment offers (``grpo_envs.easier_versions``). With ``curriculum: on``, or stages given
+    by the user, training starts at the easiest; with ``auto`` an environment's own easier
+    versions wait at the last stage until the learning-signal guard calls for them.
+    """
+    mode = cfg.data.curriculum
+    entries = list(cfg.data.env) if len(cfg.data.env) == len(envs) else [None] * len(envs)
+    stages, starts = [], []
+    for env, entry in zip(envs, entries):
+        easier: list[Environment] = []
+        if mode != "off" and entry is not None and entry.stages:
+            easier = [make_env(entry.id, {**entry.kwargs, **stage}) for stage in entry.stages]
+            start_easy = True
+        elif mode != "off":
+            easier, start_easy = easier_versions(env), mode == "on"
+        else:
+            start_easy = False
+        stages.append([*easier, env])
+        starts.append(0 if start_easy else len(easier))
+    return stages, starts
 
 
 def build_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> tuple[torch.optim.Optimizer, Any]:

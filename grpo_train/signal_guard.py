@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,8 +38,18 @@ class SignalGuard:
         self.fired = True
         return True
 
-    def advice(self, step: int, config: TrainConfig, dynamic_sampling_now_on: bool) -> str:
-        """One line: what happened and what to try, with this run's numbers."""
+    def advice(
+        self,
+        step: int,
+        config: TrainConfig,
+        dynamic_sampling_now_on: bool,
+        easier_now: Sequence[str] = (),
+    ) -> str:
+        """One line: what happened and what to try, with this run's numbers.
+
+        ``easier_now``: the environments that the automatic curriculum just sent to their easiest
+        version.
+        """
         r = config.rollout
         tries = [
             "dynamic_sampling=true (drop equal-reward groups, draw more prompts)"
@@ -47,13 +58,21 @@ class SignalGuard:
             f"a higher temperature (now {r.temperature:g})",
             f"larger groups (num_generations, now {r.num_generations})",
             "a reward with partial credit (e.g. step_credit for arithmetic chains)",
-            "an easier curriculum (a lower difficulty first)",
         ]
+        if not easier_now:
+            tries.append("an easier curriculum (a lower difficulty first; env stages)")
         now = (
             "; dynamic_sampling=auto is now on for the rest of the run"
             if dynamic_sampling_now_on
             else ""
         )
+        if easier_now:
+            now += (
+                f"; curriculum=auto: {', '.join(easier_now)} now trains on its easiest version "
+                "first and moves up as its training accuracy reaches curriculum_threshold="
+                f"{config.data.curriculum_threshold:g} (evaluation stays on the task as "
+                "configured)"
+            )
         return (
             f"learning signal: at step {step}, >= {self.threshold:.0%} of groups had equal "
             f"rewards (no gradient) for {self.patience} steps in a row{now}. Try: "

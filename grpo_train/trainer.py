@@ -43,11 +43,11 @@ from grpo_train.checkpoint import (
 )
 from grpo_train.collect import Collector
 from grpo_train.config import ConfigError, TrainConfig, algorithm_notes
+from grpo_train.curriculum import TrainingPrompts
 from grpo_train.groups import Group
 from grpo_train.lora import reference_logprobs, save_merged
 from grpo_train.loss import MicroBatch, token_logprobs
 from grpo_train.metrics import peak_memory_mb
-from grpo_train.prompt_sampler import PromptSampler
 from grpo_train.prompts import PromptFormat
 from grpo_train.rollout import build_engine
 from grpo_train.rollout.base import RolloutEngine, engine_asleep
@@ -58,6 +58,7 @@ from grpo_train.run_setup import (
     check_output_dir,
     check_resume,
     check_splits,
+    curriculum_stages,
     init_path,
     load_run_policy,
     lora_settings,
@@ -131,8 +132,12 @@ class Trainer:
             self.model, self.optimizer = self.accelerator.prepare(model, self.optimizer)
         self.dp = data_parallel.strategy(self.accelerator, self.model, self.distributed)
         sampler_state = self._resume_training_state()
-        sizes = [len(rows) for rows in self.train_rows]
-        self.sampler = PromptSampler(sizes, weights, self.cfg.run.seed, sampler_state)
+        # What training draws: each environment's current curriculum stage, in a resumable order.
+        stage_envs, starts = curriculum_stages(self.cfg, self.envs)
+        self.prompts = TrainingPrompts(
+            stage_envs, starts, self.env_names, weights, self.cfg.data, self.cfg.run.seed,
+            sampler_state,
+        )  # fmt: skip
         if engine is None:
             engine = build_engine(self.cfg, model_path, self.policy, self.tokenizer)
         self.engine = engine
@@ -141,8 +146,8 @@ class Trainer:
         self.learner = self._build_learner()
         self.settings = UpdateSettings.from_config(self.cfg)
         self.collector = Collector(
-            self.cfg, self.envs, self.env_names, self.train_rows, self.sampler, self.engine,
-            self.tokenizer, self.prompt_format, self.rank, self.dp, self.run_dir,
+            self.cfg, self.prompts, self.engine, self.tokenizer, self.prompt_format, self.rank,
+            self.dp, self.run_dir,
         )  # fmt: skip
         self.stop = StopRequest()
         self._bad_updates = 0
@@ -188,7 +193,6 @@ class Trainer:
         self.envs = [env] if isinstance(env, Environment) else list(env or make_envs(cfg))
         self.env_names = [e.env_id or type(e).__name__ for e in self.envs]
         check_splits(self.envs, self.env_names, cfg.data)
-        self.train_rows = [e.dataset(cfg.data.train_split) for e in self.envs]
         same = len(cfg.data.env) == len(self.envs)
         return [e.weight for e in cfg.data.env] if same else [1.0] * len(self.envs)
 
@@ -246,6 +250,11 @@ class Trainer:
         apply_schedule_changes(
             self.saved, self.cfg, self.optimizer, self.scheduler, self.start_step, self.rank.is_main
         )
+        # The guard's state decides whether dynamic_sampling=auto draws more: without it a
+        # resumed run would sample differently from the uninterrupted one.
+        saved = state.sampler
+        self.signal_guard = SignalGuard(streak=saved.signal_streak, fired=saved.signal_fired)
+        self._low_signal = saved.signal_fired
         return state.sampler
 
     def _build_learner(self) -> Policy:
@@ -384,7 +393,8 @@ class Trainer:
             return
         self._low_signal = True
         auto = self.cfg.algorithm.dynamic_sampling == "auto"
-        log.write(self.signal_guard.advice(step, self.cfg, dynamic_sampling_now_on=auto))
+        easier = self.prompts.ease() if self.cfg.data.curriculum == "auto" else []
+        log.write(self.signal_guard.advice(step, self.cfg, auto, easier))
 
     def train_step(self, step: int, log: RunLogger) -> dict[str, float]:
         """Run one GRPO step (arXiv:2402.03300): rollouts, advantages, update, sync, metrics."""
@@ -542,7 +552,11 @@ class Trainer:
             tokenizer=self.tokenizer,
             optimizer=self.optimizer,
             scheduler=self.scheduler,
-            sampler=self.sampler.state(),
+            sampler=replace(
+                self.prompts.state(),
+                signal_streak=self.signal_guard.streak,
+                signal_fired=self.signal_guard.fired,
+            ),
             config=self.cfg,
             keep_last=self.cfg.run.keep_last,
             state_dict=state,

@@ -34,7 +34,7 @@ from grpo_envs.envs._common import (
 )
 from grpo_envs.envs._expr import ExpressionError, safe_eval
 from grpo_envs.rubric import Judgement, RewardComponent, Rubric, ScoringContext
-from grpo_envs.types import Sample
+from grpo_envs.types import Sample, Scalar
 
 #: difficulty -> (number of operands, max digits per operand)
 LEVELS: dict[int, tuple[int, int]] = {1: (2, 1), 2: (3, 2), 3: (4, 2), 4: (5, 3), 5: (6, 3)}
@@ -170,6 +170,12 @@ class ArithmeticEnv(SingleTurnEnv):
                 default) leaves it out. Accuracy counts only the final answer either way.
         """
         super().__init__()
+        # What an easier version of this environment is built from (``easier_versions``).
+        self._settings: dict[str, Scalar] = {
+            "task": task, "seed": seed, "train_size": train_size, "test_size": test_size,
+            "format": format, "format_weight": format_weight, "answer": answer,
+            "operators": operators, "step_credit": step_credit,
+        }  # fmt: skip
         if task not in TASKS:
             raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
         if difficulty not in LEVELS:
@@ -206,6 +212,33 @@ class ArithmeticEnv(SingleTurnEnv):
                 *extra_components(format, format_weight),
             ]
         )
+
+    def easier_stages(self) -> list[dict[str, Scalar]]:
+        """Keyword overrides for easier versions of this task, easiest first (a curriculum).
+
+        ``chain`` only: first two operands with one digit, then more digits up to this task's,
+        then more operands up to this task's; the operators stay this task's. The configured
+        task itself is not in the list. ``add2`` and tasks already at the bottom have none.
+
+        >>> ArithmeticEnv(operands=3, digits=2, operators="-").easier_stages()
+        [{'operands': 2, 'digits': 1}, {'operands': 2, 'digits': 2}]
+        >>> ArithmeticEnv(operands=2, digits=1).easier_stages()
+        []
+        """
+        if self.task != "chain":
+            return []
+        ladder = [(2, d) for d in range(1, self.digits + 1)]
+        ladder += [(n, self.digits) for n in range(3, self.operands + 1)]
+        return [{"operands": n, "digits": d} for n, d in ladder[:-1]]
+
+    def easier_versions(self) -> list[ArithmeticEnv]:
+        """Return the environment at each of ``easier_stages``, easiest first (same seed, sizes)."""
+        versions = []
+        for stage in self.easier_stages():
+            version = ArithmeticEnv(**{**self._settings, **stage})  # type: ignore[arg-type]
+            version.env_id = self.env_id
+            versions.append(version)
+        return versions
 
     def _generate(self, rng: random.Random) -> Problem:
         if self.task == "add2":

@@ -250,7 +250,7 @@ def test_dynamic_sampling_refills_groups_with_a_signal(tiny_model_path, tmp_path
     assert row["group/frac_zero_std"] > 0
     assert row["dynamic/rounds"] >= 1
     assert row["dynamic/groups_kept"] <= 4
-    assert trainer.sampler.draws > 4  # refill prompts were drawn
+    assert trainer.prompts.sampler.draws > 4  # refill prompts were drawn
 
 
 def test_kl_and_multiple_updates_per_batch(tiny_model_path, tmp_path):

@@ -5,8 +5,10 @@ import pytest
 
 import grpo_envs
 from grpo_envs import check_env
-from grpo_envs.envs._common import is_held_out, parse_integer
+from grpo_envs.base import SingleTurnEnv
+from grpo_envs.envs._common import integer_correctness, is_held_out, parse_integer
 from grpo_envs.envs.arithmetic import LEVELS, Step, expression_steps, step_pattern
+from grpo_envs.rubric import RewardComponent, Rubric
 from grpo_envs.types import Outcome, Sample
 
 
@@ -213,3 +215,29 @@ def test_step_credit_is_validated():
         grpo_envs.make("math/arithmetic-v0", step_credit=2.0)
     with pytest.raises(ValueError, match="step_credit"):
         grpo_envs.make("math/arithmetic-v0", task="add2", step_credit=0.5)
+
+
+def test_easier_versions_climb_digits_then_operands_and_keep_the_rest():
+    env = grpo_envs.make(
+        "math/arithmetic-v0", task="chain", operands=4, digits=3, operators="-",
+        answer="loose", step_credit=0.5, seed=7,
+    )  # fmt: skip
+    versions = grpo_envs.easier_versions(env)
+    shapes = [(v.operands, v.digits) for v in versions]
+    assert shapes == [(2, 1), (2, 2), (2, 3), (3, 3)]
+    for version in versions:
+        assert version.operators == "-" and version.step_credit == 0.5 and version.seed == 7
+        assert version.env_id == "math/arithmetic-v0"
+        row = version.dataset("train")[0]
+        assert row["prompt"][-1]["content"].count("-") == version.operands - 1
+        # The held-out side of the question space is the configured env's: never trained on.
+        questions = [r["prompt"][-1]["content"].split(" Give")[0] for r in version.dataset("train")]
+        assert questions[0].startswith("What is ") and not any(map(is_held_out, questions))
+
+
+def test_easiest_and_add2_tasks_have_no_easier_versions():
+    assert grpo_envs.easier_versions(grpo_envs.make("math/arithmetic-v0", difficulty=1)) == []
+    assert grpo_envs.easier_versions(grpo_envs.make("math/arithmetic-v0", task="add2")) == []
+    correct = RewardComponent("correct", 1.0, integer_correctness)
+    plain = SingleTurnEnv({"train": [{"question": "1+1?", "answer": "2"}]}, Rubric([correct]))
+    assert grpo_envs.easier_versions(plain) == []
