@@ -245,7 +245,7 @@ class TrainingPrompts:
         skipped = 0
         while len(drawn) < n_prompts:
             env_index, row = self.sampler.next()
-            sample = Sample.from_row(self.rows[env_index][row])
+            sample = self._named_for_stage(env_index, Sample.from_row(self.rows[env_index][row]))
             if (
                 self.data.online_filtering
                 and skipped < MAX_FILTERED_PER_PROMPT * n_prompts
@@ -307,6 +307,16 @@ class TrainingPrompts:
         self.rows[env_index] = env.dataset(self.data.train_split)
         self.sampler.restart(env_index, len(self.rows[env_index]))
         return f"{self.names[env_index]} stage {stage + 1}/{len(self.stage_envs[env_index])}"
+
+    def _named_for_stage(self, env_index: int, sample: Sample) -> Sample:
+        """Give an easier stage's sample an id of its own (``stage-1/train-7``).
+
+        Row ``train-7`` of an easier stage is another question than row ``train-7`` of the task:
+        per-prompt state keyed by sample id (EMA baselines, logs) must not mix them.
+        """
+        if self.curriculum.is_final(env_index):
+            return sample
+        return replace(sample, id=f"stage-{self.curriculum.stage(env_index) + 1}/{sample.id}")
 
     def _key(self, env_index: int, sample: Sample) -> PromptKey:
         return (env_index, self.curriculum.stage(env_index), sample.id)

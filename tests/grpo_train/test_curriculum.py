@@ -108,6 +108,7 @@ def test_filter_memory_round_trips_through_json():
 from toy_env import DigitEnv  # noqa: E402
 
 from grpo_envs.types import Component, Outcome, Score  # noqa: E402
+from grpo_train.curriculum import TrainingPrompts  # noqa: E402
 from grpo_train.run_log import read_metrics  # noqa: E402
 from grpo_train.trainer import Trainer  # noqa: E402
 
@@ -138,6 +139,26 @@ class LadderDigitEnv(DigitEnv):
 
     def easier_versions(self):
         return [ConstantEnv(1.0, size=self.size)]
+
+
+def test_training_prompts_draw_the_current_stage_under_their_own_ids():
+    from grpo_train.config import DataConfig
+    from grpo_train.groups import Group
+
+    easy, task = ConstantEnv(1.0, size=3), DigitEnv(size=5)
+    data = DataConfig(curriculum_threshold=0.5, curriculum_window=1)
+    prompts = TrainingPrompts([[easy, task]], [0], ["digits"], [1.0], data, seed=0)
+    drawn = prompts.draw(4)
+    assert [env for _, env in drawn] == [0] * 4
+    assert all(s.id.startswith("stage-1/train-") for s, _ in drawn)
+    right = Score(1.0, Outcome.CORRECT)
+    groups = [Group(s, 0, [1], [], [right, right]) for s, _ in drawn]
+    metrics, moved = prompts.record(groups)
+    assert moved == ["digits stage 2/2"] and metrics == {"curriculum/stage/digits": 2.0}
+    # The task itself: its own rows (5 of them, a fresh order) under their own ids.
+    ids = [s.id for s, _ in prompts.draw(5)]
+    assert sorted(ids) == [f"train-{i}" for i in range(5)]
+    assert prompts.state().curriculum == {"stages": [1], "recent": [[]]}
 
 
 def _config(model_path, out, **overrides):
