@@ -423,10 +423,13 @@ class Trainer:
         # (7) Time split, throughput, memory, sample completions.
         m.update(self._step_metrics(sampled, times))
         every = self.cfg.run.log_every_samples
-        if every and step % every == 0 and batch.samples:
-            group = batch.samples[0]
-            name = self.env_names[group.env_index]
-            log.log_samples(sample_records(step, group, name, advantages[0].tolist()))
+        if every and step % every == 0 and sampled:
+            # The first trained group; when dynamic sampling dropped every group (no signal),
+            # the first sampled one with advantage 0, so that the log shows what the model wrote.
+            trained = bool(batch.samples) and not batch.padding
+            group = batch.samples[0] if trained else sampled[0]
+            values = advantages[0].tolist() if trained else [0.0] * len(group.completions)
+            log.log_samples(sample_records(step, group, self.env_names[group.env_index], values))
         return m
 
     def advantages(self, batch: RolloutBatch) -> torch.Tensor:
