@@ -4,6 +4,10 @@
 every N steps without reloading a model; the ``grpo eval`` command builds an engine and calls it
 once. With ``out_dir`` every scored completion is appended to ``samples.jsonl`` as soon as its
 batch is scored, and a rerun into the same folder only generates what is missing.
+
+Why one module over 500 lines: the plan (what is still missing), the generation batches, the
+records and the summary share the resume key, the pending-prompt types and the run folder's
+consistency check; apart, each piece would import the others' private types.
 """
 
 from __future__ import annotations
