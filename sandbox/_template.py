@@ -140,6 +140,22 @@ def _main() -> None:
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    _isolate_slot(ctx)
+    # The programs' environment, set once here (children inherit it): nothing from the library.
+    os.environ.clear()
+    os.environ.update(_child.CHILD_ENV)
+    cloner = _linux.ParentClone()
+    # Children are clones of this heap: freeze it so that the cyclic GC in a child never touches
+    # (and so copies) these objects (the "gc.freeze before fork" recipe, Python docs).
+    gc.collect()
+    gc.freeze()
+    flags = b"1" if ctx.host_dirs_hidden else b"0"
+    sock.send(b"H" + flags + (b"1" if ctx.landlock is not None else b"0"))
+    _serve(sock, ctx, cloner)
+
+
+def _isolate_slot(ctx: _child.RunContext) -> None:
+    """Namespaces and Landlock rules every run of the slot shares, made once in the template."""
     libc = _linux.libc
     if ctx.is_root and ctx.seccomp.get(False) is not None:
         # One empty network namespace for the slot's runs. Safe to share because with the
@@ -170,18 +186,12 @@ def _main() -> None:
         )
         with contextlib.suppress(OSError):
             ctx.landlock = _landlock.Rules([p for p in reads if p != "/proc"], ["/dev/null"])
-    # The programs' environment, set once here (children inherit it): nothing from the library.
-    os.environ.clear()
-    os.environ.update(_child.CHILD_ENV)
-    cloner = _linux.ParentClone()
+
+
+def _serve(sock: socket.socket, ctx: _child.RunContext, cloner: _linux.ParentClone) -> None:
+    """Clone a run child (``C``) or verdict server (``V``) per request, or kill the uid (``U``)."""
     pid_ns = ctx.is_root
     verdict_uid = ctx.uid + 1 if ctx.uid > 0 else -1
-    # Children are clones of this heap: freeze it so that the cyclic GC in a child never touches
-    # (and so copies) these objects (the "gc.freeze before fork" recipe, Python docs).
-    gc.collect()
-    gc.freeze()
-    flags = b"1" if ctx.host_dirs_hidden else b"0"
-    sock.send(b"H" + flags + (b"1" if ctx.landlock is not None else b"0"))
     while True:
         try:
             msg, fds, _flags, _addr = socket.recv_fds(sock, 16, 1)
