@@ -19,8 +19,10 @@ import torch
 from grpo_envs.types import Outcome
 from grpo_train.advantages import group_stats
 from grpo_train.scoring import scoring_failed
+from grpo_train.throughput import step_throughput
 
 if TYPE_CHECKING:
+    from grpo_train.data_parallel import SingleProcess
     from grpo_train.groups import Group
 
 
@@ -124,3 +126,23 @@ def peak_memory_mb() -> float:
     """Return the peak memory of this process in MiB: CUDA max allocated on GPU, max RSS on CPU."""
     peak = peak_memory()
     return peak.rss_mb if peak.cuda_allocated_mb is None else peak.cuda_allocated_mb
+
+
+def step_metrics(
+    sampled: Sequence[Group], times: Mapping[str, float], dp: SingleProcess, lr: float
+) -> dict[str, float]:
+    """Time split, throughput, peak memory, learning rate of one step.
+
+    ``tokens_per_s``: this rank's sampled tokens per second; ``throughput/samples_per_s``
+    and ``throughput/completion_tokens_per_s``: every rank's completions and their tokens
+    (collective: every rank calls it).
+    """
+    total = sum(times.values())
+    new_tokens = sum(len(c.token_ids) for g in sampled for c in g.completions)
+    samples = sum(len(g.completions) for g in sampled)
+    m = {f"time/{k}": v for k, v in times.items()}
+    m.update({"time/step": total, "tokens_per_s": new_tokens / max(total, 1e-9)})
+    every_samples, every_tokens = dp.total(samples), dp.total(new_tokens)
+    m.update(step_throughput(int(every_samples), int(every_tokens), total))
+    m.update({"memory/peak_mb": peak_memory_mb(), "lr": lr})
+    return m

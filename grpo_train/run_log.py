@@ -72,6 +72,44 @@ def progress_postfix(metrics: Mapping[str, float]) -> dict[str, str]:
     }
 
 
+def open_run_log(
+    cfg: TrainConfig,
+    run_dir: Path,
+    start_step: int,
+    main: bool,
+    resume_from: Path | None,
+    launch: str,
+) -> RunLogger:
+    """Write the run's config and lineage (main rank), say what to expect; return the run's log.
+
+    Checkpoints after the resumed step are on a branch this launch abandons: they are moved
+    aside (``checkpoint.start_lineage``), with a warning naming each.
+    """
+    from grpo_train.checkpoint import start_lineage
+    from grpo_train.config import algorithm_notes
+
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        cfg.save(run_dir / "config.yaml")
+        for moved in start_lineage(run_dir, resume_from, launch):
+            logger.warning(
+                "%s is on a branch this run abandons (after the resumed step): moved to %s",
+                moved.name,
+                moved,
+            )
+    log = RunLogger(run_dir, cfg, start_step=start_step, enabled=main)
+    if cfg.algorithm.beta == 0 and cfg.algorithm.mu == 1 and main:  # TRL/verl users' FAQ
+        logger.info(
+            "beta=0, mu=1: the logged loss stays near 0 by design, the gradient does not "
+            "(see 'Why is the loss 0?' in grpo_train/README.md); watch reward/mean"
+        )
+    for note in algorithm_notes(cfg) if main else []:
+        logger.warning(note)
+    if start_step >= cfg.run.max_steps:  # never train 0 steps silently (a TRL bug)
+        logger.warning("resumed at step %d >= max_steps: nothing to do", start_step)
+    return log
+
+
 class RunLogger:
     """Writes a run's metrics and samples; one instance per run."""
 

@@ -39,19 +39,17 @@ from grpo_train.checkpoint import (
     new_launch_id,
     read_manifest,
     save_checkpoint,
-    start_lineage,
 )
 from grpo_train.collect import Collector
-from grpo_train.config import ConfigError, TrainConfig, algorithm_notes
+from grpo_train.config import ConfigError, TrainConfig
 from grpo_train.curriculum import TrainingPrompts
-from grpo_train.groups import Group
 from grpo_train.lora import reference_logprobs, save_merged
 from grpo_train.loss import MicroBatch, token_logprobs
-from grpo_train.metrics import peak_memory_mb
+from grpo_train.metrics import step_metrics
 from grpo_train.prompts import PromptFormat
 from grpo_train.rollout import build_engine
 from grpo_train.rollout.base import RolloutEngine, engine_asleep
-from grpo_train.run_log import RunLogger, logger, read_metrics, sample_records
+from grpo_train.run_log import RunLogger, logger, open_run_log, read_metrics, sample_records
 from grpo_train.run_setup import (
     apply_schedule_changes,
     build_optimizer,
@@ -69,7 +67,7 @@ from grpo_train.run_setup import (
 )
 from grpo_train.signal_guard import SignalGuard
 from grpo_train.stop import StopRequest, TrainingAborted
-from grpo_train.throughput import TimeToTarget, run_throughput, step_throughput, time_to_target
+from grpo_train.throughput import TimeToTarget, run_throughput, time_to_target
 from grpo_train.update import Policy, UpdateSettings, grpo_update
 
 if TYPE_CHECKING:
@@ -284,7 +282,7 @@ class Trainer:
         """
         cfg, run, t0 = self.cfg, self.cfg.run, time.perf_counter()
         main = self.rank.is_main
-        log = self._open_run()
+        log = open_run_log(cfg, self.run_dir, self.start_step, main, self.resume_from, self.launch)
         step, last_ckpt, acc_before, acc_after = self.start_step, None, None, None
         stopped = False
         with self.stop.installed():  # the first Ctrl-C / SIGTERM: finish the step, save
@@ -349,30 +347,6 @@ class Trainer:
             run_throughput(rows),
         )
 
-    def _open_run(self) -> RunLogger:
-        """Write the run's config and lineage (main rank), say what to expect; return the log."""
-        cfg, main = self.cfg, self.rank.is_main
-        if main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            cfg.save(self.run_dir / "config.yaml")
-            for moved in start_lineage(self.run_dir, self.resume_from, self.launch):
-                logger.warning(
-                    "%s is on a branch this run abandons (after the resumed step): moved to %s",
-                    moved.name,
-                    moved,
-                )
-        log = RunLogger(self.run_dir, cfg, start_step=self.start_step, enabled=main)
-        if cfg.algorithm.beta == 0 and cfg.algorithm.mu == 1 and main:  # TRL/verl users' FAQ
-            logger.info(
-                "beta=0, mu=1: the logged loss stays near 0 by design, the gradient does not "
-                "(see 'Why is the loss 0?' in grpo_train/README.md); watch reward/mean"
-            )
-        for note in algorithm_notes(cfg) if main else []:
-            logger.warning(note)
-        if self.start_step >= cfg.run.max_steps:  # never train 0 steps silently (a TRL bug)
-            logger.warning("resumed at step %d >= max_steps: nothing to do", self.start_step)
-        return log
-
     def _accuracy_before(self, log: RunLogger) -> float | None:
         """Evaluate before training (main rank, step 0 only); a resumed step 0 reuses its row."""
         if not (self.start_step == 0 and self.cfg.data.eval_size > 0 and self.rank.is_main):
@@ -421,7 +395,7 @@ class Trainer:
         weight_export.sync_rollout_weights(self.engine, self.model)
         times["sync"] = time.perf_counter() - t
         # (7) Time split, throughput, memory, sample completions.
-        m.update(self._step_metrics(sampled, times))
+        m.update(step_metrics(sampled, times, self.dp, self.scheduler.get_last_lr()[0]))
         every = self.cfg.run.log_every_samples
         if every and step % every == 0 and sampled:
             # The first trained group; when dynamic sampling dropped every group (no signal),
@@ -450,23 +424,6 @@ class Trainer:
             batch.rewards, keys, self.baselines, a.ema_alpha, a.scale_rewards, valid
         )
         return advantages
-
-    def _step_metrics(self, sampled: Sequence[Group], times: dict[str, float]) -> dict[str, float]:
-        """Time split, throughput, peak memory, learning rate.
-
-        ``tokens_per_s``: this rank's sampled tokens per second; ``throughput/samples_per_s``
-        and ``throughput/completion_tokens_per_s``: every rank's completions and their tokens
-        (collective).
-        """
-        total = sum(times.values())
-        new_tokens = sum(len(c.token_ids) for g in sampled for c in g.completions)
-        samples = sum(len(g.completions) for g in sampled)
-        m = {f"time/{k}": v for k, v in times.items()}
-        m.update({"time/step": total, "tokens_per_s": new_tokens / max(total, 1e-9)})
-        every_samples, every_tokens = self.dp.total(samples), self.dp.total(new_tokens)
-        m.update(step_throughput(int(every_samples), int(every_tokens), total))
-        m.update({"memory/peak_mb": peak_memory_mb(), "lr": self.scheduler.get_last_lr()[0]})
-        return m
 
     def _autocast(self) -> contextlib.AbstractContextManager[object]:
         """bf16 autocast: on CUDA for a bfloat16 run; on CPU only with ``cpu_autocast_bf16``."""
