@@ -528,7 +528,7 @@ def test_grpo_train_cli_on_two_cpu_ranks_matches_one_process(
         assert p.returncode == 0, stdout[-2000:] + stderr[-4000:]
     assert outs[0][1].count(GUARD_BANNER) >= 2  # both ranks ran under the NCCL collective guard
     # Only the main rank reports; both ranks end with bit-identical weights.
-    assert outs[0][0].count("held-out accuracy") == 1
+    assert outs[0][0].count("held-out accuracy: before") == 1
     two_rows, one_rows = read_metrics(tmp_path / "two"), read_metrics(tmp_path / "one")
     assert [r["step"] for r in two_rows] == [0, 1, 2]  # rank 0 evaluated before and after
     assert two_rows[-1]["eval/accuracy"] == one_rows[-1]["eval/accuracy"]
