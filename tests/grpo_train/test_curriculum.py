@@ -208,11 +208,8 @@ def test_curriculum_off_never_changes_the_task(tiny_model_path, tmp_path, capsys
 
 
 def test_online_filtering_skips_decided_prompts_and_resumes_exactly(tiny_model_path, tmp_path):
-    import os
-    import signal
-
     import torch
-    from test_trainer import _deterministic
+    from test_trainer import _deterministic, _stop_after
 
     # 6 training rows, 4 prompts a step: rows repeat from step 2 on, and the solved ones (the
     # easy stage answers everything) are skipped.
@@ -225,15 +222,7 @@ def test_online_filtering_skips_decided_prompts_and_resumes_exactly(tiny_model_p
     assert rows[0]["curriculum/filtered_share"] == 0.0
     assert rows[1]["curriculum/filtered_share"] > 0.0
     cut = Trainer(_config(tiny_model_path, tmp_path / "cut", **settings), env=env())
-    original = cut.train_step
-
-    def step_then_stop(step, log):
-        metrics = original(step, log)
-        if step == 2:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return metrics
-
-    cut.train_step = step_then_stop
+    _stop_after(cut, 2)
     assert cut.train().interrupted
     cut.close()
     resumed, _ = _run(

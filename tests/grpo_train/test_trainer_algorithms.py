@@ -1,11 +1,8 @@
 """Short CPU runs, tiny model: EMA baselines and resume, GSPO, throughput, time-to-target."""
 
-import os
-import signal
-
 import pytest
 import torch
-from test_trainer import _deterministic, make_config, run
+from test_trainer import _deterministic, _stop_after, make_config, run
 from toy_env import DigitEnv
 
 from grpo_train.checkpoint import STATE_FILE, latest_checkpoint
@@ -24,18 +21,6 @@ EMA = {
 }
 
 
-def _stop_after_step(trainer, stop_at):
-    original = trainer.train_step
-
-    def step(step, log):
-        metrics = original(step, log)
-        if step == stop_at:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return metrics
-
-    trainer.train_step = step
-
-
 def test_ema_baselines_are_saved_and_a_resumed_run_matches_the_uninterrupted_one(
     tiny_model_path, tmp_path
 ):
@@ -48,7 +33,7 @@ def test_ema_baselines_are_saved_and_a_resumed_run_matches_the_uninterrupted_one
     assert saved["baselines"] == full.baselines.to_state()
 
     cut = Trainer(make_config(tiny_model_path, cut_dir, **EMA), env=DigitEnv(size=4))
-    _stop_after_step(cut, 1)
+    _stop_after(cut, 1)
     assert cut.train().steps == 1
     cut.close()
     resumed, _ = run(
