@@ -621,34 +621,35 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run every asked-for training, evaluate their policies, print the table, draw the plot."""
-    args = parse_args(argv)
-    if args.report:
-        # Several saved runs (e.g. one invocation per learning rate) make one race, provided
-        # they share the base model's accuracy (the same evaluation).
-        loaded = [load(Path(p)) for p in args.report]
-        bases = {round(base, 6) for base, _, _ in loaded}
-        if len(bases) != 1:
-            raise SystemExit(f"--report: the files disagree on the base accuracy ({bases})")
-        base, saved, results = loaded[0][0], loaded[0][1], [r for *_, rs in loaded for r in rs]
-        gain = args.target_gain if args.target_gain is not None else saved.get("target_gain")
-        load0 = results[0].load[0] if results else 0.0
-        print(report(results, base, gain if gain is not None else TARGET_GAIN, load0))
-        return 0
-    if args.child:
-        data = json.loads(args.child)
-        shared = data["shared"]
-        shared["task"] = Task(**shared["task"])
-        trl_child(RunSpec(**data["spec"]), Shared(**shared), Path(args.out))
-        return 0
+def saved_report(args: argparse.Namespace) -> str:
+    """The report of the runs saved in the ``--report`` files, taken together as one race."""
+    # Several saved runs (e.g. one invocation per learning rate) make one race, provided
+    # they share the base model's accuracy (the same evaluation).
+    loaded = [load(Path(p)) for p in args.report]
+    bases = {round(base, 6) for base, _, _ in loaded}
+    if len(bases) != 1:
+        raise SystemExit(f"--report: the files disagree on the base accuracy ({bases})")
+    base, saved, results = loaded[0][0], loaded[0][1], [r for *_, rs in loaded for r in rs]
+    gain = args.target_gain if args.target_gain is not None else saved.get("target_gain")
+    load0 = results[0].load[0] if results else 0.0
+    return report(results, base, gain if gain is not None else TARGET_GAIN, load0)
 
+
+def child_main(args: argparse.Namespace) -> None:
+    """The ``--child`` process: one TRL run, as ``run_trl`` asked for it."""
+    data = json.loads(args.child)
+    shared = data["shared"]
+    shared["task"] = Task(**shared["task"])
+    trl_child(RunSpec(**data["spec"]), Shared(**shared), Path(args.out))
+
+
+def shared_settings(args: argparse.Namespace) -> Shared:
+    """What both trainers share, from the command line."""
     from grpo_train.models import resolve_model
 
-    task = Task(args.env, json.loads(args.env_kwargs))
-    shared = Shared(
+    return Shared(
         model=resolve_model(args.model),
-        task=task,
+        task=Task(args.env, json.loads(args.env_kwargs)),
         prompts=args.prompts,
         group=args.group,
         completion_length=args.completion_length,
@@ -657,6 +658,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         threads=args.threads,
     )
+
+
+def header(args: argparse.Namespace, task: Task, load0: float) -> str:
+    """The first line printed: when, where, how loaded, and the workload."""
+    return (
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs, "
+        f"load {load0:.1f}; {task.env_id} {task.kwargs}; {args.prompts} prompts x "
+        f"{args.group} completions, <= {args.completion_length} tokens; eval: greedy HF, "
+        f"{args.eval_size} held-out prompts; threads per process: "
+        f"{args.threads or 'torch default'}"
+    )
+
+
+def train_and_evaluate(
+    spec: RunSpec, shared: Shared, run_dir: Path, args: argparse.Namespace
+) -> RunResult:
+    """Train one run, then score each policy it saved (and delete it unless ``--keep``)."""
+    print(f"training {spec.name}: {spec.steps} steps, lr {spec.learning_rate:g} ...", flush=True)
+    run = run_trl if spec.trainer == "trl" else run_ours
+    load0 = os.getloadavg()[0]
+    result = run(spec, shared, run_dir)
+    result.load = (load0, os.getloadavg()[0])
+    for point in result.points:
+        point.accuracy = evaluate(point.path, shared.task, args.eval_size, args.completion_length)
+        print(f"  step {point.step}: {point.accuracy:.1%} after {point.train_s:.0f} s", flush=True)
+    if not args.keep:  # policies are 0.5-1.5 GB each
+        for point in result.points:
+            shutil.rmtree(
+                Path(point.path).parent if spec.trainer == "ours" else point.path,
+                ignore_errors=True,
+            )
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every asked-for training, evaluate their policies, print the table, draw the plot."""
+    args = parse_args(argv)
+    if args.report:
+        print(saved_report(args))
+        return 0
+    if args.child:
+        child_main(args)
+        return 0
+    shared = shared_settings(args)
     if args.threads > 0:
         import torch
 
@@ -664,39 +709,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="learning-curve-"))
     out.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
-    print(
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs, "
-        f"load {load_before[0]:.1f}; {task.env_id} {task.kwargs}; {args.prompts} prompts x "
-        f"{args.group} completions, <= {args.completion_length} tokens; eval: greedy HF, "
-        f"{args.eval_size} held-out prompts; threads per process: "
-        f"{args.threads or 'torch default'}",
-        flush=True,
-    )
+    print(header(args, shared.task, load_before[0]), flush=True)
     t = time.perf_counter()
-    base = evaluate(shared.model, task, args.eval_size, args.completion_length)
+    base = evaluate(shared.model, shared.task, args.eval_size, args.completion_length)
     print(f"base model: {base:.1%} ({time.perf_counter() - t:.0f} s to evaluate)", flush=True)
     results: list[RunResult] = []
     for spec in build_runs(args):
         run_dir = out / spec.name.replace("/", "-")
-        print(
-            f"training {spec.name}: {spec.steps} steps, lr {spec.learning_rate:g} ...", flush=True
-        )
-        run = run_trl if spec.trainer == "trl" else run_ours
-        load0 = os.getloadavg()[0]
-        result = run(spec, shared, run_dir)
-        result.load = (load0, os.getloadavg()[0])
-        for point in result.points:
-            point.accuracy = evaluate(point.path, task, args.eval_size, args.completion_length)
-            print(
-                f"  step {point.step}: {point.accuracy:.1%} after {point.train_s:.0f} s", flush=True
-            )
-        if not args.keep:  # policies are 0.5-1.5 GB each
-            for point in result.points:
-                shutil.rmtree(
-                    Path(point.path).parent if spec.trainer == "ours" else point.path,
-                    ignore_errors=True,
-                )
-        results.append(result)
+        results.append(train_and_evaluate(spec, shared, run_dir, args))
         save(out / "learning_curve.json", base, args, results)
     gain = args.target_gain if args.target_gain is not None else TARGET_GAIN
     print(report(results, base, gain, load_before[0]))

@@ -218,33 +218,13 @@ def ensure_trl_ppo(target: Path) -> Path:
     return target
 
 
-def run_trl_ppo(config: str, w: Workload, m: Measure, trl_dir: Path) -> None:
-    """TRL 1.12's ``trl.experimental.ppo.PPOTrainer``, its own training loop, unchanged."""
-    sys.path.insert(0, str(trl_dir))
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+def ppo_dataset(w: Workload, env, tokenizer):
+    """TRL's training set for ``w``, and the sample behind each encoded prompt (for scoring)."""
     import datasets
-    import torch
-    import trl
-    from transformers import (
-        AutoModelForCausalLM,
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
-        TrainerCallback,
-    )
 
-    import grpo_envs
     from grpo_envs.types import Sample
     from grpo_train.prompts import encode_prompt
 
-    if trl.__version__ != TRL_PPO_VERSION:
-        raise RuntimeError(f"expected TRL {TRL_PPO_VERSION} from {trl_dir}, got {trl.__version__}")
-    from trl.experimental.ppo import PPOConfig, PPOTrainer
-    from trl.experimental.ppo import ppo_trainer as ppo_module
-
-    lora = "-lora" in config
-    env = grpo_envs.make(w.env_id, **w.env_kwargs)
-    tokenizer = AutoTokenizer.from_pretrained(w.model)
-    tokenizer.padding_side = "left"  # generation continues each prompt, not its padding
     rows = env.dataset("train")
     samples = [Sample.from_row(rows[i]) for i in range(w.prompts * w.steps)]
     # The same prompts as ours, through the same chat template; each prompt G times, so that a
@@ -254,6 +234,17 @@ def run_trl_ppo(config: str, w: Workload, m: Measure, trl_dir: Path) -> None:
     data = datasets.Dataset.from_list(
         [{"input_ids": ids} for ids in encoded for _ in range(w.group)]
     )
+    return data, by_prompt
+
+
+def rule_reward(env, tokenizer, by_prompt, m: Measure):
+    """A stand-in reward model whose scores TRL's ``get_reward`` takes from the environment.
+
+    Patches ``get_reward`` in TRL's PPO module; calls on any other model (the value model) go to
+    TRL's own. Counts the completion tokens of each scored batch into ``m.tokens``.
+    """
+    import torch
+    from trl.experimental.ppo import ppo_trainer as ppo_module
 
     class RuleReward(torch.nn.Module):
         """Stands where TRL expects a reward model; ``get_reward`` below scores by rule."""
@@ -281,6 +272,13 @@ def run_trl_ppo(config: str, w: Workload, m: Measure, trl_dir: Path) -> None:
         return None, torch.tensor(scores), torch.tensor(lengths)
 
     ppo_module.get_reward = get_reward
+    return rule
+
+
+def ppo_models(w: Workload, lora: bool):
+    """Policy, value model, reference (None with LoRA: the adapter switched off) and LoRA config."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     policy = AutoModelForCausalLM.from_pretrained(w.model, dtype=torch.float32)
     value = AutoModelForSequenceClassification.from_pretrained(
@@ -298,7 +296,14 @@ def run_trl_ppo(config: str, w: Workload, m: Measure, trl_dir: Path) -> None:
             target_modules="all-linear",
             task_type="CAUSAL_LM",
         )
-    args = PPOConfig(
+    return policy, value, reference, peft_config
+
+
+def ppo_config(config: str, w: Workload):
+    """TRL's ``PPOConfig`` for ``w``: one PPO epoch of one mini-batch per step, on the CPU."""
+    from trl.experimental.ppo import PPOConfig
+
+    return PPOConfig(
         output_dir=tempfile.mkdtemp(prefix=f"ppo-bench-{config}-"),
         per_device_train_batch_size=w.rows,
         gradient_accumulation_steps=1,
@@ -321,23 +326,12 @@ def run_trl_ppo(config: str, w: Workload, m: Measure, trl_dir: Path) -> None:
         seed=0,
         dataloader_num_workers=0,
     )
-    trainer = PPOTrainer(
-        args=args,
-        processing_class=tokenizer,
-        model=policy,
-        ref_model=reference,
-        reward_model=rule,
-        value_model=value,
-        train_dataset=data,
-        peft_config=peft_config,
-    )
-    m.models = (
-        "policy + LoRA (reference: adapter off) + value model (full)"
-        if lora
-        else "policy + reference + value model"
-    )
-    m.trainable_m = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad) / 1e6
-    m.setup_rss_mb = maxrss_mb()
+
+
+def step_clock(m: Measure):
+    """A callback that records each step's wall and CPU time, and its mean score, into ``m``."""
+    from transformers import TrainerCallback
+
     clock = {"t": 0.0, "c": 0.0}
 
     class StepClock(TrainerCallback):
@@ -355,7 +349,48 @@ def run_trl_ppo(config: str, w: Workload, m: Measure, trl_dir: Path) -> None:
             if logs and "objective/scores" in logs:
                 m.rewards.append(float(logs["objective/scores"]))
 
-    trainer.add_callback(StepClock())
+    return StepClock()
+
+
+def run_trl_ppo(config: str, w: Workload, m: Measure, trl_dir: Path) -> None:
+    """TRL 1.12's ``trl.experimental.ppo.PPOTrainer``, its own training loop, unchanged."""
+    sys.path.insert(0, str(trl_dir))
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import trl
+    from transformers import AutoTokenizer
+
+    import grpo_envs
+
+    # Checked before anything imports trl.experimental: the wrong TRL has no PPO to import.
+    if trl.__version__ != TRL_PPO_VERSION:
+        raise RuntimeError(f"expected TRL {TRL_PPO_VERSION} from {trl_dir}, got {trl.__version__}")
+    from trl.experimental.ppo import PPOTrainer
+
+    lora = "-lora" in config
+    env = grpo_envs.make(w.env_id, **w.env_kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(w.model)
+    tokenizer.padding_side = "left"  # generation continues each prompt, not its padding
+    data, by_prompt = ppo_dataset(w, env, tokenizer)
+    rule = rule_reward(env, tokenizer, by_prompt, m)
+    policy, value, reference, peft_config = ppo_models(w, lora)
+    trainer = PPOTrainer(
+        args=ppo_config(config, w),
+        processing_class=tokenizer,
+        model=policy,
+        ref_model=reference,
+        reward_model=rule,
+        value_model=value,
+        train_dataset=data,
+        peft_config=peft_config,
+    )
+    m.models = (
+        "policy + LoRA (reference: adapter off) + value model (full)"
+        if lora
+        else "policy + reference + value model"
+    )
+    m.trainable_m = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad) / 1e6
+    m.setup_rss_mb = maxrss_mb()
+    trainer.add_callback(step_clock(m))
     trainer.train()
 
 
