@@ -16,6 +16,10 @@ summed over steps; engine start-up and checkpoint writes are reported separately
 Prints one side-by-side table (accuracy at each evaluated step, with the time it was reached) and
 writes ``learning_curve.png`` and ``learning_curve.json`` into ``--out``. Runs one training process
 at a time: the machine it was written for has 2 cores.
+
+Why one module over 500 lines: one race, end to end (both trainers' child processes, the one
+evaluation of every saved policy, the sweep, time-to-target and the table), kept in a single
+script so that what both sides get can be checked in one place.
 """
 
 from __future__ import annotations

@@ -56,6 +56,9 @@ they split, the one that cannot pay a wrong answer:
 
 Why one module over 500 lines: the two comparators walk the same answer tree and must agree on
 every node type; side by side, a node type one of them misses is visible.
+
+Why one module over 500 lines: the conventions above and the tree walk that applies them are one
+decision procedure; splitting it would separate each convention from the code that applies it.
 """
 
 from __future__ import annotations
