@@ -338,9 +338,15 @@ def test_unix_sockets_inside_a_run_still_work(one_slot: Sandbox) -> None:
 
 def _interrupt_after(seconds: float) -> threading.Timer:
     """Ctrl-C for the main thread in ``seconds``: a real SIGINT, so a blocking wait is cut short
-    (``_thread.interrupt_main`` would only be noticed once the wait ended)."""
+    (``_thread.interrupt_main`` would only be noticed once the wait ended).
+
+    Python's own Ctrl-C handling is put back first: the signal disposition is process-wide, and
+    a library loaded by an earlier test in this process may have replaced or blocked it.
+    """
     main = threading.main_thread().ident
     assert main is not None
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     timer = threading.Timer(seconds, signal.pthread_kill, (main, signal.SIGINT))
     timer.start()
     return timer
