@@ -3,25 +3,11 @@
 from __future__ import annotations
 
 import doctest
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
+from bench_scripts import load
 
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "learning_curve.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("learning_curve", PATH)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["learning_curve"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-lc = _load()
+lc = load("learning_curve")
 
 
 def run(trainer: str, lr: float, steps: list[float], accs: list[float | None]):

@@ -3,25 +3,11 @@
 from __future__ import annotations
 
 import doctest
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
+from bench_scripts import load
 
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "ppo_bench.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("ppo_bench", PATH)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["ppo_bench"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-pb = _load()
+pb = load("ppo_bench")
 
 
 def measure(config, steps, cpu, rss, tokens=None, error=""):
