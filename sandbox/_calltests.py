@@ -14,7 +14,7 @@ import signal
 import socket
 import time
 
-from sandbox import _child, _codec
+from sandbox import _codec, _runspec
 from sandbox._server import Server
 from sandbox._supervise import OUTPUT_EXCERPT, Supervisor, classify, exit_code
 
@@ -68,7 +68,7 @@ def _death(run_status: str) -> str:
 
 def handle_tests(server: Server, req: dict[str, object]) -> dict[str, object]:
     """Run CallTests: respawn the program after a test kills it; every verdict comes from V."""
-    spec = _child.RunSpec(req)
+    spec = _runspec.RunSpec(req)
     spec.entry_point = str(req.get("entry_point") or "")
     sources = req.get("tests")
     if not isinstance(sources, list):
@@ -134,7 +134,7 @@ def handle_tests(server: Server, req: dict[str, object]) -> dict[str, object]:
 
 def _run_round(
     server: Server,
-    spec: _child.RunSpec,
+    spec: _runspec.RunSpec,
     req: dict[str, object],
     first: int,
     per_test: float,

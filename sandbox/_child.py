@@ -10,33 +10,43 @@ Standard library only.
 
 from __future__ import annotations
 
+import _socket
 import atexit  # here, not in the child: importing it there cost ~0.1 ms per run
 import builtins
 import contextlib
 import errno
 import fcntl
 import io
-import json
 import os
 import resource
 import socket
-import struct
 import sys
 
 from sandbox import _codec, _landlock, _linux, _mounts, _seccomp
+from sandbox._runspec import (
+    CGROUP_BIT,
+    EMPTY_ENV_BIT,
+    IPC_NS_BIT,
+    LANDLOCK_BIT,
+    LAYERS_REPORT,
+    MOUNT_NS_BIT,
+    NET_NS_BIT,
+    NO_NEW_PRIVS_BIT,
+    PID_NS_BIT,
+    PROGRAM_META,
+    RLIMITS_BIT,
+    SECCOMP_BIT,
+    SESSION_BIT,
+    UID_BIT,
+    Kind,
+    layer_names,
+)
 
 #: The environment programs see (HOME and TMPDIR are their private work dir).
 CHILD_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
     "PYTHONIOENCODING": "utf-8",
 }  # fmt: skip
-#: The layer names and order of ``sandbox.types.ALL_LAYERS`` (the slot server cannot import the
-#: package's public modules).
-ALL_LAYERS = (
-    "empty_env", "session", "cgroup", "pid_ns", "net_ns", "mount_ns", "ipc_ns", "uid", "rlimits",
-    "no_new_privs", "landlock", "seccomp",
-)  # fmt: skip
-LAYER_ORDER = {name: i for i, name in enumerate(ALL_LAYERS)}
 #: Largest request message (code, stdin, files and their metadata) a child accepts.
 MAX_MESSAGE = _codec.MAX_REQUEST + _codec.MAX_META + (1 << 10)
 
@@ -70,6 +80,8 @@ class RunContext:
         """The template is in an empty network namespace of the slot's (see ``isolate``)."""
         self.host_net = -1
         """An fd of the host's network namespace, for ``network=True`` runs (with ``slot_net``)."""
+        self.keep_fds: frozenset[int] = frozenset()
+        """``inherited_fds``, as of ``freeze``."""
 
     def to_config(self) -> dict[str, object]:
         """Return the slot server's settings as sent to the template at its start (JSON)."""
@@ -105,129 +117,103 @@ class RunContext:
         fds = set(self.landlock.fds) if self.landlock is not None else set()
         return fds | ({self.host_net} if self.host_net >= 0 else set())
 
-
-class Kind:
-    """The kind of run a fresh child is prepared for (sent by the slot server, not the template)."""
-
-    __slots__ = ("host_workdir", "max_file_mb", "mount_ns", "network")
-
-    #: ``b"K"``, network, mount_ns, max_file_mb; then the host work dir as UTF-8. Fixed binary
-    #: fields, not JSON: every child parses one.
-    _LAYOUT = struct.Struct("=c??I")
-
-    def __init__(self, network: bool, max_file_mb: int, mount_ns: bool, host_workdir: str) -> None:
-        self.network = network
-        self.max_file_mb = max_file_mb
-        self.mount_ns = mount_ns
-        self.host_workdir = host_workdir
-
-    def pack(self) -> bytes:
-        """Return the message that tells a child its kind of run (sent with its two pipes)."""
-        head = self._LAYOUT.pack(b"K", self.network, self.mount_ns, self.max_file_mb)
-        return head + self.host_workdir.encode()
-
-    @classmethod
-    def unpack(cls, message: bytes) -> Kind | None:
-        """Inverse of ``pack``; None for anything else (the slot server discarded the child)."""
-        if len(message) < cls._LAYOUT.size or message[:1] != b"K":
-            return None
-        _k, network, mount_ns, max_file_mb = cls._LAYOUT.unpack_from(message)
-        workdir = message[cls._LAYOUT.size :].decode()
-        return cls(network, max_file_mb, mount_ns, workdir)
+    def freeze(self) -> None:
+        """Compute, once in the template, what each child would otherwise recompute."""
+        self.keep_fds = frozenset(self.inherited_fds)
 
 
-class RunSpec:
-    """One run's parameters, parsed from the request (trusted: it comes from the library)."""
-
-    def __init__(
-        self, req: dict[str, object], child_request: dict[str, object] | None = None
-    ) -> None:
-        limits = req.get("limits")
-        if child_request is not None:  # the subset the slot server forwards to a child
-            limits = {**child_request, "timeout_s": 0, "output_bytes": 0, "network": False}
-            req = child_request
-        if not isinstance(limits, dict):
-            raise ValueError("missing limits")
-        self.code = str(req.get("code", ""))
-        self.stdin = str(req.get("stdin", ""))
-        files = req.get("files") or {}
-        self.files = {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
-        self.timeout_s = float(limits["timeout_s"])
-        self.cpu_s = int(limits["cpu_s"])
-        self.memory_mb = int(limits["memory_mb"])
-        self.output_bytes = int(limits["output_bytes"])
-        self.max_processes = int(limits["max_processes"])
-        self.max_file_mb = int(limits["max_file_mb"])
-        self.network = bool(limits["network"])
-        required = req.get("required") or []
-        self.required = [str(x) for x in required] if isinstance(required, list) else []
-        entry = req.get("entry_point")
-        self.entry_point: str | None = str(entry) if entry else None  # run_tests (serve mode)
+#: What a child's two messages may carry: its kind (a few bytes and a path) with two pipes,
+#: then its program (inline up to ``_codec.INLINE_MAX``, else a memfd) with at most its
+#: memfd and the call channel.
+_KIND_BUF = 1 << 12
+_PROGRAM_BUF = _codec.INLINE_MAX + 2
+_TWO_FDS = socket.CMSG_SPACE(2 * 4)
 
 
-def report_error(ctl: socket.socket, message: str) -> None:
+def report_error(ctl: _socket.socket, message: str) -> None:
     with contextlib.suppress(OSError):
         ctl.send(b"E" + message.encode("utf-8", "replace")[:4000])
 
 
 def main(ctx: RunContext, ctl_fd: int, pid_ns: bool) -> None:
-    """Live as a run's child: wait for the kind of run, isolate, wait for the program, run it."""
+    """Live as a run's child: wait for the kind of run, isolate, wait for the program, run it.
+
+    Every Python object this touches for the first time costs a copy-on-write page fault
+    (~3 us each: the heap is the template's), so the path from the clone to the program is
+    kept short: fixed binary messages, no JSON, no dict or list of layer names, direct calls.
+    """
     try:
         _linux.set_pdeathsig()  # our parent is the slot server (CLONE_PARENT)
-        _linux.close_all_except({ctl_fd, *ctx.inherited_fds})
-        ctl = socket.socket(fileno=ctl_fd)
+        _linux.close_all_except(ctx.keep_fds | {ctl_fd})
+        # The plain _socket type with its type given: ``socket.socket(fileno=)`` runs Python
+        # code and asks the kernel for the family, type and protocol.
+        ctl = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET, 0, ctl_fd)
     except BaseException:
         os._exit(125)
     try:
         # Already queued: the slot server sends it before asking the template for this clone.
-        message, fds = _codec.recv_packet(ctl, 1 << 12, maxfds=2)
+        message, fds = _codec.recv_exact(ctl, _KIND_BUF, _TWO_FDS)
         kind = Kind.unpack(message)
         if kind is None or len(fds) != 2:
             os._exit(0)  # the slot server discarded this child
-        layers = ["empty_env"] if ctx.env_empty else []
+        layers = EMPTY_ENV_BIT if ctx.env_empty else 0
         if ctx.cgroup:
-            layers.append("cgroup")
+            layers |= CGROUP_BIT
         if pid_ns and os.getpid() == 1:
-            layers.append("pid_ns")
-        workdir = isolate(ctx, kind, layers, ctl)
+            layers |= PID_NS_BIT
+        workdir, layers = isolate(ctx, kind, layers, ctl)
         await_program(ctx, workdir, layers, fds[0], fds[1], ctl)
     except BaseException as exc:
         report_error(ctl, f"setup: {exc!r}")
     os._exit(125)
 
 
-def isolate(ctx: RunContext, kind: Kind, layers: list[str], ctl: socket.socket) -> str:
-    """Apply every program-independent layer (as root, then the slot uid); return the workdir."""
+def isolate(ctx: RunContext, kind: Kind, layers: int, ctl: _socket.socket) -> tuple[str, int]:
+    """Apply every program-independent layer (as root, then the slot uid).
+
+    Returns the work dir and ``layers`` with what was applied added.
+    """
     libc = _linux.libc
     os.setsid()
-    layers.append("session")
+    layers |= SESSION_BIT
     if ctx.is_root:
         # The OOM killer must pick this run, never the slot's trusted processes (-1000).
-        with contextlib.suppress(OSError):
+        # (try/except, not contextlib.suppress: fewer objects touched in every child.)
+        try:  # noqa: SIM105
             _linux.write_file("/proc/self/oom_score_adj", "1000")
-    wanted = {"ipc_ns": _linux.CLONE_NEWIPC}
+        except OSError:
+            pass
+    wanted = _linux.CLONE_NEWIPC
     if kind.network and ctx.slot_net:
         _linux.errno_call(libc.setns(ctx.host_net, _linux.CLONE_NEWNET), "setns(net)")
     elif not kind.network and ctx.slot_net:
-        layers.append("net_ns")
+        layers |= NET_NS_BIT
     elif not kind.network:
         # Without seccomp a run could leave sockets behind (in flight, with data in their
         # abstract names): then each run gets a network namespace of its own (~1 ms of CPU
         # plus an asynchronous teardown per run, so not the default).
-        wanted["net_ns"] = _linux.CLONE_NEWNET
+        wanted |= _linux.CLONE_NEWNET
     if ctx.host_net >= 0:
         os.close(ctx.host_net)
     if kind.mount_ns:
-        wanted["mount_ns"] = _linux.CLONE_NEWNS
-    if libc.unshare(sum(wanted.values())) == 0:
-        layers.extend(wanted)
+        wanted |= _linux.CLONE_NEWNS
+    if libc.unshare(wanted) == 0:
+        got = wanted
     else:  # some hosts allow only some namespaces
-        layers.extend(name for name, flag in wanted.items() if libc.unshare(flag) == 0)
-    if "mount_ns" in layers:
+        got = 0
+        for flag in (_linux.CLONE_NEWIPC, _linux.CLONE_NEWNET, _linux.CLONE_NEWNS):
+            if wanted & flag and libc.unshare(flag) == 0:
+                got |= flag
+    if got & _linux.CLONE_NEWIPC:
+        layers |= IPC_NS_BIT
+    if got & _linux.CLONE_NEWNET:
+        layers |= NET_NS_BIT
+    if got & _linux.CLONE_NEWNS:
+        layers |= MOUNT_NS_BIT
         try:
             if not ctx.host_dirs_hidden:
                 _mounts.hide_host_dirs(ctx.stdlib_dirs)
-            workdir = _mounts.setup_run_mounts(ctx.uid, kind.max_file_mb, "pid_ns" in layers)
+            workdir = _mounts.setup_run_mounts(ctx.uid, kind.max_file_mb, bool(layers & PID_NS_BIT))
         except OSError as exc:
             report_error(ctl, f"mount namespace setup failed: {exc}")
             os._exit(125)
@@ -235,27 +221,30 @@ def isolate(ctx: RunContext, kind: Kind, layers: list[str], ctl: socket.socket) 
         workdir = kind.host_workdir
     os.chdir(workdir)
     _linux.errno_call(libc.prctl(_linux.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    layers.append("no_new_privs")
+    layers |= NO_NEW_PRIVS_BIT
     if ctx.landlock is not None:
-        with contextlib.suppress(OSError):
-            # /dev/null and the fixed read paths are in ctx.landlock already.
-            writable = [workdir]
-            if "mount_ns" in layers:
-                writable.append("/dev/shm")  # private and size-capped in the mount namespace
-            ctx.landlock.restrict(["/proc"], writable, deny_tcp=not kind.network)
-            layers.append("landlock")
+        # /dev/null and the fixed read paths are in ctx.landlock already; /dev/shm is private
+        # and size-capped in the mount namespace.
+        writable = [workdir, "/dev/shm"] if layers & MOUNT_NS_BIT else [workdir]
+        try:
+            ctx.landlock.restrict(["/proc"], writable, deny_tcp=not kind.network, nnp_set=True)
+            layers |= LANDLOCK_BIT
+        except OSError:
+            pass
     seccomp = ctx.seccomp.get(kind.network)
     if seccomp is not None:
         seccomp.load()
-        layers.append("seccomp")
-    return workdir
+        layers |= SECCOMP_BIT
+    return workdir, layers
 
 
 def await_program(
-    ctx: RunContext, workdir: str, layers: list[str], out_w: int, err_w: int, ctl: socket.socket
+    ctx: RunContext, workdir: str, layers: int, out_w: int, err_w: int, ctl: _socket.socket
 ) -> None:
     """Wait (isolated) for the program, then apply its limits, write its inputs and run it."""
-    kind, payload, fds = _codec.recv_message(ctl, MAX_MESSAGE, maxfds=1)
+    packet, fds = _codec.recv_exact(ctl, _PROGRAM_BUF, _TWO_FDS)
+    kind, payload, fds = _codec.parse_message(packet, fds, MAX_MESSAGE)
+    del packet
     if kind != b"R":
         os._exit(0)  # the slot server discarded this prepared child
     if ctx.uid > 0:
@@ -267,27 +256,29 @@ def await_program(
         os.setgroups([])
         os.setresgid(ctx.uid, ctx.uid, ctx.uid)
         os.setresuid(ctx.uid, ctx.uid, ctx.uid)
-        layers.append("uid")
+        layers |= UID_BIT
         _linux.set_pdeathsig()  # credential changes clear it
-    req, texts = _codec.unpack_texts(payload)
-    del payload
+    meta, texts = _codec.unpack_views(payload)
+    if len(texts) < 2 or len(texts) % 2:
+        raise _codec.CodecError("malformed program message")
+    cpu_s, memory_mb, max_file_mb, max_processes, required = PROGRAM_META.unpack_from(meta)
+    entry_point, _nul, unknown = bytes(meta[PROGRAM_META.size :]).partition(b"\0")
     chan = fds[0] if fds else -1
     # texts: code, stdin, then (name, content) per file (``_spawn.spawn``).
-    files = dict(zip(texts[2::2], texts[3::2], strict=True))
-    req.update(code=texts[0], stdin=texts[1], files=files)
-    del texts
-    spec = RunSpec({"limits": {}}, child_request=req)
+    code = _codec.text_of(texts[0])
+    stdin = texts[1]
     try:
-        for name, content in spec.files.items():
+        for i in range(2, len(texts) - 1, 2):
+            name = _codec.text_of(texts[i])
             if os.path.dirname(name):
                 os.makedirs(os.path.dirname(name), exist_ok=True)
             fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(content)
+                handle.write(_codec.text_of(texts[i + 1]))
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
-        tmp_mb = max(16, 2 * spec.max_file_mb)
+        tmp_mb = max(16, 2 * max_file_mb)
         report_error(
             ctl,
             f"the input files do not fit in the work dir: /tmp holds {tmp_mb} MiB "
@@ -295,28 +286,28 @@ def await_program(
         )
         os._exit(125)
     stdin_fd = os.memfd_create("stdin")
-    view = memoryview(spec.stdin.encode("utf-8", "surrogatepass"))
-    while view:
-        view = view[os.write(stdin_fd, view) :]
+    # Written as the bytes that came (the slot server encoded the text: UTF-8, lone
+    # surrogates kept), not decoded and encoded again.
+    while stdin:
+        stdin = stdin[os.write(stdin_fd, stdin) :]
     os.lseek(stdin_fd, 0, os.SEEK_SET)
+    del texts, meta, payload, stdin
     mib = 1 << 20
-    for res, value in (
-        (resource.RLIMIT_AS, spec.memory_mb * mib),
-        (resource.RLIMIT_CPU, spec.cpu_s),
-        (resource.RLIMIT_FSIZE, spec.max_file_mb * mib),
-        (resource.RLIMIT_NOFILE, 256),
-        (resource.RLIMIT_CORE, 0),
-        (resource.RLIMIT_MEMLOCK, 0),
-        (resource.RLIMIT_NPROC, spec.max_processes),
-    ):
-        resource.setrlimit(res, (value, value))
-    layers.append("rlimits")
-    layers.sort(key=LAYER_ORDER.__getitem__)
-    missing = [layer for layer in spec.required if layer not in layers]
+    setrlimit = resource.setrlimit
+    setrlimit(resource.RLIMIT_AS, (memory_mb * mib, memory_mb * mib))
+    setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
+    setrlimit(resource.RLIMIT_FSIZE, (max_file_mb * mib, max_file_mb * mib))
+    setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+    setrlimit(resource.RLIMIT_CORE, (0, 0))
+    setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
+    setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
+    layers |= RLIMITS_BIT
+    missing = required & ~layers
     if missing:
-        report_error(ctl, f"required isolation layers unavailable: {', '.join(missing)}")
+        names = ", ".join([*layer_names(missing), *([unknown.decode()] if unknown else [])])
+        report_error(ctl, f"required isolation layers unavailable: {names}")
         os._exit(125)
-    ctl.send(b"L" + json.dumps(layers).encode())
+    ctl.send(LAYERS_REPORT.pack(b"L", layers))
     ctl.close()
 
     # Wire up fds 0-3 and drop everything else.
@@ -326,10 +317,10 @@ def await_program(
         os.dup2(fd, target)
     if chan_staged >= 0:
         os.dup2(chan_staged, 3)
-    _linux.close_all_except({0, 1, 2, 3} if chan_staged >= 0 else {0, 1, 2})
-    if os.environ.get("HOME") != workdir:  # the template set the rest
+    os.closerange(4 if chan_staged >= 0 else 3, 65536)
+    if workdir != "/tmp":  # the template set HOME=TMPDIR=/tmp (``CHILD_ENV``)
         os.environ["HOME"] = os.environ["TMPDIR"] = workdir
-    run_program(spec, chan_staged >= 0)
+    run_program(code, entry_point.decode() if chan_staged >= 0 else None)
 
 
 def _std_streams() -> tuple[io.TextIOWrapper, io.TextIOWrapper, io.TextIOWrapper]:
@@ -375,17 +366,21 @@ def prepare_template() -> None:
     _STREAMS = _std_streams()
 
 
-def run_program(spec: RunSpec, serve: bool) -> None:
-    """Run the untrusted program in a fresh namespace; in serve mode then answer calls on fd 3."""
+def run_program(code_text: str, entry_point: str | None) -> None:
+    """Run the untrusted program in a fresh namespace; with an entry point then serve calls.
+
+    Calls come on fd 3 (``run_tests``).
+    """
     sys.stdin, sys.stdout, sys.stderr = _STREAMS or _std_streams()
     sys.argv = ["main.py"]
+    serve = entry_point is not None
     name = "__sandbox_candidate__" if serve else "__main__"
     namespace: dict[str, object] = {"__name__": name, "__builtins__": builtins}
     code = 0
     try:
-        exec(compile(spec.code, "main.py", "exec"), namespace)
-        if serve:
-            serve_calls(namespace, spec.entry_point or "")
+        exec(compile(code_text, "main.py", "exec"), namespace)
+        if entry_point is not None:
+            serve_calls(namespace, entry_point)
     except SystemExit as exc:
         if exc.code is None:
             code = 0

@@ -11,6 +11,7 @@ both the frame size and the nesting depth are capped.
 
 from __future__ import annotations
 
+import _socket
 import base64
 import json
 import os
@@ -221,6 +222,32 @@ def recv_packet(sock: socket.socket, max_size: int, maxfds: int = 0) -> tuple[by
     return msg, fds
 
 
+#: ``recv_exact``'s flags: the message or its fds did not fit. Plain ints (see above).
+_CUT = int(socket.MSG_TRUNC) | int(socket.MSG_CTRUNC)
+_FD = struct.Struct("=i")
+
+
+def recv_exact(sock: _socket.socket, bufsize: int, ancsize: int) -> tuple[bytes, list[int]]:
+    """Receive one SOCK_SEQPACKET message known to fit in ``bufsize``, with its fds, in one call.
+
+    For a run's child, where sizes are small and fixed: ``recv_packet``'s length probe and
+    ``socket.recv_fds``' Python-level parsing cost it ~40 page faults per message (every
+    object first touched in a child is a copy-on-write fault). ``ancsize`` is
+    ``socket.CMSG_SPACE`` of the most fds expected. A message or fds cut short (it did not
+    fit) raises CodecError after closing the fds that came.
+    """
+    msg, ancdata, flags, _addr = sock.recvmsg(bufsize, ancsize)
+    fds: list[int] = []
+    for level, kind, data in ancdata:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds += (fd for (fd,) in _FD.iter_unpack(data[: len(data) - len(data) % 4]))
+    if flags & _CUT:
+        for fd in fds:
+            os.close(fd)
+        raise CodecError("message or fds cut short")
+    return msg, fds
+
+
 def text_size(text: str) -> int:
     """Bytes ``text`` takes in a request (``pack_texts``): UTF-8, lone surrogates kept."""
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
@@ -231,13 +258,13 @@ def texts_size(texts: Sequence[str]) -> int:
     return sum(_HEADER.size + text_size(text) for text in texts)
 
 
-def pack_texts(meta: Mapping[str, object], texts: Sequence[str]) -> Iterator[bytes]:
-    """Lay out a request: JSON ``meta``, then each text as raw UTF-8 (no JSON escaping).
+def pack_texts(meta: Mapping[str, object] | bytes, texts: Sequence[str]) -> Iterator[bytes]:
+    """Lay out a request: ``meta`` (JSON, or bytes as they are), then each text as raw UTF-8.
 
-    Yielded in pieces of at most 1 MiB of text, so that a large request is never held encoded
-    all at once next to its str and the memfd it is written to.
+    No JSON escaping of the texts. Yielded in pieces of at most 1 MiB of text, so that a large
+    request is never held encoded all at once next to its str and the memfd it is written to.
     """
-    head = dumps(meta)
+    head = meta if isinstance(meta, bytes) else dumps(meta)
     yield _HEADER.pack(len(head)) + head + _HEADER.pack(len(texts))
     for text in texts:
         yield _HEADER.pack(text_size(text))
@@ -245,30 +272,51 @@ def pack_texts(meta: Mapping[str, object], texts: Sequence[str]) -> Iterator[byt
             yield text[start : start + (1 << 20)].encode("utf-8", "surrogatepass")
 
 
-def unpack_texts(data: bytes | bytearray) -> tuple[dict[str, Any], list[str]]:
-    """Inverse of ``pack_texts``; anything malformed raises CodecError."""
+def unpack_views(data: bytes | bytearray) -> tuple[memoryview, list[memoryview]]:
+    """Split a ``pack_texts`` layout into views of its meta bytes and of each text's UTF-8.
+
+    Nothing is decoded or copied (a run's child writes stdin on as bytes); anything
+    malformed raises CodecError.
+    """
     view = memoryview(data)
     try:
         (size,) = _HEADER.unpack_from(view, 0)
         if size > MAX_META:
             raise CodecError("request metadata too large")
         pos = _HEADER.size + size
-        meta = loads(bytes(view[_HEADER.size : pos]))
+        meta = view[_HEADER.size : pos]
         (count,) = _HEADER.unpack_from(view, pos)
         pos += _HEADER.size
-        texts: list[str] = []
+        texts: list[memoryview] = []
         for _ in range(count):
             (size,) = _HEADER.unpack_from(view, pos)
             pos += _HEADER.size
             if pos + size > len(view):
                 raise CodecError("truncated request")
-            texts.append(str(view[pos : pos + size], "utf-8", "surrogatepass"))
+            texts.append(view[pos : pos + size])
             pos += size
-    except (struct.error, UnicodeDecodeError) as exc:
+    except struct.error as exc:
         raise CodecError(f"malformed request: {exc}") from None
-    if pos != len(view) or not isinstance(meta, dict):
+    if pos != len(view):
         raise CodecError("malformed request")
     return meta, texts
+
+
+def text_of(view: memoryview) -> str:
+    """Decode one text of ``unpack_views`` (lone surrogates kept, as ``pack_texts`` wrote them)."""
+    try:
+        return str(view, "utf-8", "surrogatepass")
+    except UnicodeDecodeError as exc:
+        raise CodecError(f"malformed request: {exc}") from None
+
+
+def unpack_texts(data: bytes | bytearray) -> tuple[dict[str, Any], list[str]]:
+    """Inverse of ``pack_texts`` with JSON meta; anything malformed raises CodecError."""
+    meta_view, views = unpack_views(data)
+    meta = loads(bytes(meta_view))
+    if not isinstance(meta, dict):
+        raise CodecError("malformed request")
+    return meta, [text_of(v) for v in views]
 
 
 class Message:
@@ -278,7 +326,9 @@ class Message:
     memfd along with a packet holding its size (no size limit from socket buffers or kmalloc).
     """
 
-    def __init__(self, kind: bytes, meta: Mapping[str, object], texts: Sequence[str]) -> None:
+    def __init__(
+        self, kind: bytes, meta: Mapping[str, object] | bytes, texts: Sequence[str]
+    ) -> None:
         self.memfd = -1
         if texts_size(texts) <= INLINE_MAX // 2:  # meta is small: the packet stays inline
             self.head = kind + b"I" + b"".join(pack_texts(meta, texts))
@@ -317,6 +367,13 @@ def recv_message(
     A payload over ``max_size`` or a malformed packet raises CodecError.
     """
     msg, fds = recv_packet(sock, INLINE_MAX + 2, maxfds + 1)
+    return parse_message(msg, fds, max_size)
+
+
+def parse_message(
+    msg: bytes, fds: list[int], max_size: int
+) -> tuple[bytes, bytes | bytearray, list[int]]:
+    """Do the rest of ``recv_message`` for a packet (and its fds) the caller received."""
     if not msg:
         return b"", b"", fds
     kind, how = msg[:1], msg[1:2]

@@ -145,7 +145,14 @@ class Rules:
                     rules.append(rule)
         return rules
 
-    def restrict(self, read_paths: list[str], write_paths: list[str], *, deny_tcp: bool) -> None:
+    def restrict(
+        self,
+        read_paths: list[str],
+        write_paths: list[str],
+        *,
+        deny_tcp: bool,
+        nnp_set: bool = False,
+    ) -> None:
         """Restrict the calling thread (and its future children) to the rules plus these paths.
 
         The prepared read paths and ``read_paths`` get execute/read rights, the prepared write
@@ -153,6 +160,7 @@ class Rules:
         TCP bind/connect is denied (ABI >= 4); with ``scope`` (at construction) signals and
         abstract unix sockets cannot reach processes outside the domain (ABI >= 6). Raises
         OSError when a step fails (the caller then runs without the layer, or refuses).
+        ``nnp_set``: the caller has set ``no_new_privs`` already (one ctypes call less).
         """
         attr = self._attrs[deny_tcp]
         ruleset = _check(
@@ -166,7 +174,8 @@ class Rules:
                     _syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, rule, 0),
                     "add_rule",
                 )
-            _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+            if not nnp_set:
+                _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
             _check(_syscall(_SYS_RESTRICT_SELF, ruleset, 0), "restrict_self")
         finally:
             os.close(ruleset)

@@ -50,7 +50,7 @@ def errno_call(res: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def close_all_except(keep: set[int]) -> None:
+def close_all_except(keep: set[int] | frozenset[int]) -> None:
     """Close every fd except ``keep`` (closerange between the kept ones)."""
     low = 0
     for fd in sorted(keep):

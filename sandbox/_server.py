@@ -12,7 +12,7 @@ import contextlib
 import os
 import signal
 
-from sandbox import _child, _codec, _linux, _seccomp, _slot
+from sandbox import _child, _codec, _linux, _runspec, _seccomp, _slot
 from sandbox._spawn import Child, Spawner
 from sandbox._template import STDLIB_DIRS, Template
 from sandbox._verdict_server import VERDICT_SERVER_JOBS, VerdictServer
@@ -62,7 +62,7 @@ class Server:
             self.verdict = VerdictServer(self.template.fork_verdict_server)
         return self.verdict
 
-    def spawn(self, spec: _child.RunSpec, chan: int = -1) -> Child:
+    def spawn(self, spec: _runspec.RunSpec, chan: int = -1) -> Child:
         """Start a run: its cgroup limits, a fresh OOM baseline, then its program in a child."""
         texts = [spec.code, spec.stdin, *spec.files, *spec.files.values()]
         size = _codec.texts_size(texts)

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import shutil
 import signal
 import socket
 
-from sandbox import _child, _codec
+from sandbox import _codec, _runspec
 from sandbox._template import Template
 
 
@@ -64,8 +63,8 @@ class Child:
             if not msg:
                 return
             kind, body = msg[:1], msg[1:]
-            if kind == b"L":
-                self.layers = [str(x) for x in json.loads(body)]
+            if kind == b"L" and len(msg) == _runspec.LAYERS_REPORT.size:
+                self.layers = _runspec.layer_names(_runspec.LAYERS_REPORT.unpack(msg)[1])
             elif kind == b"E":
                 self.error = body.decode("utf-8", "replace")
 
@@ -108,7 +107,7 @@ class Spawner:
         host_workdir = ""
         try:
             host_workdir = "" if self.use_mount_ns else self._host_workdir()
-            kind = _child.Kind(network, max_file_mb, self.use_mount_ns, host_workdir)
+            kind = _runspec.Kind(network, max_file_mb, self.use_mount_ns, host_workdir)
             socket.send_fds(ctl, [kind.pack()], [out_w, err_w])
             pid, pid_ns = self.template.fork_run_child(theirs.fileno())
         except BaseException:
@@ -142,21 +141,13 @@ class Spawner:
         if warm is not None and warm is not keep:
             warm.close()
 
-    def spawn(self, spec: _child.RunSpec, chan: int = -1) -> Child:
+    def spawn(self, spec: _runspec.RunSpec, chan: int = -1) -> Child:
         """Start ``spec``'s program in a prepared child (made now if none matches); no waiting."""
         key = (spec.network, spec.max_file_mb)
-        meta = {
-            "cpu_s": spec.cpu_s,
-            "memory_mb": spec.memory_mb,
-            "max_file_mb": spec.max_file_mb,
-            "max_processes": spec.max_processes,
-            "entry_point": spec.entry_point,
-            "required": spec.required,
-        }
         texts = [spec.code, spec.stdin]
         for name, content in spec.files.items():
             texts += (name, content)
-        message = _codec.Message(b"R", meta, texts)
+        message = _codec.Message(b"R", spec.program_meta(), texts)
         del texts
         try:
             self.last_key = key

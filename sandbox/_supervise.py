@@ -15,7 +15,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from sandbox import _child
+from sandbox import _runspec
 from sandbox._spawn import Child
 
 #: Bytes of stdout/stderr kept in a ``run_tests`` report.
@@ -135,7 +135,7 @@ class Supervisor:
                     extra_open.discard(fd)
 
 
-def classify(sup: Supervisor, spec: _child.RunSpec, oom_kills: int) -> tuple[str, str, int]:
+def classify(sup: Supervisor, spec: _runspec.RunSpec, oom_kills: int) -> tuple[str, str, int]:
     """Return (status, detail, exit_code) of a finished run.
 
     Only trusted facts decide, except that a final ``MemoryError`` line on stderr (the
@@ -169,7 +169,7 @@ def classify(sup: Supervisor, spec: _child.RunSpec, oom_kills: int) -> tuple[str
     return "runtime_error", f"exit status {code}", code
 
 
-def cpu_limit_kill(child: Child, spec: _child.RunSpec) -> bool:
+def cpu_limit_kill(child: Child, spec: _runspec.RunSpec) -> bool:
     """Tell whether C's SIGKILL (not from the OOM killer) came from its RLIMIT_CPU.
 
     The CPU time C used is the evidence: rusage CPU time is tick-sampled and can read a little

@@ -51,6 +51,7 @@ from sandbox import _child, _codec, _landlock, _linux, _mounts, _verdict_server
 
 _REPLY = struct.Struct("=cib")  # b"P" | b"E", pid or errno, pid_ns flag
 _SCRIPT = os.path.abspath(__file__)
+_ONE_FD = socket.CMSG_SPACE(4)
 #: Standard-library modules model-written code often imports, loaded once in the template so
 #: that a child has them for free (an import in the child reads, unmarshals and executes the
 #: module: 1-5 ms each, measured). Each preloaded module also costs every run a little (more
@@ -141,6 +142,7 @@ def _main() -> None:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     _isolate_slot(ctx)
+    ctx.freeze()
     # The programs' environment, set once here (children inherit it): nothing from the library.
     os.environ.clear()
     os.environ.update(_child.CHILD_ENV)
@@ -194,7 +196,11 @@ def _serve(sock: socket.socket, ctx: _child.RunContext, cloner: _linux.ParentClo
     verdict_uid = ctx.uid + 1 if ctx.uid > 0 else -1
     while True:
         try:
-            msg, fds, _flags, _addr = socket.recv_fds(sock, 16, 1)
+            # One direct recvmsg: ``socket.recv_fds`` parses in Python, and every object the
+            # template touches after a clone is a copy-on-write fault while that child lives.
+            msg, fds = _codec.recv_exact(sock, 16, _ONE_FD)
+        except _codec.CodecError:
+            msg, fds = b"?", []  # cut short: answered EINVAL below
         except OSError:
             return
         if not msg:

@@ -39,7 +39,7 @@ if __name__ == "__main__" and "sandbox" not in sys.modules:
     _package.__path__ = [os.path.dirname(os.path.abspath(__file__))]
     sys.modules["sandbox"] = _package
 
-from sandbox import _child, _codec
+from sandbox import _codec, _runspec
 from sandbox._calltests import handle_tests
 from sandbox._server import Server
 from sandbox._supervise import Supervisor, classify, decode_output
@@ -52,7 +52,7 @@ _PROBE_LIMITS = {
 
 def handle_run(server: Server, req: dict[str, object]) -> dict[str, object]:
     """Run one program; the reply mirrors ``sandbox.ExecResult``."""
-    spec = _child.RunSpec(req)
+    spec = _runspec.RunSpec(req)
     start = time.monotonic()
     child = server.spawn(spec)
     # The child has its own copy now: free ours (up to 64 MiB, charged to the run's cgroup).
