@@ -176,13 +176,6 @@ def isolate(ctx: RunContext, kind: Kind, layers: int, ctl: _socket.socket) -> tu
     libc = _linux.libc
     os.setsid()
     layers |= SESSION_BIT
-    if ctx.is_root:
-        # The OOM killer must pick this run, never the slot's trusted processes (-1000).
-        # (try/except, not contextlib.suppress: fewer objects touched in every child.)
-        try:  # noqa: SIM105
-            _linux.write_file("/proc/self/oom_score_adj", "1000")
-        except OSError:
-            pass
     wanted = _linux.CLONE_NEWIPC
     if kind.network and ctx.slot_net:
         _linux.errno_call(libc.setns(ctx.host_net, _linux.CLONE_NEWNET), "setns(net)")

@@ -96,6 +96,8 @@ class ParentClone:
         numbers = _SYSCALLS.get(os.uname().machine)  # not ``platform``: the template imports this
         self.tid_addr = 0
         self.clone_nr = -1
+        self._self = ctypes.c_void_p(0)
+        self._args: dict[int, tuple[object, ...]] = {}
         if numbers is None:
             return
         self.clone_nr, gettid_nr = numbers
@@ -106,7 +108,17 @@ class ParentClone:
         for offset in range(0, 0x1000, 4):
             if ctypes.c_int.from_address(base + offset).value == tid:
                 self.tid_addr = base + offset
-                return
+                break
+        # The arguments of both calls, built once here (the template): every object built or
+        # first touched after the clone is a copy-on-write fault in the child and in the
+        # template. The thread descriptor is at the same address in the child (a copy).
+        self._self = ctypes.c_void_p(base)
+        for extra in (0, CLONE_NEWPID):
+            flags = extra | CLONE_PARENT | CLONE_CHILD_SETTID | signal.SIGCHLD
+            self._args[extra] = (
+                ctypes.c_long(self.clone_nr), ctypes.c_ulong(flags), ctypes.c_void_p(0),
+                ctypes.c_void_p(0), ctypes.c_void_p(self.tid_addr), ctypes.c_ulong(0),
+            )  # fmt: skip
 
     @property
     def usable(self) -> bool:
@@ -118,18 +130,14 @@ class ParentClone:
         api = ctypes.pythonapi
         if not self.usable:
             return self._double_fork(flags)
+        args = self._args.get(flags)
+        if args is None:
+            raise ValueError(f"clone flags {flags:#x}: only 0 and CLONE_NEWPID are prepared")
         api.PyOS_BeforeFork()
-        pid = _pylibc.syscall(
-            ctypes.c_long(self.clone_nr),
-            ctypes.c_ulong(flags | CLONE_PARENT | CLONE_CHILD_SETTID | signal.SIGCHLD),
-            ctypes.c_void_p(0),
-            ctypes.c_void_p(0),
-            ctypes.c_void_p(self.tid_addr),
-            ctypes.c_ulong(0),
-        )
+        pid = _pylibc.syscall(*args)
         if pid == 0:
             api.PyOS_AfterFork_Child()
-            if libc.pthread_kill(ctypes.c_void_p(libc.pthread_self()), 0) != 0:
+            if libc.pthread_kill(self._self, 0) != 0:
                 os._exit(71)  # the tid fix did not take: never run anything in such a child
             return 0
         err = ctypes.get_errno()

@@ -16,7 +16,7 @@ import shutil
 import signal
 import socket
 
-from sandbox import _codec, _runspec
+from sandbox import _codec, _linux, _runspec
 from sandbox._template import Template
 
 
@@ -91,6 +91,7 @@ class Spawner:
         self.template = template
         self.uid = uid
         self.use_mount_ns = True  # switched off if the start-up probe shows mounts do not work
+        self.raise_oom_score = os.geteuid() == 0  # only root may write another's oom_score_adj
         self.warm: Child | None = None  # a prepared child waiting for its program
         self.last_key: tuple[bool, int] | None = None
         self.run_counter = 0
@@ -110,6 +111,12 @@ class Spawner:
             kind = _runspec.Kind(network, max_file_mb, self.use_mount_ns, host_workdir)
             socket.send_fds(ctl, [kind.pack()], [out_w, err_w])
             pid, pid_ns = self.template.fork_run_child(theirs.fileno())
+            if self.raise_oom_score:
+                # The OOM killer must pick the run, never the slot's trusted processes (-1000,
+                # which the child inherits). Written here, before its program is even sent,
+                # rather than by the child: there it cost ~50 us of copy-on-write faults.
+                with contextlib.suppress(OSError):
+                    _linux.write_file(f"/proc/{pid}/oom_score_adj", "1000")
         except BaseException:
             ctl.close()
             for fd in (out_r, err_r):
