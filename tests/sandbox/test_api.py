@@ -20,6 +20,7 @@ from sandbox import (
     Sandbox,
     Status,
     _codec,
+    _runspec,
     normalize_output,
 )
 from sandbox.types import check_files
@@ -340,6 +341,52 @@ def test_request_messages_round_trip_inline_and_in_a_memfd(size: int) -> None:
         theirs.close()
     with pytest.raises(_codec.CodecError):
         _codec.unpack_texts(b"".join(_codec.pack_texts({}, texts))[:-1])
+
+
+def test_child_messages_use_fixed_fields_and_one_recvmsg() -> None:
+    """What S sends a child and the child reports back (binary fields, not JSON) round-trips."""
+    spec = _runspec.RunSpec(
+        {
+            "code": "x",
+            "limits": {
+                "timeout_s": 1, "cpu_s": 86401, "memory_mb": 1 << 24, "output_bytes": 1,
+                "max_processes": 1 << 22, "max_file_mb": 1 << 20, "network": False,
+            },
+            "required": ["seccomp", "uid", "no_such_layer"],
+            "entry_point": "add",
+        }
+    )  # fmt: skip
+    meta = spec.program_meta()
+    fields = _runspec.PROGRAM_META.unpack_from(meta)
+    assert fields[:4] == (86401, 1 << 24, 1 << 20, 1 << 22)
+    assert _runspec.layer_names(fields[4]) == ["uid", "seccomp"]
+    assert fields[4] & _runspec.UNKNOWN_LAYER
+    assert meta[_runspec.PROGRAM_META.size :] == b"add\0no_such_layer"
+    every = _runspec.layer_mask(list(_runspec.ALL_LAYERS))
+    assert _runspec.layer_names(every) == list(_runspec.ALL_LAYERS) == list(ALL_LAYERS)
+    # One recvmsg: fds come back in order; a message larger than the buffer is refused (and
+    # its fds closed), never silently cut.
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    r, w = os.pipe()
+    try:
+        socket.send_fds(ours, [b"K" * 10], [r, w])
+        msg, fds = _codec.recv_exact(theirs, 64, socket.CMSG_SPACE(8))
+        assert msg == b"K" * 10 and len(fds) == 2
+        os.write(fds[1], b"!")
+        assert os.read(fds[0], 1) == b"!"
+        for fd in fds:
+            os.close(fd)
+        socket.send_fds(ours, [b"K" * 100], [r])
+        with pytest.raises(_codec.CodecError, match="cut short"):
+            _codec.recv_exact(theirs, 64, socket.CMSG_SPACE(8))
+        socket.send_fds(ours, [b"K"], [r, w, r])  # more fds than room for
+        with pytest.raises(_codec.CodecError, match="cut short"):
+            _codec.recv_exact(theirs, 64, socket.CMSG_SPACE(8))
+    finally:
+        for fd in (r, w):
+            os.close(fd)
+        ours.close()
+        theirs.close()
 
 
 def test_max_processes_are_all_the_programs_own(sb: Sandbox) -> None:
