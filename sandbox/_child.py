@@ -82,6 +82,8 @@ class RunContext:
         """An fd of the host's network namespace, for ``network=True`` runs (with ``slot_net``)."""
         self.keep_fds: frozenset[int] = frozenset()
         """``inherited_fds``, as of ``freeze``."""
+        self.dev_shm: bool | None = None
+        """Whether /dev/shm exists (``freeze``; None: not known)."""
 
     def to_config(self) -> dict[str, object]:
         """Return the slot server's settings as sent to the template at its start (JSON)."""
@@ -120,6 +122,7 @@ class RunContext:
     def freeze(self) -> None:
         """Compute, once in the template, what each child would otherwise recompute."""
         self.keep_fds = frozenset(self.inherited_fds)
+        self.dev_shm = os.path.isdir("/dev/shm")  # in the template's mount namespace
 
 
 #: What a child's two messages may carry: its kind (a few bytes and a path) with two pipes,
@@ -204,9 +207,13 @@ def isolate(ctx: RunContext, kind: Kind, layers: int, ctl: _socket.socket) -> tu
     if got & _linux.CLONE_NEWNS:
         layers |= MOUNT_NS_BIT
         try:
+            dev_shm = ctx.dev_shm  # as the template saw it, in the namespace this one copies
             if not ctx.host_dirs_hidden:
                 _mounts.hide_host_dirs(ctx.stdlib_dirs)
-            workdir = _mounts.setup_run_mounts(ctx.uid, kind.max_file_mb, bool(layers & PID_NS_BIT))
+                dev_shm = None
+            workdir = _mounts.setup_run_mounts(
+                ctx.uid, kind.max_file_mb, bool(layers & PID_NS_BIT), dev_shm
+            )
         except OSError as exc:
             report_error(ctl, f"mount namespace setup failed: {exc}")
             os._exit(125)
@@ -220,7 +227,9 @@ def isolate(ctx: RunContext, kind: Kind, layers: int, ctl: _socket.socket) -> tu
         # and size-capped in the mount namespace.
         writable = [workdir, "/dev/shm"] if layers & MOUNT_NS_BIT else [workdir]
         try:
-            ctx.landlock.restrict(["/proc"], writable, deny_tcp=not kind.network, nnp_set=True)
+            ctx.landlock.restrict(
+                ["/proc"], writable, deny_tcp=not kind.network, nnp_set=True, all_dirs=True
+            )
             layers |= LANDLOCK_BIT
         except OSError:
             pass

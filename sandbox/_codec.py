@@ -224,7 +224,6 @@ def recv_packet(sock: socket.socket, max_size: int, maxfds: int = 0) -> tuple[by
 
 #: ``recv_exact``'s flags: the message or its fds did not fit. Plain ints (see above).
 _CUT = int(socket.MSG_TRUNC) | int(socket.MSG_CTRUNC)
-_FD = struct.Struct("=i")
 
 
 def recv_exact(sock: _socket.socket, bufsize: int, ancsize: int) -> tuple[bytes, list[int]]:
@@ -240,7 +239,7 @@ def recv_exact(sock: _socket.socket, bufsize: int, ancsize: int) -> tuple[bytes,
     fds: list[int] = []
     for level, kind, data in ancdata:
         if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-            fds += (fd for (fd,) in _FD.iter_unpack(data[: len(data) - len(data) % 4]))
+            fds += memoryview(data[: len(data) - len(data) % 4]).cast("i").tolist()
     if flags & _CUT:
         for fd in fds:
             os.close(fd)

@@ -89,7 +89,9 @@ def _ruleset_attr(abi: int, handled_fs: int, deny_tcp: bool, scope: bool) -> byt
     return struct.pack("=Q", handled_fs)
 
 
-def _path_rule(path: str, rights: int, abi: int, handled_fs: int) -> _Rule | None:
+def _path_rule(
+    path: str, rights: int, abi: int, handled_fs: int, is_dir: bool | None = None
+) -> _Rule | None:
     """Open ``path`` (O_PATH) and pack its rule; None when this system does not have it.
 
     Returns the fd (the caller closes it) and ``struct landlock_path_beneath_attr`` (packed: u64
@@ -100,7 +102,7 @@ def _path_rule(path: str, rights: int, abi: int, handled_fs: int) -> _Rule | Non
     except OSError:
         return None
     allowed = rights
-    if not os.path.isdir(path):
+    if not (os.path.isdir(path) if is_dir is None else is_dir):
         # Directory-only rights are invalid on a file rule (EINVAL).
         allowed &= FS_EXECUTE | FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE
         allowed &= handled_fs
@@ -136,11 +138,13 @@ class Rules:
         self._rules = self._prepare(read_paths, write_paths)
         self.fds = [fd for fd, _rule in self._rules]
 
-    def _prepare(self, reads: list[str], writes: list[str]) -> list[_Rule]:
+    def _prepare(
+        self, reads: list[str], writes: list[str], is_dir: bool | None = None
+    ) -> list[_Rule]:
         rules = []
         for paths, rights in ((reads, READ & self.handled_fs), (writes, self.handled_fs)):
             for path in paths:
-                rule = _path_rule(path, rights, self.abi, self.handled_fs)
+                rule = _path_rule(path, rights, self.abi, self.handled_fs, is_dir)
                 if rule is not None:
                     rules.append(rule)
         return rules
@@ -152,6 +156,7 @@ class Rules:
         *,
         deny_tcp: bool,
         nnp_set: bool = False,
+        all_dirs: bool = False,
     ) -> None:
         """Restrict the calling thread (and its future children) to the rules plus these paths.
 
@@ -160,14 +165,15 @@ class Rules:
         TCP bind/connect is denied (ABI >= 4); with ``scope`` (at construction) signals and
         abstract unix sockets cannot reach processes outside the domain (ABI >= 6). Raises
         OSError when a step fails (the caller then runs without the layer, or refuses).
-        ``nnp_set``: the caller has set ``no_new_privs`` already (one ctypes call less).
+        ``nnp_set``: the caller has set ``no_new_privs`` already (one ctypes call less);
+        ``all_dirs``: the given paths are all directories (no ``stat`` each).
         """
         attr = self._attrs[deny_tcp]
         ruleset = _check(
             _syscall(_SYS_CREATE_RULESET, attr, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)),
             "create_ruleset",
         )
-        own = self._prepare(read_paths, write_paths)
+        own = self._prepare(read_paths, write_paths, True if all_dirs else None)
         try:
             for _fd, rule in (*self._rules, *own):
                 _check(

@@ -140,9 +140,9 @@ class ParentClone:
             if libc.pthread_kill(self._self, 0) != 0:
                 os._exit(71)  # the tid fix did not take: never run anything in such a child
             return 0
-        err = ctypes.get_errno()
-        api.PyOS_AfterFork_Parent()
+        api.PyOS_AfterFork_Parent()  # a PyDLL without use_errno: ctypes' errno copy is kept
         if pid < 0:
+            err = ctypes.get_errno()  # only then: one ctypes call less per clone
             raise OSError(err, f"clone: {os.strerror(err)}")
         return int(pid)
 

@@ -75,10 +75,11 @@ def hide_host_dirs(stdlib_dirs: list[str]) -> None:
             os.close(fd)
 
 
-def setup_run_mounts(uid: int, max_file_mb: int, pid_ns: bool) -> str:
+def setup_run_mounts(uid: int, max_file_mb: int, pid_ns: bool, dev_shm: bool | None = None) -> str:
     """Set up a run's new mount namespace: tmpfs /tmp and /dev/shm, a fresh /proc (own PID ns).
 
-    Returns the work dir (the private /tmp, owned by ``uid``).
+    Returns the work dir (the private /tmp, owned by ``uid``). ``dev_shm``: whether /dev/shm
+    exists, when the caller knows (the template checked it once).
     """
     libc = _linux.libc
     tmp_mb = max(16, 2 * max_file_mb)
@@ -86,7 +87,7 @@ def setup_run_mounts(uid: int, max_file_mb: int, pid_ns: bool) -> str:
     opts = f"size={tmp_mb}m,mode=0700{owner}".encode()
     nosuid_nodev = _linux.MS_NOSUID | _linux.MS_NODEV
     _linux.errno_call(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", nosuid_nodev, opts), "mount /tmp")
-    if os.path.isdir("/dev/shm"):
+    if os.path.isdir("/dev/shm") if dev_shm is None else dev_shm:
         _linux.errno_call(
             libc.mount(
                 b"tmpfs", b"/dev/shm", b"tmpfs", nosuid_nodev | _linux.MS_NOEXEC,

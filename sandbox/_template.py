@@ -52,6 +52,7 @@ from sandbox import _child, _codec, _landlock, _linux, _mounts, _verdict_server
 _REPLY = struct.Struct("=cib")  # b"P" | b"E", pid or errno, pid_ns flag
 _SCRIPT = os.path.abspath(__file__)
 _ONE_FD = socket.CMSG_SPACE(4)
+_EINVAL = _REPLY.pack(b"E", errno.EINVAL, 0)
 #: Standard-library modules model-written code often imports, loaded once in the template so
 #: that a child has them for free (an import in the child reads, unmarshals and executes the
 #: module: 1-5 ms each, measured). Each preloaded module also costs every run a little (more
@@ -206,7 +207,7 @@ def _serve(sock: socket.socket, ctx: _child.RunContext, cloner: _linux.ParentClo
         if not msg:
             return  # the slot server is gone
         kind = msg[:1]
-        reply = _REPLY.pack(b"E", errno.EINVAL, 0)
+        reply = _EINVAL
         if kind in (b"C", b"V") and len(fds) == 1:
             new_pid_ns = pid_ns and kind == b"C"
             try:
