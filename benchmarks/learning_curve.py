@@ -25,10 +25,12 @@ script so that what both sides get can be checked in one place.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -209,11 +211,10 @@ def run_ours(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
         "--config",
         str(out.parent / f"{spec.name}.yaml"),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=shared.env())
+    returncode, tail = run_child(cmd, shared.env(), out.parent / f"{spec.name}.log")
     result = RunResult(spec, process_s=time.perf_counter() - t0)
-    (out.parent / f"{spec.name}.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        result.error = f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-300:]}"
+    if returncode != 0:
+        result.error = f"exit {returncode}: {tail}"
     rows = (
         [r for r in read_metrics(out) if "time/step" in r]
         if (out / "metrics.jsonl").exists()
@@ -303,17 +304,36 @@ def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
     (out / "points.json").write_text(json.dumps(payload))
 
 
+def run_child(cmd: list[str], env: dict[str, str], log: Path) -> tuple[int, str]:
+    """Run one training process in a session of its own, its output into ``log``.
+
+    Returns its exit code and the last 300 characters of its output. Whatever the process
+    left behind (a vLLM engine core orphaned when the trainer was OOM-killed) is killed with
+    its session: with a pipe instead of a file, such an orphan held the pipe open and the
+    benchmark waited for it forever.
+    """
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        try:
+            returncode = proc.wait()
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    return returncode, log.read_text(errors="replace")[-300:]
+
+
 def run_trl(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
     """Run ``trl_child`` in a subprocess and read its points back."""
     out.mkdir(parents=True, exist_ok=True)
     payload = json.dumps({"spec": asdict(spec), "shared": asdict(shared)})
     t0 = time.perf_counter()
     cmd = [sys.executable, str(HERE), "--child", payload, "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=shared.env())
+    returncode, tail = run_child(cmd, shared.env(), out.parent / f"{spec.name}.log")
     result = RunResult(spec, process_s=time.perf_counter() - t0)
-    (out.parent / f"{spec.name}.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        result.error = f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-300:]}"
+    if returncode != 0:
+        result.error = f"exit {returncode}: {tail}"
     if (out / "points.json").exists():
         data = json.loads((out / "points.json").read_text())
         result.overhead_s = max(result.process_s - data["train_s"], 0.0)

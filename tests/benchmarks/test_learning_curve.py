@@ -113,3 +113,36 @@ def test_report_merges_one_file_per_learning_rate(tmp_path, capsys):
     lc.save(tmp_path / "c.json", 0.2, args, [])
     with pytest.raises(SystemExit, match="base accuracy"):
         lc.main(["--report", str(tmp_path / "a.json"), str(tmp_path / "c.json")])
+
+
+def test_a_child_that_leaves_an_orphan_behind_neither_hangs_the_race_nor_survives(tmp_path):
+    # A trainer OOM-killed mid-run leaves its vLLM engine core behind, holding the trainer's
+    # stdout: the race must read the child's exit, not wait for that output to close.
+    import os
+    import sys
+    import time
+    from pathlib import Path
+
+    pid_file = tmp_path / "orphan.pid"
+    script = (
+        "import os, subprocess, sys\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+        "print('trained 3 steps', flush=True)\n"
+        "os._exit(137)\n"
+    )
+    t0 = time.monotonic()
+    code, tail = lc.run_child([sys.executable, "-c", script], dict(os.environ), tmp_path / "x.log")
+    assert time.monotonic() - t0 < 60
+    assert code == 137 and "trained 3 steps" in tail
+    orphan = int(pid_file.read_text())
+    for _ in range(100):  # killed, then reaped by init (a zombie until then)
+        try:
+            state = Path(f"/proc/{orphan}/stat").read_text().split(") ")[1][0]
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        if state == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the orphan survived the run")
