@@ -363,8 +363,9 @@ class SamplerState:
     ``positions`` count within each environment's current curriculum stage; ``curriculum`` is
     ``curriculum.CurriculumState.to_json()`` and ``filter_memory`` ``PassRateFilter.to_json()``
     (empty in checkpoints written before curricula existed: every environment at its start).
-    ``signal_streak`` / ``signal_fired`` are the learning-signal guard's (``SignalGuard``): with
-    ``dynamic_sampling: auto`` they decide how the next steps draw.
+    ``signal_streak`` / ``signal_fired`` / ``signal_eased`` are the learning-signal guard's
+    (``SignalGuard``): with ``dynamic_sampling: auto`` and ``curriculum: auto`` they decide how
+    the next steps draw.
     """
 
     draws: int = 0
@@ -373,6 +374,15 @@ class SamplerState:
     filter_memory: tuple[tuple[str | int | float, ...], ...] = ()
     signal_streak: int = 0
     signal_fired: bool = False
+    signal_eased: bool = False
+
+
+def _signal_state(saved: object) -> tuple[int, bool, bool]:
+    """Return the guard's ``[streak, fired, eased]`` (``[streak, fired]`` in older checkpoints)."""
+    if not isinstance(saved, list | tuple):
+        return 0, False, False
+    streak, fired, *rest = saved
+    return int(streak), bool(fired), bool(rest and rest[0])
 
 
 @dataclass(frozen=True)
@@ -624,7 +634,7 @@ def _write_files(
             "positions": list(sampler.positions),
             "curriculum": dict(sampler.curriculum),
             "filter_memory": [list(row) for row in sampler.filter_memory],
-            "signal": [sampler.signal_streak, sampler.signal_fired],
+            "signal": [sampler.signal_streak, sampler.signal_fired, sampler.signal_eased],
         },
     }
     if baselines is not None:
@@ -699,7 +709,7 @@ def load_checkpoint(
         tuple(int(p) for p in saved["positions"]),
         dict(saved.get("curriculum") or {}),
         tuple(tuple(row) for row in saved.get("filter_memory") or ()),
-        *(int(saved["signal"][0]), bool(saved["signal"][1])) if "signal" in saved else (),
+        *_signal_state(saved.get("signal")),
     )
     return ResumeState(
         step=int(state["step"]), sampler=sampler, path=path, baselines=state.get("baselines")

@@ -126,7 +126,8 @@ class DataConfig:
     digits and operands). ``on``: every environment with stages starts at its easiest. ``auto``:
     environments given ``stages`` start at the easiest; the others train as configured until the
     learning-signal guard sees no signal (equal rewards in nearly every group for several steps),
-    then drop to their easiest version and climb back. ``off``: never."""
+    then drop to their easiest version and climb back (once: a second stall turns on
+    ``dynamic_sampling: auto`` instead). ``off``: never."""
     curriculum_threshold: float = 0.6
     """Training accuracy (share of correct completions, mean over ``curriculum_window`` steps at
     a stage) at which an environment moves to its next stage."""
@@ -210,7 +211,9 @@ class AlgorithmConfig:
     dynamic_sampling: Literal["auto", "on", "off"] = "auto"
     """DAPO dynamic sampling: drop groups whose rewards all agree, refill from further prompts.
     ``auto`` turns it on once most groups have had equal rewards for several steps (the
-    learning-signal guard), when it pays for its extra generation; true/false force it."""
+    learning-signal guard), when it pays for its extra generation, unless the automatic
+    curriculum answered that stall with an easier stage (then only if the signal stalls again);
+    true/false force it."""
     dynamic_sampling_rounds: int = 3
     """Extra generation rounds allowed per step to refill dropped groups."""
 

@@ -16,7 +16,8 @@ class SignalGuard:
 
     A group whose completions all get the same reward has zero advantage: no gradient. When at
     least ``threshold`` of the groups are like that for ``patience`` steps in a row, ``update``
-    returns True, once per run; ``advice`` is the line to print.
+    returns True, once (``rearm`` watches again); ``advice`` is the line to print. ``eased``:
+    the run already answered a stall with an easier curriculum stage, which it does only once.
 
     >>> guard = SignalGuard(threshold=0.75, patience=2)
     >>> [guard.update(f) for f in (0.9, 0.5, 0.8, 1.0, 1.0)]
@@ -29,6 +30,7 @@ class SignalGuard:
     patience: int = 3
     streak: int = 0
     fired: bool = False
+    eased: bool = False
 
     def update(self, frac_zero_std: float) -> bool:
         """Record one step's share of equal-reward groups; True when the guard fires."""
@@ -37,6 +39,10 @@ class SignalGuard:
             return False
         self.fired = True
         return True
+
+    def rearm(self) -> None:
+        """Watch again from a fresh streak, after the curriculum eased the task (``eased``)."""
+        self.streak, self.fired, self.eased = 0, False, True
 
     def advice(
         self,

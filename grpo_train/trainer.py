@@ -255,7 +255,9 @@ class Trainer:
         # The guard's state decides whether dynamic_sampling=auto draws more: without it a
         # resumed run would sample differently from the uninterrupted one.
         saved = state.sampler
-        self.signal_guard = SignalGuard(streak=saved.signal_streak, fired=saved.signal_fired)
+        self.signal_guard = SignalGuard(
+            streak=saved.signal_streak, fired=saved.signal_fired, eased=saved.signal_eased
+        )
         self._low_signal = saved.signal_fired
         return state.sampler
 
@@ -369,9 +371,18 @@ class Trainer:
             return  # equal-reward groups still learn against the EMA baseline: not a stall
         if frac is None or not self.signal_guard.update(frac):
             return
-        self._low_signal = True
-        auto = self.cfg.algorithm.dynamic_sampling == "auto"
-        easier = self.prompts.ease() if self.cfg.data.curriculum == "auto" else []
+        easier = []
+        if self.cfg.data.curriculum == "auto" and not self.signal_guard.eased:
+            easier = self.prompts.ease()
+        if easier:
+            # The curriculum removes the cause (a task the policy is never right on), while
+            # redrawing prompts of that task (dynamic sampling) spends generation time for few
+            # kept groups. The guard re-arms: if the signal stalls again, it fires again, and
+            # then dynamic_sampling=auto turns on.
+            self.signal_guard.rearm()
+        else:
+            self._low_signal = True
+        auto = self.cfg.algorithm.dynamic_sampling == "auto" and self._low_signal
         log.write(self.signal_guard.advice(step, self.cfg, auto, easier))
 
     def train_step(self, step: int, log: RunLogger) -> dict[str, float]:
@@ -520,6 +531,7 @@ class Trainer:
                 self.prompts.state(),
                 signal_streak=self.signal_guard.streak,
                 signal_fired=self.signal_guard.fired,
+                signal_eased=self.signal_guard.eased,
             ),
             config=self.cfg,
             keep_last=self.cfg.run.keep_last,

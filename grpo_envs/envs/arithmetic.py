@@ -53,10 +53,18 @@ DEFAULT_OPERATORS = "++-*"
 
 
 def chain_problem(
-    rng: random.Random, operands: int, digits: int, operators: str = DEFAULT_OPERATORS
+    rng: random.Random,
+    operands: int,
+    digits: int,
+    operators: str = DEFAULT_OPERATORS,
+    first_digits: int | None = None,
 ) -> Problem:
-    """Return a chain of ``operands`` numbers of up to ``digits`` digits joined by ``operators``."""
-    parts = [str(rng.randint(1, 10**digits - 1))]
+    """Return a chain of ``operands`` numbers of up to ``digits`` digits joined by ``operators``.
+
+    ``first_digits`` (default ``digits``) is the first operand's max digits: "47 - 8" is the
+    step between "4 - 8" and "47 - 38" in a curriculum.
+    """
+    parts = [str(rng.randint(1, 10 ** (first_digits or digits) - 1))]
     for _ in range(operands - 1):
         op = rng.choice(operators)
         # A single-digit multiplier keeps products in a range a small model can check by hand.
@@ -146,6 +154,7 @@ class ArithmeticEnv(SingleTurnEnv):
         digits: int | None = None,
         operators: str = DEFAULT_OPERATORS,
         step_credit: float = 0.0,
+        first_digits: int | None = None,
     ) -> None:
         """Configure the generator.
 
@@ -168,6 +177,8 @@ class ArithmeticEnv(SingleTurnEnv):
             step_credit: ``chain`` only: weight of the ``steps`` component (the share of the
                 operations written out as correct equations; see ``step_correctness``). 0 (the
                 default) leaves it out. Accuracy counts only the final answer either way.
+            first_digits: ``chain`` only: max digits of the first operand (default: ``digits``);
+                the curriculum's step between widths (``easier_stages``).
         """
         super().__init__()
         # What an easier version of this environment is built from (``easier_versions``).
@@ -188,6 +199,11 @@ class ArithmeticEnv(SingleTurnEnv):
             raise ValueError(f"operands must be between 2 and 8, got {self.operands}")
         if not 1 <= self.digits <= 6:
             raise ValueError(f"digits must be between 1 and 6, got {self.digits}")
+        if first_digits is not None and not self.digits <= first_digits <= 6:
+            raise ValueError(
+                f"first_digits must be between digits ({self.digits}) and 6, got {first_digits}"
+            )
+        self.first_digits = first_digits
         if not operators or set(operators) - set("+-*"):
             raise ValueError(f"operators must be a non-empty string of + - *, got {operators!r}")
         self.operators = operators
@@ -216,20 +232,27 @@ class ArithmeticEnv(SingleTurnEnv):
     def easier_stages(self) -> list[dict[str, Scalar]]:
         """Keyword overrides for easier versions of this task, easiest first (a curriculum).
 
-        ``chain`` only: first two operands with one digit, then more digits up to this task's,
-        then more operands up to this task's; the operators stay this task's. The configured
-        task itself is not in the list. ``add2`` and tasks already at the bottom have none.
+        ``chain`` only: first two operands with one digit, then one more digit at a time up to
+        this task's (the first operand widens one stage before the others: "47 - 8" between
+        "4 - 8" and "47 - 38", so that no step asks for a new answer width and new carries at
+        once), then more operands up to this task's; the operators stay this task's. The
+        configured task itself is not in the list. ``add2`` and tasks already at the bottom
+        have none.
 
         >>> ArithmeticEnv(operands=3, digits=2, operators="-").easier_stages()
-        [{'operands': 2, 'digits': 1}, {'operands': 2, 'digits': 2}]
+        [{'operands': 2, 'digits': 1}, {'operands': 2, 'digits': 1, 'first_digits': 2}, \
+{'operands': 2, 'digits': 2}]
         >>> ArithmeticEnv(operands=2, digits=1).easier_stages()
         []
         """
         if self.task != "chain":
             return []
-        ladder = [(2, d) for d in range(1, self.digits + 1)]
-        ladder += [(n, self.digits) for n in range(3, self.operands + 1)]
-        return [{"operands": n, "digits": d} for n, d in ladder[:-1]]
+        ladder: list[dict[str, Scalar]] = [{"operands": 2, "digits": 1}]
+        for d in range(2, self.digits + 1):
+            ladder += [{"operands": 2, "digits": d - 1, "first_digits": d}]
+            ladder += [{"operands": 2, "digits": d}]
+        ladder += [{"operands": n, "digits": self.digits} for n in range(3, self.operands + 1)]
+        return ladder[:-1]
 
     def easier_versions(self) -> list[ArithmeticEnv]:
         """Return the environment at each of ``easier_stages``, easiest first (same seed, sizes)."""
@@ -243,7 +266,7 @@ class ArithmeticEnv(SingleTurnEnv):
     def _generate(self, rng: random.Random) -> Problem:
         if self.task == "add2":
             return add2_problem(rng)
-        return chain_problem(rng, self.operands, self.digits, self.operators)
+        return chain_problem(rng, self.operands, self.digits, self.operators, self.first_digits)
 
     def load_split(self, split: str) -> Iterator[Sample]:
         """Return generated problems for ``split``."""

@@ -228,3 +228,22 @@ def test_latest_follows_the_lineage_not_the_highest_step(parts, tmp_path):
     moved[1].rename(checkpoint_path(tmp_path, 3))
     assert latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 2)
     assert read_head(tmp_path) == Head("step-000001", "b")
+
+
+def test_the_learning_signal_guard_state_survives_a_resume_and_old_files_still_load(
+    parts, tmp_path
+):
+    model, tokenizer = parts
+    opt, sched = _optim(model)
+    guard = SamplerState(8, (8,), signal_streak=2, signal_fired=False, signal_eased=True)
+    path = save_checkpoint(
+        tmp_path, 2, model=model, tokenizer=tokenizer, optimizer=opt, scheduler=sched,
+        sampler=guard, config=TrainConfig(), keep_last=2,
+    )  # fmt: skip
+    assert load_checkpoint(path, optimizer=opt, scheduler=sched).sampler == guard
+    # A checkpoint from before the eased flag: [streak, fired] only.
+    state = torch.load(path / "trainer_state.pt", weights_only=True)
+    state["sampler"]["signal"] = [3, True]
+    torch.save(state, path / "trainer_state.pt")
+    old = load_checkpoint(path, optimizer=opt, scheduler=sched).sampler
+    assert (old.signal_streak, old.signal_fired, old.signal_eased) == (3, True, False)

@@ -190,13 +190,23 @@ def test_curriculum_auto_eases_a_task_without_signal_and_climbs_back(
     tiny_model_path, tmp_path, capsys
 ):
     hard = ConstantEnv(0.0, easier=(ConstantEnv(1.0),))
-    _run(_config(tiny_model_path, tmp_path, curriculum="auto", max_steps=6), hard)
+    config = _config(
+        tiny_model_path, tmp_path, curriculum="auto", max_steps=7, dynamic_sampling_rounds=1
+    )
+    _run(config, hard)
     rows = read_metrics(tmp_path)
     # Steps 1-3: no signal at all; the guard fires after step 3 and the task drops to its easy
     # version (steps 4-5: reward 1), which it passes within the window: back to the task.
-    assert [r[STAGE] for r in rows] == [2.0, 2.0, 2.0, 1.0, 2.0, 2.0]
-    assert [r["reward/mean"] for r in rows] == [0.0, 0.0, 0.0, 1.0, 1.0, 0.0]
-    assert "curriculum=auto: test/digit-v0 stage 1/2" in capsys.readouterr().out
+    assert [r[STAGE] for r in rows] == [2.0, 2.0, 2.0, 1.0, 2.0, 2.0, 2.0]
+    assert [r["reward/mean"] for r in rows] == [0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+    out = capsys.readouterr().out
+    assert "curriculum=auto: test/digit-v0 stage 1/2" in out
+    # The curriculum answered the first stall: no extra draws (dynamic sampling stays off).
+    assert not any("dynamic/rounds" in r for r in rows[:6])
+    # Steps 4-6 had equal rewards again (all right, then all wrong): the re-armed guard fires
+    # a second time, and now dynamic_sampling=auto draws more instead of easing again.
+    assert out.count("learning signal:") == 2 and "dynamic_sampling=auto is now on" in out
+    assert rows[6]["dynamic/rounds"] == 1.0 and rows[6][STAGE] == 2.0
 
 
 def test_curriculum_off_never_changes_the_task(tiny_model_path, tmp_path, capsys):

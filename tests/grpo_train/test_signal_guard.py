@@ -23,6 +23,15 @@ def test_a_break_in_the_streak_starts_it_over():
     assert guard.update(1.0)
 
 
+def test_rearmed_after_an_easier_stage_it_fires_again_on_a_new_stall():
+    guard = SignalGuard()
+    assert [guard.update(1.0) for _ in range(3)] == [False, False, True]
+    guard.rearm()
+    assert guard.eased and not guard.fired and guard.streak == 0
+    assert [guard.update(f) for f in (1.0, 1.0, 0.5, 1.0, 1.0, 1.0)] == [False] * 5 + [True]
+    assert guard.eased  # the curriculum answers a stall once; the next one is dynamic sampling's
+
+
 def test_the_advice_names_what_to_try_with_the_runs_numbers():
     cfg = TrainConfig.from_flat({"temperature": 0.9, "num_generations": 4})
     line = SignalGuard().advice(7, cfg, dynamic_sampling_now_on=False)

@@ -223,8 +223,17 @@ def test_easier_versions_climb_digits_then_operands_and_keep_the_rest():
         answer="loose", step_credit=0.5, seed=7,
     )  # fmt: skip
     versions = grpo_envs.easier_versions(env)
-    shapes = [(v.operands, v.digits) for v in versions]
-    assert shapes == [(2, 1), (2, 2), (2, 3), (3, 3)]
+    shapes = [(v.operands, v.first_digits or v.digits, v.digits) for v in versions]
+    # The first operand widens a stage before the others: "47 - 8" between "4 - 8" and "47 - 38".
+    assert shapes == [(2, 1, 1), (2, 2, 1), (2, 2, 2), (2, 3, 2), (2, 3, 3), (3, 3, 3)]
+    for version, (_, first_digits, digits) in zip(versions, shapes):
+        numbers = [
+            [int(x) for x in re.findall(r"\d+", r["prompt"][-1]["content"].split(" Give")[0])]
+            for r in version.dataset("train")
+        ]
+        assert max(n[0] for n in numbers) >= 10 ** (first_digits - 1)
+        assert max(n[0] for n in numbers) < 10**first_digits
+        assert max(x for n in numbers for x in n[1:]) < 10**digits
     for version in versions:
         assert version.operators == "-" and version.step_credit == 0.5 and version.seed == 7
         assert version.env_id == "math/arithmetic-v0"
@@ -241,3 +250,15 @@ def test_easiest_and_add2_tasks_have_no_easier_versions():
     correct = RewardComponent("correct", 1.0, integer_correctness)
     plain = SingleTurnEnv({"train": [{"question": "1+1?", "answer": "2"}]}, Rubric([correct]))
     assert grpo_envs.easier_versions(plain) == []
+
+
+def test_first_digits_widens_the_first_operand_only_and_is_checked():
+    env = grpo_envs.make("math/arithmetic-v0", operands=2, digits=1, first_digits=2, operators="-")
+    firsts = [int(r["prompt"][-1]["content"].split()[2]) for r in env.dataset("train")]
+    assert max(firsts) >= 10
+    # Without first_digits the task draws the same problems as before it existed.
+    plain = grpo_envs.make("math/arithmetic-v0", operands=2, digits=2, operators="-")
+    same = grpo_envs.make("math/arithmetic-v0", operands=2, digits=2, operators="-", first_digits=2)
+    assert plain.dataset("test")[:20] == same.dataset("test")[:20]
+    with pytest.raises(ValueError, match="first_digits"):
+        grpo_envs.make("math/arithmetic-v0", digits=2, first_digits=1)
