@@ -179,7 +179,6 @@ class Trainer:
         if self.rank.is_main:
             clear_run_dir(cfg)
         self.signal_guard = SignalGuard()
-        self._low_signal = False
         self.device = str(self.accelerator.device)
         if cfg.policy.use_qlora and torch.device(self.device).type != "cuda":
             raise ConfigError(
@@ -258,7 +257,6 @@ class Trainer:
         self.signal_guard = SignalGuard(
             streak=saved.signal_streak, fired=saved.signal_fired, eased=saved.signal_eased
         )
-        self._low_signal = saved.signal_fired
         return state.sampler
 
     def _build_learner(self) -> Policy:
@@ -371,7 +369,7 @@ class Trainer:
             return  # equal-reward groups still learn against the EMA baseline: not a stall
         if frac is None or not self.signal_guard.update(frac):
             return
-        easier = []
+        easier: list[str] = []
         if self.cfg.data.curriculum == "auto" and not self.signal_guard.eased:
             easier = self.prompts.ease()
         if easier:
@@ -380,16 +378,15 @@ class Trainer:
             # kept groups. The guard re-arms: if the signal stalls again, it fires again, and
             # then dynamic_sampling=auto turns on.
             self.signal_guard.rearm()
-        else:
-            self._low_signal = True
-        auto = self.cfg.algorithm.dynamic_sampling == "auto" and self._low_signal
+        # The guard stays fired (dynamic_sampling=auto draws more from now on) unless re-armed.
+        auto = self.cfg.algorithm.dynamic_sampling == "auto" and self.signal_guard.fired
         log.write(self.signal_guard.advice(step, self.cfg, auto, easier))
 
     def train_step(self, step: int, log: RunLogger) -> dict[str, float]:
         """Run one GRPO step (arXiv:2402.03300): rollouts, advantages, update, sync, metrics."""
         times = defaultdict[str, float](float)
         # (1)-(3) Prompts -> a group of scored completions each (this rank's share).
-        batch, sampled, m = self.collector.sample_batch(step, times, self._low_signal)
+        batch, sampled, m = self.collector.sample_batch(step, times, self.signal_guard.fired)
         # (4) Advantages over the whole step's batch (every rank's groups).
         t = time.perf_counter()
         advantages = self.advantages(batch)

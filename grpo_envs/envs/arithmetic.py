@@ -249,8 +249,10 @@ class ArithmeticEnv(SingleTurnEnv):
             return []
         ladder: list[dict[str, Scalar]] = [{"operands": 2, "digits": 1}]
         for d in range(2, self.digits + 1):
-            ladder += [{"operands": 2, "digits": d - 1, "first_digits": d}]
-            ladder += [{"operands": 2, "digits": d}]
+            ladder += [
+                {"operands": 2, "digits": d - 1, "first_digits": d},
+                {"operands": 2, "digits": d},
+            ]
         ladder += [{"operands": n, "digits": self.digits} for n in range(3, self.operands + 1)]
         return ladder[:-1]
 
