@@ -148,7 +148,11 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``grpo train``; exit code 0 done, 1 aborted, 2 bad input, 130 interrupted."""
+    """Run ``grpo train``; exit code 0 done, 1 aborted, 2 bad input, 130 interrupted.
+
+    Under a multi-process launch the main rank's exit code is the run's: the other ranks exit 0
+    after an interruption that they saved.
+    """
     try:
         return _main(argv)
     except KeyboardInterrupt:  # Ctrl-C outside the training loop (loading, plotting)
@@ -214,8 +218,11 @@ def _main(argv: list[str] | None) -> int:
         return 1
     finally:
         trainer.close()
-    if not trainer.rank.is_main:  # under `accelerate launch` only the main rank reports
-        return _EXIT_INTERRUPTED if result.interrupted else 0
+    if not trainer.rank.is_main:
+        # Under `accelerate launch` only the main rank reports, and its exit status carries an
+        # interruption: the launcher stops every rank as soon as one exits non-zero, so a
+        # non-main rank exiting 130 first could kill the main rank in the middle of its report.
+        return 0
 
     run_dir = Path(result.run_dir)
     plots = _plot(run_dir)

@@ -34,6 +34,7 @@ from grpo_train.config import (
     RESUME_IDENTITY,
     field_owners,
 )
+from grpo_train.distributed import RankInfo
 from grpo_train.run_log import read_metrics
 from grpo_train.trainer import Trainer
 
@@ -386,6 +387,34 @@ def test_second_signal_exits_without_traceback(tiny_model_path, tmp_path, capsys
     code, err = train(args(tiny_model_path, tmp_path), capsys)
     assert code == 130
     assert "second signal" in message(err) and "--resume" in message(err)
+
+
+def test_an_interrupted_rank_other_than_the_main_one_exits_0(
+    tiny_model_path, tmp_path, capsys, monkeypatch
+):
+    # The launcher stops every rank once one exits non-zero: an interrupted non-main rank that
+    # exited 130 could kill the main rank before it printed how to resume. The main rank's exit
+    # code carries the interruption.
+    train, train_step = Trainer.train, Trainer.train_step
+
+    def signalled(self, step, log):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return train_step(self, step, log)
+
+    def then_seen_from_rank_1(self):
+        result = train(self)
+        self.rank = RankInfo(rank=1, world_size=2, local_rank=1)
+        return result
+
+    monkeypatch.setattr(Trainer, "train_step", signalled)
+    code = train_cli.main(args(tiny_model_path, tmp_path / "main"))
+    assert code == 130 and "interrupted: resume with" in capsys.readouterr().out
+
+    monkeypatch.setattr(Trainer, "train", then_seen_from_rank_1)
+    code = train_cli.main(args(tiny_model_path, tmp_path / "rank1"))
+    out = capsys.readouterr().out
+    assert code == 0 and "resume with" not in out and "held-out accuracy" not in out
+    assert latest_checkpoint(tmp_path / "rank1") is not None  # it saved before leaving
 
 
 def test_resume_from_step_0_keeps_one_step_0_row(tiny_model_path, tmp_path, capsys, monkeypatch):
