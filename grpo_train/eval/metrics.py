@@ -198,7 +198,9 @@ def math_equivalence(representative: str, candidate: str) -> bool:
         return True
     from grpo_envs.math import verify
 
-    return verify(representative, f"\\boxed{{{candidate}}}", strict=True).correct
+    # 2 s, not the graders' 5: a vote compares many pairs, and a pair that needs that long is
+    # better counted apart than waited for.
+    return verify(representative, f"\\boxed{{{candidate}}}", timeout_s=2.0, strict=True).correct
 
 
 def exact_equivalence(representative: str, candidate: str) -> bool:

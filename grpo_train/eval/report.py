@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -153,6 +154,8 @@ def summarize_task(
     equivalent = answer_equivalence(env_id)
     maj: dict[int, float] = {}
     if equivalent is not None:
+        # Each k re-clusters the same answers: compare each pair once.
+        equivalent = functools.lru_cache(maxsize=65536)(equivalent)
         votes = [
             [(None if r.outcome in _NO_ANSWER_OUTCOMES else r.extracted, r.success) for r in rs]
             for rs in ordered

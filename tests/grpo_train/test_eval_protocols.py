@@ -2,6 +2,7 @@
 
 import json
 import re
+from pathlib import Path
 
 import datasets
 import pytest
@@ -258,3 +259,28 @@ def test_compare_refuses_incomparable_runs_unless_allowed(tmp_path, capsys):
     # a folder holding another protocol's run is not overwritten
     with pytest.raises(ValueError, match="another protocol"):
         write_run_record(a, _record(temperature=1.0))
+
+
+def test_eval_suites_during_training_log_avg_at_n_apart_from_eval_accuracy(monkeypatch):
+    from grpo_train.config import ConfigError, TrainConfig
+    from grpo_train.eval.training_suites import evaluate_suites, suite_sampling
+
+    bench = Path(__file__).resolve().parents[1] / "grpo_envs" / "fixtures" / "benchmarks"
+    monkeypatch.setenv("GRPO_AIME24_DIR", str(bench / "aime24"))
+    monkeypatch.setenv("GRPO_GPQA_DIR", str(bench / "gpqa_diamond"))
+    cfg = TrainConfig.from_flat(
+        {"eval_suites": "aime24,gpqa_diamond", "eval_suite_samples": 2, "eval_size": 2,
+         "temperature": 0.7}
+    )  # fmt: skip
+    sampling = suite_sampling(cfg)
+    assert (sampling.n, sampling.temperature) == (2, 0.7)
+    # "<think>..</think>" removed: "\boxed{24}" is AIME 2024 row 61's answer; GPQA gets no letter
+    engine = ListEngine(["<think>\\boxed{67}</think>\\boxed{24}", "\\boxed{24}"])
+    metrics = evaluate_suites(engine, CharTokenizer(), cfg)
+    assert "eval/accuracy" not in metrics and "eval/macro_avg" not in metrics
+    assert metrics["eval/aime24/avg@2"] == pytest.approx(0.5)  # row 60 (067) wrong, 61 right
+    assert metrics["eval/aime24/maj@2"] == pytest.approx(0.5)
+    assert metrics["eval/gpqa_diamond/avg@2"] == 0.0
+    assert metrics["eval/suites/macro_avg"] == pytest.approx(0.25)
+    with pytest.raises(ConfigError, match="eval_suite_samples"):
+        TrainConfig.from_flat({"eval_suite_samples": 0})
