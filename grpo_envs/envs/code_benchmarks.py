@@ -194,6 +194,7 @@ class LiveCodeBenchEnv(CodeEnvironment):
         self.source = dataclasses.replace(LIVECODEBENCH, data_files=self.files, revision=revision)
         self.data_path, self.max_tests, self.limit = data_path, max_tests, limit
         self._where = ""
+        self._built: datasets.Dataset | None = None  # decoding the private tests is slow: once
 
     def _rows(self) -> list[dict[str, object]]:
         local = (
@@ -219,6 +220,8 @@ class LiveCodeBenchEnv(CodeEnvironment):
         """Return the problems of the release and date window, tests decoded."""
         if split not in self.splits:
             raise ValueError(f"LiveCodeBench has only the split 'test', not {split!r}")
+        if self._built is not None:
+            return self._built
         start, end = self.window
         samples = []
         for index, row in enumerate(self._rows()):
@@ -228,7 +231,8 @@ class LiveCodeBenchEnv(CodeEnvironment):
             samples.append(self.sample(row, index).to_row())
             if self.limit is not None and len(samples) >= self.limit:
                 break
-        return datasets.Dataset.from_list(samples)
+        self._built = datasets.Dataset.from_list(samples)
+        return self._built
 
     def sample(self, row: Mapping[str, object], index: int = 0) -> Sample:
         """One LiveCodeBench row as a ``Sample`` (tests and call style in ``metadata``)."""
@@ -369,14 +373,17 @@ class MBPPPlusEnv(MBPPEnv):
         self.source = dataclasses.replace(MBPP_PLUS, revision=revision)
         self.data_path, self.limit = data_path, limit
         self._where = ""
+        self._built: datasets.Dataset | None = None
 
     def dataset(self, split: str = "test") -> datasets.Dataset:
         """Return the problems; ``answer`` is the reference solution."""
         if split not in self.splits:
             raise ValueError(f"MBPP+ has only the split 'test', not {split!r}")
-        rows, self._where = load_benchmark_rows(self.source, split, self.data_path)
-        rows = rows[: self.limit] if self.limit is not None else rows
-        return datasets.Dataset.from_list([self.sample(r).to_row() for r in rows])
+        if self._built is None:
+            rows, self._where = load_benchmark_rows(self.source, split, self.data_path)
+            rows = rows[: self.limit] if self.limit is not None else rows
+            self._built = datasets.Dataset.from_list([self.sample(r).to_row() for r in rows])
+        return self._built
 
     def sample(self, row: Mapping[str, object]) -> Sample:
         """Build an MBPP+ row's sample: MBPP's, plus the EvalPlus test script as one more test."""

@@ -255,9 +255,14 @@ def grader_info(env: Environment) -> dict[str, object]:
     import grpo_envs
 
     root = Path(grpo_envs.__file__).parent
+    env = getattr(env, "unwrapped", env)  # make()'s wrappers are not the grader
     module = type(env).__module__
     module_file = Path(__import__(module, fromlist=["_"]).__file__ or root / "__init__.py")
-    scorer = root / ("code" if env.env_id.startswith("code/") else "math")
+    scorers = [root / "math"]
+    if env.env_id.startswith("code/"):
+        import sandbox
+
+        scorers = [root / "code", Path(sandbox.__file__).parent]
     try:
         version = importlib.metadata.version("grpo-kit")
     except importlib.metadata.PackageNotFoundError:
@@ -266,7 +271,7 @@ def grader_info(env: Environment) -> dict[str, object]:
         "grpo_kit": version,
         "grading_rules": GRADING_RULES_VERSION,
         "env_class": f"{module}.{type(env).__qualname__}",
-        "source_sha256": _source_digest([module_file, scorer]),
+        "source_sha256": _source_digest([module_file, *scorers]),
     }
 
 

@@ -53,6 +53,7 @@ def test_every_suite_runs_under_the_r1_protocol_and_is_recorded(tiny_model_path,
     for t in tasks.values():
         assert t["dataset"]["rows"] == 1 and len(t["dataset"]["sha256"]) == 64
         assert t["grader"]["source_sha256"] and t["grader"]["grading_rules"] >= 1
+        assert "wrappers" not in t["grader"]["env_class"]  # the env itself, not make()'s guard
     assert "file " in tasks["aime24"]["dataset"]["source"]
     assert "version_tag=release_v2" in tasks["livecodebench"]["dataset"]["source"]
     assert record["prompt_sha256"] and record["max_model_len"] >= 4
