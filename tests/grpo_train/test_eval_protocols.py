@@ -196,6 +196,7 @@ def test_cli_protocol_flags():
         (["--data_dir", "aime24"], "SUITE=PATH"),
         (["--data_dir", "aime24=/no/such/dir"], "no such file"),
         (["--suite", "gsm8k", "--data_dir", "aime24=."], "not evaluated"),
+        (["--suite", "humaneval", "--data_dir", "humaneval=."], "installed package"),
     ],
 )
 def test_bad_protocol_arguments_exit_2(argv, message, capsys):
