@@ -178,7 +178,7 @@ def main() -> None:
           f"(flexible-extract) | {100 * sum(strict) / len(ids):.1f} (strict-match) |")  # fmt: skip
     overall = sum(o == f for o, f in zip(ours_ok, flex))
     print(f"\nidentical completions: {len(same)}/{len(ids)}; verdicts agree on {len(agree)}/"
-          f"{len(same)} of them, {overall}/{len(ids)} in all (ours vs flexible-extract)")  # fmt: skip
+          f"{len(same)} of them, {overall}/{len(ids)} in all (vs flexible-extract)")  # fmt: skip
     for i in same:
         if ours_ok[i] != flex[i]:
             rec = by_sample[ids[i]]
