@@ -1,6 +1,10 @@
 """Per-sample agreement with lm-eval: same model, same prompts, greedy, on GSM8K; time of each.
 
-``grpo eval``'s runner (transformers engine) and lm-eval 0.4.13's ``simple_evaluate`` (its ``hf``
+Two comparisons. Graders: our math verifier and lm-eval's GSM8K grading (its own filter and
+metric code, settings read from its ``gsm8k.yaml``) on the same labelled completions, the GSM8K
+reference solutions rewritten in the answer styles models use (``#### N``, boxed, prose, a number
+after the answer, thousands commas, a wrong final answer). Generation: ``grpo eval``'s runner
+(transformers engine) and lm-eval 0.4.13's ``simple_evaluate`` (its ``hf``
 model) both answer the first ``--prompts`` GSM8K test questions with SmolLM2-135M-Instruct (the
 embedded default), greedy, at most ``--max_tokens`` new tokens, the prompt being ``math/gsm8k-v0``'s
 user message through the model's chat template (lm-eval: ``apply_chat_template=True``, zero-shot).
@@ -41,6 +45,10 @@ def _parse_args() -> argparse.Namespace:
     p.add_argument("--batch_size", type=int, default=16)
     p.add_argument("--model", default=None, help="model folder (default: the embedded SmolLM2)")
     p.add_argument("--data", default=str(GSM8K_DIR), help="folder with test.jsonl")
+    p.add_argument(
+        "--graded", type=int, default=200, help="GSM8K items for the grader-only comparison"
+    )
+    p.add_argument("--grader_only", action="store_true", help="skip the generation comparison")
     return p.parse_args()
 
 
@@ -130,6 +138,85 @@ def run_lm_eval(model: str, task: dict, batch: int) -> dict:
     return {"seconds": seconds, "texts": texts, "verdicts": verdicts}
 
 
+def _variants(solution: str) -> dict[str, tuple[str, bool]]:
+    """Completions of one GSM8K item in answer styles models use, each with its true verdict."""
+    from grpo_envs.envs.math_datasets import gsm8k_gold
+
+    gold = gsm8k_gold(solution)
+    body = solution.rsplit("####", 1)[0].strip()
+    value = int(gold) if gold.lstrip("-").isdigit() else None
+    out = {
+        "reference (#### N)": (solution, True),
+        "boxed": (f"{body}\nThe answer is \\boxed{{{gold}}}.", True),
+        "prose": (f"{body}\nSo the answer is {gold}.", True),
+        "a later number": (f"{body}\nThe answer is {gold}. I checked it in 2 steps.", True),
+        "wrong (#### N+1)": (
+            f"{body}\n#### {value + 1 if value is not None else gold + '1'}",
+            False,
+        ),
+    }
+    if value is not None and abs(value) >= 1000:
+        out["thousands commas"] = (f"{body}\n#### {value:,}", True)
+    return out
+
+
+Row = tuple[str, int, float, float, float, float, float]
+
+
+def grader_agreement(solutions: list[str]) -> list[Row]:
+    """Our verifier and lm-eval's GSM8K filters + metric on the same labelled completions.
+
+    lm-eval's side is its own code (``RegexFilter``, ``TakeFirstFilter``,
+    ``exact_match_hf_evaluate``) with the settings read from its ``gsm8k.yaml``.
+    Rows: (style, items, ours %, lm-eval flexible %, lm-eval strict %, ours = truth %,
+    lm-eval flexible = truth %).
+    """
+    import lm_eval
+    import yaml
+    from lm_eval.api.metrics import exact_match_hf_evaluate
+    from lm_eval.filters.extraction import RegexFilter
+
+    from grpo_envs.envs.math_datasets import gsm8k_gold
+    from grpo_envs.math import verify_batch
+
+    cfg = yaml.safe_load((Path(lm_eval.__file__).parent / "tasks/gsm8k/gsm8k.yaml").read_text())
+    metric = cfg["metric_list"][0]
+    filters = {f["name"]: f["filter"][0] for f in cfg["filter_list"]}
+
+    def lm_eval_correct(name: str, texts: list[str], refs: list[str]) -> list[bool]:
+        spec = {k: v for k, v in filters[name].items() if k != "function"}
+        picked = [r[0] for r in RegexFilter(**spec).apply([[t] for t in texts], None)]
+        return [
+            bool(
+                exact_match_hf_evaluate(
+                    [p], [ref], regexes_to_ignore=metric["regexes_to_ignore"],
+                    ignore_case=metric["ignore_case"],
+                    ignore_punctuation=metric["ignore_punctuation"],
+                )["exact_match"]
+            )
+            for p, ref in zip(picked, refs)
+        ]  # fmt: skip
+
+    by_style: dict[str, list[tuple[str, str, bool]]] = {}
+    for solution in solutions:
+        for style, (text, truth) in _variants(solution).items():
+            by_style.setdefault(style, []).append((solution, text, truth))
+    rows = []
+    for style, items in by_style.items():
+        golds, texts, truths = [i[0] for i in items], [i[1] for i in items], [i[2] for i in items]
+        ours = [r.correct for r in verify_batch(golds, texts)]
+        flexible = lm_eval_correct("flexible-extract", texts, golds)
+        strict = lm_eval_correct("strict-match", texts, golds)
+        assert all(gsm8k_gold(g) for g in golds)
+        m = len(items)
+        rows.append((
+            style, m, 100 * sum(ours) / m, 100 * sum(flexible) / m, 100 * sum(strict) / m,
+            100 * sum(o == t for o, t in zip(ours, truths)) / m,
+            100 * sum(f == t for f, t in zip(flexible, truths)) / m,
+        ))  # fmt: skip
+    return rows
+
+
 def _norm(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
@@ -143,11 +230,21 @@ def main() -> None:
         from grpo_train.models import default_model_path
 
         model = str(default_model_path())
+    all_rows = [json.loads(line) for line in (Path(args.data) / "test.jsonl").open()]
+    start = time.perf_counter()
+    table = grader_agreement([r["answer"] for r in all_rows[: args.graded]])
+    print(f"\nGraders on the same labelled completions ({time.perf_counter() - start:.1f} s):\n")
+    print("| answer style | items | ours correct % | lm-eval flexible % | lm-eval strict % "
+          "| ours = truth % | lm-eval flexible = truth % |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for style, m, ours_pct, flex_pct, strict_pct, truth_pct, flex_truth in table:
+        print(f"| {style} | {m} | {ours_pct:.1f} | {flex_pct:.1f} | {strict_pct:.1f} | "
+              f"{truth_pct:.1f} | {flex_truth:.1f} |")  # fmt: skip
+    if args.grader_only:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        rows = [json.loads(line) for line in (Path(args.data) / "test.jsonl").open()][
-            : args.prompts
-        ]
+        rows = all_rows[: args.prompts]
         ours = run_ours(
             model, args.data, args.prompts, args.max_tokens, args.batch_size, folder / "ours"
         )
