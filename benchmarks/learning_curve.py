@@ -675,6 +675,10 @@ class SeededRace:
     median_step_s: MeanSE | None
     """Each seed's median seconds per step, averaged over seeds."""
 
+    def times(self) -> list[float | None]:
+        """Every seed's time-to-target; None for a censored seed."""
+        return [r.seconds for r in self.reached] + [None for _ in self.censored]
+
     def line(self) -> str:
         """One line: how many seeds got there, and in how long."""
         trainer, lr = self.arm
@@ -697,6 +701,27 @@ class SeededRace:
         if self.median_step_s is not None:
             text += f"; s/step {self.median_step_s.mean:.1f}"
         return text
+
+
+def censored_median(times: Sequence[float | None]) -> float | None:
+    """Median time-to-target over seeds, a censored seed (None) counted as slower than any.
+
+    Defined only when the middle of the sorted times is reached, i.e. more than half the seeds
+    got there; otherwise None (the median lies beyond what was run).
+
+    >>> censored_median([30.0, None, 10.0, 20.0, None])
+    30.0
+    >>> censored_median([30.0, None, 10.0, None]) is None
+    True
+    >>> censored_median([40.0, 10.0, 20.0, None])
+    30.0
+    """
+    ordered = sorted(times, key=lambda t: float("inf") if t is None else t)
+    n = len(ordered)
+    middle = ordered[(n - 1) // 2 : n // 2 + 1]
+    if not middle or any(t is None for t in middle):
+        return None
+    return sum(t for t in middle if t is not None) / len(middle)
 
 
 def seeded_races(results: Sequence[RunResult], target: float) -> list[SeededRace]:
@@ -755,8 +780,20 @@ def seed_report(results: Sequence[RunResult], base: float, target: float) -> str
             lines.append(f"lr {o.arm[1]:g}: mean time-to-target, ours / TRL = {ratio:.2f}")
         elif o.reached or t.reached:
             lines.append(
-                f"lr {o.arm[1]:g}: some seeds never reached the target; the time-to-target "
-                "ratio is not given (means over the reached seeds alone would be biased)"
+                f"lr {o.arm[1]:g}: some seeds never reached the target, so no ratio of means "
+                "(means over the reached seeds alone would be biased)"
+            )
+        medians = [censored_median(race.times()) for race in (o, t)]
+        if medians[0] is not None and medians[1] is not None:
+            lines.append(
+                f"lr {o.arm[1]:g}: median time-to-target (censored seeds counted as slowest), "
+                f"ours {medians[0]:.0f} s / TRL {medians[1]:.0f} s = {medians[0] / medians[1]:.2f}"
+            )
+        else:
+            who = " and ".join(n for n, m in zip(("ours", "TRL"), medians) if m is None)
+            lines.append(
+                f"lr {o.arm[1]:g}: median time-to-target not defined for {who} (half the "
+                "seeds or more never reached the target)"
             )
     return "\n".join(lines)
 

@@ -199,7 +199,9 @@ def test_seed_report_states_noise_and_censoring():
     assert "censored: s1 > 22 s (2 steps)" in text
     assert "trl@2e-05: target reached by 2/2 seeds; time 60 ± 0 s" in text
     assert "ours 2.9x faster per step" in text  # 30 / mean(10, 11) = 2.86
-    assert "the time-to-target ratio is not given" in text
+    assert "so no ratio of means" in text
+    # ours: 20 s and censored -> the median of two needs both; TRL: 60 and 60
+    assert "median time-to-target not defined for ours" in text
 
 
 def test_mean_se_matches_a_hand_computation():
