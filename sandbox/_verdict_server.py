@@ -11,6 +11,7 @@ itself is in ``_verdict.py``. Standard library only.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import resource
 import signal
@@ -24,6 +25,11 @@ from sandbox._child import RunContext
 MAX_VERDICT_MESSAGE = _codec.MAX_REQUEST + _codec.MAX_META + (1 << 10)
 #: The verdict server is replaced after this many jobs, bounding state left by trusted test code.
 VERDICT_SERVER_JOBS = 500
+#: V's ``oom_score_adj``: killed before the slot server and template, after the run's child.
+VERDICT_OOM_SCORE_ADJ = 500
+#: After a job in which the candidate sent more than this, V returns freed memory to the system
+#: (decoded huge values otherwise stay in its heap: +11 to +44 MB measured).
+TRIM_AFTER_BYTES = 1 << 20
 
 
 class VerdictServer:
@@ -103,6 +109,11 @@ def main(ctx: RunContext, fd: int, verdict_uid: int) -> None:
             os.setresgid(verdict_uid, verdict_uid, verdict_uid)
             os.setresuid(verdict_uid, verdict_uid, verdict_uid)
             _linux.set_pdeathsig()
+        # Before S and T in the OOM killer's order (after the run's child, at 1000): values a
+        # candidate returns are decoded here, and where the host refuses S and T their -1000,
+        # V losing a job costs that job a verdict, S or T losing it would cost the slot.
+        with contextlib.suppress(OSError):
+            _linux.write_file("/proc/self/oom_score_adj", str(VERDICT_OOM_SCORE_ADJ))
         resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
         _linux.libc.prctl(_linux.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         _serve(sock)
@@ -124,7 +135,11 @@ def _serve(sock: socket.socket) -> None:
             job, texts = _codec.unpack_texts(payload)
             del payload
             job["setup"], job["tests"] = texts[0], texts[1:]
-            _verdict.run_job(job, int(job["first"]), chan, report)
+            received = _verdict.run_job(job, int(job["first"]), chan, report)
+            del job, texts
+            if received > TRIM_AFTER_BYTES:
+                gc.collect()
+                _linux.libc.malloc_trim(0)
         except Exception as exc:
             report(["setup_error", f"verdict server: {type(exc).__name__}: {exc}"[:500]])
         finally:

@@ -510,6 +510,7 @@ class Sandbox:
         limits: Limits | None = None,
         per_test_timeout_s: float | None = None,
         stop_on_first_failure: bool = False,
+        stop_on_program_failure: bool = False,
     ) -> TestReport:
         """Judge ``program`` on ``tests``; the verdicts are decided outside the program.
 
@@ -526,6 +527,7 @@ class Sandbox:
             limits=limits,
             per_test_timeout_s=per_test_timeout_s,
             stop_on_first_failure=stop_on_first_failure,
+            stop_on_program_failure=stop_on_program_failure,
         )
         return self._run_test_job(self._check_test_job(job))
 
@@ -583,6 +585,7 @@ class Sandbox:
             "tests": [t.source for t in tests],
             "per_test_timeout_s": per_test,
             "stop_on_first_failure": job.stop_on_first_failure,
+            "stop_on_program_failure": job.stop_on_program_failure,
             "limits": _limits_payload(lim),
             "required": list(self.required_layers),
         }
@@ -614,13 +617,11 @@ class Sandbox:
         isolation: tuple[str, ...] = ()
         stdout: list[str] = []
         stderr: list[str] = []
-        stopped = False
+        stopped = ""
         for index, test in enumerate(tests):
             name = test.name or f"test_{index}"
             if stopped:
-                results.append(
-                    TestResult(name, TestStatus.FAILED, "not run: an earlier test failed")
-                )
+                results.append(TestResult(name, TestStatus.FAILED, stopped))
                 continue
             res = self._execute(self._prepare(job.program, test.stdin, None, lim))
             isolation = res.isolation or isolation
@@ -630,7 +631,10 @@ class Sandbox:
             if res.status is not Status.OK and program_status is Status.OK:
                 program_status = res.status
             results.append(_judge_io(name, test, res))
-            stopped = job.stop_on_first_failure and not results[-1].passed
+            if job.stop_on_program_failure and res.status is not Status.OK:
+                stopped = f"not run: the program failed in test {index} (stop_on_program_failure)"
+            elif job.stop_on_first_failure and not results[-1].passed:
+                stopped = "not run: an earlier test failed (stop_on_first_failure)"
         return TestReport(
             results=tuple(results),
             status=program_status,

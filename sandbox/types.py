@@ -313,3 +313,12 @@ class TestJob:
     limits: Limits | None = None
     per_test_timeout_s: float | None = None
     stop_on_first_failure: bool = False
+    """Skip the tests after the first that does not pass. Whether a later test runs then
+    depends on a verdict, which a program that keeps state between runs can observe: the
+    code environments never use it (see ``stop_on_program_failure``)."""
+    stop_on_program_failure: bool = False
+    """Skip the tests after the first during which the program itself failed: timed out, ran
+    out of memory, died or exited (``IOTest``: any run that did not end ``ok``). What the
+    program does with inputs that do not depend on verdicts is its own doing, so stopping
+    there tells it nothing; for a binary reward it saves the time a hung program would take
+    on every remaining test."""

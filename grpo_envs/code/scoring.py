@@ -461,8 +461,14 @@ class CodeEnvironment(SingleTurnEnv):
             setup=task.setup,
             limits=Limits(timeout_s=total, memory_mb=self.config.memory_mb),
             per_test_timeout_s=per_test,
-            # Binary reward needs only the first failure; partial credit needs every test.
-            stop_on_first_failure=self.config.reward is RewardMode.BINARY,
+            # Every test runs, in order, whatever the verdicts before it: a program that is
+            # called again only after a pass learns its verdict, and with any channel between
+            # runs, a group of copies converges on the expected outputs. The binary reward is
+            # computed afterwards. What may stop a job early is only the program's own failure
+            # (time, memory, crash), which does not depend on a verdict; partial credit needs
+            # every test even then.
+            stop_on_first_failure=False,
+            stop_on_program_failure=self.config.reward is RewardMode.BINARY,
         )
 
     def _run_bounded(self, jobs: Sequence[TestJob], deadline: float) -> list[TestReport | Unrun]:
@@ -532,7 +538,7 @@ class CodeEnvironment(SingleTurnEnv):
         jobs = [
             dataclasses.replace(
                 self._job(t, t.reference or "", per_test_s=self.config.max_job_s),
-                stop_on_first_failure=False,
+                stop_on_program_failure=False,
             )
             for t in todo.values()
         ]
