@@ -24,9 +24,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sandbox import _codec, _slot
 from sandbox.types import (
@@ -37,6 +38,8 @@ from sandbox.types import (
     IOTest,
     Job,
     Limits,
+    SandboxClosedError,
+    SandboxForkedError,
     SandboxUnavailableError,
     Status,
     TestJob,
@@ -55,6 +58,8 @@ _SLACK_S = 10.0
 _START_TIMEOUT_S = 30.0
 #: The longest single select() (longer waits loop).
 _MAX_WAIT_S = 3600.0
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 def _check_size(texts: Sequence[str], what: str) -> None:
@@ -238,25 +243,33 @@ class _Slot:
         self.broken = False
         return reply
 
-    def close(self) -> None:
-        """Stop the fork server: closing its stdin makes it clean up and exit.
+    def stop(self, terminate: bool) -> None:
+        """Stop the slot server and remove what it left; its pipes stay open (``close``).
 
-        A broken slot may be in the middle of a job: SIGTERM makes it clean up at once.
-        Whatever it could not remove (it was killed) is removed here.
+        Closing its stdin makes it clean up and exit; ``terminate`` (a call may be in flight)
+        sends SIGTERM, on which it cleans up at once. Whatever it could not remove (it was
+        killed) is removed here. The pipes are left to the thread that may be reading them:
+        closing an fd another thread waits on could hand its number to an unrelated file.
         """
         try:
-            if self.proc.stdin is not None:
+            if self.proc.stdin is not None and not terminate:
                 self.proc.stdin.close()
-            if self.broken:
+            if terminate or self.broken:
                 self.proc.terminate()
             self.proc.wait(timeout=5)
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
             self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
         if self.uid > 0:
             _remove_slot_leftovers(self.uid)
+
+    def close(self) -> None:
+        """Stop the slot server (``stop``) and close its pipes."""
+        self.stop(terminate=False)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
 
 def _remove_slot_leftovers(uid: int) -> None:
@@ -344,8 +357,11 @@ class Sandbox:
         self._debug = debug
         self._lock = threading.Lock()
         self._closed = False
+        self.owner_pid = os.getpid()
+        """The process that made this Sandbox, the only one that may use it."""
         self._idle: queue.Queue[_Slot] = queue.Queue()
         self._all: list[_Slot] = []
+        self._busy: set[_Slot] = set()
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sandbox")
         try:
             # Start every fork server first, then wait: they start up in parallel.
@@ -383,15 +399,28 @@ class Sandbox:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop every fork server (and with them anything they started)."""
+        """Stop every slot server (and with them anything they started).
+
+        A call running in another thread meanwhile raises ``SandboxClosedError`` there; when
+        ``close`` returns, no process of the sandbox is left. In a process forked from the one
+        that made the Sandbox, nothing is stopped: the slot servers are the parent's.
+        """
+        if os.getpid() != self.owner_pid:
+            self._closed = True  # no lock: another thread may have held it at the fork
+            return
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        self._executor.shutdown(wait=True)
+            busy = set(self._busy)
         for slot in self._all:
-            slot.close()
-        self._all.clear()
+            # A slot in use is stopped under its call (SIGTERM: its thread gets EOF and
+            # closes the pipes); an idle one is stopped and closed here.
+            if slot in busy:
+                slot.stop(terminate=True)
+            else:
+                slot.close()
+        self._executor.shutdown(wait=True)
 
     def __enter__(self) -> Sandbox:
         return self
@@ -403,37 +432,67 @@ class Sandbox:
         if not getattr(self, "_closed", True):
             self.close()
 
+    def _check_usable(self) -> None:
+        """Refuse a call after ``close()`` or from a forked child (see the error types)."""
+        if os.getpid() != self.owner_pid:
+            raise SandboxForkedError(
+                f"this Sandbox belongs to process {self.owner_pid}, and process {os.getpid()} "
+                "is a fork of it: its slot servers, pipes and request ids are the parent's, so "
+                "results could be attached to the other process's jobs. Make a new Sandbox in "
+                "the child."
+            )
+        if self._closed:
+            raise SandboxClosedError("the Sandbox is closed")
+
     # -- slots ---------------------------------------------------------------------------------
     def _call(self, message: dict[str, object], budget_s: float) -> dict[str, object]:
-        if self._closed:
-            raise RuntimeError("the Sandbox is closed")
+        self._check_usable()
         slot = self._idle.get()
+        with self._lock:
+            if self._closed:
+                self._idle.put(slot)
+                raise SandboxClosedError("the Sandbox is closed")
+            self._busy.add(slot)
         try:
             if slot.broken:  # a call on it did not complete: restart it before any use
                 slot = self._replace(slot)
             return slot.request(message, budget_s)
         except _SlotError:
-            # Replace the broken fork server; the caller turns this into a SANDBOX_ERROR result.
+            if self._closed:
+                raise SandboxClosedError(
+                    "the Sandbox was closed while this call was running"
+                ) from None
+            # Replace the broken slot server; the caller turns this into a SANDBOX_ERROR result.
             # If no replacement starts, the dead slot goes back and the next call retries.
             slot = self._replace(slot)
             raise
         finally:
-            if slot.broken:
+            if slot.broken or self._closed:
                 # Interrupted (KeyboardInterrupt, a signal handler raising, ...): the slot may
                 # still owe a reply. Stop it now; the next call that takes it starts a new one.
+                # Closed meanwhile: ``close`` stopped it, its pipes are closed here.
                 slot.close()
+            with self._lock:
+                self._busy.discard(slot)
             self._idle.put(slot)
 
     def _replace(self, slot: _Slot) -> _Slot:
-        """Stop ``slot`` and start a fresh fork server in its place (``_SlotError`` if none)."""
+        """Stop ``slot`` and start a fresh slot server in its place (``_SlotError`` if none)."""
         slot.close()
+        if self._closed:
+            raise SandboxClosedError("the Sandbox was closed while this call was running")
         try:
             replacement = _Slot(self._python, self._debug, self.limits).wait_ready()
         except (_SlotError, OSError):
-            raise _SlotError("the fork server died and could not be restarted") from None
+            raise _SlotError("the slot server died and could not be restarted") from None
         with self._lock:
-            self._all[self._all.index(slot)] = replacement
-        return replacement
+            if not self._closed:
+                self._all[self._all.index(slot)] = replacement
+                self._busy.discard(slot)
+                self._busy.add(replacement)
+                return replacement
+        replacement.close()  # closed while it started: it must not outlive close()
+        raise SandboxClosedError("the Sandbox was closed while this call was running")
 
     # -- run -----------------------------------------------------------------------------------
     def _prepare(
@@ -487,17 +546,19 @@ class Sandbox:
 
         Never raises for anything the program does; bad arguments raise TypeError/ValueError.
         """
+        self._check_usable()
         return self._execute(self._prepare(code, stdin, files, limits))
 
     def run_many(self, jobs: Sequence[str | Job]) -> list[ExecResult]:
         """Run many programs in parallel over the workers; results are in input order."""
+        self._check_usable()
         prepared = [
             self._prepare(job, "", None, None)
             if isinstance(job, str)
             else self._prepare(job.code, job.stdin, job.files, job.limits)
             for job in jobs
         ]
-        return list(self._executor.map(self._execute, prepared))
+        return self._map(self._execute, prepared)
 
     # -- tests ---------------------------------------------------------------------------------
     def run_tests(
@@ -519,6 +580,7 @@ class Sandbox:
         proxies returning plain values. ``IOTest``: the program runs once per test with that stdin
         and this process compares its stdout. See README.md for the full contract.
         """
+        self._check_usable()
         job = TestJob(
             program=program,
             tests=tuple(tests),  # type: ignore[arg-type]
@@ -533,8 +595,21 @@ class Sandbox:
 
     def run_tests_many(self, jobs: Sequence[TestJob]) -> list[TestReport]:
         """``run_tests`` for many jobs, in parallel over the workers; reports in input order."""
+        self._check_usable()
         checked = [self._check_test_job(job) for job in jobs]
-        return list(self._executor.map(self._run_test_job, checked))
+        return self._map(self._run_test_job, checked)
+
+    def _map(self, fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
+        """Map ``fn`` over ``items`` on the workers, in input order.
+
+        ``SandboxClosedError`` if the Sandbox is closed meanwhile.
+        """
+        try:
+            return list(self._executor.map(fn, items))
+        except RuntimeError as exc:  # the executor refuses work once shut down
+            if self._closed and not isinstance(exc, SandboxClosedError):
+                raise SandboxClosedError("the Sandbox was closed during this call") from exc
+            raise
 
     def _check_test_job(self, job: TestJob) -> TestJob:
         if not isinstance(job.program, str) or not isinstance(job.setup, str):

@@ -41,6 +41,22 @@ class SandboxUnavailableError(RuntimeError):
     """Raised by ``Sandbox(..., strict=True)`` when a required isolation layer cannot be applied."""
 
 
+class SandboxClosedError(RuntimeError):
+    """The ``Sandbox`` is closed.
+
+    Raised by a call made after ``close()``, and in a thread whose call was running when
+    another thread closed it.
+    """
+
+
+class SandboxForkedError(RuntimeError):
+    """A ``Sandbox`` was used in a process forked from the one that made it.
+
+    Its slot servers, pipes, request ids and threads belong to the parent: sharing them would
+    attach one process's results to the other's jobs. Make a new ``Sandbox`` in the child.
+    """
+
+
 class Status(StrEnum):
     """How a program run ended."""
 
