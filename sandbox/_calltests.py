@@ -15,7 +15,7 @@ import socket
 import time
 
 from sandbox import _codec, _runspec
-from sandbox._server import Server
+from sandbox._slot_state import SlotState
 from sandbox._supervise import OUTPUT_EXCERPT, Supervisor, classify, exit_code
 
 
@@ -66,7 +66,7 @@ def _death(run_status: str) -> str:
     return "runtime_error"
 
 
-def handle_tests(server: Server, req: dict[str, object]) -> dict[str, object]:
+def handle_tests(server: SlotState, req: dict[str, object]) -> dict[str, object]:
     """Run CallTests: respawn the program after a test kills it; every verdict comes from V."""
     spec = _runspec.RunSpec(req)
     spec.entry_point = str(req.get("entry_point") or "")
@@ -139,7 +139,7 @@ def handle_tests(server: Server, req: dict[str, object]) -> dict[str, object]:
 
 
 def _run_round(
-    server: Server,
+    server: SlotState,
     spec: _runspec.RunSpec,
     req: dict[str, object],
     first: int,

@@ -1,6 +1,6 @@
 """A strict, tagged codec for plain values, and length-prefixed frames with size caps.
 
-This module is loaded both by the trusted side (library parent, fork server, verdict process) and,
+This module is loaded both by the trusted side (library parent, slot server, verdict process) and,
 by inheritance, inside the untrusted child; it uses the standard library only.
 
 Why not pickle: unpickling runs arbitrary constructors chosen by the sender. Why not bare JSON:

@@ -1,7 +1,7 @@
 """The verdict side of ``run_tests``: trusted test code against proxies of the candidate.
 
-Runs inside the long-lived verdict server (see ``_verdict_server``), never in the untrusted
-process. Standard library + ``_codec`` only: the fork server loads this file by path.
+Runs inside the long-lived verdict server V (see ``_verdict_server``), never in the untrusted
+process. Standard library + ``_codec`` only (V is a clone of the template, ``_template``).
 """
 
 from __future__ import annotations
@@ -9,16 +9,11 @@ from __future__ import annotations
 import builtins
 import select
 import socket
-import sys
 import time
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING or "_sandbox_codec" not in sys.modules:
-    from sandbox import _codec
-else:  # inside the fork server, which loaded the codec by file path
-    _codec = sys.modules["_sandbox_codec"]
+from sandbox import _codec
 
 
 class _CandidateDied(BaseException):

@@ -1,6 +1,6 @@
-"""The parent side: a pool of fork servers and the public ``Sandbox`` API.
+"""The parent side: a pool of slot servers and the public ``Sandbox`` API.
 
-Each worker slot is one slot server, the "fork server" (``_zygote.py``), started from
+Each worker slot has one slot server S (``_slot_server.py``, handle: ``_SlotHandle``), started from
 ``/usr/bin/python3 -I -S`` with an empty environment, so the untrusted children below it inherit
 no secret, no GPU handle and no import state of this process. The parent only ever exchanges
 length-prefixed JSON frames with it and rebuilds typed results field by field (no pickle).
@@ -50,10 +50,10 @@ from sandbox.types import (
     check_seconds,
 )
 
-_ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_zygote.py")
+_SLOT_SERVER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_slot_server.py")
 #: A system interpreter readable by every uid (a pyenv/venv interpreter under /root is not).
 SYSTEM_PYTHON = "/usr/bin/python3"
-#: How long past a job's own time budget the parent waits for a fork server before restarting it.
+#: How long past a job's own time budget the parent waits for a slot server before restarting it.
 _SLACK_S = 10.0
 _START_TIMEOUT_S = 30.0
 #: The longest single select() (longer waits loop).
@@ -84,7 +84,7 @@ def _check_files_fit(files: dict[str, str], limits: Limits) -> None:
 
 
 class _SlotError(RuntimeError):
-    """The fork server died, hung or answered garbage; the slot has been restarted."""
+    """The slot server died, hung or answered garbage; the slot has been restarted."""
 
 
 def _pick_python() -> str:
@@ -153,8 +153,8 @@ def _layers(reply: dict[str, object]) -> tuple[str, ...]:
     return tuple(x for x in value if x in ALL_LAYERS)
 
 
-class _Slot:
-    """One fork server process and its framed pipe protocol."""
+class _SlotHandle:
+    """One slot server process and its framed pipe protocol."""
 
     def __init__(self, python: str, debug: bool, limits: Limits) -> None:
         config = {
@@ -163,11 +163,11 @@ class _Slot:
             "default_limits": _limits_payload(limits),  # to prepare the first child ahead
         }
         self.proc = subprocess.Popen(
-            [python, "-I", "-S", _ZYGOTE, json.dumps(config)],
+            [python, "-I", "-S", _SLOT_SERVER_SCRIPT, json.dumps(config)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=None if debug else subprocess.DEVNULL,
-            env={},  # the fork server and everything below it start with NO environment
+            env={},  # the slot server and everything below it start with NO environment
             cwd="/",
             close_fds=True,
             start_new_session=True,  # group kills from anywhere below cannot reach us
@@ -183,8 +183,8 @@ class _Slot:
         self.template_pid = -1
         self.probe_status = self.probe_detail = ""
 
-    def wait_ready(self) -> _Slot:
-        """Wait for the fork server's start-up report (layers detected by its probe run)."""
+    def wait_ready(self) -> _SlotHandle:
+        """Wait for the slot server's start-up report (layers detected by its probe run)."""
         hello = self._receive(time.monotonic() + _START_TIMEOUT_S)
         self.layers = _layers(hello)
         uid = hello.get("uid", -1)
@@ -200,20 +200,20 @@ class _Slot:
         while not frames:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise _SlotError("the fork server did not answer in time")
+                raise _SlotError("the slot server did not answer in time")
             # select() rejects timeouts beyond ~2^63 ns (OverflowError): wait in bounded steps.
             ready, _, _ = select.select([self._out], [], [], min(remaining, _MAX_WAIT_S))
             if not ready:
                 continue
             data = os.read(self._out, _codec.READ_CHUNK)
             if not data:
-                raise _SlotError(f"the fork server exited (status {self.proc.poll()})")
+                raise _SlotError(f"the slot server exited (status {self.proc.poll()})")
             try:
                 frames = self._reader.feed(data)
             except _codec.CodecError as exc:
                 raise _SlotError(str(exc)) from None
         if len(frames) != 1:
-            raise _SlotError("unexpected extra frames from the fork server")
+            raise _SlotError("unexpected extra frames from the slot server")
         reply = _codec.loads(frames[0])
         if not isinstance(reply, dict):
             raise _SlotError("malformed reply")
@@ -221,11 +221,11 @@ class _Slot:
             # Never attach one job's reply to another: the slot is discarded.
             raise _SlotError(f"reply for request {reply.get('id')!r}, expected {request_id}")
         if "error" in reply:
-            raise _SlotError(f"fork server error: {reply['error']}")
+            raise _SlotError(f"slot server error: {reply['error']}")
         return reply
 
     def request(self, message: dict[str, object], budget_s: float) -> dict[str, object]:
-        """Send one request and wait for its reply (the fork server enforces the real limits).
+        """Send one request and wait for its reply (the slot server enforces the real limits).
 
         Every request carries a fresh id that the reply must echo. A call that does not end
         with its own reply (an error, or any exception in this thread: KeyboardInterrupt, a
@@ -238,7 +238,7 @@ class _Slot:
         try:
             _codec.write_frame(self._in, _codec.dumps({**message, "id": request_id}))
         except OSError as exc:
-            raise _SlotError(f"the fork server is gone: {exc}") from None
+            raise _SlotError(f"the slot server is gone: {exc}") from None
         reply = self._receive(time.monotonic() + budget_s + _SLACK_S, request_id)
         self.broken = False
         return reply
@@ -310,20 +310,20 @@ class _Prepared:
 
 
 class Sandbox:
-    """Run untrusted Python programs in isolated, pre-forked children.
+    """Run untrusted Python programs in isolated children, prepared ahead by each slot server.
 
     Use as a context manager (or call ``close()``); every method is thread-safe, and
-    ``run_many``/``run_tests_many`` spread jobs over ``workers`` fork servers.
+    ``run_many``/``run_tests_many`` spread jobs over ``workers`` slot servers.
 
     Args:
         limits: default limits for runs that do not pass their own.
-        workers: number of fork servers (parallel runs); defaults to ``os.cpu_count()``.
+        workers: number of slot servers (parallel runs); defaults to ``os.cpu_count()``.
         strict: refuse to start (``SandboxUnavailableError``) unless every layer in
             ``ALL_LAYERS`` is available (``net_ns`` excepted when ``limits.network``), and refuse
             any run in which one of them could not be applied.
         required_layers: layers to require like ``strict`` does, instead of all of them.
-        python: the interpreter for the fork servers; by default ``/usr/bin/python3``.
-        debug: let the fork servers write their own errors to this process's stderr.
+        python: the interpreter for the slot servers; by default ``/usr/bin/python3``.
+        debug: let the slot servers write their own errors to this process's stderr.
     """
 
     def __init__(
@@ -359,19 +359,19 @@ class Sandbox:
         self._closed = False
         self.owner_pid = os.getpid()
         """The process that made this Sandbox, the only one that may use it."""
-        self._idle: queue.Queue[_Slot] = queue.Queue()
-        self._all: list[_Slot] = []
-        self._busy: set[_Slot] = set()
+        self._idle: queue.Queue[_SlotHandle] = queue.Queue()
+        self._all: list[_SlotHandle] = []
+        self._busy: set[_SlotHandle] = set()
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sandbox")
         try:
-            # Start every fork server first, then wait: they start up in parallel.
+            # Start every slot server first, then wait: they start up in parallel.
             for _ in range(self.workers):
-                self._all.append(_Slot(self._python, debug, self.limits))
+                self._all.append(_SlotHandle(self._python, debug, self.limits))
             for slot in self._all:
                 self._idle.put(slot.wait_ready())
         except (_SlotError, OSError) as exc:
             self.close()
-            raise SandboxUnavailableError(f"a fork server failed to start: {exc}") from exc
+            raise SandboxUnavailableError(f"a slot server failed to start: {exc}") from exc
         except BaseException:
             self.close()
             raise
@@ -476,13 +476,13 @@ class Sandbox:
                 self._busy.discard(slot)
             self._idle.put(slot)
 
-    def _replace(self, slot: _Slot) -> _Slot:
+    def _replace(self, slot: _SlotHandle) -> _SlotHandle:
         """Stop ``slot`` and start a fresh slot server in its place (``_SlotError`` if none)."""
         slot.close()
         if self._closed:
             raise SandboxClosedError("the Sandbox was closed while this call was running")
         try:
-            replacement = _Slot(self._python, self._debug, self.limits).wait_ready()
+            replacement = _SlotHandle(self._python, self._debug, self.limits).wait_ready()
         except (_SlotError, OSError):
             raise _SlotError("the slot server died and could not be restarted") from None
         with self._lock:

@@ -2,7 +2,8 @@
 
 Everything here is a frozen dataclass or a str-enum so that results can be logged, compared and
 sent between processes without ``dict[str, Any]`` state. The execution machinery lives in
-``sandbox.core`` (the parent side) and the slot server's modules (``sandbox._zygote`` and below).
+``sandbox.core`` (the library side) and the slot server's modules (``sandbox._slot_server``
+and below).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ MAX_REQUEST_BYTES: int = _codec.MAX_REQUEST
 #: Every isolation layer the sandbox knows, in the order it applies them to a child.
 #: ``ExecResult.isolation`` lists the subset that was actually applied to that run.
 ALL_LAYERS: tuple[str, ...] = (
-    "empty_env",  # the fork server starts with an empty environment: no secrets to inherit
+    "empty_env",  # the slot server starts with an empty environment: no secrets to inherit
     "session",  # a new session and process group: group kills cannot reach the host
     "cgroup",  # cgroup v1 memory + pids limits for the whole run (fork bombs, memory)
     "pid_ns",  # a PID namespace: the run cannot see or signal host processes; killed as a unit

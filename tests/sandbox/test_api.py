@@ -82,7 +82,7 @@ def test_statuses_and_exit_codes(sb: Sandbox) -> None:
         Status.OK, Status.RUNTIME_ERROR, Status.RUNTIME_ERROR, Status.KILLED, Status.OK,
     ]  # fmt: skip
     assert results[1].exit_code == 3
-    assert "KeyError" in results[2].stderr and "_zygote" not in results[2].stderr
+    assert "KeyError" in results[2].stderr and "_slot_server" not in results[2].stderr
     assert results[3].exit_code is not None and results[3].exit_code < 0
     assert results[4].stdout == "x\n"
 
@@ -227,7 +227,7 @@ def test_a_request_of_exactly_the_limit_works_and_one_byte_more_raises(sb: Sandb
     res = sb.run(READ_BACK, stdin=stdin, files={"big.txt": content}, limits=limits)
     digest = hashlib.sha256(content.encode()).hexdigest()
     assert (res.status, res.stdout) == (Status.OK, f"{file_size} {digest} {1 << 20}\n"), res
-    assert server_pids(sb) == pids  # neither request restarted a fork server
+    assert server_pids(sb) == pids  # neither request restarted a slot server
 
 
 def test_requests_over_the_limit_raise_before_running(sb: Sandbox) -> None:

@@ -397,7 +397,7 @@ def test_concurrent_callers_share_the_pool(sb: Sandbox) -> None:
 
 
 def test_consecutive_runs_of_one_slot_share_nothing() -> None:
-    """State a fork server sets up once (its mount namespace with the hidden host folders, the
+    """State a slot server sets up once (its mount namespace with the hidden host folders, the
     Landlock rules' O_PATH fds, the network namespace) is reused by every run of that slot:
     nothing one run leaves there may reach the next, and the inherited fds are closed."""
     leave = """
@@ -432,7 +432,7 @@ try:
 except OSError as exc:
     print("socket gone", type(exc).__name__)
 """
-    with Sandbox(limits=FAST, workers=1) as box:  # one slot: both runs use the same fork server
+    with Sandbox(limits=FAST, workers=1) as box:  # one slot: both runs use the same slot server
         first = box.run(leave)
         assert first.status is Status.OK, first
         assert "wrote" not in first.stdout
@@ -448,7 +448,7 @@ except OSError as exc:
 
 def test_run_killed_before_it_starts_spares_the_verdict_server() -> None:
     """A run whose wall clock ends while its child is still being set up (here: writing 3,000
-    input files) reports no layers; it once made the fork server clean up as if there were no
+    input files) reports no layers; it once made the slot server clean up as if there were no
     PID namespace and kill its whole cgroup, verdict server included, so that the next
     ``run_tests`` failed with a broken pipe."""
     job = TestJob("def f(x):\n    return x + 1\n", (CallTest("assert f(1) == 2"),), entry_point="f")

@@ -1,6 +1,6 @@
 """The slot server's state: its resources, template, verdict server and prepared child.
 
-``Server`` ties together what one slot owns (``_slot``: uid pair, cgroups; ``_template``: the
+``SlotState`` ties together what one slot owns (``_slot``: uid pair, cgroups; ``_template``: the
 pristine process its children are cloned from; ``_spawn``: the prepared child;
 ``_verdict_server``: the trusted verdict process) and cleans up after runs and at exit.
 Standard library only.
@@ -18,7 +18,7 @@ from sandbox._template import STDLIB_DIRS, Template
 from sandbox._verdict_server import VERDICT_SERVER_JOBS, VerdictServer
 
 
-class Server:
+class SlotState:
     """Per-slot state.
 
     Everything it starts is stopped, and everything it makes removed, by ``close``.
@@ -30,7 +30,9 @@ class Server:
         _linux.libc.prctl(_linux.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         if self.is_root:
             with contextlib.suppress(OSError):
-                _linux.write_file("/proc/self/oom_score_adj", "-1000")  # inherited by T and V
+                _linux.write_file(
+                    "/proc/self/oom_score_adj", "-1000"
+                )  # inherited by T (V raises its own)
         # The environment this process was started with (os.environ may hold LC_CTYPE, which the
         # interpreter itself sets under PEP 538); /proc shows the original block.
         try:
