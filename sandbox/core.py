@@ -730,9 +730,21 @@ _RUN_TO_TEST = {
 }
 
 
+#: What ``normalize_output`` strips at the end of a line: ASCII whitespace only, as judges do
+#: (Codeforces' testlib, AtCoder). ``str.rstrip()`` would also strip ``\x85``, ``\u3000``,
+#: ``\x1c``-``\x1f`` and other Unicode spaces, which are output characters like any other.
+TRAILING_WHITESPACE = " \t\r\x0b\x0c"
+
+
 def normalize_output(text: str) -> list[str]:
-    """Lines with trailing whitespace stripped, without trailing blank lines."""
-    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    r"""Lines with trailing ASCII whitespace stripped, without trailing blank lines.
+
+    >>> normalize_output("4 \t\r\n\n5\n\n")
+    ['4', '', '5']
+    >>> normalize_output("YES\u3000\n") == ["YES\u3000"]
+    True
+    """
+    lines = [line.rstrip(TRAILING_WHITESPACE) for line in text.replace("\r\n", "\n").split("\n")]
     while lines and not lines[-1]:
         lines.pop()
     return lines

@@ -131,6 +131,10 @@ def test_required_layers_that_exist_are_accepted() -> None:
 def test_normalize_output() -> None:
     assert normalize_output("a  \r\nb\t\n\n\n") == ["a", "b"]
     assert normalize_output("") == []
+    # Only ASCII whitespace is trailing whitespace: other characters are output.
+    for char in ("\x85", "\u3000", "\x1c", "\xa0"):
+        assert normalize_output(f"YES{char}\n") == [f"YES{char}"]
+    assert normalize_output("YES \t\x0b\x0c\r\n") == ["YES"]
 
 
 def test_network_true_reaches_a_local_listener() -> None:
