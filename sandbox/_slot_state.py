@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 
 from sandbox import _child, _codec, _linux, _runspec, _seccomp, _slot
-from sandbox._spawn import Child, Spawner
-from sandbox._template import STDLIB_DIRS, Template
-from sandbox._verdict_server import VERDICT_SERVER_JOBS, VerdictServer
+from sandbox._spawn import VERDICT_SERVER_JOBS, Child, Spawner, Template, VerdictServer
+
+#: The standard library's folders, which a run may read (``select``: the extension modules').
+STDLIB_DIRS = sorted(
+    {os.path.dirname(os.__file__), os.path.dirname(getattr(select, "__file__", os.__file__))}
+)
 
 
 class SlotState:
