@@ -33,6 +33,12 @@ def main(ctx: RunContext, fd: int, verdict_uid: int) -> None:
     """V's life, in the freshly cloned process: isolate once, then run jobs until told to stop."""
     try:
         _linux.set_pdeathsig()
+        # Before S and T in the OOM killer's order (after the run's child, at 1000): values a
+        # candidate returns are decoded here, and where the host refuses S and T their -1000,
+        # V losing a job costs that job its verdicts, S or T losing it would cost the slot.
+        # Written now: once V has dropped to its uid, its /proc files are root's.
+        with contextlib.suppress(OSError):
+            _linux.write_file("/proc/self/oom_score_adj", str(VERDICT_OOM_SCORE_ADJ))
         _linux.close_all_except({fd})
         sock = socket.socket(fileno=fd)
         null = os.open("/dev/null", os.O_RDWR)  # 0-2 for trusted code that prints
@@ -53,11 +59,6 @@ def main(ctx: RunContext, fd: int, verdict_uid: int) -> None:
             os.setresgid(verdict_uid, verdict_uid, verdict_uid)
             os.setresuid(verdict_uid, verdict_uid, verdict_uid)
             _linux.set_pdeathsig()
-        # Before S and T in the OOM killer's order (after the run's child, at 1000): values a
-        # candidate returns are decoded here, and where the host refuses S and T their -1000,
-        # V losing a job costs that job a verdict, S or T losing it would cost the slot.
-        with contextlib.suppress(OSError):
-            _linux.write_file("/proc/self/oom_score_adj", str(VERDICT_OOM_SCORE_ADJ))
         resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
         _linux.libc.prctl(_linux.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         _serve(sock)

@@ -11,6 +11,7 @@ import os
 import select
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from sandbox_helpers import FAST, processes_of
@@ -100,3 +101,27 @@ def test_close_while_another_thread_runs() -> None:
     assert processes_of(uids) == []
     with pytest.raises(SandboxClosedError):
         box.run("print(1)")
+
+
+def test_oom_killer_order_run_then_verdict_server_then_trusted(sb: Sandbox) -> None:
+    """The run's child goes first (1000), the verdict server next (500), S and T last."""
+    res = sb.run("print(open('/proc/self/oom_score_adj').read())")
+    assert res.stdout.strip() == "1000"
+    assert sb.run_tests("def f():\n    return 1\n", [CallTest("f()")], entry_point="f").all_passed
+    if not sb.uids:
+        pytest.skip("needs the per-slot uids (root)")
+    verdict_uids = {uid + 1 for uid in sb.uids}  # each slot's second uid
+    verdict, trusted = [], []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+            adj = int(Path(f"/proc/{entry}/oom_score_adj").read_text())
+        except (OSError, ValueError):
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if int(fields["Uid"].split()[0]) in verdict_uids:
+            verdict.append(adj)
+        elif int(entry) in {slot.proc.pid for slot in sb._all}:  # the slot servers
+            trusted.append(adj)
+    assert verdict and all(adj == 500 for adj in verdict), verdict
+    assert trusted and all(adj <= 0 for adj in trusted), trusted
