@@ -211,3 +211,35 @@ def test_stdio_group_of_guessers_scores_zero(board: Path, tmp_path: Path) -> Non
     learner = _learner(board, ["YES", "NO"], STDIO_LEARNER)
     rewards = _rewards(env, sample, [f"```python\n{row['solution']}```", *_copies(learner)])
     assert rewards == [1.0] + [0.0] * 10
+
+
+@pytest.mark.parametrize("reward", ["binary", "fraction"])
+@pytest.mark.parametrize("kind", ["asserts", "io"])
+def test_dataset_group_of_guessers_scores_zero(
+    board: Path, tmp_path: Path, kind: str, reward: str
+) -> None:
+    solution = IS_PRIME + (
+        "" if kind == "asserts" else "print('YES' if is_prime(int(input())) else 'NO')\n"
+    )
+    if kind == "asserts":
+        tests: list[object] = [f"assert is_prime({n}) == {want}" for n, want in PRIMES]
+        learner = _learner(board, [True, False], CALL_LEARNER, "is_prime")
+    else:
+        tests = [{"input": f"{n}\n", "output": "YES\n" if want else "NO\n"} for n, want in PRIMES]
+        learner = _learner(board, ["YES", "NO"], STDIO_LEARNER)
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"question": "Is n prime?", "tests": tests, "solution": solution}))
+    env = grpo_envs.make(
+        "code/dataset-v0",
+        path=str(data),
+        solution="solution",
+        splits="test",
+        workers=1,
+        reward=reward,
+    )
+    sample = Sample.from_row(env.dataset("test")[0])
+    rewards = _rewards(env, sample, [f"```python\n{solution}```", *_copies(learner)])
+    assert rewards[0] == 1.0
+    assert max(rewards[1:]) < 1.0, rewards
+    if reward == "binary":
+        assert rewards[1:] == [0.0] * 10
