@@ -64,9 +64,16 @@ MBPP_CASES = {
     ),
     "a returned value passed back": (
         ["assert depth(depth(0)) == 100"],
-        "def depth(x):\n    if not isinstance(x, list):\n        v = 0\n        for _ in range(100):\n"
-        "            v = [v]\n        return v\n    n = 0\n    while isinstance(x, list):\n"
-        "        x, n = x[0], n + 1\n    return n\n",
+        "def depth(x):\n"
+        "    if not isinstance(x, list):\n"
+        "        v = 0\n"
+        "        for _ in range(100):\n"
+        "            v = [v]\n"
+        "        return v\n"
+        "    n = 0\n"
+        "    while isinstance(x, list):\n"
+        "        x, n = x[0], n + 1\n"
+        "    return n\n",
         "def depth(x):\n    v = 0\n    for _ in range(100):\n        v = [v]\n    return v\n",
     ),
 }
