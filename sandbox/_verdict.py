@@ -12,6 +12,7 @@ import socket
 import time
 import types
 from collections.abc import Callable
+from typing import TypeVar
 
 from sandbox import _codec
 
@@ -210,14 +211,30 @@ def _soft_asserts(source: str, name: str) -> types.CodeType:
     """
     import ast  # in V only: the template, which every child copies, does not hold it
 
-    class SoftAsserts(ast.NodeTransformer):
-        def visit_Assert(self, node: ast.Assert) -> ast.AST:
-            self.generic_visit(node)
-            call = ast.Call(ast.Name(ASSERT_FAILED, ast.Load()), [node.msg] if node.msg else [], [])
-            check = ast.If(ast.UnaryOp(ast.Not(), node.test), [ast.Expr(call)], [])
-            return ast.copy_location(check, node)
+    _Node = TypeVar("_Node", bound=ast.AST)
 
-    tree = ast.fix_missing_locations(SoftAsserts().visit(ast.parse(source, name)))
+    def located(new: _Node, old: ast.AST) -> _Node:
+        return ast.copy_location(new, old)
+
+    def rewrite(body: list[ast.stmt]) -> None:
+        # Statements only (an assert is a statement): walking every expression node with
+        # ast.NodeTransformer made compiling a HumanEval setup 5x slower (2 ms, measured).
+        for index, node in enumerate(body):
+            if isinstance(node, ast.Assert):
+                name = located(ast.Name(ASSERT_FAILED, ast.Load()), node)
+                call = located(ast.Call(name, [node.msg] if node.msg else [], []), node)
+                test = located(ast.UnaryOp(ast.Not(), node.test), node)
+                body[index] = located(ast.If(test, [located(ast.Expr(call), node)], []), node)
+                continue
+            for field in ("body", "orelse", "finalbody"):
+                inner = getattr(node, field, None)
+                if isinstance(inner, list):
+                    rewrite(inner)
+            for clause in (*getattr(node, "handlers", ()), *getattr(node, "cases", ())):
+                rewrite(clause.body)
+
+    tree = ast.parse(source, name)
+    rewrite(tree.body)
     return compile(tree, name, "exec", optimize=0)
 
 
