@@ -116,7 +116,7 @@ def _serve(server: SlotState, config: dict[str, object], req_fd: int, rep_fd: in
         probe = handle_run(server, {"code": "pass", "limits": _PROBE_LIMITS})
     hello = {
         "op": "hello",
-        "layers": list(probe["isolation"]),  # type: ignore[call-overload]
+        "isolation": list(probe["isolation"]),  # type: ignore[call-overload]
         "probe_status": probe["status"],
         "probe_detail": probe["detail"],
         "uid": server.res.uid,

@@ -147,7 +147,7 @@ def _float(reply: dict[str, object], key: str) -> float:
 
 
 def _layers(reply: dict[str, object]) -> tuple[str, ...]:
-    value = reply.get("isolation", reply.get("layers", []))
+    value = reply.get("isolation", [])
     if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
         raise _SlotError("malformed isolation list")
     return tuple(x for x in value if x in ALL_LAYERS)
