@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -154,3 +155,34 @@ print(" ".join(out))
     assert nowait == str(errno.EOPNOTSUPP)
     assert mincore == f"-1:{errno.ENOSYS}"
     assert cachestat == f"-1:{errno.ENOSYS}"
+
+
+def test_access_times_carry_no_bits(sb: Sandbox, tmp_path: Path) -> None:
+    """Reading a file updates its access time (relatime: when older than its modification),
+    which ``stat`` shows to every later run: each file under /usr was a bit."""
+    base = Path("/usr/local/share")
+    if not os.access(base, os.W_OK):
+        pytest.skip("needs a writable folder under /usr (the runs can read /usr)")
+    folder = base / f"grpo-sandbox-atime-{os.getpid()}"
+    folder.mkdir()
+    try:
+        files = [folder / str(i) for i in range(16)]
+        for path in files:
+            path.write_text("x")
+        folder.chmod(0o755)
+        seen = []
+        for bits in (PATTERN[:16], INVERSE[:16]):
+            for path in files:
+                os.utime(path, (1000, 2000))  # access time older than modification: a read sets it
+            chosen = [str(path) for path, bit in zip(files, bits) if bit]
+            res = sb.run(f"for name in {chosen!r}:\n    open(name).read()\n")
+            assert res.status is Status.OK, res
+            names = [str(p) for p in files]
+            probe = (
+                "import os\n"
+                f"print(''.join('1' if os.stat(n).st_atime > 2000 else '0' for n in {names!r}))"
+            )
+            seen.append(sb.run(probe).stdout.strip())
+        assert seen[0] == seen[1], "the reader's bits followed the writer's"
+    finally:
+        shutil.rmtree(folder)
