@@ -66,9 +66,11 @@ from __future__ import annotations
 import functools
 import random
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from grpo_envs.math.normalize import (
+    MIN_ROUNDED_DIGITS,
     Alt,
     Choice,
     Matrix,
@@ -81,6 +83,7 @@ from grpo_envs.math.normalize import (
     Union,
     is_name_like,
     is_words,
+    latex_text_key,
     normalize_text,
     numbers_equal,
     parse_number,
@@ -275,6 +278,54 @@ def _number_candidates(s: Scalar, raw_only: bool = False) -> list[Number] | None
     return [n]
 
 
+# Operators that leave a value unevaluated: a prediction that still holds one the gold does not
+# hold restates a question ("\sum_{k=1}^{10} k" for 55) instead of answering it.
+_UNEVALUATED = (
+    ("sum", re.compile(r"\\sum(?![A-Za-z])|\\[cl]?dots\s*\+|\+\s*(?:\\[cl]?dots|\.\.\.)")),
+    ("product", re.compile(r"\\prod(?![A-Za-z])")),
+    ("integral", re.compile(r"\\(?:i{1,3}nt|oint)(?![A-Za-z])")),
+    ("limit", re.compile(r"\\lim(?:sup|inf)?(?![A-Za-z])|\blim\b")),
+    (
+        "derivative",
+        re.compile(
+            r"\\frac\s*\{\s*(?:d|\\partial|\\mathrm\s*\{d\})[^{}]*\}\s*\{\s*(?:d|\\partial|\\mathrm)"
+            r"|\\partial(?![A-Za-z])|\bd/d[a-z]\b"
+            # An evaluation bar: f(x) |_{x=1}, F |_{0}^{1}.
+            r"|\|\s*_\s*(?:\{[^{}]*=[^{}]*\}|(?:\{[^{}]*\}|\w)\s*\^)"
+        ),
+    ),
+)
+
+
+def unevaluated_operators(text: str) -> frozenset[str]:
+    r"""Return the unevaluated operators in an answer: sums, products, integrals, limits and
+    derivatives (with evaluation bars).
+
+    >>> sorted(unevaluated_operators(r"\sum_{k=1}^{n} k + \int_0^1 x\,dx"))
+    ['integral', 'sum']
+    >>> unevaluated_operators(r"x != 3")
+    frozenset()
+    """  # noqa: D205
+    return frozenset(name for name, pattern in _UNEVALUATED if pattern.search(text))
+
+
+def restates(gold: str, pred: str) -> bool:
+    r"""Tell whether ``pred`` holds an unevaluated operator that ``gold`` does not hold.
+
+    Where the line is drawn: a sum (also ``1 + 2 + \cdots + n``), product, integral, limit or
+    derivative (also ``f(x) |_{x=1}``) is never the final answer for a gold that has none, even
+    when it evaluates to the gold: it restates the question. A gold that itself holds the
+    operator (``\sum_{k=0}^{n-1} F_k F_{n-k-1}``) is compared as usual. Binomial coefficients
+    and factorials with numeric arguments (``\binom{6}{3}``, ``4!``, ``\frac{10!}{3!7!}``) are
+    closed forms, as every grader's own tests label them, and so is plain arithmetic
+    (``2^{10}``, ``\frac{6}{8}``, ``3\sqrt{2}``): they are graded by their value.
+
+    >>> restates("55", r"\sum_{k=1}^{10} k"), restates("20", r"\binom{6}{3}")
+    (True, False)
+    """
+    return bool(unevaluated_operators(pred) - unevaluated_operators(gold))
+
+
 class FastComparator:
     """Exact comparison of plain numbers and identical strings; raises NeedsSymbolic otherwise."""
 
@@ -282,6 +333,8 @@ class FastComparator:
         """Compare as numbers (exactly) or as identical normalized text."""
         if gold.text == pred.text:
             return True
+        if restates(gold.text, pred.text):
+            return False
         both = gold.percent and pred.percent  # 28% vs 0.28%: the numbers themselves
         gn, pn = _number_candidates(gold, both), _number_candidates(pred, both)
         if gn is not None and pn is not None:
@@ -306,6 +359,8 @@ class FastComparator:
         g, p = _orient(gold), _orient(pred)
         if g.op != p.op:
             return False
+        if restates(f"{g.lhs.text} {g.rhs.text}", f"{p.lhs.text} {p.rhs.text}"):
+            return False
         if g.lhs.text == p.lhs.text and g.op == "=" and _SIMPLE_NAME.match(g.lhs.text):
             return self.scalar(g.rhs, p.rhs)  # x = 0.5 vs x = 1/2
         if (g.lhs.text, g.rhs.text) == (p.lhs.text, p.rhs.text):
@@ -326,18 +381,24 @@ def _orient(rel: Relation) -> Relation:
 
 # --- sympy comparator (runs in worker processes only) ----------------------------------------
 
-# The numeric agreement (relative) that counts as equality for constant expressions evaluated at
-# 50 significant digits: far beyond any pair of distinct answers a math problem has.
-_EXACT_REL = 1e-30
-# A decimal answer against a value with no finite decimal expansion (1/3, sqrt(2), pi).
-_DECIMAL_REL = 1e-6
+#: Two exact constants whose difference sympy cannot tell from 0 at this many digits (plus the
+#: integers written in them) are equal: no two distinct answers to a math problem agree that far.
+#: The difference is evaluated adaptively (no cancellation), so 1 + 10^{-40} is not 1.
+_EXACT_DIGITS = 60
+#: An integer literal above this (``\pi + 10^{-10^{5}}``) makes the numeric proof unaffordable:
+#: then only ``simplify`` can prove equality.
+_MAX_LITERAL_DIGITS = 2000
+_DECIMAL_LITERAL = re.compile(r"(?<![\d.])(\d*)\.(\d+)")
+_INT_LITERAL = re.compile(r"\d+")
 _LETTER_RUN = re.compile(r"[A-Za-z]{3,}")
 _COMMAND = re.compile(r"\\[A-Za-z]+")
 
 
 @functools.lru_cache(maxsize=4096)
-def to_sympy(text: str) -> tuple[sympy.Expr, bool] | None:
-    """Parse one scalar with latex2sympy2_extended into (expression, had a decimal), or None.
+def to_sympy(text: str) -> tuple[sympy.Expr, Decimals | None] | None:
+    """Parse one scalar with latex2sympy2_extended into (expression, its decimals), or None.
+
+    The second item describes the decimal literals written in ``text`` (None: there are none).
 
     Text (a run of 3+ letters outside LaTeX commands, e.g. "Monday") is not parsed: latex2sympy
     would read it as the product M*o*n*d*a*y, which equals "Dynamo".
@@ -364,7 +425,7 @@ def to_sympy(text: str) -> tuple[sympy.Expr, bool] | None:
     if floats:
         # 0.333 -> 333/1000 exactly, from its decimal string (not from the binary float).
         expr = expr.xreplace({f: sympy.Rational(str(f)) for f in floats})
-    return expr, bool(floats)
+    return expr, decimals_of(text) if floats else None
 
 
 def _numeric(expr: sympy.Expr) -> sympy.Expr | None:
@@ -410,8 +471,90 @@ def _close(a: sympy.Expr, b: sympy.Expr, rel: float) -> bool:
     return bool(result) if isinstance(result, sympy.logic.boolalg.BooleanAtom) else False
 
 
-def exprs_equal(gold: tuple[sympy.Expr, bool], pred: tuple[sympy.Expr, bool]) -> bool:
-    """Decide equality of two parsed scalars under the module's policy."""
+@dataclass(frozen=True)
+class Decimals:
+    """The decimal literals of an answer: the fewest places and significant digits among them."""
+
+    places: int
+    digits: int
+    #: The whole answer is one decimal literal (``3.1416``), not an expression holding one.
+    plain: bool
+
+
+def decimals_of(text: str) -> Decimals | None:
+    """Describe the decimal literals of ``text`` (None when it has none).
+
+    >>> decimals_of("3.1416")
+    Decimals(places=4, digits=5, plain=True)
+    """
+    found = _DECIMAL_LITERAL.findall(text)
+    if not found:
+        return None
+    places = min(len(frac) for _, frac in found)
+    digits = min(len((whole + frac).lstrip("0")) for whole, frac in found)
+    plain = re.fullmatch(r"\s*-?\d*\.\d+\s*", text) is not None
+    return Decimals(places, digits, plain)
+
+
+def _decimal_approximates(dec: sympy.Expr, info: Decimals, exact: sympy.Expr) -> bool:
+    r"""Tell whether the decimal ``dec`` stands for the exact, non-terminating value ``exact``.
+
+    The tolerance is scaled to the digits given: a plain decimal must be ``exact`` rounded or
+    truncated to its own places, with at least ``MIN_ROUNDED_DIGITS`` significant digits
+    (``2.6667`` and ``2.6666`` for 8/3; not ``2.67`` or ``2.6668``). A decimal inside an
+    expression (``1.4142\pi``) must agree to its fewest significant digits.
+    """
+    import sympy
+
+    if info.digits < MIN_ROUNDED_DIGITS:
+        return False
+    if not info.plain:
+        return _close(dec, exact, 10.0 ** (1 - info.digits))
+    scaled = dec * sympy.Integer(10) ** info.places
+    target = sympy.Abs(exact) * sympy.Integer(10) ** info.places
+    if not scaled.is_Integer or not exact.is_real:
+        return False
+    if bool(exact.is_negative) != bool(scaled.is_negative):
+        return False
+    try:
+        candidates = {int(sympy.floor(target)), int(sympy.floor(target + sympy.S.Half))}
+    except (TypeError, ValueError):  # floor could not be decided numerically
+        return False
+    return abs(int(scaled)) in candidates
+
+
+def _constants_equal(ge: sympy.Expr, pe: sympy.Expr, texts: str) -> bool:
+    """Decide equality of two exact constant expressions (no decimals on either side)."""
+    import sympy
+    from sympy.core.evalf import PrecisionExhausted
+
+    if ge.is_Rational and pe.is_Rational:
+        return bool(ge == pe)  # exact: 2^{100} is not 2^{100} + 1
+    diff = ge - pe
+    if diff == 0:
+        return True
+    literals = _INT_LITERAL.findall(texts)
+    if any(len(x) > 4 for x in literals) or any(int(x) > _MAX_LITERAL_DIGITS for x in literals):
+        return bool(sympy.simplify(diff) == 0)
+    digits = _EXACT_DIGITS + sum(int(x) for x in literals if len(x) > 1)
+    try:
+        value = diff.evalf(30, strict=True, maxn=min(digits, 4 * _MAX_LITERAL_DIGITS))
+    except PrecisionExhausted:
+        return True  # equal to more digits than any written number has
+    except Exception:  # evalf gives up on some functions; then only a proof counts
+        return bool(sympy.simplify(diff) == 0)
+    return bool(value == 0)
+
+
+def exprs_equal(
+    gold: tuple[sympy.Expr, Decimals | None],
+    pred: tuple[sympy.Expr, Decimals | None],
+    texts: str = "",
+) -> bool:
+    """Decide equality of two parsed scalars under the module's policy.
+
+    ``texts``: the two answers as written (their integer literals bound the numeric proof).
+    """
     import sympy
 
     (ge, g_dec), (pe, p_dec) = gold, pred
@@ -424,12 +567,15 @@ def exprs_equal(gold: tuple[sympy.Expr, bool], pred: tuple[sympy.Expr, bool]) ->
         gv, pv = _numeric(ge), _numeric(pe)
         if gv is None or pv is None:
             return bool(sympy.simplify(ge - pe) == 0)
-        if _close(gv, pv, _EXACT_REL):
-            return True
-        # Only a decimal against a non-terminating value gets the loose tolerance.
-        if (p_dec and not _terminating(ge)) or (g_dec and not _terminating(pe)):
-            return _close(gv, pv, _DECIMAL_REL)
-        return False
+        if g_dec is None and p_dec is None:
+            return _constants_equal(ge, pe, texts)
+        if g_dec is not None and p_dec is not None:
+            return bool(ge - pe == 0)  # two decimals: exactly the same number
+        # A decimal against an exact value: only a non-terminating value may be approximated.
+        dec, info, exact = (pe, p_dec, ge) if p_dec is not None else (ge, g_dec, pe)
+        if info is None or _terminating(exact):
+            return False
+        return _decimal_approximates(dec, info, exact)
     if ge.free_symbols != pe.free_symbols:
         return False
     if not _probe_agrees(ge, pe, symbols):
@@ -468,11 +614,12 @@ class SymbolicComparator(FastComparator):
             pass
         gs, ps = to_sympy(gold.text), to_sympy(pred.text)
         if gs is None or ps is None:
-            return normalize_text(gold.text) == normalize_text(pred.text)
+            # Neither reading is math: only the same text, signs and all, is the same answer.
+            return latex_text_key(gold.text) == latex_text_key(pred.text)
         both = gold.percent and pred.percent
         for g in _percent_variants(gs, gold.percent and not both):
             for p in _percent_variants(ps, pred.percent and not both):
-                if exprs_equal(g, p):
+                if exprs_equal(g, p, f"{gold.text} {pred.text}"):
                     return True
         # 90 degrees against pi/2 radians: only when one side is marked in degrees and the
         # other is written with pi (a radian measure).
@@ -480,7 +627,7 @@ class SymbolicComparator(FastComparator):
             if deg_text.degrees and not rad_text.degrees and "\\pi" in rad_text.text:
                 import sympy
 
-                if exprs_equal((deg[0] * sympy.pi / 180, deg[1]), rad):
+                if exprs_equal((deg[0] * sympy.pi / 180, deg[1]), rad, deg_text.text):
                     return True
         return False
 
@@ -507,8 +654,8 @@ class SymbolicComparator(FastComparator):
 
 
 def _percent_variants(
-    parsed: tuple[sympy.Expr, bool], percent: bool
-) -> list[tuple[sympy.Expr, bool]]:
+    parsed: tuple[sympy.Expr, Decimals | None], percent: bool
+) -> list[tuple[sympy.Expr, Decimals | None]]:
     if not percent:
         return [parsed]
     import sympy

@@ -501,21 +501,34 @@ def terminates(x: Fraction) -> bool:
     return d == 1
 
 
-def numbers_equal(a: Number, b: Number, rel_tol: Fraction = Fraction(1, 10**6)) -> bool:
-    """Exact equality, with a relative tolerance only for a decimal against a non-terminating value.
+def numbers_equal(a: Number, b: Number) -> bool:
+    """Exact equality; a decimal may stand for a non-terminating value only as its rounding.
 
-    ``0.3333333`` matches ``1/3`` (relative error 1e-7), ``0.33`` does not (1e-2), and two values
-    that both have finite decimal expansions must match exactly (1000001.0 is not 1000000).
+    The tolerance is scaled to the digits given: a decimal with at least ``MIN_ROUNDED_DIGITS``
+    significant digits equals a value with no finite decimal expansion when it is that value
+    rounded or truncated to the decimal's own places (``0.33333`` and ``0.3333333`` for 1/3, not
+    ``0.33`` or ``0.3333334``). Two values with finite expansions must match exactly
+    (1000001.0 is not 1000000), and so must integers and fractions, however large.
+
+    >>> numbers_equal(parse_number("2.6667"), parse_number("8/3"))
+    True
+    >>> numbers_equal(parse_number("2.6668"), parse_number("8/3"))
+    False
     """
     if a.value == b.value:
         return True
     for dec, other in ((a, b), (b, a)):
         if dec.decimal and not terminates(other.value):
-            err = abs(dec.value - other.value)
-            if err <= rel_tol * abs(other.value):
-                return True
-            digits = len(str(abs(dec.value * 10**dec.places).numerator))
-            return digits >= MIN_ROUNDED_DIGITS and err <= Fraction(1, 2 * 10**dec.places)
+            scaled = dec.value * 10**dec.places
+            if scaled.denominator != 1 or len(str(abs(scaled.numerator))) < MIN_ROUNDED_DIGITS:
+                return False
+            if (scaled < 0) != (other.value < 0):
+                return False
+            target = abs(other.value) * 10**dec.places
+            return abs(scaled.numerator) in (
+                math.floor(target),
+                math.floor(target + Fraction(1, 2)),
+            )
     return False
 
 
@@ -931,5 +944,22 @@ def is_words(s: str) -> bool:
 
 
 def normalize_text(s: str) -> str:
-    """Return the case- and spacing-insensitive form of a text answer."""
-    return re.sub(r"[\s'.-]+", "", s).lower()
+    """Return the case- and spacing-insensitive form of a text answer ("Monday", "no solution").
+
+    Hyphens are dropped only between letters ("well-defined"): a minus sign is never spacing.
+
+    >>> normalize_text("Non-Negative  Reals.")
+    'nonnegativereals'
+    """
+    return re.sub(r"[\s'.]+|(?<=[A-Za-z])-(?=[A-Za-z])", "", s).lower()
+
+
+def latex_text_key(s: str) -> str:
+    r"""Return the comparison key of an answer no parser reads (a piecewise function, prose).
+
+    Only spacing is dropped; signs, case, digits and operators stay, so ``-x`` never equals ``x``.
+
+    >>> latex_text_key(r"x & x > 0 \\ -x & x \le 0") == latex_text_key(r"x&x>0\\ x&x\le0")
+    False
+    """
+    return re.sub(r"\s+", "", s)
