@@ -41,9 +41,12 @@ MAX_SCAN_CHARS = 100_000
 #: An extracted answer longer than this is not an answer (it is a paragraph).
 MAX_ANSWER_CHARS = 1_000
 
-_BOX_COMMANDS = ("\\boxed", "\\fbox")
+_BOX_COMMANDS = ("\\boxed", "\\fbox", "\\framebox")
+_THINK_START = "<think>"
 _THINK_END = "</think>"
 _MAX_BOX_TRIES = 3
+#: Loose mode reads at most this many final sentences for the final stated answer.
+_MAX_SENTENCES = 40
 _HASHES = re.compile(r"####\s*([^\n]*)")
 # "The final answer is", "the answer is:", "Answer:", "Final Answer:" (case-insensitive). The
 # captured tail is cut to one sentence by _trim_sentence.
@@ -58,34 +61,21 @@ _COMMANDS = re.compile(r"\\[A-Za-z]+")
 
 
 def find_last_boxed(text: str) -> str | None:
-    r"""Return the content of the last ``\boxed{...}``/``\fbox{...}`` (nested braces kept) or None.
+    r"""Return the content of the last complete, non-empty box, stripped, or None.
 
-    ``\boxed 5`` (no braces, one token) is accepted too, as LaTeX renders it.
+    The one definition of "the last ``\boxed{}``" in grpo_envs (the format reward and the integer
+    environments use it too). A box is ``\boxed``, ``\fbox`` or ``\framebox`` (not
+    ``\boxedx``) with a braced argument (nested braces kept, ``\{``/``\}`` are no braces) or one
+    bare token (``\boxed 5``, as LaTeX renders it). An empty box is no box; an unclosed last box
+    (a truncated completion) falls back to an earlier complete one, a few times at most.
 
     >>> find_last_boxed(r"so \boxed{\frac{1}{2}} and \boxed{3}")
     '3'
+    >>> find_last_boxed(r"\boxed{3} then an unclosed \boxed{4") , find_last_boxed(r"\boxed{ }")
+    ('3', None)
     """
-    best = -1
-    best_cmd = ""
-    for cmd in _BOX_COMMANDS:
-        pos = text.rfind(cmd)
-        if pos > best:
-            best, best_cmd = pos, cmd
-    # An unclosed last box (a truncated completion) falls back to an earlier, complete one; but
-    # only a few times, since each try scans to the end (10^4 unclosed boxes would be quadratic).
-    for _ in range(_MAX_BOX_TRIES):
-        if best < 0:
-            break
-        content = _read_box_argument(text, best + len(best_cmd))
-        if content is not None:
-            return content
-        prev = -1
-        for cmd in _BOX_COMMANDS:
-            pos = text.rfind(cmd, 0, best)
-            if pos > prev:
-                prev, best_cmd = pos, cmd
-        best = prev
-    return None
+    spans = _box_spans(text, limit=1)
+    return spans[-1][2].strip() if spans else None
 
 
 _GAP_WORD = re.compile(r"[A-Za-z]+")
@@ -113,12 +103,10 @@ def _box_spans(text: str, limit: int = 64) -> list[tuple[int, int, str]]:
         if best < 0:
             break
         read = _read_box(text, best + len(best_cmd))
-        if read is not None:
-            content, stop = read
-            if not spans or stop <= spans[0][0]:
-                spans.insert(0, (best, stop, content))
-        else:
+        if read is None:
             failures += 1
+        elif read[0].strip() and (not spans or read[1] <= spans[0][0]):
+            spans.insert(0, (best, read[1], read[0]))
         end = best
     return spans
 
@@ -183,12 +171,6 @@ def _read_box(text: str, start: int) -> tuple[str, int] | None:
             if depth == 0:
                 return text[i + 1 : j], j + 1
     return None
-
-
-def _read_box_argument(text: str, start: int) -> str | None:
-    """Return the braced argument at ``start`` (after optional spaces), or one bare token."""
-    read = _read_box(text, start)
-    return None if read is None else read[0]
 
 
 def _last_answer_tag(region: str) -> str | None:
@@ -388,14 +370,29 @@ def _find_closer(text: str, closer: str, start: int) -> int:
     return q
 
 
+_MONTH = (
+    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
+    r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
+)
+# Whole tokens that hold digits but are no plain number: a part of one is never the answer.
+# Dates ("March 15, 2024", "15 March 2024", "2024-03-15", "3/15/2024"), clock times ("7:30 a.m.",
+# "19:45") and mixed numbers ("2 1/2").
+_WHOLE_TOKEN = re.compile(
+    rf"\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b"
+    rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?\b"
+    r"|\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
+    r"|\b\d{1,2}:\d{2}(?::\d{2})?(?:\s*[AaPp]\.?\s?[Mm]\b\.?)?"
+    r"|\b\d{1,2}\s*[AaPp]\.?\s?[Mm]\.?(?![A-Za-z])"
+    r"|-?\b\d+\s+\d+\s*/\s*[1-9]\d*\b(?!\s*[/.,]\d)",
+)
+_ORDINAL_TOKEN = re.compile(r"\d(?:st|nd|rd|th)\b", re.IGNORECASE)
 # A number token: thousands groups, a decimal point or a decimal comma ("2,74", "1000,99").
 _NUMBER_TOKEN = re.compile(
     r"-?(?:\d+\s*/\s*[1-9]\d*(?!\d|[.,]\d)|\d{1,3}(?:,\d{3})+(?:\.\d+)?"
     r"|\d{1,3}(?:[ \u2009\u202f]\d{3})+(?!\d|[.,]\d)|\d+(?:[.,]\d+)?|\.\d+)"
 )
 _GLUED_UNITS = {"", "cm", "mm", "km", "m", "kg", "g", "mg", "ml", "l", "s", "h", "ft", "in", "mi",
-                "m²", "cm²", "m³", "cm³", "km²", "€", "£", "$", "%", "°", "st", "nd", "rd",
-                "th"}  # fmt: skip
+                "m²", "cm²", "m³", "cm³", "km²", "€", "£", "$", "%", "°"}  # fmt: skip
 _EXPR_BEFORE = set("^_{/\\+*×·÷=<>|.,-") | set("0123456789")
 _EXPR_AFTER = set("^_{}/\\*×·÷+=<>|")
 
@@ -406,38 +403,58 @@ def last_standalone_number(region: str) -> str | None:
     A digit run glued to a letter (``AZYUK2A``, ``x2``), inside braces or a fraction
     (``\frac{1+\sqrt5}{2}``), an exponent or subscript (``2^{10}``, ``a_3``), or joined to an
     operator (``3+4``) is part of a larger expression, not an answer. Glued units ("5cm",
-    "1,000.99m²", "12€") and ordinals ("3rd") are allowed.
+    "1,000.99m²", "12€") are allowed. Dates, clock times and mixed numbers are whole tokens,
+    returned whole ("at 7:30 a.m.", "2 1/2 liters"); an ordinal ("the 21st term") labels
+    something and is not an answer at all.
+
+    This is the one definition of "the last number" in grpo_envs: the integer environments'
+    loose extraction uses it too.
 
     >>> last_standalone_number("it is 1,000.99m² today")
     '1,000.99'
     >>> last_standalone_number(r"$2^{10}$ and AZYUK2A") is None
     True
+    >>> last_standalone_number("she pours 2 1/2 liters at 7:30 a.m.")
+    '7:30 a.m.'
     """
-    best = None
+    wholes = list(_WHOLE_TOKEN.finditer(region))
+    best: re.Match[str] | None = None
+    w = 0  # both scans move forward only: linear time
     for m in _NUMBER_TOKEN.finditer(region):
-        a, b = m.start(), m.end()
-        before = region[a - 1] if a > 0 else " "
-        if before.isalpha() or (before in _EXPR_BEFORE and before not in "=-"):
-            continue
-        if before == "-" and (a < 2 or not region[a - 2].isspace()):
-            continue
-        j = b
-        while j < len(region) and (region[j].isalpha() or region[j] in "²³€£$%°"):
-            j += 1
-        if region[b:j].lower() not in _GLUED_UNITS:
-            continue
-        k = j
-        while k < len(region) and region[k] == " ":
-            k += 1
-        after = region[k] if k < len(region) else " "
-        if after in _EXPR_AFTER or (after == "-" and region[k + 1 : k + 2].isdigit()):
-            continue
-        if region[b:j] == "" and after == "!" and region[k + 1 : k + 2] not in ("", " ", "\n"):
-            continue
-        best = m
+        a = m.start()
+        while w < len(wholes) and wholes[w].end() <= a:
+            w += 1
+        if w < len(wholes) and wholes[w].start() <= a + 1:
+            best = wholes[w]  # a digit inside a date, time or mixed number: the whole token
+        elif _standalone(region, m):
+            best = m
     if best is None or _hedged(region, best.start()):
         return None
-    return best.group(0).rstrip(",")
+    return best.group(0).strip().rstrip(",")
+
+
+def _standalone(region: str, m: re.Match[str]) -> bool:
+    """Tell whether the number token ``m`` stands alone (see ``last_standalone_number``)."""
+    a, b = m.start(), m.end()
+    before = region[a - 1] if a > 0 else " "
+    if before.isalpha() or (before in _EXPR_BEFORE and before not in "=-"):
+        return False
+    if before == "-" and (a < 2 or not region[a - 2].isspace()):
+        return False
+    if _ORDINAL_TOKEN.match(region, b - 1):
+        return False
+    j = b
+    while j < len(region) and (region[j].isalpha() or region[j] in "²³€£$%°"):
+        j += 1
+    if region[b:j].lower() not in _GLUED_UNITS:
+        return False
+    k = j
+    while k < len(region) and region[k] == " ":
+        k += 1
+    after = region[k] if k < len(region) else " "
+    if after in _EXPR_AFTER or (after == "-" and region[k + 1 : k + 2].isdigit()):
+        return False
+    return not (region[b:j] == "" and after == "!" and region[k + 1 : k + 2] not in ("", " ", "\n"))
 
 
 _HEDGE = re.compile(
@@ -480,11 +497,23 @@ def _is_bare_expression(region: str) -> bool:
 
 def _last_math(region: str) -> str | None:
     """Return the later of the last math span and the last standalone number outside spans."""
-    spans = math_spans(region)
-    if not spans and _is_bare_expression(region) and re.search(r"\d|\\", region):
+    return _whole_text_answer(region) or _last_value(region)
+
+
+def _whole_text_answer(region: str) -> str | None:
+    """Return a short text that is one expression or one or two words, whole; else None."""
+    if math_spans(region):
+        return None
+    if _is_bare_expression(region) and re.search(r"\d|\\", region):
         return region.strip()  # the whole text is the answer ("(1,4.5)", "\\frac{10}{9}")
-    if not spans and re.fullmatch(r"\s*[A-Za-z]+(?: [A-Za-z]+)?\s*\.?\s*", region):
+    if re.fullmatch(r"\s*[A-Za-z]+(?: [A-Za-z]+)?\s*\.?\s*", region):
         return region.strip().rstrip(".")  # a one- or two-word answer ("Monday", "odd")
+    return None
+
+
+def _last_value(region: str) -> str | None:
+    """Return the later of the last math span and the last standalone number outside spans."""
+    spans = math_spans(region)
     tail_from = spans[-1][1] if spans else 0
     number = last_standalone_number(_blank_spans(region, spans)[tail_from:])
     if number is not None:
@@ -542,14 +571,22 @@ def extract_answer(completion: str, *, strict: bool = False) -> str | None:
         return None
     text = completion[-MAX_SCAN_CHARS:]
     think_end = text.rfind(_THINK_END)
+    if text.rfind(_THINK_START) > think_end:
+        return None  # a think block never closed: the model did not get to an answer
     post = text[think_end + len(_THINK_END) :] if think_end >= 0 else text
     answer = _strict_in(post, strict=strict)
     if answer is not None and not strict:
         # "... \boxed{200} ... \boxed{255} ... The final answer is $10,455$.": a stated final
         # answer after the last box supersedes the boxes (intermediate results).
-        answer = _phrase_after_last_box(post) or answer
+        answer = _unless_retracted(post, _phrase_after_last_box(post) or answer)
+        if answer is None:
+            return None
     if answer is None and not strict:
         answer = _flexible_in(post)
+        if answer is not None:
+            answer = _unless_retracted(post, answer)
+            if answer is None:
+                return None
         if answer is None and think_end >= 0:
             short = post.strip().strip("$").strip()
             if short and len(short) <= 100 and not _LONG_WORD.search(short.replace("\\", " \\")):
@@ -557,7 +594,9 @@ def extract_answer(completion: str, *, strict: bool = False) -> str | None:
         if answer is None and think_end >= 0:
             answer = _strict_in(text, strict=False) or _flexible_in(text)
         if answer is None:
-            answer = _last_math(post) or _last_math(text)
+            answer = _whole_text_answer(post) or final_statement(post)
+        if answer is None and think_end >= 0 and not re.search(r"\d", post):
+            answer = final_statement(text[:think_end])  # nothing after </think> but spacing
     if answer is None:
         return None
     answer = answer.strip()
@@ -586,3 +625,157 @@ def gold_answer(gold: str) -> str | None:
         return text  # "no real solutions", "$x \\ge 5$"
     found = extract_answer(text)
     return found if found is not None or len(text) > MAX_ANSWER_CHARS else text
+
+
+# --- loose mode: the final stated answer ----------------------------------------------------
+
+# A sentence that checks or illustrates a result already stated: its numbers are not the answer.
+_CHECK_SENTENCE = re.compile(
+    r"^\W*(?:(?:let(?:'s| us| me)\s+|we\s+can\s+|to\s+)?(?:double[- ]?)?check(?:ing)?\b"
+    r"|(?:let(?:'s| us| me)\s+)?verif(?:y|ying|ication)\b|sanity\s+check|as\s+a\s+check"
+    r"|substitut(?:e|ing)\b|plug(?:ging)?\b|indeed\b|to\s+confirm|confirm(?:ing)?\b"
+    r"|for\s+(?:example|instance)|e\.g\.|as\s+an\s+example|to\s+illustrate"
+    r"|(?:for|in|take|consider)\s+(?:a|the)\s+(?:smaller|simpler|small)\s+case)",
+    re.IGNORECASE,
+)
+# Words that withdraw what came before: after them, only a new statement counts. A strong one
+# leaves no answer when no new value follows; a weak one ("wait", "let me check") may also
+# confirm the earlier answer, which then stands.
+_STRONG_RETRACTION = (
+    r"oops|correction|on\s+second\s+thought|scratch\s+that|I\s+made\s+(?:a|an)\s+(?:mistake|error)"
+    r"|I\s+was\s+wrong|(?:that|this)(?:'s|\s+is|\s+was)\s+(?:wrong|incorrect|not\s+right)"
+    r"|let\s+me\s+(?:recompute|redo|correct)"
+)
+_RETRACTION = re.compile(
+    rf"\b(?:(?P<strong>{_STRONG_RETRACTION})|wait|let\s+me\s+re-?check)\b",
+    re.IGNORECASE,
+)
+# A sentence that offers several candidates, or none firmly: no credit.
+_HEDGE_SENTENCE = re.compile(
+    r"\b(?:could\s+be|might\s+be|may\s+be|maybe|perhaps|possibly|probably|either(?!\s+way)"
+    r"|not\s+sure|I\s+guess)\b",
+    re.IGNORECASE,
+)
+# A last sentence that is a plan, not a result ("Now we multiply by 4"): nothing was concluded.
+_PLAN_SENTENCE = re.compile(
+    r"^\W*(?:now|next|then\s+we|we\s+(?:need|have)\s+to|I\s+need|to\s+find"
+    r"|let(?:'s|\s+us|\s+me)(?!\s+know))\b",
+    re.IGNORECASE,
+)
+# A text cut off mid-sentence: it ends in an operator or a word that cannot end a sentence.
+_TRUNCATED_END = re.compile(
+    r"(?:[=+\-*/^_({\[,:\\]|\b(?:by|to|the|a|an|of|and|or|so|then|is|are|was|we|get|gives|with"
+    r"|from|plus|minus|times|over|into|than|that|which|multiply|divide|equals|for|at|in|as))\s*$",
+    re.IGNORECASE,
+)
+_CLOSING_SENTENCE = re.compile(
+    r"^\W*(?:I\s+hope|hope\s+(?:this|it)|let\s+me\s+know|feel\s+free|thanks?\b|good\s+luck)",
+    re.IGNORECASE,
+)
+_SENTENCE_END = re.compile(r"(?<!\d)[.!?;](?=\s|$)|(?<=\d)[.!?;](?=\s|$)|\n+")
+
+
+def _sentences(region: str) -> list[str]:
+    """Split ``region`` into sentences; a full stop inside a math span or a number is no end."""
+    blanked = _blank_spans(region, math_spans(region))
+    parts = []
+    start = 0
+    for m in _SENTENCE_END.finditer(blanked):
+        parts.append(region[start : m.end()])
+        start = m.end()
+    parts.append(region[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def final_statement(region: str) -> str | None:
+    r"""Return loose mode's *final stated answer* of a text with no answer marker, or None.
+
+    The rule, sentence by sentence from the end:
+
+    * a text cut off mid-sentence ("... = 4, then multiply by") states no result: None;
+    * closing remarks ("I hope it is correct") and sentences without a number are skipped;
+    * a sentence that checks or illustrates an earlier result ("Check: 3(3) - 2 = 7",
+      "Substituting back ...", "For a smaller case, n = 3 gives 6") is skipped: its numbers are
+      not the answer;
+    * after a retraction ("Wait, I made an error: it is 6") only what follows it counts, and a
+      retraction with no new value leaves no answer;
+    * a sentence that hedges ("it could be 4 or 5", "maybe 7") or plans ("Now we add 3") is no
+      answer: None;
+    * otherwise the first sentence found states the answer: its last math span or number.
+
+    >>> final_statement("So y = 3. Check: 3(3) - 2 = 7.")
+    '3'
+    >>> final_statement("The total is 10. Wait, I forgot the tax: it is 11.")
+    '11'
+    >>> final_statement("It could be 4 or 5.") is None
+    True
+    """
+    stripped = region.rstrip()
+    if not stripped or _TRUNCATED_END.search(_blank_spans(stripped, math_spans(stripped))):
+        return None
+    return _statement_before(_sentences(stripped)[-_MAX_SENTENCES:])
+
+
+def _statement_before(sentences: list[str]) -> str | None:
+    """Apply ``final_statement``'s rule to ``sentences``, from the last one back."""
+    for k in range(len(sentences) - 1, -1, -1):
+        sentence = sentences[k]
+        retraction = None
+        for retraction in _RETRACTION.finditer(sentence):  # noqa: B007 - the last one
+            pass
+        if retraction is not None:
+            after = sentence[retraction.end() :].lstrip(" ,:;-")
+            if _HEDGE_SENTENCE.search(after):
+                return None
+            value = _statement_before([after, *sentences[k + 1 :]]) if after else None
+            if value is not None or retraction.group("strong"):
+                return value
+            sentence = sentence[: retraction.start()]  # "wait, let me check": it still stands
+            if not sentence.strip():
+                continue
+        if _CLOSING_SENTENCE.match(sentence) or _CHECK_SENTENCE.match(sentence):
+            continue
+        if not re.search(r"\d|\\[A-Za-z]", sentence):
+            if _PLAN_SENTENCE.match(sentence):
+                return None
+            continue
+        if _HEDGE_SENTENCE.search(sentence) or _PLAN_SENTENCE.match(sentence):
+            return None
+        inline_check = re.search(r"[;,(]\s*(?:check|verify|verification)\b", sentence, re.I)
+        if inline_check:
+            sentence = sentence[: inline_check.start()]
+        return _last_value(sentence)
+    return None
+
+
+def _last_marker(region: str) -> int:
+    """Return where the last answer marker (box, ``####``, tag, answer phrase) starts, or -1."""
+    positions = [region.rfind(c) for c in (*_BOX_COMMANDS, "####")]
+    positions.append(region.lower().rfind("</answer>"))
+    last = None
+    for last in _ANSWER_IS.finditer(region):  # noqa: B007 - the final one
+        pass
+    if last is not None:
+        positions.append(last.start())
+    return max(positions)
+
+
+def _unless_retracted(region: str, answer: str) -> str | None:
+    r"""Apply a retraction after the last marked answer: "\boxed{5}. Oops, it is 6." -> 6.
+
+    After a strong retraction ("I made a mistake", "that is wrong") the answer is the new one it
+    states, or none. After a weak one ("wait") only a newly marked answer replaces it: "wait,
+    5 = 2 + 3, yes" confirms the answer rather than replacing it by 3.
+    """
+    last = None
+    for last in _RETRACTION.finditer(region, max(_last_marker(region), 0)):  # noqa: B007
+        pass
+    if last is None:
+        return answer
+    tail = region[last.end() :]
+    marked = _strict_in(tail, strict=False) or _flexible_in(tail)
+    if marked is not None:
+        return marked
+    if not last.group("strong"):
+        return answer
+    return final_statement(tail.lstrip(" ,:;-"))

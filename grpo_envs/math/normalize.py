@@ -171,7 +171,7 @@ _PERCENT_WORD = re.compile(r"\s*(?:percentage|percent|pct)\b\.?", re.IGNORECASE)
 # thousands separator, even with a space after it ("11,\\! 111").
 _NEG_SPACE_GROUP = re.compile(r"(?:\{,\}|,)\s*\\!\s*(?=\d{3}(?!\d))")
 _DEGREE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree")
-_DOLLAR = re.compile(r"\\\$|\$")
+_DOLLAR = re.compile(r"\\\$|\$|[€£¥₹]|\\(?:euro|pounds|yen|textdollar)(?![A-Za-z])")
 _THOUSANDS = re.compile(r"^-?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$")
 _ASCII_FUNCS = re.compile(r"(?<![\\A-Za-z])(sqrt|pi|sin|cos|tan|log|ln|exp|infty|cdot)(?![A-Za-z])")
 _CHOICE = re.compile(r"^\(?\s*([A-J])\s*\)?(?:\s*[).:]\s*.*|\s+.*)?$", re.DOTALL)
@@ -184,6 +184,7 @@ _KNOWN_UNITS = {
     "day", "weeks", "week", "years", "year", "months", "month", "dollars", "dollar", "cents",
     "cent", "units", "unit", "degrees", "degree", "mph", "l", "ml", "liters", "litres", "sq",
     "square", "cubic", "percent", "points", "pounds", "people", "students", "apples",
+    "euros", "euro", "yen", "rupees", "usd", "eur", "gbp",
 }  # fmt: skip
 
 
@@ -782,6 +783,9 @@ def _plus_minus_ratio_or_leaf(s: str) -> Node:
         plus = s.replace("\\pm", "+").replace("\\mp", "-")
         minus = s.replace("\\pm", "-").replace("\\mp", "+")
         return Seq("set", (_scalar(plus), _scalar(minus)))
+    clock = _clock_time(s)
+    if clock is not None:
+        return clock
     # A ratio or a time ("7:32", "12:00"): an ordered pair that only equals another ratio.
     ratio = split_top(s, (":",))
     if len(ratio) == 2 and all(p.strip() for p in ratio) and "\\" not in s:
@@ -926,8 +930,42 @@ _SCALE_WORD = re.compile(r"^(.*?\d.*?)\s*(thousand|million|billion|trillion)s?$"
 _SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
 
 
+_CLOCK = re.compile(r"^(\d{1,2})(?::(\d{2}))?(?::\d{2})?\s*([AaPp])\.?\s?[Mm]\.?$")
+_ORDINAL_NUMBER = re.compile(r"^(-?\d+)\s*(?:st|nd|rd|th)$", re.IGNORECASE)
+_CENTS = re.compile(r"^(-?\d[\d,]*(?:\.\d+)?)\s*(?:cents?|¢)$", re.IGNORECASE)
+
+
+def _clock_time(s: str) -> Node | None:
+    """Read a 12-hour clock time ("7:30 p.m.", "12:05 AM", "7 pm") as the 24-hour pair (h, m).
+
+    It equals the same time written on a 24-hour clock ("19:30"). An hour alone ("7 pm") also
+    equals the bare hour ("7"), the way a question "at what hour" is answered.
+    """
+    m = _CLOCK.match(s)
+    if m is None:
+        return None
+    hour, minutes = int(m.group(1)), m.group(2)
+    if not 1 <= hour <= 12 or (minutes is not None and int(minutes) > 59):
+        return None
+    hour = hour % 12 + (12 if m.group(3).lower() == "p" else 0)
+    pair = Seq("tuple", (Scalar(str(hour)), Scalar(minutes or "00")), ":", ":")
+    return pair if minutes is not None else Alt((pair, Scalar(m.group(1))))
+
+
 def _leaf(s: str) -> Node:
-    """Read a leaf: a scalar, or "3 million" as 3000000 or (the question's unit) 3."""
+    """Read a leaf: a scalar, or "3 million" as 3000000 or (the question's unit) 3.
+
+    "21st" is the number 21 (an ordinal stated as the answer); "350 cents" is 3.50 (dollars) or
+    350 (the question's unit).
+    """
+    s = s.strip()
+    m = _ORDINAL_NUMBER.match(s)
+    if m is not None:
+        return _scalar(m.group(1))
+    m = _CENTS.match(s)
+    if m is not None:
+        cents = m.group(1).replace(",", "")
+        return Alt((_scalar(str(Fraction(cents) / 100)), _scalar(cents)))
     m = _SCALE_WORD.match(s.strip())
     if m is None:
         return _scalar(s)
