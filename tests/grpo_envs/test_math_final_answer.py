@@ -1,0 +1,232 @@
+"""No credit for an answer the completion did not give: labeled cases per false-positive class.
+
+Each class has right answers (which must stay right: a rule that refuses them hides signal) and
+near misses a reward hacker would find (which must never be judged correct). The classes:
+
+* restate: the question's own sum, integral, product, limit or derivative, unevaluated;
+* exact: integers and rationals compare exactly; a decimal only as a rounding of its digits;
+* sign: the text fallback (no parser reads either side) keeps signs;
+* piece: a part of a mixed number, clock time, date, ordinal or amount is not the answer;
+* final: loose mode takes the final stated answer (checks, worked cases, retractions, hedges,
+  truncated text, an unclosed think block).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from grpo_envs.math import extract_answer, verify, verify_batch
+from grpo_envs.math.extract import final_statement, find_last_boxed
+
+# (class, gold, completion)
+RIGHT = [
+    # restate: closed forms and golds that hold the operator themselves
+    ("restate", "55", r"The sum is $1 + 2 + \cdots + 10 = 55$, so \boxed{55}."),
+    ("restate", r"\frac{1}{3}", r"$\int_0^1 x^2\,dx = \frac{1}{3}$, hence \boxed{\frac{1}{3}}."),
+    ("restate", "1024", r"\boxed{2^{10}}"),
+    ("restate", "20", r"\boxed{\binom{6}{3}}"),
+    ("restate", "120", r"\boxed{5!}"),
+    ("restate", r"\frac{3}{4}", r"\boxed{\frac{6}{8}}"),
+    ("restate", r"\sum_{k=1}^{n} k^2", r"\boxed{\sum_{k=1}^{n} k^2}"),
+    ("restate", r"\lim_{x \to 0} f(x)", r"\boxed{\lim_{x \to 0} f(x)}"),
+    ("restate", "2x", r"The derivative is $\frac{d}{dx} x^2 = 2x$, so \boxed{2x}."),
+    # exact: equal values, however written
+    ("exact", "2^{100}", r"\boxed{1267650600228229401496703205376}"),
+    ("exact", "1267650600228229401496703205376", r"\boxed{2^{100}}"),
+    ("exact", r"\frac{1}{3}", r"\boxed{0.33333}"),
+    ("exact", r"\frac{1}{3}", r"\boxed{0.3333333333}"),
+    ("exact", r"\frac{8}{3}", r"\boxed{2.6667}"),
+    ("exact", r"\frac{8}{3}", r"\boxed{2.6666}"),  # truncated to its places
+    ("exact", r"\sqrt{2}", r"\boxed{1.41421}"),
+    ("exact", r"\pi", r"\boxed{3.14159}"),
+    ("exact", r"\pi", r"\boxed{3.1416}"),
+    ("exact", r"\pi", r"\boxed{3.1415}"),  # cut to its places
+    ("exact", r"-\frac{2}{3}", r"\boxed{-0.66667}"),
+    ("exact", r"\sqrt{2} + \sqrt{3}", r"\boxed{\sqrt{5 + 2\sqrt{6}}}"),
+    ("exact", "0.5", r"\boxed{\frac{1}{2}}"),
+    ("exact", "3^{4^{2}}", r"\boxed{43046721}"),
+    ("exact", r"2^{64}", r"\boxed{18446744073709551616}"),
+    # sign: an unparsed answer equals only itself
+    ("sign", r"\text{Odd}", r"\boxed{\text{odd}}"),
+    ("sign", r"\text{non-negative}", r"\boxed{\text{nonnegative}}"),
+    # piece: whole tokens compare whole
+    ("piece", r"2\frac{1}{2}", "She needs 2 1/2 liters."),
+    ("piece", r"\frac{5}{2}", "She needs 2 1/2 liters."),
+    ("piece", "7:30", "They meet at 7:30 a.m."),
+    ("piece", "19:30", "The train leaves at 7:30 p.m."),
+    ("piece", "3.50", "It costs $3.50."),
+    ("piece", "100", "The 21st term is 100."),
+    ("piece", "21", r"The term is the \boxed{21\text{st}} one."),
+    # final: the final stated answer
+    ("final", "3", "So y = 3. Check: 3(3) - 2 = 7."),
+    ("final", "3", "x = 3. Substituting back: 2(3) + 1 = 7, which checks out."),
+    ("final", "10", "The result is 10. For a smaller case, n = 3 gives 6."),
+    ("final", "6", "So the answer is 5. Wait, I made an error: it is 6."),
+    ("final", "11", "The total is 10. Wait, I forgot the tax: it is 11."),
+    ("final", "12", "Oops, 13 was wrong. Recounting, there are 12 marbles."),
+    ("final", "5", r"Thus \boxed{5}. Wait, let me double-check: 2 + 3 = 5. Yes."),
+    ("final", "8", "<think>\nmaybe 7\n</think>\nShe has 8 apples."),
+    ("final", "42", "The total is 42. I hope it is correct."),
+    ("final", "18", "She makes 9 * 2 = 18 dollars a day."),
+]
+
+WRONG = [
+    # restate: boxing the question's expression is not answering it
+    ("restate", "55", r"\boxed{\sum_{k=1}^{10} k}"),
+    ("restate", "55", r"The answer is $1 + 2 + \cdots + 10$."),
+    ("restate", "2", r"\boxed{\int_0^{2} 1\,dx}"),
+    ("restate", r"\frac{1}{3}", r"\boxed{\int_{0}^{1} x^{2} \, dx}"),
+    ("restate", "120", r"\boxed{\prod_{k=1}^{5} k}"),
+    ("restate", "1", r"\boxed{\lim_{x\to 0} \frac{\sin x}{x}}"),
+    ("restate", "1", r"\boxed{\sum_{n=0}^{\infty} \frac{1}{2^{n+1}}}"),
+    ("restate", "2", r"\boxed{\frac{d}{dx} x^2 \Big|_{x=1}}"),
+    ("restate", "2x", r"\boxed{\frac{d}{dx} x^2}"),
+    ("restate", "6", r"\boxed{\left. x^2 + 2x \right|_{0}^{2}}"),
+    ("restate", "e", r"\boxed{\lim_{n \to \infty} \left(1 + \frac{1}{n}\right)^n}"),
+    ("restate", "x = 55", r"\boxed{x = \sum_{k=1}^{10} k}"),
+    # exact: one more, one part in 10^40, or a rounding with too few or wrong digits
+    ("exact", "2^{100}", r"\boxed{1267650600228229401496703205377}"),
+    ("exact", "1267650600228229401496703205376", r"\boxed{2^{100} + 1}"),
+    ("exact", "1", r"\boxed{1+10^{-40}}"),
+    ("exact", "1", r"\boxed{\frac{10^{50}+1}{10^{50}}}"),
+    ("exact", "2^{3^{4}}", r"\boxed{3^{4^{3}}}"),
+    ("exact", r"2^{64}", r"\boxed{18446744073709551617}"),
+    ("exact", r"\pi", r"\boxed{\pi + 10^{-45}}"),
+    ("exact", r"\sqrt{2}", r"\boxed{\sqrt{2} + \frac{1}{10^{60}}}"),
+    ("exact", r"2^{100}\sqrt{2}", r"\boxed{2^{100}\sqrt{2} + 1}"),
+    ("exact", r"\frac{1}{3}", r"\boxed{0.33}"),
+    ("exact", r"\frac{1}{3}", r"\boxed{0.3334}"),
+    ("exact", r"\frac{1}{3}", r"\boxed{0.3333334}"),
+    ("exact", r"\frac{8}{3}", r"\boxed{2.6668}"),
+    ("exact", r"\sqrt{2}", r"\boxed{1.41422}"),
+    ("exact", r"\pi", r"\boxed{3.1414}"),
+    ("exact", r"\pi", r"\boxed{3.1417}"),
+    ("exact", "0.5", r"\boxed{0.5000001}"),
+    ("exact", "1000000", r"\boxed{1000000.1}"),
+    (
+        "exact",
+        r"\frac{1}{3}",
+        r"\boxed{\frac{1000000000000000000000000000001}{3000000000000000000000000000000}}",
+    ),
+    # sign: piecewise and text answers that differ only in a sign or a digit
+    (
+        "sign",
+        r"\begin{cases} x & x > 0 \\ -x & x \le 0 \end{cases}",
+        r"\boxed{\begin{cases} x & x > 0 \\ x & x \le 0 \end{cases}}",
+    ),
+    ("sign", r"f(x) = -x \text{ for } x < 0", r"\boxed{f(x) = x \text{ for } x < 0}"),
+    ("sign", r"-\text{foo bar}", r"\boxed{\text{foo bar}}"),
+    ("sign", r"\text{the } -1 \text{ branch}", r"\boxed{\text{the } 1 \text{ branch}}"),
+    (
+        "sign",
+        r"y = -2 \text{ when } x \text{ is odd}",
+        r"\boxed{y = 2 \text{ when } x \text{ is odd}}",
+    ),
+    # piece: a fraction, the minutes, an ordinal, a day or the cents are not the answer
+    ("piece", r"\frac{1}{2}", "She needs 2 1/2 liters."),
+    ("piece", "2", "She needs 2 1/2 liters."),
+    ("piece", "2", "The answer is 2 1/2 liters."),
+    ("piece", "30", "They meet at 7:30 a.m."),
+    ("piece", "7", "They meet at 7:30 a.m."),
+    ("piece", "30", r"The answer is $7:30$."),
+    ("piece", "7:30", "The train leaves at 7:30 p.m."),
+    ("piece", "21", "It is the 21st term."),
+    ("piece", "3", "The 3rd term of the sequence."),
+    ("piece", "15", "The date is March 15, 2024."),
+    ("piece", "2024", "The date is March 15, 2024."),
+    ("piece", "15", "They arrive on 15 March 2024."),
+    ("piece", "50", "It costs $3.50."),
+    ("piece", "12", "Her birthday is 12/25."),
+    # final: a number after the answer, a retracted answer, a hedge, no result at all
+    ("final", "7", "So y = 3. Check: 3(3) - 2 = 7."),
+    ("final", "7", "x = 3. Substituting back: 2(3) + 1 = 7, which checks out."),
+    ("final", "6", "The result is 10. For a smaller case, n = 3 gives 6."),
+    ("final", "6", "The result is 10. For example, with 3 people we would get 6."),
+    ("final", "5", "So the answer is 5. Wait, I made an error: it is 6."),
+    ("final", "13", "Oops, 13 was wrong. Recounting, there are 12 marbles."),
+    ("final", "5", "The answer is 5. Hmm, that is wrong."),
+    ("final", "5", r"\boxed{5}. Oops, I made a mistake."),
+    ("final", "4", "It could be 4 or 5."),
+    ("final", "5", "It could be 4 or 5."),
+    ("final", "7", "Maybe 7, but I am not sure."),
+    ("final", "4", "Let me compute 3 + 1 = 4, then multiply by"),
+    ("final", "4", "First 3 + 1 = 4. Now we multiply this by the number of"),
+    ("final", "12", "So far 3 * 4 = 12. Next we need to add the remaining"),
+    ("final", "4", "<think> 2 + 2 = 4 so"),
+    ("final", "4", "<think>\nthe total is 4"),
+    ("final", "4", r"<think>\nso \boxed{4}"),
+    ("final", "4", "She had 4 apples. Now she gets 3 more and"),
+]
+
+
+@pytest.mark.parametrize(("cls", "gold", "completion"), RIGHT)
+def test_right_answers_stay_right(cls: str, gold: str, completion: str) -> None:
+    result = verify(gold, completion, timeout_s=20)
+    assert result.correct, (cls, result)
+
+
+@pytest.mark.parametrize(("cls", "gold", "completion"), WRONG)
+def test_answers_the_completion_did_not_give_get_no_credit(
+    cls: str, gold: str, completion: str
+) -> None:
+    result = verify(gold, completion, timeout_s=20)
+    assert not result.correct, (cls, result)
+
+
+def test_batched_verdicts_agree() -> None:
+    rows = [(g, c, True) for _, g, c in RIGHT] + [(g, c, False) for _, g, c in WRONG]
+    results = verify_batch([g for g, _, _ in rows], [c for _, c, _ in rows], timeout_s=20)
+    assert [r.correct for r in results] == [label for _, _, label in rows]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("So y = 3. Check: 3(3) - 2 = 7.", "3"),
+        ("It is 12. Hope this helps!", "12"),
+        ("The total is 10. Wait, I forgot the tax: it is 11.", "11"),
+        ("x = 5. Wait, let me check: 5 + 1 = 6.", "5"),
+        ("It is 5. That is wrong.", None),
+        ("It could be 4 or 5.", None),
+        ("Either 4 or 5 works.", None),
+        ("Then we add 3 and", None),
+        ("The sum is 3 +", None),
+        ("Let's compute the total now.", None),
+        ("", None),
+    ],
+)
+def test_final_statement_rule(text: str, expected: str | None) -> None:
+    assert final_statement(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("completion", "strict", "expected"),
+    [
+        ("<think>\n2 + 2 = 4\n</think>\nThe answer is 4.", False, "4"),
+        ("<think>\n2 + 2 = 4, so \\boxed{4}", False, None),
+        ("<think>\n2 + 2 = 4, so \\boxed{4}", True, None),
+        ("<think>a</think> ok <think> then 5", False, None),
+    ],
+)
+def test_unclosed_think_block_has_no_answer(completion: str, strict: bool, expected: str) -> None:
+    assert extract_answer(completion, strict=strict) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (r"\boxed{1} and \boxed{ 2 }", "2"),
+        (r"\boxed{3} and an unclosed \boxed{4", "3"),
+        (r"\boxed{\{1, \{2\}\}}", r"\{1, \{2\}\}"),
+        (r"\boxed 5 is it", "5"),
+        (r"\fbox{7} and \framebox{8}", "8"),
+        (r"\boxed{7} then \boxed{}", "7"),
+        (r"\boxedx{3}", None),
+        ("no box", None),
+    ],
+)
+def test_one_definition_of_the_last_box(text: str, expected: str | None) -> None:
+    from grpo_envs.format import last_boxed
+
+    assert find_last_boxed(text) == expected
+    assert last_boxed(text) == expected
