@@ -43,6 +43,7 @@ MAX_ANSWER_CHARS = 1_000
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox", "\\framebox")
 _THINK_START = "<think>"
+_BOX_TOKEN_OPEN, _BOX_TOKEN_CLOSE = "<|begin_of_box|>", "<|end_of_box|>"
 _THINK_END = "</think>"
 _MAX_BOX_TRIES = 3
 #: Loose mode reads at most this many final sentences for the final stated answer.
@@ -50,9 +51,19 @@ _MAX_SENTENCES = 40
 _HASHES = re.compile(r"####\s*([^\n]*)")
 # "The final answer is", "the answer is:", "Answer:", "Final Answer:" (case-insensitive). The
 # captured tail is cut to one sentence by _trim_sentence.
-_ANSWER_IS = re.compile(
-    r"(?:final\s+answer|answer)\s*(?:is|:|=)\s*(?:is\s*)?:?\s*([^\n]*)", re.IGNORECASE
+# The same phrase in the languages models answer in: Spanish, French, German, Portuguese,
+# Italian, Russian, Chinese, Japanese, Korean, Vietnamese, Indonesian, Turkish.
+_ANSWER_WORDS = (
+    r"final\s+answer|answer|(?:la\s+)?respuesta(?:\s+final)?|(?:la\s+)?r[ée]ponse(?:\s+finale)?"
+    r"|(?:die\s+)?(?:endg[üu]ltige\s+)?(?:antwort|l[öo]sung)|(?:a\s+)?resposta(?:\s+final)?"
+    r"|(?:la\s+)?risposta(?:\s+finale)?|(?:окончательный\s+)?ответ|(?:最终|最後の?)?答案|答え"
+    r"|정답|đáp\s+án|jawaban(?:\s+akhir)?|cevap"
 )
+_ANSWER_COPULA = r"(?:ist|est|lautet|is|es|adalah|равен)(?![^\W\d_])|é|è|:|：|=|是|为|為|は|은|는|—"
+_ANSWER_IS = re.compile(
+    rf"(?:{_ANSWER_WORDS})\s*(?:{_ANSWER_COPULA})\s*(?:is\s*)?[:：]?\s*([^\n]*)", re.IGNORECASE
+)
+_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mbox|mathrm)\s*\{([^{}]*)\}")
 _BOLD = re.compile(r"\*\*([^*\n]{1,200}?)\*\*")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
 _HAS_DIGIT_OR_MATH = re.compile(r"\d|\\frac|\\sqrt|\\pi|^\(?[A-J]\)?$")
@@ -208,11 +219,21 @@ def _strict_in(region: str, *, strict: bool = True) -> str | None:
         return inner
     boxed = find_boxed_answer(region)
     if boxed is not None:
-        return boxed
+        return _box_sentence(boxed)
     hashes = _HASHES.findall(region)
     if hashes:
         return hashes[-1].strip()
     return None
+
+
+def _box_sentence(content: str) -> str:
+    r"""Reduce a sentence inside a box (``\boxed{\text{The answer is } 5}``) to its answer."""
+    plain = _TEXT_WRAPPER.sub(r" \1 ", content)
+    if _ANSWER_IS.search(plain):
+        found = _flexible_in(plain)
+        if found:
+            return found
+    return content
 
 
 def _trim_sentence(tail: str) -> str:
@@ -482,7 +503,7 @@ def _hedged(region: str, pos: int) -> bool:
     return not re.search(r"\d|[,;]|\b(?:which|but|it's|it\s+is|so|instead|rather)\b", between)
 
 
-_UNIT_OR_LINK_WORDS = {"and", "or", "percent", "percentage", "pct"}
+_UNIT_OR_LINK_WORDS = {"and", "or", "percent", "percentage", "pct", "cents", "cent"}
 
 
 def _is_bare_expression(region: str) -> bool:
@@ -570,6 +591,9 @@ def extract_answer(completion: str, *, strict: bool = False) -> str | None:
     if not isinstance(completion, str) or not completion:
         return None
     text = completion[-MAX_SCAN_CHARS:]
+    if _BOX_TOKEN_OPEN in text:
+        # GLM-4.1V/4.5V frame their answer in tokens instead of \boxed{}.
+        text = text.replace(_BOX_TOKEN_OPEN, "\\boxed{").replace(_BOX_TOKEN_CLOSE, "}")
     think_end = text.rfind(_THINK_END)
     if text.rfind(_THINK_START) > think_end:
         return None  # a think block never closed: the model did not get to an answer
@@ -738,6 +762,9 @@ def _statement_before(sentences: list[str]) -> str | None:
         if not re.search(r"\d|\\[A-Za-z]", sentence):
             if _PLAN_SENTENCE.match(sentence):
                 return None
+            spelled = _last_number_words(sentence)
+            if spelled is not None:
+                return None if _HEDGE_SENTENCE.search(sentence) else spelled
             continue
         if _HEDGE_SENTENCE.search(sentence) or _PLAN_SENTENCE.match(sentence):
             return None
@@ -746,6 +773,26 @@ def _statement_before(sentences: list[str]) -> str | None:
             sentence = sentence[: inline_check.start()]
         return _last_value(sentence)
     return None
+
+
+_NUMBER_WORD = (
+    r"(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen"
+    r"|fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy"
+    r"|eighty|ninety|hundred|thousand|million|billion)"
+)
+_NUMBER_WORDS = re.compile(
+    rf"\b{_NUMBER_WORD}(?:(?:[\s-]+|\s+and\s+){_NUMBER_WORD})*+\b", re.IGNORECASE
+)
+
+
+def _last_number_words(sentence: str) -> str | None:
+    """Return the last number written in words ("twelve", "twenty-one"); "one" is a pronoun."""
+    last = None
+    for last in _NUMBER_WORDS.finditer(sentence):  # noqa: B007 - the final one
+        pass
+    if last is None or last.group(0).lower() == "one":
+        return None
+    return last.group(0)
 
 
 def _last_marker(region: str) -> int:

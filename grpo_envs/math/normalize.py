@@ -760,7 +760,9 @@ def _relation_chain(s: str, level: int) -> Node | None:
     approx = split_top(s, ("\\approx",))
     if len(approx) > 1:
         first = approx[0].strip()
-        return _parse(approx[-1] if _SIMPLE_VAR.match(first) else first, level + 1)
+        # "\\approx 5" (a box opened with the sign) states 5.
+        use_last = not first or _SIMPLE_VAR.match(first)
+        return _parse(approx[-1] if use_last else first, level + 1)
     sides, ops = _split_relation(s)
     if len(sides) == 2:
         return _relation(ops[0], sides[0], sides[1], level)
@@ -962,6 +964,9 @@ def _leaf(s: str) -> Node:
     m = _ORDINAL_NUMBER.match(s)
     if m is not None:
         return _scalar(m.group(1))
+    spelled = number_from_words(s)
+    if spelled is not None:
+        return _scalar(str(spelled))
     m = _CENTS.match(s)
     if m is not None:
         cents = m.group(1).replace(",", "")
@@ -971,6 +976,50 @@ def _leaf(s: str) -> Node:
         return _scalar(s)
     exponent = _SCALES[m.group(2).lower()]
     return Alt((_scalar(f"({m.group(1)})\\times 10^{{{exponent}}}"), _scalar(m.group(1))))
+
+
+_UNIT_NAMES = (
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+    "nineteen",
+)  # fmt: skip
+_TENS_NAMES = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+_UNITS_WORDS = {w: i for i, w in enumerate(_UNIT_NAMES)}
+_TENS_WORDS = {w: 10 * i for i, w in enumerate(_TENS_NAMES, 2)}
+_SCALE_WORDS = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
+
+
+def number_from_words(s: str) -> int | None:
+    """Read a number written in English words ("twenty-one", "one hundred and five"), or None.
+
+    >>> number_from_words("Two hundred and thirty-four"), number_from_words("five apples")
+    (234, None)
+    """
+    words = re.split(r"[\s-]+", s.strip().lower().rstrip("."))
+    if not words or len(words) > 12:
+        return None
+    negative = words[0] in ("minus", "negative")
+    total = current = 0
+    seen = False
+    for word in words[1:] if negative else words:
+        if word in _UNITS_WORDS:
+            current += _UNITS_WORDS[word]
+        elif word in _TENS_WORDS:
+            current += _TENS_WORDS[word]
+        elif word == "hundred" and seen:
+            current = max(current, 1) * 100
+        elif word in _SCALE_WORDS and seen:
+            total += max(current, 1) * _SCALE_WORDS[word]
+            current = 0
+        elif (word in ("and", "a") and seen) or word == "a":
+            continue
+        else:
+            return None
+        seen = True
+    if not seen:
+        return None
+    value = total + current
+    return -value if negative else value
 
 
 def is_words(s: str) -> bool:
