@@ -563,6 +563,11 @@ def exprs_equal(
     if ge == pe or str(ge) == str(pe):
         return True
     symbols = ge.free_symbols | pe.free_symbols
+    imaginary = sympy.Symbol("i")
+    if symbols == {imaginary} and imaginary in ge.free_symbols:
+        # A complex-number gold (3 + i, e^{i\pi/3}): i is the imaginary unit on both sides.
+        ge, pe = ge.subs(imaginary, sympy.I), pe.subs(imaginary, sympy.I)
+        symbols = set()
     if not symbols:
         gv, pv = _numeric(ge), _numeric(pe)
         if gv is None or pv is None:
@@ -580,7 +585,11 @@ def exprs_equal(
         return False
     if not _probe_agrees(ge, pe, symbols):
         return False
-    return bool(sympy.simplify(ge - pe) == 0) or bool(sympy.expand(ge - pe) == 0)
+    if sympy.simplify(ge - pe) == 0 or sympy.expand(ge - pe) == 0:
+        return True
+    # Identities of real variables sympy does not prove for complex ones: \sqrt{x^2} = |x|.
+    real = {s: sympy.Symbol(s.name, real=True) for s in symbols if isinstance(s, sympy.Symbol)}
+    return bool(sympy.simplify((ge - pe).xreplace(real)) == 0)
 
 
 def _probe_agrees(ge: sympy.Expr, pe: sympy.Expr, symbols: set[sympy.Symbol]) -> bool:

@@ -404,7 +404,11 @@ _WHOLE_TOKEN = re.compile(
     r"|\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
     r"|\b\d{1,2}:\d{2}(?::\d{2})?(?:\s*[AaPp]\.?\s?[Mm]\b\.?)?"
     r"|\b\d{1,2}\s*[AaPp]\.?\s?[Mm]\.?(?![A-Za-z])"
-    r"|-?\b\d+\s+\d+\s*/\s*[1-9]\d*\b(?!\s*[/.,]\d)",
+    r"|-?\b\d+\s+\d+\s*/\s*[1-9]\d*\b(?!\s*[/.,]\d)"
+    # "all real numbers except 3 and 5": the numbers are the holes of the answer, not it.
+    r"|\ball\s+real\s+numbers?\s+(?:except(?:\s+for)?|other\s+than|but)\s+-?\d+(?:\.\d+)?"
+    r"(?:\s*(?:,\s*and|,|and|or)\s*-?\d+(?:\.\d+)?)*",
+    re.IGNORECASE,
 )
 _ORDINAL_TOKEN = re.compile(r"\d(?:st|nd|rd|th)\b", re.IGNORECASE)
 # A number token: thousands groups, a decimal point or a decimal comma ("2,74", "1000,99").

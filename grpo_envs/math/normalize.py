@@ -16,6 +16,7 @@ cleaners defined here.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -601,19 +602,71 @@ def _is_constant(text: str) -> bool:
 
 
 def relation_as_set(rel: Relation) -> SetOf | None:
-    """``x > 5`` -> the values of x, (5, oo); None when it is not a bound on one variable."""
-    if rel.op not in ("<", "<=", ">", ">="):
+    r"""``x > 5`` -> the values of x, (5, oo); None when it is not a bound on one variable.
+
+    Also ``x \ne 3`` (all reals but 3) and ``|x - a| < b`` (an interval around a; with ``>``, the
+    union outside it), for numbers a and b.
+    """
+    if rel.op not in ("<", "<=", ">", ">=", "!="):
         return None
     lhs, rhs, op = rel.lhs.text, rel.rhs.text, rel.op
-    if _SIMPLE_VAR.match(rhs) and _is_constant(lhs):
+    if (_SIMPLE_VAR.match(rhs) and _is_constant(lhs)) or _ABS_LINEAR.match(rhs):
         lhs, rhs = rhs, lhs
-        op = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[op]
+        op = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "!=": "!="}[op]
+    absolute = _ABS_LINEAR.match(lhs)
+    if absolute is not None:
+        return _absolute_bound(absolute, op, rhs)
     if not (_SIMPLE_VAR.match(lhs) and _is_constant(rhs)):
         return None
     bound = Scalar(rhs)
+    if op == "!=":
+        return SetOf(lhs, all_reals_except([bound]))
     if op in ("<", "<="):
         return SetOf(lhs, Seq("tuple", (Scalar("-\\infty"), bound), "(", ")" if op == "<" else "]"))
     return SetOf(lhs, Seq("tuple", (bound, Scalar("\\infty")), "(" if op == ">" else "[", ")"))
+
+
+_ABS_LINEAR = re.compile(r"^\|\s*([A-Za-z])\s*(?:([+-])\s*(\d+(?:\.\d+)?|\d+/\d+))?\s*\|$")
+
+
+def _absolute_bound(m: re.Match[str], op: str, rhs: str) -> SetOf | None:
+    """``|x - a| < b`` -> x in (a - b, a + b); ``|x - a| > b`` -> outside it (numbers only)."""
+    radius = parse_number(rhs)
+    shift = parse_number(m.group(3) or "0")
+    if radius is None or shift is None or radius.value < 0 or op == "!=":
+        return None
+    center = shift.value if m.group(2) == "-" else -shift.value
+    lo, hi = (
+        Scalar(_fraction_text(center - radius.value)),
+        Scalar(_fraction_text(center + radius.value)),
+    )
+    if op in ("<", "<="):
+        closed = op == "<="
+        return SetOf(
+            m.group(1), Seq("tuple", (lo, hi), "[" if closed else "(", "]" if closed else ")")
+        )
+    closed = op == ">="
+    left = Seq("tuple", (Scalar("-\\infty"), lo), "(", "]" if closed else ")")
+    right = Seq("tuple", (hi, Scalar("\\infty")), "[" if closed else "(", ")")
+    return SetOf(m.group(1), Union((left, right)))
+
+
+def _fraction_text(x: Fraction) -> str:
+    return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
+
+
+def all_reals_except(points: list[Scalar]) -> Node:
+    """Return the real line without the given numbers: a union of open intervals, in order."""
+    values = []
+    for p in points:
+        n = parse_number(p.text)
+        if n is None:
+            return Union((Seq("tuple", (Scalar("-\\infty"), p), "(", ")"),
+                          Seq("tuple", (p, Scalar("\\infty")), "(", ")")))  # fmt: skip
+        values.append((n.value, p))
+    values.sort(key=lambda v: v[0])
+    ends = [Scalar("-\\infty"), *(p for _, p in values), Scalar("\\infty")]
+    return Union(tuple(Seq("tuple", (a, b), "(", ")") for a, b in itertools.pairwise(ends)))
 
 
 def _split_relation(s: str) -> tuple[list[str], list[str]]:
@@ -649,7 +702,14 @@ def _parse(s: str, level: int) -> Node:
     s = s.strip()
     if not s:
         raise MalformedAnswer("an empty element")
-    for read in (_matrix_expression, _matrix_literal, _decimal_comma, _membership, _union):
+    for read in (
+        _matrix_expression,
+        _matrix_literal,
+        _decimal_comma,
+        _all_but,
+        _membership,
+        _union,
+    ):
         node = read(s, level)
         if node is not None:
             return node
@@ -736,6 +796,9 @@ def _bare_list(s: str, level: int) -> Node | None:
 def _bracketed(s: str, level: int, is_set: bool) -> Node | None:
     """Brackets enclosing the whole answer: a set, a tuple / interval, or grouping parentheses."""
     if is_set:
+        builder = _set_builder(s[2:-2], level)
+        if builder is not None:
+            return builder
         items = split_top(s[2:-2], (",", ";"))
         if len(items) > MAX_ITEMS:
             raise AnswerTooComplex("too many elements")
@@ -751,6 +814,48 @@ def _bracketed(s: str, level: int, is_set: bool) -> Node | None:
     if s[0] == "(" or _MATRIX.match(s[1:-1].strip()):
         return _parse(s[1:-1], level + 1)
     return None
+
+
+_BUILDER = re.compile(
+    r"^\s*([A-Za-z](?:_\{?\w+\}?)?)\s*(?:\\in\s*\(-\\infty,\s*\\infty\)\s*)?(?::|\\mid|\|)\s*(.+)$",
+    re.DOTALL,
+)
+
+
+def _set_builder(inner: str, level: int) -> SetOf | None:
+    r"""Read ``\{y : y \le -1\}`` / ``\{x \mid -2 < x < 3\}`` as the values of the variable."""
+    m = _BUILDER.match(inner)
+    if m is None:
+        return None
+    try:
+        cond = _parse(m.group(2), level + 1)
+    except AnswerRejected:
+        return None
+    if isinstance(cond, Relation):
+        cond = relation_as_set(cond)  # type: ignore[assignment]
+    if isinstance(cond, SetOf) and re.sub(r"\s+", "", cond.var) == re.sub(r"\s+", "", m.group(1)):
+        return cond
+    return None
+
+
+_EXCEPT = re.compile(
+    r"^(?:all\s+)?(?:real\s+numbers?|reals|x)\s+(?:except(?:\s+for)?|other\s+than|but"
+    r"|such\s+that\s+x\s*\\ne)\s+(.+)$",
+    re.IGNORECASE,
+)
+_SETMINUS = re.compile(r"^\(-\\infty,\s*\\infty\)\s*(?:\\setminus|\\backslash|-)\s*\\\{(.+)\\\}$")
+
+
+def _all_but(s: str, level: int) -> Node | None:
+    r"""Read "all real numbers except 3" or ``\mathbb{R} \setminus \{1, 2\}`` as intervals."""
+    m = _EXCEPT.match(s) or _SETMINUS.match(s)
+    if m is None:
+        return None
+    parts = split_top(_OR.sub(", ", m.group(1)), (",",))
+    points = [p.strip() for p in parts if p.strip()]
+    if not points or len(points) > MAX_ITEMS or any(parse_number(p) is None for p in points):
+        return None
+    return all_reals_except([Scalar(p) for p in points])
 
 
 def _relation_chain(s: str, level: int) -> Node | None:
@@ -911,6 +1016,9 @@ def _scalar(s: str) -> Scalar:
     percent = s.endswith("%")
     if percent:
         s = s[:-1].strip()
+    if _TRIG.search(s):
+        # sin 30°: the degrees are the argument's unit, converted to radians where they stand.
+        s = _DEGREE_NUMBER.sub(lambda m: f"({m.group(1)}\\pi/180)", s)
     degrees = "°" in s
     s = s.replace("°", " ").strip()
     s = strip_units(s)
@@ -925,6 +1033,8 @@ def _scalar(s: str) -> Scalar:
     return Scalar(s, percent, degrees)
 
 
+_TRIG = re.compile(r"\\(?:sin|cos|tan|cot|sec|csc)(?![A-Za-z])")
+_DEGREE_NUMBER = re.compile(r"(\d+(?:\.\d+)?)\s*°")
 _SPACED_NUMBERS = re.compile(r"^-?\d+(?:\.\d+)?(?:\s+-?\d+(?:\.\d+)?)+$")
 
 
