@@ -81,6 +81,7 @@ from grpo_envs.math.normalize import (
     Seq,
     SetOf,
     Union,
+    identity_multiple,
     is_name_like,
     is_words,
     latex_text_key,
@@ -159,6 +160,10 @@ def compare(gold: Node, pred: Node, cmp: Comparator) -> bool:
             return False
         return _match_unordered(g_union.parts, p_union.parts, cmp)
     if isinstance(gold, Matrix) or isinstance(pred, Matrix):
+        size = len(gold.rows) if isinstance(gold, Matrix) else len(pred.rows)  # type: ignore[union-attr]
+        # 2I against a 2 x 2 matrix: that multiple of the identity, cell by cell.
+        gold = identity_multiple(gold, size) or gold
+        pred = identity_multiple(pred, size) or pred
         return _compare_matrix(gold, pred, cmp)
     return False
 

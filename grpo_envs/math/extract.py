@@ -830,3 +830,33 @@ def _unless_retracted(region: str, answer: str) -> str | None:
     if not last.group("strong"):
         return answer
     return final_statement(tail.lstrip(" ,:;-"))
+
+
+# --- multiple choice ------------------------------------------------------------------------
+
+_OPTION_LABEL = re.compile(r"(?:(?<![A-Za-z0-9\\])\(([A-J])\)|(?m:^)[ \t]*([A-J])[.):])[ \t]*")
+_OPTION_SCAN_CHARS = 20_000
+
+
+def listed_options(text: str) -> dict[str, str]:
+    """Return the options a text lists ("(A) 10 (B) 11 ..." or one "A. 10" a line), by letter.
+
+    Only a run of labels A, B, C, ... in order counts (a stray "(C)" is no list); when the text
+    lists the options more than once, the last listing wins. Empty when there is no such list.
+
+    >>> listed_options("Options: (A) 10 (B) $11$ (C) 12. So (C).")
+    {'A': '10', 'B': '11', 'C': '12'}
+    """
+    region = text[-_OPTION_SCAN_CHARS:]
+    labels = list(_OPTION_LABEL.finditer(region))
+    options: dict[str, str] = {}
+    for k, m in enumerate(labels):
+        letter = m.group(1) or m.group(2)
+        end = labels[k + 1].start() if k + 1 < len(labels) else len(region)
+        body = region[m.end() : end].split("\n", 1)[0]
+        body = re.split(r"\.(?:\s|$)", body, maxsplit=1)[0].strip().strip("$,;").strip()
+        if letter == "A":
+            options = {}
+        if letter == chr(ord("A") + len(options)) and body:
+            options[letter] = body
+    return options if len(options) >= 2 else {}

@@ -549,7 +549,7 @@ def parse_answer(raw: str, *, choice: bool = False) -> Node:
         AnswerTooComplex: nesting deeper than ``MAX_DEPTH`` or more than ``MAX_ITEMS`` parts.
         MalformedAnswer: an empty element, side or expression.
     """
-    s = clean(raw)
+    s = clean(unit_vectors_as_tuple(raw))
     if max_depth(s) > MAX_DEPTH:
         raise AnswerTooComplex(f"bracket nesting deeper than {MAX_DEPTH}")
     if choice:
@@ -558,6 +558,44 @@ def parse_answer(raw: str, *, choice: bool = False) -> Node:
         if m and not re.search(r"\b[A-J]\b", s[m.end(1) + 1 :]):
             return Choice(m.group(1))
     return _parse(s, 0)
+
+
+_UNIT_VECTOR = re.compile(
+    r"\\(?:hat|mathbf|vec|boldsymbol|bm)\s*\{?\s*(?:\\)?([ijk])(?:math)?\s*\}?(?![A-Za-z])"
+)
+
+
+def unit_vectors_as_tuple(raw: str) -> str:
+    r"""Write ``3\mathbf{i} - \hat{j} + 2\hat{k}`` as the tuple ``(3, -1, 2)``; else ``raw``.
+
+    Only unit vectors marked as such (``\hat``, ``\mathbf``, ``\vec``): a bare ``i`` is the
+    imaginary unit. Without a k-component the vector is planar, ``(a, b)``.
+
+    >>> unit_vectors_as_tuple(r"3\mathbf{i} - \hat{j}")
+    '(3, -1)'
+    """
+    if not _UNIT_VECTOR.search(raw) or len(raw) > 500:
+        return raw
+    text = raw.strip().strip("$").strip()
+    coefficients: dict[str, str] = {}
+    pos = 0
+    for m in _UNIT_VECTOR.finditer(text):
+        coef = text[pos : m.start()].strip()
+        axis = m.group(1)
+        if axis in coefficients:
+            return raw
+        sign = "-" if coef.startswith("-") else ""
+        coef = coef.lstrip("+-").strip().removesuffix("\\cdot").removesuffix("\\times").strip()
+        if re.search(r"(?<!^)[+-]", coef) or (
+            pos and text[pos : m.start()].strip()[:1] not in ("+", "-")
+        ):
+            return raw  # a term is a sum itself, or two terms without a sign between them
+        coefficients[axis] = f"{sign}{coef or '1'}"
+        pos = m.end()
+    if text[pos:].strip():
+        return raw
+    axes = "ijk" if "k" in coefficients else "ij"
+    return "(" + ", ".join(coefficients.get(a, "0") for a in axes) + ")"
 
 
 def gold_choice(raw: str) -> str | None:
@@ -704,6 +742,7 @@ def _parse(s: str, level: int) -> Node:
         raise MalformedAnswer("an empty element")
     for read in (
         _matrix_expression,
+        _scaled_matrix,
         _matrix_literal,
         _decimal_comma,
         _all_but,
@@ -938,6 +977,49 @@ def _matrix_expression(s: str, level: int) -> Matrix | None:
         for ra in cells_a
     )
     return Matrix(rows)
+
+
+_SCALED_MATRIX = re.compile(
+    r"^([^\\]*?|\\frac\{[^{}]*\}\{[^{}]*\}|\\sqrt\{[^{}]*\})\s*(?:\\cdot|\\times)?\s*"
+    r"(\\begin\{([pbvBV]?matrix)\}.*\\end\{\3\})$",
+    re.DOTALL,
+)
+_IDENTITY = re.compile(r"^(.*?)\s*(?:\\cdot|\\times)?\s*I(?:_\{?(\d)\}?)?$")
+
+
+def _scaled_matrix(s: str, level: int) -> Matrix | None:
+    r"""Read ``2\begin{pmatrix}1\\2\end{pmatrix}`` (a scalar times a matrix) cell by cell."""
+    m = _SCALED_MATRIX.match(s)
+    if m is None or not m.group(1).strip():
+        return None
+    coef = m.group(1).strip()
+    if coef in ("-", "+"):
+        coef += "1"
+    inner = _parse(m.group(2), level + 1)
+    if not isinstance(inner, Matrix):
+        return None
+    cells = tuple(
+        tuple(Scalar(f"({coef}) \\cdot ({c.text})") if isinstance(c, Scalar) else c for c in row)
+        for row in inner.rows
+    )
+    return Matrix(cells)
+
+
+def identity_multiple(node: Node, size: int) -> Matrix | None:
+    r"""Read ``2I`` / ``3I_3`` / ``I`` as that multiple of the ``size`` x ``size`` identity."""
+    if not isinstance(node, Scalar) or size > MAX_ITEMS:
+        return None
+    m = _IDENTITY.match(node.text)
+    if m is None or (m.group(2) and int(m.group(2)) != size) or re.search(r"[A-Za-z]", m.group(1)):
+        return None
+    coef = m.group(1).strip() or "1"
+    if coef in ("-", "+"):
+        coef += "1"
+    zero = Scalar("0")
+    diagonal = Scalar(coef)
+    return Matrix(
+        tuple(tuple(diagonal if i == j else zero for j in range(size)) for i in range(size))
+    )
 
 
 _ASSIGN = re.compile(r"^\s*[A-Za-z](?:_\{?\w+\}?)?\s*=\s*([^=]+)$")
