@@ -76,6 +76,7 @@ from grpo_envs.math.normalize import (
     Matrix,
     Node,
     Number,
+    Piecewise,
     Relation,
     Scalar,
     Seq,
@@ -159,6 +160,12 @@ def compare(gold: Node, pred: Node, cmp: Comparator) -> bool:
         if g_union is None or p_union is None:
             return False
         return _match_unordered(g_union.parts, p_union.parts, cmp)
+    if isinstance(gold, Piecewise) or isinstance(pred, Piecewise):
+        return (
+            isinstance(gold, Piecewise)
+            and isinstance(pred, Piecewise)
+            and _compare_piecewise(gold, pred, cmp)
+        )
     if isinstance(gold, Matrix) or isinstance(pred, Matrix):
         size = len(gold.rows) if isinstance(gold, Matrix) else len(pred.rows)  # type: ignore[union-attr]
         # 2I against a 2 x 2 matrix: that multiple of the identity, cell by cell.
@@ -166,6 +173,36 @@ def compare(gold: Node, pred: Node, cmp: Comparator) -> bool:
         pred = identity_multiple(pred, size) or pred
         return _compare_matrix(gold, pred, cmp)
     return False
+
+
+def _compare_piecewise(gold: Piecewise, pred: Piecewise, cmp: Comparator) -> bool:
+    """Match the cases in any order: equal values under equal conditions.
+
+    An "otherwise" case matches the one case left on the other side once all others matched: for
+    a function, it is the complement of the other conditions on both sides.
+    """
+    if len(gold.branches) != len(pred.branches):
+        return False
+    unused = list(pred.branches)
+    deferred = []
+    for g_value, g_cond in gold.branches:
+        for k, (p_value, p_cond) in enumerate(unused):
+            if (g_cond is None) != (p_cond is None):
+                continue
+            if g_cond is not None and p_cond is not None and not compare(g_cond, p_cond, cmp):
+                continue
+            if compare(g_value, p_value, cmp):
+                del unused[k]
+                break
+        else:
+            deferred.append(g_value)
+    if not deferred:
+        return not unused
+    if len(deferred) != 1 or len(unused) != 1:
+        return False
+    (p_value, p_cond), g_value = unused[0], deferred[0]
+    g_otherwise = any(c is None for _, c in gold.branches)
+    return (g_otherwise or p_cond is None) and compare(g_value, p_value, cmp)
 
 
 def _as_union(node: Node) -> Union | None:

@@ -123,7 +123,18 @@ class Alt:
     options: tuple[Node, ...]
 
 
-Node = Scalar | Choice | Seq | Union | Matrix | Relation | SetOf | Alt
+@dataclass(frozen=True)
+class Piecewise:
+    r"""A function by cases (``\begin{cases} x & x > 0 \\ -x & \text{otherwise} \end{cases}``).
+
+    ``branches`` are (value, condition) pairs; a condition of None is "otherwise". The order of
+    the cases does not matter.
+    """
+
+    branches: tuple[tuple[Node, Node | None], ...]
+
+
+Node = Scalar | Choice | Seq | Union | Matrix | Relation | SetOf | Alt | Piecewise
 
 
 # --- string clean-up ------------------------------------------------------------------------
@@ -741,6 +752,7 @@ def _parse(s: str, level: int) -> Node:
     if not s:
         raise MalformedAnswer("an empty element")
     for read in (
+        _cases,
         _matrix_expression,
         _scaled_matrix,
         _matrix_literal,
@@ -977,6 +989,32 @@ def _matrix_expression(s: str, level: int) -> Matrix | None:
         for ra in cells_a
     )
     return Matrix(rows)
+
+
+_CASES = re.compile(r"^\\begin\{[dr]?cases\}(.*)\\end\{[dr]?cases\}$", re.DOTALL)
+_CONDITION_WORDS = re.compile(r"^\s*(?:if|for|when|where|whenever)\b\s*|[\s,;.]+$", re.IGNORECASE)
+_OTHERWISE = re.compile(r"^(?:otherwise|else|elsewhere|in\s+all\s+other\s+cases)$", re.IGNORECASE)
+
+
+def _cases(s: str, level: int) -> Piecewise | None:
+    r"""Read ``\begin{cases} v_1 & c_1 \\ v_2 & c_2 \end{cases}`` as (value, condition) pairs."""
+    m = _CASES.match(s)
+    if m is None:
+        return None
+    rows = [r for r in re.split(r"\\\\", m.group(1)) if r.strip()]
+    if not rows or len(rows) > MAX_ITEMS:
+        return None
+    branches: list[tuple[Node, Node | None]] = []
+    for row in rows:
+        value, _, condition = row.partition("&")
+        condition = _CONDITION_WORDS.sub("", condition).strip()
+        cond: Node | None = None
+        if condition and not _OTHERWISE.match(condition):
+            cond = _parse(condition, level + 1)
+        elif not condition and row is not rows[-1]:
+            return None  # a case without a condition before the last one: not a function
+        branches.append((_parse(value, level + 1), cond))
+    return Piecewise(tuple(branches))
 
 
 _SCALED_MATRIX = re.compile(
