@@ -606,8 +606,9 @@ def exprs_equal(
         return True
     symbols = ge.free_symbols | pe.free_symbols
     imaginary = sympy.Symbol("i")
-    if symbols == {imaginary} and imaginary in ge.free_symbols:
-        # A complex-number gold (3 + i, e^{i\pi/3}): i is the imaginary unit on both sides.
+    if symbols == {imaginary}:
+        # A constant with i in it (3 + i, e^{i\pi}): i is the imaginary unit on both sides; as a
+        # variable, an answer holding it could not equal a constant gold anyway.
         ge, pe = ge.subs(imaginary, sympy.I), pe.subs(imaginary, sympy.I)
         symbols = set()
     if not symbols:

@@ -752,6 +752,7 @@ def _parse(s: str, level: int) -> Node:
     if not s:
         raise MalformedAnswer("an empty element")
     for read in (
+        _spelled_number,
         _cases,
         _matrix_expression,
         _scaled_matrix,
@@ -994,6 +995,12 @@ def _matrix_expression(s: str, level: int) -> Matrix | None:
 _CASES = re.compile(r"^\\begin\{[dr]?cases\}(.*)\\end\{[dr]?cases\}$", re.DOTALL)
 _CONDITION_WORDS = re.compile(r"^\s*(?:if|for|when|where|whenever)\b\s*|[\s,;.]+$", re.IGNORECASE)
 _OTHERWISE = re.compile(r"^(?:otherwise|else|elsewhere|in\s+all\s+other\s+cases)$", re.IGNORECASE)
+
+
+def _spelled_number(s: str, level: int) -> Scalar | None:
+    """Read "two thousand and five" as 2005 (before "and" could split it into a list)."""
+    value = number_from_words(s)
+    return None if value is None else Scalar(str(value))
 
 
 def _cases(s: str, level: int) -> Piecewise | None:
