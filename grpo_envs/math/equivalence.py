@@ -615,8 +615,11 @@ def exprs_equal(
         gv, pv = _numeric(ge), _numeric(pe)
         if gv is None or pv is None:
             return bool(sympy.simplify(ge - pe) == 0)
+        # A decimal literal is its exact value (10.5 is 21/2): exact equality first.
+        if _constants_equal(ge, pe, texts):
+            return True
         if g_dec is None and p_dec is None:
-            return _constants_equal(ge, pe, texts)
+            return False
         if g_dec is not None and p_dec is not None:
             return bool(ge - pe == 0)  # two decimals: exactly the same number
         # A decimal against an exact value: only a non-terminating value may be approximated.

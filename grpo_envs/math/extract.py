@@ -739,9 +739,19 @@ def final_statement(region: str) -> str | None:
     True
     """
     stripped = region.rstrip()
-    if not stripped or _TRUNCATED_END.search(_blank_spans(stripped, math_spans(stripped))):
+    if not stripped or _TRUNCATED_END.search(_spans_as_words(stripped)):
         return None
     return _statement_before(_sentences(stripped)[-_MAX_SENTENCES:])
+
+
+def _spans_as_words(text: str) -> str:
+    """``text`` with each math span replaced by a word: a text ending in math is complete."""
+    out, prev = [], 0
+    for a, b, _ in math_spans(text):
+        out.append(text[prev:a] + " MATH ")
+        prev = b
+    out.append(text[prev:])
+    return "".join(out)
 
 
 def _statement_before(sentences: list[str]) -> str | None:
@@ -763,7 +773,7 @@ def _statement_before(sentences: list[str]) -> str | None:
                 continue
         if _CLOSING_SENTENCE.match(sentence) or _CHECK_SENTENCE.match(sentence):
             continue
-        if not re.search(r"\d|\\[A-Za-z]", sentence):
+        if not re.search(r"\d|\\[A-Za-z]", sentence) and not math_spans(sentence):
             if _PLAN_SENTENCE.match(sentence):
                 return None
             spelled = _last_number_words(sentence)
