@@ -48,6 +48,8 @@ _THINK_END = "</think>"
 _MAX_BOX_TRIES = 3
 #: Loose mode reads at most this many final sentences for the final stated answer.
 _MAX_SENTENCES = 40
+#: ... within at most this many final characters.
+_STATEMENT_SCAN_CHARS = 4_000
 _HASHES = re.compile(r"####\s*([^\n]*)")
 # "The final answer is", "the answer is:", "Answer:", "Final Answer:" (case-insensitive). The
 # captured tail is cut to one sentence by _trim_sentence.
@@ -60,9 +62,31 @@ _ANSWER_WORDS = (
     r"|정답|đáp\s+án|jawaban(?:\s+akhir)?|cevap"
 )
 _ANSWER_COPULA = r"(?:ist|est|lautet|is|es|adalah|равен)(?![^\W\d_])|é|è|:|：|=|是|为|為|は|은|는|—"
-_ANSWER_IS = re.compile(
+_ANSWER_IS_PATTERN = re.compile(
     rf"(?:{_ANSWER_WORDS})\s*(?:{_ANSWER_COPULA})\s*(?:is\s*)?[:：]?\s*([^\n]*)", re.IGNORECASE
 )
+_ANSWER_STEMS = ("answer", "respuesta", "ponse", "antwort", "sung", "resposta", "risposta",
+                 "ответ", "答案", "答え", "정답", "đáp", "jawaban", "cevap")  # fmt: skip
+
+
+class _AnswerPhrase:
+    """``_ANSWER_IS_PATTERN`` behind a substring check: most texts hold none of the stems, and a
+    regex alternation of twelve languages is tried at every position of the text.
+    """  # noqa: D205
+
+    @staticmethod
+    def _may_match(text: str) -> bool:
+        lower = text.lower()
+        return any(stem in lower for stem in _ANSWER_STEMS)
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return _ANSWER_IS_PATTERN.search(text) if self._may_match(text) else None
+
+    def finditer(self, text: str) -> list[re.Match[str]]:
+        return list(_ANSWER_IS_PATTERN.finditer(text)) if self._may_match(text) else []
+
+
+_ANSWER_IS = _AnswerPhrase()
 _TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mbox|mathrm)\s*\{([^{}]*)\}")
 _BOLD = re.compile(r"\*\*([^*\n]{1,200}?)\*\*")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
@@ -527,7 +551,7 @@ def _last_math(region: str) -> str | None:
 
 def _whole_text_answer(region: str) -> str | None:
     """Return a short text that is one expression or one or two words, whole; else None."""
-    if math_spans(region):
+    if len(region) > 300 or math_spans(region):
         return None
     if _is_bare_expression(region) and re.search(r"\d|\\", region):
         return region.strip()  # the whole text is the answer ("(1,4.5)", "\\frac{10}{9}")
@@ -703,9 +727,9 @@ _CLOSING_SENTENCE = re.compile(
 _SENTENCE_END = re.compile(r"(?<!\d)[.!?;](?=\s|$)|(?<=\d)[.!?;](?=\s|$)|\n+")
 
 
-def _sentences(region: str) -> list[str]:
+def _sentences(region: str, spans: list[tuple[int, int, str]]) -> list[str]:
     """Split ``region`` into sentences; a full stop inside a math span or a number is no end."""
-    blanked = _blank_spans(region, math_spans(region))
+    blanked = _blank_spans(region, spans)
     parts = []
     start = 0
     for m in _SENTENCE_END.finditer(blanked):
@@ -739,15 +763,20 @@ def final_statement(region: str) -> str | None:
     True
     """
     stripped = region.rstrip()
-    if not stripped or _TRUNCATED_END.search(_spans_as_words(stripped)):
+    if len(stripped) > _STATEMENT_SCAN_CHARS:
+        # The final statement is at the end: read the last lines only (from a line start).
+        tail = stripped[-_STATEMENT_SCAN_CHARS:]
+        stripped = tail[tail.find("\n") + 1 :] if "\n" in tail else tail
+    spans = math_spans(stripped)
+    if not stripped or _TRUNCATED_END.search(_spans_as_words(stripped, spans)[-200:]):
         return None
-    return _statement_before(_sentences(stripped)[-_MAX_SENTENCES:])
+    return _statement_before(_sentences(stripped, spans)[-_MAX_SENTENCES:])
 
 
-def _spans_as_words(text: str) -> str:
+def _spans_as_words(text: str, spans: list[tuple[int, int, str]]) -> str:
     """``text`` with each math span replaced by a word: a text ending in math is complete."""
     out, prev = [], 0
-    for a, b, _ in math_spans(text):
+    for a, b, _ in spans:
         out.append(text[prev:a] + " MATH ")
         prev = b
     out.append(text[prev:])

@@ -553,6 +553,9 @@ _REL_CANON = {"\\leq": "<=", "\\le": "<=", "\\geq": ">=", "\\ge": ">=", "\\neq":
 _OR = re.compile(r"\s+(?:or|and)\s+")
 
 
+_PLAIN_NUMBER = re.compile(r"^\s*[+-]?\d{1,30}(?:\.\d{1,30})?\s*$")
+
+
 def parse_answer(raw: str, *, choice: bool = False) -> Node:
     """Parse an extracted answer into a tree. ``choice``: read a leading A-J letter as an option.
 
@@ -560,6 +563,8 @@ def parse_answer(raw: str, *, choice: bool = False) -> Node:
         AnswerTooComplex: nesting deeper than ``MAX_DEPTH`` or more than ``MAX_ITEMS`` parts.
         MalformedAnswer: an empty element, side or expression.
     """
+    if _PLAIN_NUMBER.match(raw):
+        return Scalar(raw.strip().lstrip("+"))  # most answers: no clean-up or structure to read
     s = clean(unit_vectors_as_tuple(raw))
     if max_depth(s) > MAX_DEPTH:
         raise AnswerTooComplex(f"bracket nesting deeper than {MAX_DEPTH}")

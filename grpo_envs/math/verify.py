@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ class _Pending:
 
 
 _FAST = FastComparator()
+_LETTER = re.compile(r"(?<![A-Za-z\\])[A-J](?![A-Za-z])")
 
 
 @functools.lru_cache(maxsize=8192)
@@ -100,7 +102,7 @@ def _as_listed_option(gold: Node, pred: Node, extracted: str, completion: str) -
     becomes the letter's listed value. Without a listing (or with two matching options) the
     answer is compared as given.
     """
-    letter = gold_choice(extracted)
+    letter = gold_choice(extracted) if len(extracted) <= 40 and _LETTER.search(extracted) else None
     if isinstance(gold, Choice) == isinstance(pred, Choice) and letter is None:
         return pred
     options = listed_options(completion)
