@@ -11,9 +11,20 @@ about the leaves. Two comparators:
   ``9^{9^{9^9}}``.
 
 The policy is "when unsure, say wrong": a reward model that calls a wrong answer right teaches the
-policy to produce it. So equality is only granted on proof (exact equality, ``simplify`` to 0, or
-agreement to 30 significant digits for constants) and never on a loose float tolerance, except for
-a decimal answer against a value that has no finite decimal expansion (relative 1e-6).
+policy to produce it. So equality is only granted on proof and never on a loose float tolerance:
+
+* Exact integers and rationals compare exactly, however large (``2^{100}`` is not
+  ``1267650600228229401496703205377``; ``1`` is not ``1 + 10^{-40}``).
+* Other exact constants are equal when ``simplify`` proves it, or when sympy's adaptive
+  evaluation of their difference cannot tell it from 0 at 60 digits plus the integers written
+  in them (so ``\pi + 10^{-45}`` is not ``\pi``); with an integer above 2000 written in either
+  (``10^{-10^{5}}``) only ``simplify`` can prove it.
+* A tolerance applies only where a side is a decimal, scaled to the digits given: see the
+  rounded-decimal convention below.
+* An answer that still holds an unevaluated sum, product, integral, limit or derivative that the
+  gold does not hold is no final answer, whatever its value (see ``restates`` for the line).
+* Text no parser reads (prose, a piecewise rule in words) equals only the same text, signs,
+  digits and case kept; only spacing is dropped.
 
 Conventions where graders differ. Each is the reading most public graders (hendrycks MATH,
 Qwen2.5-Math, NeMo-Skills, MARIO, PRM800K, lm-eval minerva, rllm, Math-Verify) take, or, where
@@ -40,11 +51,13 @@ they split, the one that cannot pay a wrong answer:
   (``1000,99``, ``2,74``) -- and then only as an alternative: ``1,22`` equals ``1.22`` and the
   list ``1, 22``; ``-2,1`` is only the list. These are the conventions Math-Verify's suite
   documents.
-* A rounded decimal equals a value with no finite decimal expansion only when it has at least
-  five significant digits and is that value correctly rounded (``2.6667`` for ``8/3``), or agrees
-  to 1e-6: ``0.33``, ``1.41`` or ``3.14`` are approximations, not ``1/3``, ``\sqrt{2}`` or
-  ``\pi`` (Qwen2.5-Math's 1e-4 tolerance would accept some of these). Two values with finite
-  expansions must be equal exactly.
+* A decimal equals a value with no finite decimal expansion only when it has at least five
+  significant digits and is that value rounded or truncated to its own places (``2.6667`` and
+  ``2.6666`` for ``8/3``, not ``2.6668``; ``0.3333334`` is not ``1/3``): ``0.33``, ``1.41`` or
+  ``3.14`` are approximations, not ``1/3``, ``\sqrt{2}`` or ``\pi`` (Qwen2.5-Math's 1e-4
+  tolerance would accept some of these). A decimal inside an expression (``1.4142\pi``) must
+  agree to its fewest significant digits. Two values with finite expansions must be equal
+  exactly; a decimal literal that is exactly the value (``\sqrt{10.5}``) is equal.
 * Percent: ``28\%`` equals ``28`` and ``0.28``; two percentages compare their numbers
   (``28\%`` is not ``0.28\%``). "percent", "pct" and "percentage" mean ``\%``.
 * Degrees: a degree sign is dropped for a number (``45^\circ`` equals ``45``); against a radian
@@ -52,13 +65,35 @@ they split, the one that cannot pay a wrong answer:
   a bare ``90`` does not).
 * Units and scale words: a trailing unit is dropped (``125\text{ miles}``, ``15\mbox{ cm}^2``);
   ``3\text{ million}`` equals ``3000000`` and also ``3`` (the question's own unit).
-* Ratios and times (``7:32``, ``12:00``) are ordered pairs: ``12:00`` is not ``1:00``.
+* Ratios and times (``7:32``, ``12:00``) are ordered pairs: ``12:00`` is not ``1:00``. A 12-hour
+  time is its 24-hour pair (``7:30 p.m.`` is ``19:30``, ``12:15 a.m.`` is ``0:15``); an hour alone
+  (``7 pm``) also equals the bare hour ``7``.
+* Amounts: ``€``, ``£``, ``¥``, ``₹`` and ``$`` are dropped like units; ``350 cents`` equals
+  ``3.50`` (dollars) and ``350`` (the question's unit).
+* Number words are numbers (``twenty-one`` is ``21``); an ordinal stated as the answer
+  (``21^{st}``, ``21st``) is its number.
+* Set-builder notation, absolute-value bounds and exclusions are intervals:
+  ``\{y : y \le -1\}`` is ``(-\infty, -1]``, ``|x - 3| \le 2`` is ``[1, 5]``, ``|x| > 2`` is
+  ``(-\infty, -2) \cup (2, \infty)``, and ``x \ne 3``, ``\mathbb{R} \setminus \{3\}`` and "all
+  real numbers except 3" are ``(-\infty, 3) \cup (3, \infty)``.
+* Piecewise functions compare case by case in any order (value and condition both equal);
+  "if"/"for" in a condition are words, and "otherwise" stands for the remaining case. A
+  piecewise gold against a closed form (``|x|``) is not compared (judged wrong).
+* Vectors and matrices: ``3\mathbf{i} + 4\mathbf{j}`` (also ``\hat``, ``\vec``) is ``(3, 4)``, with
+  a k-term ``(a, b, c)``; a scalar times a matrix is that matrix scaled; ``2I`` is twice the
+  identity of the other side's size. A bare ``i`` is the imaginary unit when it is the only
+  symbol (``e^{i\pi/3}`` equals ``\frac{1}{2} + \frac{\sqrt{3}}{2}i``).
+* Identities of real variables that sympy does not prove for complex ones (``\sqrt{x^2}`` is
+  ``|x|``) are checked with real symbols; degrees inside a trigonometric function are converted
+  (``\cos 60^\circ`` is ``\sin 30^\circ``).
+* Multiple choice: a letter equals the value of the option it names when the completion lists
+  the options ("(A) 10 (B) 11 (C) 12"), and a value equals a letter when exactly one listed
+  option has that value (``verify``); without a listing a value never equals a letter.
 
 Why one module over 500 lines: the two comparators walk the same answer tree and must agree on
-every node type; side by side, a node type one of them misses is visible.
-
-Why one module over 500 lines: the conventions above and the tree walk that applies them are one
-decision procedure; splitting it would separate each convention from the code that applies it.
+every node type (side by side, a node type one of them misses is visible), and the conventions
+above and the tree walk that applies them are one decision procedure; splitting it would
+separate each convention from the code that applies it.
 """
 
 from __future__ import annotations

@@ -8,26 +8,56 @@ from their tail only.
 Two modes, as in lm-eval's GSM8K task (strict-match vs flexible-extract):
 
 * strict: only the formats a prompt asks for -- ``<answer>...</answer>``, the last ``\boxed{}`` /
-  ``\fbox{}``, or ``#### N``.
-* flexible (default): also "The (final) answer is ...", "Answer: ...", a bold final answer, a short
-  text after ``</think>``, then the last complete math span (``$...$``, ``$$...$$``, ``\(...\)``,
-  ``\[...\]``) or the last standalone number, whichever comes later.
+  ``\fbox{}`` / ``\framebox{}``, or ``#### N``.
+* flexible (default): also "The (final) answer is ...", "Answer: ..." (and the same phrase in
+  Spanish, French, German, Portuguese, Italian, Russian, Chinese, Japanese, Korean, Vietnamese,
+  Indonesian and Turkish), a bold final answer, a short text after ``</think>``, then the *final
+  stated answer* (below).
+
+Both modes: a ``<think>`` block that is never closed has no answer (the model never got to one);
+GLM's ``<|begin_of_box|>...<|end_of_box|>`` is a box; a sentence or an approximation sign inside a
+box (``\boxed{\text{The answer is } 5}``, ``\boxed{\approx 5}``) is reduced to its answer.
+
+**The final stated answer** (flexible mode, a text with no answer marker; ``final_statement``).
+The sentences are read from the end:
+
+1. a text cut off mid-sentence (ending in an operator or a word such as "by", "the", "and")
+   states no result: no answer;
+2. closing remarks ("I hope it is correct") and sentences without a value are skipped;
+3. a sentence that checks or illustrates an earlier result ("Check: 3(3) - 2 = 7",
+   "Substituting back ...", "For a smaller case, n = 3 gives 6") is skipped: its numbers are not
+   the answer;
+4. after a retraction ("Wait, I made an error: it is 6") only what follows it counts; a strong
+   retraction ("oops", "I made a mistake", "that is wrong") with no new value leaves no answer,
+   a weak one ("wait", "let me recheck") leaves the earlier answer standing;
+5. a sentence that hedges between candidates ("it could be 4 or 5", "maybe 7") or that plans
+   ("Now we add 3 ...") is no answer: no credit;
+6. otherwise the first sentence found states the answer: its last math span or standalone
+   number, else the last number written in words ("twelve"; "one" alone is a pronoun).
+
+The same retraction rule applies after a marked answer: "\boxed{5}. Oops, it is 6." answers 6;
+"The answer is 5. That is wrong." answers nothing.
 
 A standalone number is never cut out of an expression or a word: in ``\frac{1+\sqrt5}{2}``,
 ``2^{10}``, ``x_2`` or ``AZYUK2A`` there is none (a digit run touching a letter, a brace, ``^``,
-``_``, ``/`` or a backslash command is part of something larger). Inline spans (``$``, ``\(``) may
-not cross a line, display spans may; a ``$`` pair around prose ("costs $5 and gets $") is read as
-two currency signs, not as math. A number its sentence negates or brackets ("the answer cannot be
-5", "between 5 and 6") is not taken. A completion that is one bare expression (``\frac{10}{9}``,
-``(1, 4.5)``, a matrix) is taken whole.
+``_``, ``/`` or a backslash command is part of something larger). Dates ("March 15, 2024"),
+clock times ("7:30 a.m."), mixed numbers ("2 1/2") and "all real numbers except 3" are whole
+tokens, taken whole or not at all; an ordinal ("the 21st term") labels something and is never
+the answer. Inline spans (``$``, ``\(``) may not cross a line, display spans may; a ``$`` pair
+around prose ("costs $5 and gets $") is read as two currency signs, not as math. A number its
+sentence negates or brackets ("the answer cannot be 5", "between 5 and 6") is not taken. A
+completion that is one bare expression (``\frac{10}{9}``, ``(1, 4.5)``, a matrix) is taken whole.
 
 Several boxes in a row, separated only by commas, "and"/"or", spacing or a short label
 (``\boxed{1}, \boxed{2}``; ``\boxed{(2, 2)} \text{ and } \boxed{(6, 2)}``) are one answer, the
 list of their contents. That is also the conservative reading: a list never equals a single
-gold value.
+gold value. ``find_last_boxed`` and ``last_standalone_number`` are the one definition of "the last
+box" and "the last number" in grpo_envs (the format reward and the integer environments use
+them).
 
 Why one module over 500 lines: the extraction order (boxes, answer phrases, math spans,
-standalone numbers) is one policy, read top to bottom as small single-pass scans.
+standalone numbers, the final statement, listed options) is one policy, read top to bottom as
+small single-pass scans.
 """
 
 from __future__ import annotations
