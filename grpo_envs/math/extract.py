@@ -361,12 +361,25 @@ def _flexible_in(region: str) -> str | None:
             tail = inner.group(1)
         answer = _answer_of_sentence(_trim_sentence(tail))
         if answer:
-            return answer
+            # "The answer is 4, or possibly 5": an alternative in the same sentence hedges it.
+            return None if _ALTERNATIVE.search(_first_sentence(tail)) else answer
     bolds = [b.strip() for b in _BOLD.findall(region)]
     for bold in reversed(bolds):
         if _HAS_DIGIT_OR_MATH.search(bold):
             return _trim_sentence(bold)
     return None
+
+
+_ALTERNATIVE = re.compile(
+    r"[,;(]\s*(?:or|maybe|perhaps|possibly|alternatively)\b[^.\n]*?(?:\d|\$)"
+    r"|\b(?:or\s+(?:maybe|perhaps|possibly)|either)\b",
+    re.IGNORECASE,
+)
+
+
+def _first_sentence(tail: str) -> str:
+    m = re.search(r"(?<!\d)[.;!?](?:\s|$)|(?<=\d)[.;!?](?:\s|$)|\n", tail)
+    return tail[: m.start()] if m else tail
 
 
 _OPENERS = re.compile(r"\$\$|\$|\\\[|\\\(")
@@ -449,6 +462,10 @@ _MONTH = (
     r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
     r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
 )
+_UNIT_WORD = (
+    r"(?:hours?|hrs?|minutes?|mins?|seconds?|secs?|days?|weeks?|months?|years?|dollars?|cents?"
+    r"|feet|foot|ft|inch(?:es)?|in|pounds?|lbs?|ounces?|oz|meters?|m|centimeters?|cm)\b"
+)
 # Whole tokens that hold digits but are no plain number: a part of one is never the answer.
 # Dates ("March 15, 2024", "15 March 2024", "2024-03-15", "3/15/2024"), clock times ("7:30 a.m.",
 # "19:45") and mixed numbers ("2 1/2").
@@ -459,6 +476,10 @@ _WHOLE_TOKEN = re.compile(
     r"|\b\d{1,2}:\d{2}(?::\d{2})?(?:\s*[AaPp]\.?\s?[Mm]\b\.?)?"
     r"|\b\d{1,2}\s*[AaPp]\.?\s?[Mm]\.?(?![A-Za-z])"
     r"|-?\b\d+\s+\d+\s*/\s*[1-9]\d*\b(?!\s*[/.,]\d)"
+    # "3 hours and 30 minutes", "5 feet 3 inches", "2 dollars and 50 cents": one quantity.
+    rf"|\b\d+(?:\.\d+)?\s*{_UNIT_WORD}\s*(?:,?\s*and\s*)?\d+(?:\.\d+)?\s*{_UNIT_WORD}"
+    # A point or tuple of numbers: "(3, 4)", "[1, 2]".
+    r"|[(\[]\s*-?\d+(?:\.\d+)?(?:\s*,\s*-?\d+(?:\.\d+)?)+\s*[)\]]"
     # "all real numbers except 3 and 5": the numbers are the holes of the answer, not it.
     r"|\ball\s+real\s+numbers?\s+(?:except(?:\s+for)?|other\s+than|but)\s+-?\d+(?:\.\d+)?"
     r"(?:\s*(?:,\s*and|,|and|or)\s*-?\d+(?:\.\d+)?)*",
@@ -473,6 +494,7 @@ _NUMBER_TOKEN = re.compile(
 _GLUED_UNITS = {"", "cm", "mm", "km", "m", "kg", "g", "mg", "ml", "l", "s", "h", "ft", "in", "mi",
                 "m²", "cm²", "m³", "cm³", "km²", "€", "£", "$", "%", "°"}  # fmt: skip
 _EXPR_BEFORE = set("^_{/\\+*×·÷=<>|.,-") | set("0123456789")
+_OPERATORS = set("+*×·÷/^")
 _EXPR_AFTER = set("^_{}/\\*×·÷+=<>|")
 
 
@@ -520,6 +542,8 @@ def _standalone(region: str, m: re.Match[str]) -> bool:
         return False
     if before == "-" and (a < 2 or not region[a - 2].isspace()):
         return False
+    if before == " " and region[max(0, a - 8) : a].rstrip()[-1:] in _OPERATORS:
+        return False  # "3 + 4": an operand, not a result
     if _ORDINAL_TOKEN.match(region, b - 1):
         return False
     j = b
@@ -713,11 +737,12 @@ def gold_answer(gold: str) -> str | None:
 
 # A sentence that checks or illustrates a result already stated: its numbers are not the answer.
 _CHECK_SENTENCE = re.compile(
-    r"^\W*(?:(?:let(?:'s| us| me)\s+|we\s+can\s+|to\s+)?(?:double[- ]?)?check(?:ing)?\b"
-    r"|(?:let(?:'s| us| me)\s+)?verif(?:y|ying|ication)\b|sanity\s+check|as\s+a\s+check"
-    r"|substitut(?:e|ing)\b|plug(?:ging)?\b|indeed\b|to\s+confirm|confirm(?:ing)?\b"
-    r"|for\s+(?:example|instance)|e\.g\.|as\s+an\s+example|to\s+illustrate"
-    r"|(?:for|in|take|consider)\s+(?:a|the)\s+(?:smaller|simpler|small)\s+case)",
+    r"^\W*(?:(?:let(?:'s|\s+us|\s+me)|we\s+can|we|I\s+can|I(?:'ll|\s+will)|to|now|if\s+we"
+    r"|as\s+a|and|also)\s+)*"
+    r"(?:(?:double[- ]?)?check(?:ing|s)?\b|verif(?:y|ying|ication|ies)\b|sanity\s+check"
+    r"|substitut(?:e|ing|ion)\b|plug(?:ging|s)?\b|indeed\b|confirm(?:ing|s)?\b"
+    r"|for\s+(?:example|instance)|e\.g\.|an\s+example|illustrate"
+    r"|(?:for|in|take|try|consider)\s+(?:a|the)\s+(?:smaller|simpler|small)\s+case)",
     re.IGNORECASE,
 )
 # Words that withdraw what came before: after them, only a new statement counts. A strong one
@@ -726,7 +751,8 @@ _CHECK_SENTENCE = re.compile(
 _STRONG_RETRACTION = (
     r"oops|correction|on\s+second\s+thought|scratch\s+that|I\s+made\s+(?:a|an)\s+(?:mistake|error)"
     r"|I\s+was\s+wrong|(?:that|this)(?:'s|\s+is|\s+was)\s+(?:wrong|incorrect|not\s+right)"
-    r"|let\s+me\s+(?:recompute|redo|correct)"
+    r"|let\s+me\s+(?:recompute|redo|correct)|actually,?\s+(?:no\b|it(?:'s|\s+is|\s+should\s+be))"
+    r"|no,?\s+wait|wait,?\s+no\b"
 )
 _RETRACTION = re.compile(
     rf"\b(?:(?P<strong>{_STRONG_RETRACTION})|wait|let\s+me\s+re-?check)\b",

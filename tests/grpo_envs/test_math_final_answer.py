@@ -68,6 +68,16 @@ RIGHT = [
     ("final", "8", "<think>\nmaybe 7\n</think>\nShe has 8 apples."),
     ("final", "42", "The total is 42. I hope it is correct."),
     ("final", "18", "She makes 9 * 2 = 18 dollars a day."),
+    ("final", "8", "We need 3 + 6 = 9... wait, 3 + 5 = 8. So 8."),
+    ("final", "7", "So the total is 3 + 4 = 7"),
+    ("final", "5", "The answer is 5. Let me verify: 5 * 2 = 10. Correct."),
+    ("final", "12", "So she has 12 apples. Double-check: 12 - 3 = 9 remain, as stated."),
+    ("final", "4", "The answer is probably 4."),  # one candidate, however hedged, is an answer
+    ("final", "72", "She sold 48/2 = 24 clips in May. Altogether she sold 48+24 = 72 clips."),
+    ("piece", "210", "It takes 210 minutes."),
+    ("piece", "(3, 4)", "The point is (3, 4)."),
+    ("piece", "2.5", "The answer is 2 1/2"),
+    ("piece", "25", "She has 25 cents left."),
 ]
 
 WRONG = [
@@ -156,6 +166,31 @@ WRONG = [
     ("final", "4", "<think>\nthe total is 4"),
     ("final", "4", r"<think>\nso \boxed{4}"),
     ("final", "4", "She had 4 apples. Now she gets 3 more and"),
+    ("final", "4", "So the total is 3 + 4"),  # an operand of an unfinished sum
+    ("final", "4", "The answer is 4, or possibly 5."),
+    ("final", "5", "The answer is 5 (or 6 if we count the endpoints)."),
+    ("final", "5", "Answer: 5. Actually, no: it is 6."),
+    ("final", "5", "Answer: 5. No, wait, it is 6."),
+    ("final", "7", "x = 3. We can verify: 2(3) + 1 = 7."),
+    ("final", "7", "x = 3. If we plug in x = 3, we get 7."),
+    ("final", "9", "We need 3 + 6 = 9... wait, 3 + 5 = 8. So 8."),
+    ("final", "8", "Either 8 or 9."),
+    ("final", "12", "It is probably 12 or 13."),
+    ("final", "5", "<think>The answer is 5</think><think>maybe"),
+    ("final", "6", r"\boxed{3!}. Hmm wait, that's wrong."),
+    ("piece", "30", "It takes 3 hours and 30 minutes."),
+    ("piece", "3", "It takes 3 hours and 30 minutes."),
+    ("piece", "50", "It costs 2 dollars and 50 cents."),
+    ("piece", "3", "The 3rd day she has 10 apples... so on the 3rd day"),
+    ("piece", "4", "The point is (3, 4)."),
+    ("restate", "10", r"The answer is \boxed{\sum_{i=1}^{4} i}"),
+    ("restate", "0", r"\boxed{\lim_{x\to\infty} \frac{1}{x}}"),
+    ("restate", "x^3", r"\boxed{\int 3x^2 \, dx}"),
+    ("exact", "1", r"\boxed{1.0000001}"),
+    ("exact", "1", r"\boxed{0.99999999}"),
+    ("exact", "2", r"\boxed{\sqrt{4.0001}}"),
+    ("exact", r"\frac{2}{3}", r"\boxed{0.6667}"),  # four significant digits: an approximation
+    ("exact", "e", r"\boxed{2.718}"),
 ]
 
 
