@@ -770,10 +770,17 @@ _PLAN_SENTENCE = re.compile(
     r"|let(?:'s|\s+us|\s+me)(?!\s+know))\b",
     re.IGNORECASE,
 )
+# ... and one that announces work still to do even with numbers in it ("Let me compute 3 + 1"),
+# unlike a plain "Now she has 12 apples".
+_FUTURE_SENTENCE = re.compile(
+    r"^\W*(?:(?:now|next|then),?\s+)?(?:we\s+(?:need|have|want|must)\s+to|I\s+(?:need|have|want)\s+to"
+    r"|to\s+find|let(?:'s|\s+us|\s+me)(?!\s+know)|we\s+will|I\s+will)\b",
+    re.IGNORECASE,
+)
 # A text cut off mid-sentence: it ends in an operator or a word that cannot end a sentence.
 _TRUNCATED_END = re.compile(
     r"(?:[=+\-*/^_({\[,:\\]|\b(?:by|to|the|a|an|of|and|or|so|then|is|are|was|we|get|gives|with"
-    r"|from|plus|minus|times|over|into|than|that|which|multiply|divide|equals|for|at|in|as))\s*$",
+    r"|from|plus|minus|times|over|into|than|that|which|multiply|divide|equals|for|at|as))\s*$",
     re.IGNORECASE,
 )
 _CLOSING_SENTENCE = re.compile(
@@ -865,7 +872,7 @@ def _statement_before(sentences: list[str]) -> str | None:
             if spelled is not None:
                 return None if _HEDGE_SENTENCE.search(sentence) else spelled
             continue
-        if _HEDGE_SENTENCE.search(sentence) or _PLAN_SENTENCE.match(sentence):
+        if _HEDGE_SENTENCE.search(sentence) or _FUTURE_SENTENCE.match(sentence):
             return None
         inline_check = re.search(r"[;,(]\s*(?:check|verify|verification)\b", sentence, re.I)
         if inline_check:

@@ -74,6 +74,8 @@ RIGHT = [
     ("final", "12", "So she has 12 apples. Double-check: 12 - 3 = 9 remain, as stated."),
     ("final", "4", "The answer is probably 4."),  # one candidate, however hedged, is an answer
     ("final", "72", "She sold 48/2 = 24 clips in May. Altogether she sold 48+24 = 72 clips."),
+    ("final", "12", "Now she has 12 dollars left."),
+    ("final", "12", "Then she has 12."),
     ("piece", "210", "It takes 210 minutes."),
     ("piece", "(3, 4)", "The point is (3, 4)."),
     ("piece", "2.5", "The answer is 2 1/2"),
@@ -167,6 +169,8 @@ WRONG = [
     ("final", "4", r"<think>\nso \boxed{4}"),
     ("final", "4", "She had 4 apples. Now she gets 3 more and"),
     ("final", "4", "So the total is 3 + 4"),  # an operand of an unfinished sum
+    ("final", "4", "Let me compute 3 + 1 = 4"),  # work announced, not concluded
+    ("final", "5", "Now we will add 2 + 3 = 5."),
     ("final", "4", "The answer is 4, or possibly 5."),
     ("final", "5", "The answer is 5 (or 6 if we count the endpoints)."),
     ("final", "5", "Answer: 5. Actually, no: it is 6."),
