@@ -69,7 +69,11 @@ they split, the one that cannot pay a wrong answer:
   time is its 24-hour pair (``7:30 p.m.`` is ``19:30``, ``12:15 a.m.`` is ``0:15``); an hour alone
   (``7 pm``) also equals the bare hour ``7``.
 * Amounts: ``€``, ``£``, ``¥``, ``₹`` and ``$`` are dropped like units; ``350 cents`` equals
-  ``3.50`` (dollars) and ``350`` (the question's unit).
+  ``3.50`` (dollars) and ``350`` (the question's unit). A quantity in two units is its value in
+  either unit and never one of its numbers: "1 hour 30 minutes" equals ``1.5`` and ``90``, "5
+  feet 3 inches" ``5.25`` and ``63``, "2 dollars and 50 cents" ``2.5`` and ``250``.
+* Dates are (month, day[, year]) in any of "March 15, 2024", "15 March 2024", ``2024-03-15``
+  and ``3/15/2024`` (month first); a date never equals its day or year.
 * Number words are numbers (``twenty-one`` is ``21``); an ordinal stated as the answer
   (``21^{st}``, ``21st``) is its number.
 * Set-builder notation, absolute-value bounds and exclusions are intervals:

@@ -758,6 +758,8 @@ def _parse(s: str, level: int) -> Node:
         raise MalformedAnswer("an empty element")
     for read in (
         _spelled_number,
+        _compound_quantity,
+        _date,
         _cases,
         _matrix_expression,
         _scaled_matrix,
@@ -1000,6 +1002,83 @@ def _matrix_expression(s: str, level: int) -> Matrix | None:
 _CASES = re.compile(r"^\\begin\{[dr]?cases\}(.*)\\end\{[dr]?cases\}$", re.DOTALL)
 _CONDITION_WORDS = re.compile(r"^\s*(?:if|for|when|where|whenever)\b\s*|[\s,;.]+$", re.IGNORECASE)
 _OTHERWISE = re.compile(r"^(?:otherwise|else|elsewhere|in\s+all\s+other\s+cases)$", re.IGNORECASE)
+
+
+# Quantities written in two units (big unit, small unit, small units per big one).
+_COMPOUND_UNITS = (
+    (r"hours?|hrs?|h", r"minutes?|mins?|m", 60),
+    (r"minutes?|mins?|m", r"seconds?|secs?|s", 60),
+    (r"feet|foot|ft", r"inch(?:es)?|in", 12),
+    (r"dollars?", r"cents?", 100),
+    (r"pounds?|lbs?", r"ounces?|oz", 16),
+    (r"meters?|m", r"centimeters?|cm", 100),
+    (r"years?", r"months?", 12),
+    (r"weeks?", r"days?", 7),
+)
+_COMPOUND = [
+    re.compile(
+        rf"^(\d+(?:\.\d+)?)\s*(?:{big})\s*,?\s*(?:and\s*)?(\d+(?:\.\d+)?)\s*(?:{small})$",
+        re.IGNORECASE,
+    )
+    for big, small, _ in _COMPOUND_UNITS
+]
+
+
+def _compound_quantity(s: str, level: int) -> Alt | None:
+    """Read "1 hour 30 minutes" as 1.5 (hours) or 90 (minutes), "5 feet 3 inches" as 5.25 or 63.
+
+    One quantity in two units equals its value in either unit, never one of its two numbers.
+    """
+    for pattern, (_, _, factor) in zip(_COMPOUND, _COMPOUND_UNITS):
+        m = pattern.match(s)
+        if m is not None:
+            big, small = Fraction(m.group(1)), Fraction(m.group(2))
+            in_big = big + small / factor
+            in_small = big * factor + small
+            return Alt((Scalar(_fraction_text(in_big)), Scalar(_fraction_text(in_small))))
+    return None
+
+
+_MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august",
+                "september", "october", "november", "december")  # fmt: skip
+_MONTH_NAME = r"([A-Za-z]{3,9})\.?"
+_DATES = (
+    # (pattern, order of the groups: m = month name, M = month number, d = day, y = year)
+    (re.compile(rf"^{_MONTH_NAME}\s+(\d{{1,2}})(?:st|nd|rd|th)?(?:,?\s+(\d{{4}}))?$"), "mdy"),
+    (
+        re.compile(rf"^(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH_NAME}(?:,?\s+(\d{{4}}))?$"),
+        "dmy",
+    ),
+    (re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})$"), "yMd"),
+    (re.compile(r"^(\d{1,2})/(\d{1,2})/(\d{4})$"), "Mdy"),
+)
+
+
+def _date(s: str, level: int) -> Seq | None:
+    """Read a date ("March 15, 2024", "15 March 2024", "2024-03-15", "3/15/2024") as
+    (month, day[, year]): equal to the same date in any of these forms, never to a number.
+    """  # noqa: D205
+    for pattern, order in _DATES:
+        m = pattern.match(s.strip())
+        if m is None:
+            continue
+        parts = dict(zip(order.lower(), m.groups()))
+        if order.count("m"):
+            word = parts["m"].lower()
+            full = [k for k, name in enumerate(_MONTH_NAMES) if name.startswith(word)]
+            if len(full) != 1:
+                return None  # "Mayday" or "Ju" is no month
+            month = full[0] + 1
+        else:
+            month = int(parts["m"])
+        day = int(parts["d"])
+        if not (1 <= month <= 12 and 1 <= day <= 31):
+            return None
+        items = [Scalar(str(month)), Scalar(str(day))]
+        if parts.get("y"):
+            items.append(Scalar(str(int(parts["y"]))))
+        return Seq("tuple", tuple(items), "date", "date")
+    return None
 
 
 def _spelled_number(s: str, level: int) -> Scalar | None:

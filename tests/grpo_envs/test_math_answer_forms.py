@@ -6,8 +6,8 @@ same form) that must stay wrong, so that no form is accepted by being read loose
 Classes: words (number words), sets (set-builder, relations, absolute values, "all reals
 except"), box (other framing, an approximation sign or a sentence in the box, chat models' box
 tokens), language (final-answer phrases in other languages), identity (what sympy does not prove
-by default), piecewise, vector (unit vectors, scalar multiples), everyday (clock times,
-currency, cents), choice (a letter against the listed option's value).
+by default), piecewise, vector (unit vectors, scalar multiples), everyday (clock times, dates,
+currency, cents, a quantity in two units), choice (a letter against the listed option's value).
 """
 
 from __future__ import annotations
@@ -99,6 +99,15 @@ RIGHT = [
     ("everyday", "12", "It costs €12."),
     ("everyday", "12", r"\boxed{£12}"),
     ("everyday", "12", "The answer is 12 euros."),
+    ("everyday", "1.5", r"\boxed{1 \text{ hour } 30 \text{ minutes}}"),
+    ("everyday", "90", "It takes 1 hour and 30 minutes."),
+    ("everyday", "63", "He is 5 feet 3 inches tall."),
+    ("everyday", "5.25", "The answer is 5 feet 3 inches."),
+    ("everyday", "2.5", "It costs 2 dollars and 50 cents."),
+    ("everyday", "March 15, 2024", "The date is 3/15/2024."),
+    ("everyday", "March 15, 2024", r"\boxed{2024-03-15}"),
+    ("everyday", "March 15", "It happens on 15 March."),
+    ("everyday", "Sept 5", "The answer is September 5th."),
     ("choice", "C", _OPTIONS + r" The answer is \boxed{12}."),
     ("choice", "12", _OPTIONS + " So the answer is (C)."),
     ("choice", "C", "A. 3\nB. 4\nC. $\\frac{1}{2}$\nSo the answer is \\boxed{\\frac{1}{2}}."),
@@ -163,6 +172,15 @@ WRONG = [
     ("everyday", "3.50", "The answer is 305 cents."),
     ("everyday", "35", "The answer is 350 cents."),
     ("everyday", "12", "It costs €13."),
+    ("everyday", "30", "It takes 1 hour and 30 minutes."),
+    ("everyday", "1", "It takes 1 hour and 30 minutes."),
+    ("everyday", "1.5", "It takes 1 hour 50 minutes."),
+    ("everyday", "50", "It costs 2 dollars and 50 cents."),
+    ("everyday", "March 15, 2024", "The date is March 16, 2024."),
+    ("everyday", "March 15, 2024", "The date is March 15, 2025."),
+    ("everyday", "March 15, 2024", "The date is 15/3/2024."),  # month 15: no date
+    ("everyday", "15", "The date is March 15, 2024."),
+    ("everyday", "Mayday 5", "The answer is May 5th."),
     ("choice", "B", _OPTIONS + r" The answer is \boxed{12}."),
     ("choice", "C", r"The answer is \boxed{12}."),  # no options listed: a value is no letter
     ("choice", "C", r"(A) 12 (B) 12 (C) 12. So \boxed{12}."),  # the value names no one option
