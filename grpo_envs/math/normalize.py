@@ -1321,23 +1321,39 @@ def number_from_words(s: str) -> int | None:
         return None
     negative = words[0] in ("minus", "negative")
     total = current = 0
-    seen = False
+    last = ""  # the kind of the previous word: a grammar, so "one two three" is not 6
+    follows = {
+        "unit": ("", "tens", "hundred", "scale", "and"),
+        "teen": ("", "hundred", "scale", "and"),
+        "tens": ("", "hundred", "scale", "and"),
+        "hundred": ("unit", "teen"),
+        "scale": ("unit", "teen", "tens", "hundred"),
+        "and": ("hundred", "scale"),
+    }
     for word in words[1:] if negative else words:
         if word in _UNITS_WORDS:
-            current += _UNITS_WORDS[word]
+            kind, value = ("unit" if _UNITS_WORDS[word] < 10 else "teen"), _UNITS_WORDS[word]
         elif word in _TENS_WORDS:
-            current += _TENS_WORDS[word]
-        elif word == "hundred" and seen:
-            current = max(current, 1) * 100
-        elif word in _SCALE_WORDS and seen:
-            total += max(current, 1) * _SCALE_WORDS[word]
-            current = 0
-        elif (word in ("and", "a") and seen) or word == "a":
-            continue
+            kind, value = "tens", _TENS_WORDS[word]
+        elif word == "hundred":
+            kind, value = "hundred", 0
+        elif word in _SCALE_WORDS:
+            kind, value = "scale", 0
+        elif word == "and":
+            kind, value = "and", 0
         else:
             return None
-        seen = True
-    if not seen:
+        if last not in follows[kind]:
+            return None
+        if kind == "hundred":
+            current *= 100
+        elif kind == "scale":
+            total += current * _SCALE_WORDS[word]
+            current = 0
+        else:
+            current += value
+        last = kind
+    if last in ("", "and"):
         return None
     value = total + current
     return -value if negative else value

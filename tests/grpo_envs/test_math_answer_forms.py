@@ -210,6 +210,9 @@ def test_near_misses_in_each_form_are_wrong(cls: str, gold: str, completion: str
         ("one million two hundred thousand", 1_200_000),
         ("negative twelve", -12),
         ("twelve apples", None),
+        ("one two three", None),  # three numbers, not 6
+        ("five twenty", None),
+        ("twelve hundred", 1200),
         ("and", None),
         ("", None),
     ],
