@@ -25,15 +25,20 @@ The sentences are read from the end:
    states no result: no answer;
 2. closing remarks ("I hope it is correct") and sentences without a value are skipped;
 3. a sentence that checks or illustrates an earlier result ("Check: 3(3) - 2 = 7",
-   "Substituting back ...", "For a smaller case, n = 3 gives 6") is skipped: its numbers are not
-   the answer;
+   "Substituting back: 2(3) + 1 = 7, which checks out", "For a smaller case, n = 3 gives 6") is
+   skipped: its numbers are not the answer. A substitution is a check only when it says so
+   ("check", "verify", "correct", "back:"); "substituting j = 20 into e = 9j, we get e = 180"
+   solves for the next unknown;
 4. after a retraction ("Wait, I made an error: it is 6") only what follows it counts; a strong
    retraction ("oops", "I made a mistake", "that is wrong") with no new value leaves no answer,
    a weak one ("wait", "let me recheck") leaves the earlier answer standing;
-5. a sentence that hedges between candidates ("it could be 4 or 5", "maybe 7") or that plans
-   ("Now we add 3 ...") is no answer: no credit;
+5. a sentence that hedges between candidates ("it could be 4 or 5", "maybe 7"; not "0.60 or
+   60%" or "2, or 16 * 1/2 = 8") or that announces work it does not do ("Now we need to multiply
+   4 by 3") is no answer: no credit;
 6. otherwise the first sentence found states the answer: its last math span or standalone
-   number, else the last number written in words ("twelve"; "one" alone is a pronoun).
+   number, else the last number written in words ("twelve"; "one" alone is a pronoun). An
+   ordinal counts only as a computed result ("12/2 = 6th"), never as a label ("on the 13th
+   day").
 
 The same retraction rule applies after a marked answer: "\boxed{5}. Oops, it is 6." answers 6;
 "The answer is 5. That is wrong." answers nothing.
@@ -473,7 +478,7 @@ _WHOLE_TOKEN = re.compile(
     rf"\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b"
     rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?\b"
     r"|\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
-    r"|\b\d{1,2}:\d{2}(?::\d{2})?(?:\s*[AaPp]\.?\s?[Mm]\b\.?)?"
+    r"|\b\d{1,2}:\d{2}(?::\d{2})?(?!\d)(?:\s*[AaPp]\.?\s?[Mm]\b\.?)?"
     r"|\b\d{1,2}\s*[AaPp]\.?\s?[Mm]\.?(?![A-Za-z])"
     r"|-?\b\d+\s+\d+\s*/\s*[1-9]\d*\b(?!\s*[/.,]\d)"
     # "3 hours and 30 minutes", "5 feet 3 inches", "2 dollars and 50 cents": one quantity.
@@ -544,12 +549,12 @@ def _standalone(region: str, m: re.Match[str]) -> bool:
         return False
     if before == " " and region[max(0, a - 8) : a].rstrip()[-1:] in _OPERATORS:
         return False  # "3 + 4": an operand, not a result
-    if _ORDINAL_TOKEN.match(region, b - 1):
-        return False
+    if _ORDINAL_TOKEN.match(region, b - 1) and region[max(0, a - 8) : a].rstrip()[-1:] != "=":
+        return False  # "the 21st term" labels; "12/2 = 6th" computes the answer
     j = b
     while j < len(region) and (region[j].isalpha() or region[j] in "²³€£$%°"):
         j += 1
-    if region[b:j].lower() not in _GLUED_UNITS:
+    if region[b:j].lower() not in _GLUED_UNITS and not _ORDINAL_TOKEN.match(region, b - 1):
         return False
     k = j
     while k < len(region) and region[k] == " ":
@@ -740,7 +745,9 @@ _CHECK_SENTENCE = re.compile(
     r"^\W*(?:(?:let(?:'s|\s+us|\s+me)|we\s+can|we|I\s+can|I(?:'ll|\s+will)|to|now|if\s+we"
     r"|as\s+a|and|also)\s+)*"
     r"(?:(?:double[- ]?)?check(?:ing|s)?\b|verif(?:y|ying|ication|ies)\b|sanity\s+check"
-    r"|substitut(?:e|ing|ion)\b|plug(?:ging|s)?\b|indeed\b|confirm(?:ing|s)?\b"
+    r"|(?:substitut(?:e|ing|ion)|plug(?:ging|s)?)\b(?=[^.\n]*?(?:\bcheck|\bverif|\bconfirm"
+    r"|\bcorrect\b|\btrue\b|\bmatch|\bconsistent\b|as\s+expected|\bsatisf|✓|\bback\s*:))"
+    r"|indeed\b|confirm(?:ing|s)?\b"
     r"|for\s+(?:example|instance)|e\.g\.|an\s+example|illustrate"
     r"|(?:for|in|take|try|consider)\s+(?:a|the)\s+(?:smaller|simpler|small)\s+case)",
     re.IGNORECASE,
@@ -760,8 +767,10 @@ _RETRACTION = re.compile(
 )
 # A sentence that offers several candidates, or none firmly: no credit.
 _HEDGE_SENTENCE = re.compile(
-    r"\b(?:could\s+be|might\s+be|may\s+be|maybe|perhaps|possibly|probably|either(?!\s+way)"
-    r"|not\s+sure|I\s+guess)\b",
+    r"(?<![\d.,+\-*/×=$\s])\s*\$?\d+(?:\.\d+)?\s*,?\s*or\s+(?:maybe\s+|perhaps\s+|possibly\s+)?\$?"
+    r"\d+(?:\.\d+)?(?![\d.%]|\s*[=+\-*/×])(?![^.\n]*=)"  # "4 or 5", not "0.60 or 60%"
+    r"|\beither\s+[$\\(]*-?\d|\b(?:could|might|may)\s+be\s+(?:about\s+|around\s+)?[$\\(]*-?\d"
+    r"|\b(?:maybe|perhaps|possibly|probably)\s*[$\\(]*-?\d|\bnot\s+sure\b|\bI\s+guess\b",
     re.IGNORECASE,
 )
 # A last sentence that is a plan, not a result ("Now we multiply by 4"): nothing was concluded.
@@ -777,10 +786,13 @@ _FUTURE_SENTENCE = re.compile(
     r"|to\s+find|let(?:'s|\s+us|\s+me)(?!\s+know)|we\s+will|I\s+will)\b",
     re.IGNORECASE,
 )
+# ... unless it goes on to a result ("To find W, we divide by 6, so W = 5"; "To find the rest:
+# 25 + 5 = 30 oranges").
+_CONCLUSION = re.compile(r"=|\b(?:so|thus|therefore|hence|we\s+get|which\s+gives|giving)\b", re.I)
 # A text cut off mid-sentence: it ends in an operator or a word that cannot end a sentence.
 _TRUNCATED_END = re.compile(
-    r"(?:[=+\-*/^_({\[,:\\]|\b(?:by|to|the|a|an|of|and|or|so|then|is|are|was|we|get|gives|with"
-    r"|from|plus|minus|times|over|into|than|that|which|multiply|divide|equals|for|at|as))\s*$",
+    r"(?:[=+\-*/^_({\[:\\]|\b(?:by|to|the|a|an|of|and|or|so|then|is|are|was|we|get|gives|with"
+    r"|from|plus|minus|into|than|that|which|multiply|divide|equals|for|at|as))\s*$",
     re.IGNORECASE,
 )
 _CLOSING_SENTENCE = re.compile(
@@ -872,7 +884,9 @@ def _statement_before(sentences: list[str]) -> str | None:
             if spelled is not None:
                 return None if _HEDGE_SENTENCE.search(sentence) else spelled
             continue
-        if _HEDGE_SENTENCE.search(sentence) or _FUTURE_SENTENCE.match(sentence):
+        if _HEDGE_SENTENCE.search(sentence):
+            return None
+        if _FUTURE_SENTENCE.match(sentence) and not _CONCLUSION.search(sentence):
             return None
         inline_check = re.search(r"[;,(]\s*(?:check|verify|verification)\b", sentence, re.I)
         if inline_check:

@@ -76,6 +76,15 @@ RIGHT = [
     ("final", "72", "She sold 48/2 = 24 clips in May. Altogether she sold 48+24 = 72 clips."),
     ("final", "12", "Now she has 12 dollars left."),
     ("final", "12", "Then she has 12."),
+    ("final", "4", "Let me compute 3 + 1 = 4"),  # announced and done
+    ("final", "5", "Now we will add 2 + 3 = 5."),
+    ("final", "180", "We get j = $20. Substituting this value back into e = 9j, we get e = $180"),
+    ("final", "30", "To find the total after the return: 25 oranges + 5 oranges = 30 oranges."),
+    ("final", "8", "On the 2nd day half is left, or 16 * 1/2 = 8 bottles"),
+    ("final", "60", "That means she saved 210 / 350 = 0.60 or 60% off on the dress."),
+    ("final", "65", "This means he picks the 75 - 10 = 65th show."),  # an ordinal computed
+    ("final", "6", "So he will ride 150 - 144 = 6 miles on the 13th day."),
+    ("final", "30", "Therefore, Reynald bought 145 - 115 = 30 volleyballs,"),
     ("piece", "210", "It takes 210 minutes."),
     ("piece", "(3, 4)", "The point is (3, 4)."),
     ("piece", "2.5", "The answer is 2 1/2"),
@@ -169,14 +178,15 @@ WRONG = [
     ("final", "4", r"<think>\nso \boxed{4}"),
     ("final", "4", "She had 4 apples. Now she gets 3 more and"),
     ("final", "4", "So the total is 3 + 4"),  # an operand of an unfinished sum
-    ("final", "4", "Let me compute 3 + 1 = 4"),  # work announced, not concluded
-    ("final", "5", "Now we will add 2 + 3 = 5."),
+    ("final", "1", "Let me add 3 and 1."),  # work announced, not done
+    ("final", "3", "Now we need to multiply 4 by 3."),
     ("final", "4", "The answer is 4, or possibly 5."),
     ("final", "5", "The answer is 5 (or 6 if we count the endpoints)."),
     ("final", "5", "Answer: 5. Actually, no: it is 6."),
     ("final", "5", "Answer: 5. No, wait, it is 6."),
     ("final", "7", "x = 3. We can verify: 2(3) + 1 = 7."),
-    ("final", "7", "x = 3. If we plug in x = 3, we get 7."),
+    ("final", "7", "x = 3. If we plug in x = 3, we get 7, which is correct."),
+    ("final", "7", "x = 3. Substituting back: 2(3) + 1 = 7."),
     ("final", "9", "We need 3 + 6 = 9... wait, 3 + 5 = 8. So 8."),
     ("final", "8", "Either 8 or 9."),
     ("final", "12", "It is probably 12 or 13."),
