@@ -35,10 +35,13 @@ The sentences are read from the end:
 5. a sentence that hedges between candidates ("it could be 4 or 5", "maybe 7"; not "0.60 or
    60%" or "2, or 16 * 1/2 = 8") or that announces work it does not do ("Now we need to multiply
    4 by 3") is no answer: no credit;
-6. otherwise the first sentence found states the answer: its last math span or standalone
-   number, else the last number written in words ("twelve"; "one" alone is a pronoun). An
-   ordinal counts only as a computed result ("12/2 = 6th"), never as a label ("on the 13th
-   day").
+6. otherwise the first sentence found states the answer: the result of its last computation
+   (the number after its last ``=``: "9 + 6 = 15 liters out of the 24 liters" states 15), or
+   that result restated ("= 16.75 bags, meaning 17 bags", "= 33.333%, which rounds to 33%"),
+   unless the computation goes on in words ("= 30 eggs, plus 2 spares": then the last number);
+   without a computation, its last math span or standalone number, else the last number
+   written in words ("twelve"; "one" alone is a pronoun). An ordinal counts only as a computed
+   result ("12/2 = 6th"), never as a label ("on the 13th day").
 
 The same retraction rule applies after a marked answer: "\boxed{5}. Oops, it is 6." answers 6;
 "The answer is 5. That is wrong." answers nothing.
@@ -467,9 +470,24 @@ _MONTH = (
     r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
     r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
 )
-_UNIT_WORD = (
-    r"(?:hours?|hrs?|minutes?|mins?|seconds?|secs?|days?|weeks?|months?|years?|dollars?|cents?"
-    r"|feet|foot|ft|inch(?:es)?|in|pounds?|lbs?|ounces?|oz|meters?|m|centimeters?|cm)\b"
+# The unit pairs of one quantity: "3 hours 30 minutes", "5 feet 3 inches", "2 dollars and 50
+# cents" (big unit first).
+_UNIT_PAIRS = (
+    (r"hours?|hrs?", r"minutes?|mins?"),
+    (r"minutes?|mins?", r"seconds?|secs?"),
+    (r"feet|foot|ft", r"inch(?:es)?|in"),
+    (r"dollars?", r"cents?"),
+    (r"pounds?|lbs?", r"ounces?|oz"),
+    (r"meters?", r"centimeters?|cm"),
+    (r"years?", r"months?"),
+    (r"weeks?", r"days?"),
+)
+_UNIT_PAIR = (
+    "(?:"
+    + "|".join(
+        rf"(?:{big})\s*,?\s*(?:and\s*)?\d+(?:\.\d+)?\s*(?:{small})\b" for big, small in _UNIT_PAIRS
+    )
+    + ")"
 )
 # Whole tokens that hold digits but are no plain number: a part of one is never the answer.
 # Dates ("March 15, 2024", "15 March 2024", "2024-03-15", "3/15/2024"), clock times ("7:30 a.m.",
@@ -482,7 +500,7 @@ _WHOLE_TOKEN = re.compile(
     r"|\b\d{1,2}\s*[AaPp]\.?\s?[Mm]\.?(?![A-Za-z])"
     r"|-?\b\d+\s+\d+\s*/\s*[1-9]\d*\b(?!\s*[/.,]\d)"
     # "3 hours and 30 minutes", "5 feet 3 inches", "2 dollars and 50 cents": one quantity.
-    rf"|\b\d+(?:\.\d+)?\s*{_UNIT_WORD}\s*(?:,?\s*and\s*)?\d+(?:\.\d+)?\s*{_UNIT_WORD}"
+    rf"|\b\d+(?:\.\d+)?\s*{_UNIT_PAIR}"
     # A point or tuple of numbers: "(3, 4)", "[1, 2]".
     r"|[(\[]\s*-?\d+(?:\.\d+)?(?:\s*,\s*-?\d+(?:\.\d+)?)+\s*[)\]]"
     # "all real numbers except 3 and 5": the numbers are the holes of the answer, not it.
@@ -848,6 +866,52 @@ def final_statement(region: str) -> str | None:
     return _statement_before(_sentences(stripped, spans)[-_MAX_SENTENCES:])
 
 
+def _result_value(sentence: str) -> str | None:
+    """Return the result of the sentence's last computation ("... = 15 liters out of the 24").
+
+    The number right after the last ``=`` is what the sentence computed; numbers after it that
+    are not results ("out of the 24 liters", "in 3 weeks") restate the question. None when the
+    sentence computes nothing, or its last ``=`` is followed by math or an unfinished expression.
+    """
+    spans = math_spans(sentence)
+    blanked = _blank_spans(sentence, spans)
+    eq = blanked.rfind("=")
+    if eq < 0 or (spans and spans[-1][0] > eq) or blanked[eq - 1 : eq] in ("<", ">", "!"):
+        return None
+    m = re.compile(r"\s*\$?\s*").match(blanked, eq + 1)
+    start = m.end() if m else eq + 1
+    whole = _WHOLE_TOKEN.match(blanked, start)
+    if whole is not None:
+        return whole.group(0).strip()
+    number = _NUMBER_TOKEN.match(blanked, start)
+    if number is None or not _standalone(blanked, number) or _hedged(blanked, start):
+        return None
+    # "= 16.75 bags, meaning ... 17 bags"; "= 0.60 or 60%"; "= 33.333%, which rounds to 33%":
+    # the result restated (rounded, converted) after it is the final form.
+    if _CONTINUED.search(blanked, number.end()):
+        return None  # "= 30 eggs, plus 2 spares": the computation goes on in words
+    restated = None
+    for restated in _RESTATED.finditer(blanked, number.end()):  # noqa: B007 - the final one
+        pass
+    if restated is not None:
+        return restated.group(1)
+    return number.group(0).rstrip(",")
+
+
+_CONTINUED = re.compile(
+    r"\b(?:plus|minus|times|add(?:s|ed|ing)?|subtract\w*|extra|another|except|but|minus"
+    r"|remov\w*|take\s+away|left\s+over\s+after)\b[^.=\n]{0,30}?\d|[+\-*/×]\s*\$?\d",
+    re.IGNORECASE,
+)
+_RESTATED = re.compile(
+    r"(?:\b(?:which|that)\s+(?:rounds?(?:\s+(?:up|down))?\s+to|is(?:\s+(?:about|approximately"
+    r"|roughly))?|equals|means)|\bmeaning\b[^.=\n]{0,60}?|,?\s+or|\bi\.e\.,?)\s*\$?"
+    r"(-?\d[\d,]*+(?:\.\d+)?+)(?![\d.]*\s*[=+*/×^-])"
+    # ... but not a difference stated about it ("which is 20 more than last week").
+    r"(?!%?\s*(?:[A-Za-z]+\s+)?(?:more|less|fewer|greater|times|than|higher|lower|over|under)\b)"
+)
+
+
 def _spans_as_words(text: str, spans: list[tuple[int, int, str]]) -> str:
     """``text`` with each math span replaced by a word: a text ending in math is complete."""
     out, prev = [], 0
@@ -891,7 +955,7 @@ def _statement_before(sentences: list[str]) -> str | None:
         inline_check = re.search(r"[;,(]\s*(?:check|verify|verification)\b", sentence, re.I)
         if inline_check:
             sentence = sentence[: inline_check.start()]
-        return _last_value(sentence)
+        return _result_value(sentence) or _last_value(sentence)
     return None
 
 
