@@ -49,6 +49,8 @@ RIGHT = [
     # sign: an unparsed answer equals only itself
     ("sign", r"\text{Odd}", r"\boxed{\text{odd}}"),
     ("sign", r"\text{non-negative}", r"\boxed{\text{nonnegative}}"),
+    ("sign", r"\text{no solution}", r"\boxed{\text{No solution}}"),
+    ("sign", r"\text{the } -1 \text{ branch}", r"\boxed{\text{the }-1\text{ branch}}"),
     # piece: whole tokens compare whole
     ("piece", r"2\frac{1}{2}", "She needs 2 1/2 liters."),
     ("piece", r"\frac{5}{2}", "She needs 2 1/2 liters."),
@@ -142,6 +144,8 @@ WRONG = [
     ),
     ("sign", r"f(x) = -x \text{ for } x < 0", r"\boxed{f(x) = x \text{ for } x < 0}"),
     ("sign", r"-\text{foo bar}", r"\boxed{\text{foo bar}}"),
+    ("sign", r"\text{decreasing on } (-\infty, -2)", r"\boxed{\text{decreasing on } (-\infty, 2)}"),
+    ("sign", r"f^{-1}(x) \text{ does not exist}", r"\boxed{f^{1}(x) \text{ does not exist}}"),
     ("sign", r"\text{the } -1 \text{ branch}", r"\boxed{\text{the } 1 \text{ branch}}"),
     (
         "sign",
