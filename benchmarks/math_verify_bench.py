@@ -5,6 +5,7 @@ Three sources of labeled (gold, completion, correct?) cases:
     .venv/bin/python benchmarks/math_verify_bench.py                     # the project's set
     .venv/bin/python benchmarks/math_verify_bench.py --suite PATH        # Math-Verify's own tests
     .venv/bin/python benchmarks/math_verify_bench.py --gsm8k PATH        # OpenAI's GSM8K labels
+    .venv/bin/python benchmarks/math_verify_bench.py --gsm8k-reference train.jsonl  # no markers
     (add --only ours|math-verify, --show-errors, --no-batched)
 
 * default: ``benchmarks/data/math_verify_cases.jsonl`` (GSM8K-style, MATH-style LaTeX, known
@@ -31,6 +32,7 @@ import argparse
 import importlib
 import json
 import multiprocessing
+import re
 import sys
 import time
 from collections import Counter
@@ -144,6 +146,31 @@ def load_gsm8k_cases(path: Path) -> list[Case]:
                         mv_gold=final,
                     )
                 )
+    return out
+
+
+_CALCULATOR = re.compile(r"<<[^>]*>>")
+
+
+def load_gsm8k_reference_cases(path: Path) -> list[Case]:
+    """GSM8K's own reference solutions as completions with no answer marker, all labeled right.
+
+    The ``#### N`` line is cut off and the calculator annotations (``<<48/2=24>>``) are removed,
+    so what is left is worked prose whose final sentence states the answer: a measure of the
+    loose rule's false negatives on real arithmetic chains of thought (checks, substitutions,
+    ordinals, "or" in the last sentence).
+    """
+    out = []
+    with path.open() as f:
+        for i, line in enumerate(f):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            solution, _, final = row["answer"].rpartition("####")
+            prose = _CALCULATOR.sub("", solution).strip()
+            out.append(
+                Case(f"gsm8k-ref-{i:04d}", "reference", final.strip(), prose, True, mv_gold=final)
+            )
     return out
 
 
@@ -338,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--cases", type=Path, default=DEFAULT_CASES, help="labeled jsonl")
     src.add_argument("--suite", type=Path, help="huggingface/Math-Verify checkout or its tests/")
     src.add_argument("--gsm8k", type=Path, help="openai/grade-school-math checkout or jsonl")
+    src.add_argument(
+        "--gsm8k-reference", type=Path, help="GSM8K train/test jsonl: reference solutions, no ####"
+    )
     ap.add_argument("--only", choices=["ours", "math-verify"], default=None)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=5.0, help="our per-item timeout (seconds)")
@@ -348,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
         cases = load_suite_cases(args.suite)
     elif args.gsm8k is not None:
         cases = load_gsm8k_cases(args.gsm8k)
+    elif args.gsm8k_reference is not None:
+        cases = load_gsm8k_reference_cases(args.gsm8k_reference)
     else:
         cases = load_cases(args.cases)
     runs = []

@@ -10,8 +10,8 @@ Example:
     1.0
     >>> think_answer_soft("<think>a</think><answer>4</answer><answer>5</answer>")
     0.0
-    >>> last_boxed(r"so \boxed{\frac{1}{2}} and \boxed{3}")
-    '3'
+    >>> boxed_present(r"so \boxed{\frac{1}{2}}"), boxed_present(r"\boxed{}")
+    (1.0, 0.0)
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from grpo_envs.math.extract import find_last_boxed
 from grpo_envs.rubric import RewardComponent, ScoringContext
 
 _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
@@ -26,9 +27,6 @@ _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 # The strict R1 template (DeepSeek-R1 paper, sec. 2.2.1): optional whitespace, a think block, then
 # an answer block and nothing else. DOTALL so the blocks may span lines.
 _STRICT = re.compile(r"\A\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*\Z", re.DOTALL)
-# A boxed answer longer than this is not an answer; the caps keep 1 MB of junk linear-time.
-_MAX_BOXED_CHARS = 10_000
-_MAX_BOXED_TRIES = 32
 
 
 def _tag_counts(text: str) -> dict[str, int]:
@@ -74,37 +72,11 @@ def answer_tag(completion: str) -> str | None:
 
 
 def last_boxed(completion: str) -> str | None:
-    r"""Return the content of the last balanced ``\boxed{…}`` (or ``\fbox{…}``), or None.
+    r"""Return the content of the last complete, non-empty ``\boxed{…}``/``\fbox{…}``, or None.
 
-    A brace scan rather than a regex because the content nests (``\boxed{\frac{1}{2}}``).
+    The rule is ``grpo_envs.math.extract.find_last_boxed``'s (defined once, there).
     """
-    starts = sorted(
-        (m.start(), m.end()) for m in re.finditer(r"\\(?:boxed|fbox)(?![A-Za-z])", completion)
-    )
-    # Bounded work on hostile input: only the last few candidates, each scanned a bounded length.
-    for _, end in reversed(starts[-_MAX_BOXED_TRIES:]):
-        content = _braced_after(completion, end)
-        if content is not None and content.strip():
-            return content.strip()
-    return None
-
-
-def _braced_after(text: str, index: int) -> str | None:
-    """Return the content of the ``{…}`` group at ``text[index]`` (after optional spaces)."""
-    while index < len(text) and text[index] == " ":
-        index += 1
-    if index >= len(text) or text[index] != "{":
-        return None
-    depth = 0
-    for j in range(index, min(len(text), index + _MAX_BOXED_CHARS)):
-        char = text[j]
-        if char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return text[index + 1 : j]
-    return None
+    return find_last_boxed(completion)
 
 
 def boxed_present(completion: str) -> float:

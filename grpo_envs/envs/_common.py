@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from grpo_envs.format import answer_tag, format_components, last_boxed
+from grpo_envs.math.extract import MAX_SCAN_CHARS, final_statement
 from grpo_envs.rubric import Judgement, RewardComponent, ScoringContext
 from grpo_envs.types import JSONValue, Message, Outcome, Sample
 
@@ -142,24 +143,18 @@ def parse_integer(text: str) -> int | None:
     return int(cleaned.split(".", 1)[0])
 
 
-#: A whole number as written in prose: digits with optional thousands commas and sign.
-_LOOSE_INTEGER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.0+)?(?!\d)")
-#: How much of a completion's tail the loose extraction reads: the final answer is at the end, and
-#: a bound keeps extraction linear on megabyte-long junk.
-_LOOSE_TAIL_CHARS = 4000
-
-
 def loose_final_answer(completion: str) -> str | None:
-    r"""Return the committed final answer (``final_answer``), else the last integer in the text.
+    r"""Return the committed final answer (``final_answer``), else the final stated number.
 
-    For models that state their answer in prose ("3 + 2 = 5"); only the *last* number counts, so
-    listing many numbers earns nothing. lm-eval's "flexible extract" for GSM8K does the same.
+    For models that state their answer in prose ("3 + 2 = 5"). The fallback is the math
+    verifier's loose rule (``grpo_envs.math.extract.final_statement``, the one definition of "the
+    last number"): the number the last concluding sentence states, so listing many numbers,
+    checking a result afterwards, hedging between two or stopping mid-sentence earns nothing.
     """
     committed = final_answer(completion)
     if committed is not None:
         return committed
-    numbers = _LOOSE_INTEGER.findall(completion[-_LOOSE_TAIL_CHARS:])
-    return numbers[-1] if numbers else None
+    return final_statement(completion[-MAX_SCAN_CHARS:])
 
 
 def _judge_integer(extracted: str | None, gold_text: str) -> Judgement:

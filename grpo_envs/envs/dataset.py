@@ -328,8 +328,8 @@ def math_dataset(
         limit: keep the first ``limit`` rows of each split.
         prompt_template: the user message; ``{question}`` and any ``{column}`` are filled in.
         system_prompt: a system message before every prompt.
-        verify: ``loose`` (the last number of prose counts too) or ``strict`` (only ``\boxed{}``,
-            ``<answer>`` tags or ``#### N``).
+        verify: ``loose`` (the final stated answer of prose counts too) or ``strict`` (only
+            ``\boxed{}``, ``<answer>`` tags or ``#### N``).
         format: ``none``, ``boxed`` or ``think_answer``: a format reward component.
         format_weight: its weight (0: logged only).
         timeout_s: per-answer bound of the symbolic comparison.

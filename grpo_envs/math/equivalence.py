@@ -11,9 +11,20 @@ about the leaves. Two comparators:
   ``9^{9^{9^9}}``.
 
 The policy is "when unsure, say wrong": a reward model that calls a wrong answer right teaches the
-policy to produce it. So equality is only granted on proof (exact equality, ``simplify`` to 0, or
-agreement to 30 significant digits for constants) and never on a loose float tolerance, except for
-a decimal answer against a value that has no finite decimal expansion (relative 1e-6).
+policy to produce it. So equality is only granted on proof and never on a loose float tolerance:
+
+* Exact integers and rationals compare exactly, however large (``2^{100}`` is not
+  ``1267650600228229401496703205377``; ``1`` is not ``1 + 10^{-40}``).
+* Other exact constants are equal when ``simplify`` proves it, or when sympy's adaptive
+  evaluation of their difference cannot tell it from 0 at 60 digits plus the integers written
+  in them (so ``\pi + 10^{-45}`` is not ``\pi``); with an integer above 2000 written in either
+  (``10^{-10^{5}}``) only ``simplify`` can prove it.
+* A tolerance applies only where a side is a decimal, scaled to the digits given: see the
+  rounded-decimal convention below.
+* An answer that still holds an unevaluated sum, product, integral, limit or derivative that the
+  gold does not hold is no final answer, whatever its value (see ``restates`` for the line).
+* Text no parser reads (prose, a piecewise rule in words) equals only the same text, signs,
+  digits and case kept; only spacing is dropped.
 
 Conventions where graders differ. Each is the reading most public graders (hendrycks MATH,
 Qwen2.5-Math, NeMo-Skills, MARIO, PRM800K, lm-eval minerva, rllm, Math-Verify) take, or, where
@@ -40,11 +51,13 @@ they split, the one that cannot pay a wrong answer:
   (``1000,99``, ``2,74``) -- and then only as an alternative: ``1,22`` equals ``1.22`` and the
   list ``1, 22``; ``-2,1`` is only the list. These are the conventions Math-Verify's suite
   documents.
-* A rounded decimal equals a value with no finite decimal expansion only when it has at least
-  five significant digits and is that value correctly rounded (``2.6667`` for ``8/3``), or agrees
-  to 1e-6: ``0.33``, ``1.41`` or ``3.14`` are approximations, not ``1/3``, ``\sqrt{2}`` or
-  ``\pi`` (Qwen2.5-Math's 1e-4 tolerance would accept some of these). Two values with finite
-  expansions must be equal exactly.
+* A decimal equals a value with no finite decimal expansion only when it has at least five
+  significant digits and is that value rounded or truncated to its own places (``2.6667`` and
+  ``2.6666`` for ``8/3``, not ``2.6668``; ``0.3333334`` is not ``1/3``): ``0.33``, ``1.41`` or
+  ``3.14`` are approximations, not ``1/3``, ``\sqrt{2}`` or ``\pi`` (Qwen2.5-Math's 1e-4
+  tolerance would accept some of these). A decimal inside an expression (``1.4142\pi``) must
+  agree to its fewest significant digits. Two values with finite expansions must be equal
+  exactly; a decimal literal that is exactly the value (``\sqrt{10.5}``) is equal.
 * Percent: ``28\%`` equals ``28`` and ``0.28``; two percentages compare their numbers
   (``28\%`` is not ``0.28\%``). "percent", "pct" and "percentage" mean ``\%``.
 * Degrees: a degree sign is dropped for a number (``45^\circ`` equals ``45``); against a radian
@@ -52,13 +65,39 @@ they split, the one that cannot pay a wrong answer:
   a bare ``90`` does not).
 * Units and scale words: a trailing unit is dropped (``125\text{ miles}``, ``15\mbox{ cm}^2``);
   ``3\text{ million}`` equals ``3000000`` and also ``3`` (the question's own unit).
-* Ratios and times (``7:32``, ``12:00``) are ordered pairs: ``12:00`` is not ``1:00``.
+* Ratios and times (``7:32``, ``12:00``) are ordered pairs: ``12:00`` is not ``1:00``. A 12-hour
+  time is its 24-hour pair (``7:30 p.m.`` is ``19:30``, ``12:15 a.m.`` is ``0:15``); an hour alone
+  (``7 pm``) also equals the bare hour ``7``.
+* Amounts: ``€``, ``£``, ``¥``, ``₹`` and ``$`` are dropped like units; ``350 cents`` equals
+  ``3.50`` (dollars) and ``350`` (the question's unit). A quantity in two units is its value in
+  either unit and never one of its numbers: "1 hour 30 minutes" equals ``1.5`` and ``90``, "5
+  feet 3 inches" ``5.25`` and ``63``, "2 dollars and 50 cents" ``2.5`` and ``250``.
+* Dates are (month, day[, year]) in any of "March 15, 2024", "15 March 2024", ``2024-03-15``
+  and ``3/15/2024`` (month first); a date never equals its day or year.
+* Number words are numbers (``twenty-one`` is ``21``); an ordinal stated as the answer
+  (``21^{st}``, ``21st``) is its number.
+* Set-builder notation, absolute-value bounds and exclusions are intervals:
+  ``\{y : y \le -1\}`` is ``(-\infty, -1]``, ``|x - 3| \le 2`` is ``[1, 5]``, ``|x| > 2`` is
+  ``(-\infty, -2) \cup (2, \infty)``, and ``x \ne 3``, ``\mathbb{R} \setminus \{3\}`` and "all
+  real numbers except 3" are ``(-\infty, 3) \cup (3, \infty)``.
+* Piecewise functions compare case by case in any order (value and condition both equal);
+  "if"/"for" in a condition are words, and "otherwise" stands for the remaining case. A
+  piecewise gold against a closed form (``|x|``) is not compared (judged wrong).
+* Vectors and matrices: ``3\mathbf{i} + 4\mathbf{j}`` (also ``\hat``, ``\vec``) is ``(3, 4)``, with
+  a k-term ``(a, b, c)``; a scalar times a matrix is that matrix scaled; ``2I`` is twice the
+  identity of the other side's size. A bare ``i`` is the imaginary unit when it is the only
+  symbol (``e^{i\pi/3}`` equals ``\frac{1}{2} + \frac{\sqrt{3}}{2}i``).
+* Identities of real variables that sympy does not prove for complex ones (``\sqrt{x^2}`` is
+  ``|x|``) are checked with real symbols; degrees inside a trigonometric function are converted
+  (``\cos 60^\circ`` is ``\sin 30^\circ``).
+* Multiple choice: a letter equals the value of the option it names when the completion lists
+  the options ("(A) 10 (B) 11 (C) 12"), and a value equals a letter when exactly one listed
+  option has that value (``verify``); without a listing a value never equals a letter.
 
 Why one module over 500 lines: the two comparators walk the same answer tree and must agree on
-every node type; side by side, a node type one of them misses is visible.
-
-Why one module over 500 lines: the conventions above and the tree walk that applies them are one
-decision procedure; splitting it would separate each convention from the code that applies it.
+every node type (side by side, a node type one of them misses is visible), and the conventions
+above and the tree walk that applies them are one decision procedure; splitting it would
+separate each convention from the code that applies it.
 """
 
 from __future__ import annotations
@@ -66,21 +105,26 @@ from __future__ import annotations
 import functools
 import random
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from grpo_envs.math.normalize import (
+    MIN_ROUNDED_DIGITS,
     Alt,
     Choice,
     Matrix,
     Node,
     Number,
+    Piecewise,
     Relation,
     Scalar,
     Seq,
     SetOf,
     Union,
+    identity_multiple,
     is_name_like,
     is_words,
+    latex_text_key,
     normalize_text,
     numbers_equal,
     parse_number,
@@ -155,9 +199,49 @@ def compare(gold: Node, pred: Node, cmp: Comparator) -> bool:
         if g_union is None or p_union is None:
             return False
         return _match_unordered(g_union.parts, p_union.parts, cmp)
+    if isinstance(gold, Piecewise) or isinstance(pred, Piecewise):
+        return (
+            isinstance(gold, Piecewise)
+            and isinstance(pred, Piecewise)
+            and _compare_piecewise(gold, pred, cmp)
+        )
     if isinstance(gold, Matrix) or isinstance(pred, Matrix):
+        size = len(gold.rows) if isinstance(gold, Matrix) else len(pred.rows)  # type: ignore[union-attr]
+        # 2I against a 2 x 2 matrix: that multiple of the identity, cell by cell.
+        gold = identity_multiple(gold, size) or gold
+        pred = identity_multiple(pred, size) or pred
         return _compare_matrix(gold, pred, cmp)
     return False
+
+
+def _compare_piecewise(gold: Piecewise, pred: Piecewise, cmp: Comparator) -> bool:
+    """Match the cases in any order: equal values under equal conditions.
+
+    An "otherwise" case matches the one case left on the other side once all others matched: for
+    a function, it is the complement of the other conditions on both sides.
+    """
+    if len(gold.branches) != len(pred.branches):
+        return False
+    unused = list(pred.branches)
+    deferred = []
+    for g_value, g_cond in gold.branches:
+        for k, (p_value, p_cond) in enumerate(unused):
+            if (g_cond is None) != (p_cond is None):
+                continue
+            if g_cond is not None and p_cond is not None and not compare(g_cond, p_cond, cmp):
+                continue
+            if compare(g_value, p_value, cmp):
+                del unused[k]
+                break
+        else:
+            deferred.append(g_value)
+    if not deferred:
+        return not unused
+    if len(deferred) != 1 or len(unused) != 1:
+        return False
+    (p_value, p_cond), g_value = unused[0], deferred[0]
+    g_otherwise = any(c is None for _, c in gold.branches)
+    return (g_otherwise or p_cond is None) and compare(g_value, p_value, cmp)
 
 
 def _as_union(node: Node) -> Union | None:
@@ -275,6 +359,54 @@ def _number_candidates(s: Scalar, raw_only: bool = False) -> list[Number] | None
     return [n]
 
 
+# Operators that leave a value unevaluated: a prediction that still holds one the gold does not
+# hold restates a question ("\sum_{k=1}^{10} k" for 55) instead of answering it.
+_UNEVALUATED = (
+    ("sum", re.compile(r"\\sum(?![A-Za-z])|\\[cl]?dots\s*\+|\+\s*(?:\\[cl]?dots|\.\.\.)")),
+    ("product", re.compile(r"\\prod(?![A-Za-z])")),
+    ("integral", re.compile(r"\\(?:i{1,3}nt|oint)(?![A-Za-z])")),
+    ("limit", re.compile(r"\\lim(?:sup|inf)?(?![A-Za-z])|\blim\b")),
+    (
+        "derivative",
+        re.compile(
+            r"\\frac\s*\{\s*(?:d|\\partial|\\mathrm\s*\{d\})[^{}]*\}\s*\{\s*(?:d|\\partial|\\mathrm)"
+            r"|\\partial(?![A-Za-z])|\bd/d[a-z]\b"
+            # An evaluation bar: f(x) |_{x=1}, F |_{0}^{1}.
+            r"|\|\s*_\s*(?:\{[^{}]*=[^{}]*\}|(?:\{[^{}]*\}|\w)\s*\^)"
+        ),
+    ),
+)
+
+
+def unevaluated_operators(text: str) -> frozenset[str]:
+    r"""Return the unevaluated operators in an answer: sums, products, integrals, limits and
+    derivatives (with evaluation bars).
+
+    >>> sorted(unevaluated_operators(r"\sum_{k=1}^{n} k + \int_0^1 x\,dx"))
+    ['integral', 'sum']
+    >>> unevaluated_operators(r"x != 3")
+    frozenset()
+    """  # noqa: D205
+    return frozenset(name for name, pattern in _UNEVALUATED if pattern.search(text))
+
+
+def restates(gold: str, pred: str) -> bool:
+    r"""Tell whether ``pred`` holds an unevaluated operator that ``gold`` does not hold.
+
+    Where the line is drawn: a sum (also ``1 + 2 + \cdots + n``), product, integral, limit or
+    derivative (also ``f(x) |_{x=1}``) is never the final answer for a gold that has none, even
+    when it evaluates to the gold: it restates the question. A gold that itself holds the
+    operator (``\sum_{k=0}^{n-1} F_k F_{n-k-1}``) is compared as usual. Binomial coefficients
+    and factorials with numeric arguments (``\binom{6}{3}``, ``4!``, ``\frac{10!}{3!7!}``) are
+    closed forms, as every grader's own tests label them, and so is plain arithmetic
+    (``2^{10}``, ``\frac{6}{8}``, ``3\sqrt{2}``): they are graded by their value.
+
+    >>> restates("55", r"\sum_{k=1}^{10} k"), restates("20", r"\binom{6}{3}")
+    (True, False)
+    """
+    return bool(unevaluated_operators(pred) - unevaluated_operators(gold))
+
+
 class FastComparator:
     """Exact comparison of plain numbers and identical strings; raises NeedsSymbolic otherwise."""
 
@@ -282,6 +414,8 @@ class FastComparator:
         """Compare as numbers (exactly) or as identical normalized text."""
         if gold.text == pred.text:
             return True
+        if restates(gold.text, pred.text):
+            return False
         both = gold.percent and pred.percent  # 28% vs 0.28%: the numbers themselves
         gn, pn = _number_candidates(gold, both), _number_candidates(pred, both)
         if gn is not None and pn is not None:
@@ -306,6 +440,8 @@ class FastComparator:
         g, p = _orient(gold), _orient(pred)
         if g.op != p.op:
             return False
+        if restates(f"{g.lhs.text} {g.rhs.text}", f"{p.lhs.text} {p.rhs.text}"):
+            return False
         if g.lhs.text == p.lhs.text and g.op == "=" and _SIMPLE_NAME.match(g.lhs.text):
             return self.scalar(g.rhs, p.rhs)  # x = 0.5 vs x = 1/2
         if (g.lhs.text, g.rhs.text) == (p.lhs.text, p.rhs.text):
@@ -326,18 +462,24 @@ def _orient(rel: Relation) -> Relation:
 
 # --- sympy comparator (runs in worker processes only) ----------------------------------------
 
-# The numeric agreement (relative) that counts as equality for constant expressions evaluated at
-# 50 significant digits: far beyond any pair of distinct answers a math problem has.
-_EXACT_REL = 1e-30
-# A decimal answer against a value with no finite decimal expansion (1/3, sqrt(2), pi).
-_DECIMAL_REL = 1e-6
+#: Two exact constants whose difference sympy cannot tell from 0 at this many digits (plus the
+#: integers written in them) are equal: no two distinct answers to a math problem agree that far.
+#: The difference is evaluated adaptively (no cancellation), so 1 + 10^{-40} is not 1.
+_EXACT_DIGITS = 60
+#: An integer literal above this (``\pi + 10^{-10^{5}}``) makes the numeric proof unaffordable:
+#: then only ``simplify`` can prove equality.
+_MAX_LITERAL_DIGITS = 2000
+_DECIMAL_LITERAL = re.compile(r"(?<![\d.])(\d*)\.(\d+)")
+_INT_LITERAL = re.compile(r"\d+")
 _LETTER_RUN = re.compile(r"[A-Za-z]{3,}")
 _COMMAND = re.compile(r"\\[A-Za-z]+")
 
 
 @functools.lru_cache(maxsize=4096)
-def to_sympy(text: str) -> tuple[sympy.Expr, bool] | None:
-    """Parse one scalar with latex2sympy2_extended into (expression, had a decimal), or None.
+def to_sympy(text: str) -> tuple[sympy.Expr, Decimals | None] | None:
+    """Parse one scalar with latex2sympy2_extended into (expression, its decimals), or None.
+
+    The second item describes the decimal literals written in ``text`` (None: there are none).
 
     Text (a run of 3+ letters outside LaTeX commands, e.g. "Monday") is not parsed: latex2sympy
     would read it as the product M*o*n*d*a*y, which equals "Dynamo".
@@ -364,7 +506,7 @@ def to_sympy(text: str) -> tuple[sympy.Expr, bool] | None:
     if floats:
         # 0.333 -> 333/1000 exactly, from its decimal string (not from the binary float).
         expr = expr.xreplace({f: sympy.Rational(str(f)) for f in floats})
-    return expr, bool(floats)
+    return expr, decimals_of(text) if floats else None
 
 
 def _numeric(expr: sympy.Expr) -> sympy.Expr | None:
@@ -410,8 +552,90 @@ def _close(a: sympy.Expr, b: sympy.Expr, rel: float) -> bool:
     return bool(result) if isinstance(result, sympy.logic.boolalg.BooleanAtom) else False
 
 
-def exprs_equal(gold: tuple[sympy.Expr, bool], pred: tuple[sympy.Expr, bool]) -> bool:
-    """Decide equality of two parsed scalars under the module's policy."""
+@dataclass(frozen=True)
+class Decimals:
+    """The decimal literals of an answer: the fewest places and significant digits among them."""
+
+    places: int
+    digits: int
+    #: The whole answer is one decimal literal (``3.1416``), not an expression holding one.
+    plain: bool
+
+
+def decimals_of(text: str) -> Decimals | None:
+    """Describe the decimal literals of ``text`` (None when it has none).
+
+    >>> decimals_of("3.1416")
+    Decimals(places=4, digits=5, plain=True)
+    """
+    found = _DECIMAL_LITERAL.findall(text)
+    if not found:
+        return None
+    places = min(len(frac) for _, frac in found)
+    digits = min(len((whole + frac).lstrip("0")) for whole, frac in found)
+    plain = re.fullmatch(r"\s*-?\d*\.\d+\s*", text) is not None
+    return Decimals(places, digits, plain)
+
+
+def _decimal_approximates(dec: sympy.Expr, info: Decimals, exact: sympy.Expr) -> bool:
+    r"""Tell whether the decimal ``dec`` stands for the exact, non-terminating value ``exact``.
+
+    The tolerance is scaled to the digits given: a plain decimal must be ``exact`` rounded or
+    truncated to its own places, with at least ``MIN_ROUNDED_DIGITS`` significant digits
+    (``2.6667`` and ``2.6666`` for 8/3; not ``2.67`` or ``2.6668``). A decimal inside an
+    expression (``1.4142\pi``) must agree to its fewest significant digits.
+    """
+    import sympy
+
+    if info.digits < MIN_ROUNDED_DIGITS:
+        return False
+    if not info.plain:
+        return _close(dec, exact, 10.0 ** (1 - info.digits))
+    scaled = dec * sympy.Integer(10) ** info.places
+    target = sympy.Abs(exact) * sympy.Integer(10) ** info.places
+    if not scaled.is_Integer or not exact.is_real:
+        return False
+    if bool(exact.is_negative) != bool(scaled.is_negative):
+        return False
+    try:
+        candidates = {int(sympy.floor(target)), int(sympy.floor(target + sympy.S.Half))}
+    except (TypeError, ValueError):  # floor could not be decided numerically
+        return False
+    return abs(int(scaled)) in candidates
+
+
+def _constants_equal(ge: sympy.Expr, pe: sympy.Expr, texts: str) -> bool:
+    """Decide equality of two exact constant expressions (no decimals on either side)."""
+    import sympy
+    from sympy.core.evalf import PrecisionExhausted
+
+    if ge.is_Rational and pe.is_Rational:
+        return bool(ge == pe)  # exact: 2^{100} is not 2^{100} + 1
+    diff = ge - pe
+    if diff == 0:
+        return True
+    literals = _INT_LITERAL.findall(texts)
+    if any(len(x) > 4 for x in literals) or any(int(x) > _MAX_LITERAL_DIGITS for x in literals):
+        return bool(sympy.simplify(diff) == 0)
+    digits = _EXACT_DIGITS + sum(int(x) for x in literals if len(x) > 1)
+    try:
+        value = diff.evalf(30, strict=True, maxn=min(digits, 4 * _MAX_LITERAL_DIGITS))
+    except PrecisionExhausted:
+        return True  # equal to more digits than any written number has
+    except Exception:  # evalf gives up on some functions; then only a proof counts
+        return bool(sympy.simplify(diff) == 0)
+    return bool(value == 0)
+
+
+def exprs_equal(
+    gold: tuple[sympy.Expr, Decimals | None],
+    pred: tuple[sympy.Expr, Decimals | None],
+    texts: str = "",
+) -> bool:
+    """Decide equality of two parsed scalars under the module's policy.
+
+    ``texts``: the two answers as written (their integer literals bound the numeric proof).
+    """
     import sympy
 
     (ge, g_dec), (pe, p_dec) = gold, pred
@@ -420,21 +644,37 @@ def exprs_equal(gold: tuple[sympy.Expr, bool], pred: tuple[sympy.Expr, bool]) ->
     if ge == pe or str(ge) == str(pe):
         return True
     symbols = ge.free_symbols | pe.free_symbols
+    imaginary = sympy.Symbol("i")
+    if symbols == {imaginary}:
+        # A constant with i in it (3 + i, e^{i\pi}): i is the imaginary unit on both sides; as a
+        # variable, an answer holding it could not equal a constant gold anyway.
+        ge, pe = ge.subs(imaginary, sympy.I), pe.subs(imaginary, sympy.I)
+        symbols = set()
     if not symbols:
         gv, pv = _numeric(ge), _numeric(pe)
         if gv is None or pv is None:
             return bool(sympy.simplify(ge - pe) == 0)
-        if _close(gv, pv, _EXACT_REL):
+        # A decimal literal is its exact value (10.5 is 21/2): exact equality first.
+        if _constants_equal(ge, pe, texts):
             return True
-        # Only a decimal against a non-terminating value gets the loose tolerance.
-        if (p_dec and not _terminating(ge)) or (g_dec and not _terminating(pe)):
-            return _close(gv, pv, _DECIMAL_REL)
-        return False
+        if g_dec is None and p_dec is None:
+            return False
+        if g_dec is not None and p_dec is not None:
+            return bool(ge - pe == 0)  # two decimals: exactly the same number
+        # A decimal against an exact value: only a non-terminating value may be approximated.
+        dec, info, exact = (pe, p_dec, ge) if p_dec is not None else (ge, g_dec, pe)
+        if info is None or _terminating(exact):
+            return False
+        return _decimal_approximates(dec, info, exact)
     if ge.free_symbols != pe.free_symbols:
         return False
     if not _probe_agrees(ge, pe, symbols):
         return False
-    return bool(sympy.simplify(ge - pe) == 0) or bool(sympy.expand(ge - pe) == 0)
+    if sympy.simplify(ge - pe) == 0 or sympy.expand(ge - pe) == 0:
+        return True
+    # Identities of real variables sympy does not prove for complex ones: \sqrt{x^2} = |x|.
+    real = {s: sympy.Symbol(s.name, real=True) for s in symbols if isinstance(s, sympy.Symbol)}
+    return bool(sympy.simplify((ge - pe).xreplace(real)) == 0)
 
 
 def _probe_agrees(ge: sympy.Expr, pe: sympy.Expr, symbols: set[sympy.Symbol]) -> bool:
@@ -468,11 +708,12 @@ class SymbolicComparator(FastComparator):
             pass
         gs, ps = to_sympy(gold.text), to_sympy(pred.text)
         if gs is None or ps is None:
-            return normalize_text(gold.text) == normalize_text(pred.text)
+            # Neither reading is math: only the same text, signs and all, is the same answer.
+            return latex_text_key(gold.text) == latex_text_key(pred.text)
         both = gold.percent and pred.percent
         for g in _percent_variants(gs, gold.percent and not both):
             for p in _percent_variants(ps, pred.percent and not both):
-                if exprs_equal(g, p):
+                if exprs_equal(g, p, f"{gold.text} {pred.text}"):
                     return True
         # 90 degrees against pi/2 radians: only when one side is marked in degrees and the
         # other is written with pi (a radian measure).
@@ -480,7 +721,7 @@ class SymbolicComparator(FastComparator):
             if deg_text.degrees and not rad_text.degrees and "\\pi" in rad_text.text:
                 import sympy
 
-                if exprs_equal((deg[0] * sympy.pi / 180, deg[1]), rad):
+                if exprs_equal((deg[0] * sympy.pi / 180, deg[1]), rad, deg_text.text):
                     return True
         return False
 
@@ -507,8 +748,8 @@ class SymbolicComparator(FastComparator):
 
 
 def _percent_variants(
-    parsed: tuple[sympy.Expr, bool], percent: bool
-) -> list[tuple[sympy.Expr, bool]]:
+    parsed: tuple[sympy.Expr, Decimals | None], percent: bool
+) -> list[tuple[sympy.Expr, Decimals | None]]:
     if not percent:
         return [parsed]
     import sympy

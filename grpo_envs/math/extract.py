@@ -8,26 +8,64 @@ from their tail only.
 Two modes, as in lm-eval's GSM8K task (strict-match vs flexible-extract):
 
 * strict: only the formats a prompt asks for -- ``<answer>...</answer>``, the last ``\boxed{}`` /
-  ``\fbox{}``, or ``#### N``.
-* flexible (default): also "The (final) answer is ...", "Answer: ...", a bold final answer, a short
-  text after ``</think>``, then the last complete math span (``$...$``, ``$$...$$``, ``\(...\)``,
-  ``\[...\]``) or the last standalone number, whichever comes later.
+  ``\fbox{}`` / ``\framebox{}``, or ``#### N``.
+* flexible (default): also "The (final) answer is ...", "Answer: ..." (and the same phrase in
+  Spanish, French, German, Portuguese, Italian, Russian, Chinese, Japanese, Korean, Vietnamese,
+  Indonesian and Turkish), a bold final answer, a short text after ``</think>``, then the *final
+  stated answer* (below).
+
+Both modes: a ``<think>`` block that is never closed has no answer (the model never got to one);
+GLM's ``<|begin_of_box|>...<|end_of_box|>`` is a box; a sentence or an approximation sign inside a
+box (``\boxed{\text{The answer is } 5}``, ``\boxed{\approx 5}``) is reduced to its answer.
+
+**The final stated answer** (flexible mode, a text with no answer marker; ``final_statement``).
+The sentences are read from the end:
+
+1. a text cut off mid-sentence (ending in an operator or a word such as "by", "the", "and")
+   states no result: no answer;
+2. closing remarks ("I hope it is correct") and sentences without a value are skipped;
+3. a sentence that checks or illustrates an earlier result ("Check: 3(3) - 2 = 7",
+   "Substituting back: 2(3) + 1 = 7, which checks out", "For a smaller case, n = 3 gives 6") is
+   skipped: its numbers are not the answer. A substitution is a check only when it says so
+   ("check", "verify", "correct", "back:"); "substituting j = 20 into e = 9j, we get e = 180"
+   solves for the next unknown;
+4. after a retraction ("Wait, I made an error: it is 6") only what follows it counts; a strong
+   retraction ("oops", "I made a mistake", "that is wrong") with no new value leaves no answer,
+   a weak one ("wait", "let me recheck") leaves the earlier answer standing;
+5. a sentence that hedges between candidates ("it could be 4 or 5", "maybe 7"; not "0.60 or
+   60%" or "2, or 16 * 1/2 = 8") or that announces work it does not do ("Now we need to multiply
+   4 by 3") is no answer: no credit;
+6. otherwise the first sentence found states the answer: the result of its last computation
+   (the number after its last ``=``: "9 + 6 = 15 liters out of the 24 liters" states 15), or
+   that result restated ("= 16.75 bags, meaning 17 bags", "= 33.333%, which rounds to 33%"),
+   unless the computation goes on in words ("= 30 eggs, plus 2 spares": then the last number);
+   without a computation, its last math span or standalone number, else the last number
+   written in words ("twelve"; "one" alone is a pronoun). An ordinal counts only as a computed
+   result ("12/2 = 6th"), never as a label ("on the 13th day").
+
+The same retraction rule applies after a marked answer: "\boxed{5}. Oops, it is 6." answers 6;
+"The answer is 5. That is wrong." answers nothing.
 
 A standalone number is never cut out of an expression or a word: in ``\frac{1+\sqrt5}{2}``,
 ``2^{10}``, ``x_2`` or ``AZYUK2A`` there is none (a digit run touching a letter, a brace, ``^``,
-``_``, ``/`` or a backslash command is part of something larger). Inline spans (``$``, ``\(``) may
-not cross a line, display spans may; a ``$`` pair around prose ("costs $5 and gets $") is read as
-two currency signs, not as math. A number its sentence negates or brackets ("the answer cannot be
-5", "between 5 and 6") is not taken. A completion that is one bare expression (``\frac{10}{9}``,
-``(1, 4.5)``, a matrix) is taken whole.
+``_``, ``/`` or a backslash command is part of something larger). Dates ("March 15, 2024"),
+clock times ("7:30 a.m."), mixed numbers ("2 1/2") and "all real numbers except 3" are whole
+tokens, taken whole or not at all; an ordinal ("the 21st term") labels something and is never
+the answer. Inline spans (``$``, ``\(``) may not cross a line, display spans may; a ``$`` pair
+around prose ("costs $5 and gets $") is read as two currency signs, not as math. A number its
+sentence negates or brackets ("the answer cannot be 5", "between 5 and 6") is not taken. A
+completion that is one bare expression (``\frac{10}{9}``, ``(1, 4.5)``, a matrix) is taken whole.
 
 Several boxes in a row, separated only by commas, "and"/"or", spacing or a short label
 (``\boxed{1}, \boxed{2}``; ``\boxed{(2, 2)} \text{ and } \boxed{(6, 2)}``) are one answer, the
 list of their contents. That is also the conservative reading: a list never equals a single
-gold value.
+gold value. ``find_last_boxed`` and ``last_standalone_number`` are the one definition of "the last
+box" and "the last number" in grpo_envs (the format reward and the integer environments use
+them).
 
 Why one module over 500 lines: the extraction order (boxes, answer phrases, math spans,
-standalone numbers) is one policy, read top to bottom as small single-pass scans.
+standalone numbers, the final statement, listed options) is one policy, read top to bottom as
+small single-pass scans.
 """
 
 from __future__ import annotations
@@ -41,15 +79,53 @@ MAX_SCAN_CHARS = 100_000
 #: An extracted answer longer than this is not an answer (it is a paragraph).
 MAX_ANSWER_CHARS = 1_000
 
-_BOX_COMMANDS = ("\\boxed", "\\fbox")
+_BOX_COMMANDS = ("\\boxed", "\\fbox", "\\framebox")
+_THINK_START = "<think>"
+_BOX_TOKEN_OPEN, _BOX_TOKEN_CLOSE = "<|begin_of_box|>", "<|end_of_box|>"
 _THINK_END = "</think>"
 _MAX_BOX_TRIES = 3
+#: Loose mode reads at most this many final sentences for the final stated answer.
+_MAX_SENTENCES = 40
+#: ... within at most this many final characters.
+_STATEMENT_SCAN_CHARS = 4_000
 _HASHES = re.compile(r"####\s*([^\n]*)")
 # "The final answer is", "the answer is:", "Answer:", "Final Answer:" (case-insensitive). The
 # captured tail is cut to one sentence by _trim_sentence.
-_ANSWER_IS = re.compile(
-    r"(?:final\s+answer|answer)\s*(?:is|:|=)\s*(?:is\s*)?:?\s*([^\n]*)", re.IGNORECASE
+# The same phrase in the languages models answer in: Spanish, French, German, Portuguese,
+# Italian, Russian, Chinese, Japanese, Korean, Vietnamese, Indonesian, Turkish.
+_ANSWER_WORDS = (
+    r"final\s+answer|answer|(?:la\s+)?respuesta(?:\s+final)?|(?:la\s+)?r[ée]ponse(?:\s+finale)?"
+    r"|(?:die\s+)?(?:endg[üu]ltige\s+)?(?:antwort|l[öo]sung)|(?:a\s+)?resposta(?:\s+final)?"
+    r"|(?:la\s+)?risposta(?:\s+finale)?|(?:окончательный\s+)?ответ|(?:最终|最後の?)?答案|答え"
+    r"|정답|đáp\s+án|jawaban(?:\s+akhir)?|cevap"
 )
+_ANSWER_COPULA = r"(?:ist|est|lautet|is|es|adalah|равен)(?![^\W\d_])|é|è|:|：|=|是|为|為|は|은|는|—"
+_ANSWER_IS_PATTERN = re.compile(
+    rf"(?:{_ANSWER_WORDS})\s*(?:{_ANSWER_COPULA})\s*(?:is\s*)?[:：]?\s*([^\n]*)", re.IGNORECASE
+)
+_ANSWER_STEMS = ("answer", "respuesta", "ponse", "antwort", "sung", "resposta", "risposta",
+                 "ответ", "答案", "答え", "정답", "đáp", "jawaban", "cevap")  # fmt: skip
+
+
+class _AnswerPhrase:
+    """``_ANSWER_IS_PATTERN`` behind a substring check: most texts hold none of the stems, and a
+    regex alternation of twelve languages is tried at every position of the text.
+    """  # noqa: D205
+
+    @staticmethod
+    def _may_match(text: str) -> bool:
+        lower = text.lower()
+        return any(stem in lower for stem in _ANSWER_STEMS)
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return _ANSWER_IS_PATTERN.search(text) if self._may_match(text) else None
+
+    def finditer(self, text: str) -> list[re.Match[str]]:
+        return list(_ANSWER_IS_PATTERN.finditer(text)) if self._may_match(text) else []
+
+
+_ANSWER_IS = _AnswerPhrase()
+_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mbox|mathrm)\s*\{([^{}]*)\}")
 _BOLD = re.compile(r"\*\*([^*\n]{1,200}?)\*\*")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
 _HAS_DIGIT_OR_MATH = re.compile(r"\d|\\frac|\\sqrt|\\pi|^\(?[A-J]\)?$")
@@ -58,34 +134,21 @@ _COMMANDS = re.compile(r"\\[A-Za-z]+")
 
 
 def find_last_boxed(text: str) -> str | None:
-    r"""Return the content of the last ``\boxed{...}``/``\fbox{...}`` (nested braces kept) or None.
+    r"""Return the content of the last complete, non-empty box, stripped, or None.
 
-    ``\boxed 5`` (no braces, one token) is accepted too, as LaTeX renders it.
+    The one definition of "the last ``\boxed{}``" in grpo_envs (the format reward and the integer
+    environments use it too). A box is ``\boxed``, ``\fbox`` or ``\framebox`` (not
+    ``\boxedx``) with a braced argument (nested braces kept, ``\{``/``\}`` are no braces) or one
+    bare token (``\boxed 5``, as LaTeX renders it). An empty box is no box; an unclosed last box
+    (a truncated completion) falls back to an earlier complete one, a few times at most.
 
     >>> find_last_boxed(r"so \boxed{\frac{1}{2}} and \boxed{3}")
     '3'
+    >>> find_last_boxed(r"\boxed{3} then an unclosed \boxed{4") , find_last_boxed(r"\boxed{ }")
+    ('3', None)
     """
-    best = -1
-    best_cmd = ""
-    for cmd in _BOX_COMMANDS:
-        pos = text.rfind(cmd)
-        if pos > best:
-            best, best_cmd = pos, cmd
-    # An unclosed last box (a truncated completion) falls back to an earlier, complete one; but
-    # only a few times, since each try scans to the end (10^4 unclosed boxes would be quadratic).
-    for _ in range(_MAX_BOX_TRIES):
-        if best < 0:
-            break
-        content = _read_box_argument(text, best + len(best_cmd))
-        if content is not None:
-            return content
-        prev = -1
-        for cmd in _BOX_COMMANDS:
-            pos = text.rfind(cmd, 0, best)
-            if pos > prev:
-                prev, best_cmd = pos, cmd
-        best = prev
-    return None
+    spans = _box_spans(text, limit=1)
+    return spans[-1][2].strip() if spans else None
 
 
 _GAP_WORD = re.compile(r"[A-Za-z]+")
@@ -113,12 +176,10 @@ def _box_spans(text: str, limit: int = 64) -> list[tuple[int, int, str]]:
         if best < 0:
             break
         read = _read_box(text, best + len(best_cmd))
-        if read is not None:
-            content, stop = read
-            if not spans or stop <= spans[0][0]:
-                spans.insert(0, (best, stop, content))
-        else:
+        if read is None:
             failures += 1
+        elif read[0].strip() and (not spans or read[1] <= spans[0][0]):
+            spans.insert(0, (best, read[1], read[0]))
         end = best
     return spans
 
@@ -185,12 +246,6 @@ def _read_box(text: str, start: int) -> tuple[str, int] | None:
     return None
 
 
-def _read_box_argument(text: str, start: int) -> str | None:
-    """Return the braced argument at ``start`` (after optional spaces), or one bare token."""
-    read = _read_box(text, start)
-    return None if read is None else read[0]
-
-
 def _last_answer_tag(region: str) -> str | None:
     """Return the text inside the last ``<answer>...</answer>`` pair (case-insensitive), or None.
 
@@ -226,11 +281,21 @@ def _strict_in(region: str, *, strict: bool = True) -> str | None:
         return inner
     boxed = find_boxed_answer(region)
     if boxed is not None:
-        return boxed
+        return _box_sentence(boxed)
     hashes = _HASHES.findall(region)
     if hashes:
         return hashes[-1].strip()
     return None
+
+
+def _box_sentence(content: str) -> str:
+    r"""Reduce a sentence inside a box (``\boxed{\text{The answer is } 5}``) to its answer."""
+    plain = _TEXT_WRAPPER.sub(r" \1 ", content)
+    if _ANSWER_IS.search(plain):
+        found = _flexible_in(plain)
+        if found:
+            return found
+    return content
 
 
 def _trim_sentence(tail: str) -> str:
@@ -304,12 +369,25 @@ def _flexible_in(region: str) -> str | None:
             tail = inner.group(1)
         answer = _answer_of_sentence(_trim_sentence(tail))
         if answer:
-            return answer
+            # "The answer is 4, or possibly 5": an alternative in the same sentence hedges it.
+            return None if _ALTERNATIVE.search(_first_sentence(tail)) else answer
     bolds = [b.strip() for b in _BOLD.findall(region)]
     for bold in reversed(bolds):
         if _HAS_DIGIT_OR_MATH.search(bold):
             return _trim_sentence(bold)
     return None
+
+
+_ALTERNATIVE = re.compile(
+    r"[,;(]\s*(?:or|maybe|perhaps|possibly|alternatively)\b[^.\n]*?(?:\d|\$)"
+    r"|\b(?:or\s+(?:maybe|perhaps|possibly)|either)\b",
+    re.IGNORECASE,
+)
+
+
+def _first_sentence(tail: str) -> str:
+    m = re.search(r"(?<!\d)[.;!?](?:\s|$)|(?<=\d)[.;!?](?:\s|$)|\n", tail)
+    return tail[: m.start()] if m else tail
 
 
 _OPENERS = re.compile(r"\$\$|\$|\\\[|\\\(")
@@ -388,15 +466,58 @@ def _find_closer(text: str, closer: str, start: int) -> int:
     return q
 
 
+_MONTH = (
+    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
+    r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
+)
+# The unit pairs of one quantity: "3 hours 30 minutes", "5 feet 3 inches", "2 dollars and 50
+# cents" (big unit first).
+_UNIT_PAIRS = (
+    (r"hours?|hrs?", r"minutes?|mins?"),
+    (r"minutes?|mins?", r"seconds?|secs?"),
+    (r"feet|foot|ft", r"inch(?:es)?|in"),
+    (r"dollars?", r"cents?"),
+    (r"pounds?|lbs?", r"ounces?|oz"),
+    (r"meters?", r"centimeters?|cm"),
+    (r"years?", r"months?"),
+    (r"weeks?", r"days?"),
+)
+_UNIT_PAIR = (
+    "(?:"
+    + "|".join(
+        rf"(?:{big})\s*,?\s*(?:and\s*)?\d+(?:\.\d+)?\s*(?:{small})\b" for big, small in _UNIT_PAIRS
+    )
+    + ")"
+)
+# Whole tokens that hold digits but are no plain number: a part of one is never the answer.
+# Dates ("March 15, 2024", "15 March 2024", "2024-03-15", "3/15/2024"), clock times ("7:30 a.m.",
+# "19:45") and mixed numbers ("2 1/2").
+_WHOLE_TOKEN = re.compile(
+    rf"\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b"
+    rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?\b"
+    r"|\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
+    r"|\b\d{1,2}:\d{2}(?::\d{2})?(?!\d)(?:\s*[AaPp]\.?\s?[Mm]\b\.?)?"
+    r"|\b\d{1,2}\s*[AaPp]\.?\s?[Mm]\.?(?![A-Za-z])"
+    r"|-?\b\d+\s+\d+\s*/\s*[1-9]\d*\b(?!\s*[/.,]\d)"
+    # "3 hours and 30 minutes", "5 feet 3 inches", "2 dollars and 50 cents": one quantity.
+    rf"|\b\d+(?:\.\d+)?\s*{_UNIT_PAIR}"
+    # A point or tuple of numbers: "(3, 4)", "[1, 2]".
+    r"|[(\[]\s*-?\d+(?:\.\d+)?(?:\s*,\s*-?\d+(?:\.\d+)?)+\s*[)\]]"
+    # "all real numbers except 3 and 5": the numbers are the holes of the answer, not it.
+    r"|\ball\s+real\s+numbers?\s+(?:except(?:\s+for)?|other\s+than|but)\s+-?\d+(?:\.\d+)?"
+    r"(?:\s*(?:,\s*and|,|and|or)\s*-?\d+(?:\.\d+)?)*",
+    re.IGNORECASE,
+)
+_ORDINAL_TOKEN = re.compile(r"\d(?:st|nd|rd|th)\b", re.IGNORECASE)
 # A number token: thousands groups, a decimal point or a decimal comma ("2,74", "1000,99").
 _NUMBER_TOKEN = re.compile(
     r"-?(?:\d+\s*/\s*[1-9]\d*(?!\d|[.,]\d)|\d{1,3}(?:,\d{3})+(?:\.\d+)?"
     r"|\d{1,3}(?:[ \u2009\u202f]\d{3})+(?!\d|[.,]\d)|\d+(?:[.,]\d+)?|\.\d+)"
 )
 _GLUED_UNITS = {"", "cm", "mm", "km", "m", "kg", "g", "mg", "ml", "l", "s", "h", "ft", "in", "mi",
-                "m²", "cm²", "m³", "cm³", "km²", "€", "£", "$", "%", "°", "st", "nd", "rd",
-                "th"}  # fmt: skip
+                "m²", "cm²", "m³", "cm³", "km²", "€", "£", "$", "%", "°"}  # fmt: skip
 _EXPR_BEFORE = set("^_{/\\+*×·÷=<>|.,-") | set("0123456789")
+_OPERATORS = set("+*×·÷/^")
 _EXPR_AFTER = set("^_{}/\\*×·÷+=<>|")
 
 
@@ -406,38 +527,60 @@ def last_standalone_number(region: str) -> str | None:
     A digit run glued to a letter (``AZYUK2A``, ``x2``), inside braces or a fraction
     (``\frac{1+\sqrt5}{2}``), an exponent or subscript (``2^{10}``, ``a_3``), or joined to an
     operator (``3+4``) is part of a larger expression, not an answer. Glued units ("5cm",
-    "1,000.99m²", "12€") and ordinals ("3rd") are allowed.
+    "1,000.99m²", "12€") are allowed. Dates, clock times and mixed numbers are whole tokens,
+    returned whole ("at 7:30 a.m.", "2 1/2 liters"); an ordinal ("the 21st term") labels
+    something and is not an answer at all.
+
+    This is the one definition of "the last number" in grpo_envs: the integer environments'
+    loose extraction uses it too.
 
     >>> last_standalone_number("it is 1,000.99m² today")
     '1,000.99'
     >>> last_standalone_number(r"$2^{10}$ and AZYUK2A") is None
     True
+    >>> last_standalone_number("she pours 2 1/2 liters at 7:30 a.m.")
+    '7:30 a.m.'
     """
-    best = None
+    wholes = list(_WHOLE_TOKEN.finditer(region))
+    best: re.Match[str] | None = None
+    w = 0  # both scans move forward only: linear time
     for m in _NUMBER_TOKEN.finditer(region):
-        a, b = m.start(), m.end()
-        before = region[a - 1] if a > 0 else " "
-        if before.isalpha() or (before in _EXPR_BEFORE and before not in "=-"):
-            continue
-        if before == "-" and (a < 2 or not region[a - 2].isspace()):
-            continue
-        j = b
-        while j < len(region) and (region[j].isalpha() or region[j] in "²³€£$%°"):
-            j += 1
-        if region[b:j].lower() not in _GLUED_UNITS:
-            continue
-        k = j
-        while k < len(region) and region[k] == " ":
-            k += 1
-        after = region[k] if k < len(region) else " "
-        if after in _EXPR_AFTER or (after == "-" and region[k + 1 : k + 2].isdigit()):
-            continue
-        if region[b:j] == "" and after == "!" and region[k + 1 : k + 2] not in ("", " ", "\n"):
-            continue
-        best = m
+        a = m.start()
+        while w < len(wholes) and wholes[w].end() <= a:
+            w += 1
+        if w < len(wholes) and wholes[w].start() <= a + 1:
+            best = wholes[w]  # a digit inside a date, time or mixed number: the whole token
+        elif _standalone(region, m):
+            best = m
     if best is None or _hedged(region, best.start()):
         return None
-    return best.group(0).rstrip(",")
+    return best.group(0).strip().rstrip(",")
+
+
+def _standalone(region: str, m: re.Match[str]) -> bool:
+    """Tell whether the number token ``m`` stands alone (see ``last_standalone_number``)."""
+    a, b = m.start(), m.end()
+    before = region[a - 1] if a > 0 else " "
+    if before.isalpha() or (before in _EXPR_BEFORE and before not in "=-"):
+        return False
+    if before == "-" and (a < 2 or not region[a - 2].isspace()):
+        return False
+    if before == " " and region[max(0, a - 8) : a].rstrip()[-1:] in _OPERATORS:
+        return False  # "3 + 4": an operand, not a result
+    if _ORDINAL_TOKEN.match(region, b - 1) and region[max(0, a - 8) : a].rstrip()[-1:] != "=":
+        return False  # "the 21st term" labels; "12/2 = 6th" computes the answer
+    j = b
+    while j < len(region) and (region[j].isalpha() or region[j] in "²³€£$%°"):
+        j += 1
+    if region[b:j].lower() not in _GLUED_UNITS and not _ORDINAL_TOKEN.match(region, b - 1):
+        return False
+    k = j
+    while k < len(region) and region[k] == " ":
+        k += 1
+    after = region[k] if k < len(region) else " "
+    if after in _EXPR_AFTER or (after == "-" and region[k + 1 : k + 2].isdigit()):
+        return False
+    return not (region[b:j] == "" and after == "!" and region[k + 1 : k + 2] not in ("", " ", "\n"))
 
 
 _HEDGE = re.compile(
@@ -465,7 +608,7 @@ def _hedged(region: str, pos: int) -> bool:
     return not re.search(r"\d|[,;]|\b(?:which|but|it's|it\s+is|so|instead|rather)\b", between)
 
 
-_UNIT_OR_LINK_WORDS = {"and", "or", "percent", "percentage", "pct"}
+_UNIT_OR_LINK_WORDS = {"and", "or", "percent", "percentage", "pct", "cents", "cent"}
 
 
 def _is_bare_expression(region: str) -> bool:
@@ -480,11 +623,23 @@ def _is_bare_expression(region: str) -> bool:
 
 def _last_math(region: str) -> str | None:
     """Return the later of the last math span and the last standalone number outside spans."""
-    spans = math_spans(region)
-    if not spans and _is_bare_expression(region) and re.search(r"\d|\\", region):
+    return _whole_text_answer(region) or _last_value(region)
+
+
+def _whole_text_answer(region: str) -> str | None:
+    """Return a short text that is one expression or one or two words, whole; else None."""
+    if len(region) > 300 or math_spans(region):
+        return None
+    if _is_bare_expression(region) and re.search(r"\d|\\", region):
         return region.strip()  # the whole text is the answer ("(1,4.5)", "\\frac{10}{9}")
-    if not spans and re.fullmatch(r"\s*[A-Za-z]+(?: [A-Za-z]+)?\s*\.?\s*", region):
+    if re.fullmatch(r"\s*[A-Za-z]+(?: [A-Za-z]+)?\s*\.?\s*", region):
         return region.strip().rstrip(".")  # a one- or two-word answer ("Monday", "odd")
+    return None
+
+
+def _last_value(region: str) -> str | None:
+    """Return the later of the last math span and the last standalone number outside spans."""
+    spans = math_spans(region)
     tail_from = spans[-1][1] if spans else 0
     number = last_standalone_number(_blank_spans(region, spans)[tail_from:])
     if number is not None:
@@ -541,15 +696,26 @@ def extract_answer(completion: str, *, strict: bool = False) -> str | None:
     if not isinstance(completion, str) or not completion:
         return None
     text = completion[-MAX_SCAN_CHARS:]
+    if _BOX_TOKEN_OPEN in text:
+        # GLM-4.1V/4.5V frame their answer in tokens instead of \boxed{}.
+        text = text.replace(_BOX_TOKEN_OPEN, "\\boxed{").replace(_BOX_TOKEN_CLOSE, "}")
     think_end = text.rfind(_THINK_END)
+    if text.rfind(_THINK_START) > think_end:
+        return None  # a think block never closed: the model did not get to an answer
     post = text[think_end + len(_THINK_END) :] if think_end >= 0 else text
     answer = _strict_in(post, strict=strict)
     if answer is not None and not strict:
         # "... \boxed{200} ... \boxed{255} ... The final answer is $10,455$.": a stated final
         # answer after the last box supersedes the boxes (intermediate results).
-        answer = _phrase_after_last_box(post) or answer
+        answer = _unless_retracted(post, _phrase_after_last_box(post) or answer)
+        if answer is None:
+            return None
     if answer is None and not strict:
         answer = _flexible_in(post)
+        if answer is not None:
+            answer = _unless_retracted(post, answer)
+            if answer is None:
+                return None
         if answer is None and think_end >= 0:
             short = post.strip().strip("$").strip()
             if short and len(short) <= 100 and not _LONG_WORD.search(short.replace("\\", " \\")):
@@ -557,7 +723,9 @@ def extract_answer(completion: str, *, strict: bool = False) -> str | None:
         if answer is None and think_end >= 0:
             answer = _strict_in(text, strict=False) or _flexible_in(text)
         if answer is None:
-            answer = _last_math(post) or _last_math(text)
+            answer = _whole_text_answer(post) or final_statement(post)
+        if answer is None and think_end >= 0 and not re.search(r"\d", post):
+            answer = final_statement(text[:think_end])  # nothing after </think> but spacing
     if answer is None:
         return None
     answer = answer.strip()
@@ -586,3 +754,289 @@ def gold_answer(gold: str) -> str | None:
         return text  # "no real solutions", "$x \\ge 5$"
     found = extract_answer(text)
     return found if found is not None or len(text) > MAX_ANSWER_CHARS else text
+
+
+# --- loose mode: the final stated answer ----------------------------------------------------
+
+# A sentence that checks or illustrates a result already stated: its numbers are not the answer.
+_CHECK_SENTENCE = re.compile(
+    r"^\W*(?:(?:let(?:'s|\s+us|\s+me)|we\s+can|we|I\s+can|I(?:'ll|\s+will)|to|now|if\s+we"
+    r"|as\s+a|and|also)\s+)*"
+    r"(?:(?:double[- ]?)?check(?:ing|s)?\b|verif(?:y|ying|ication|ies)\b|sanity\s+check"
+    r"|(?:substitut(?:e|ing|ion)|plug(?:ging|s)?)\b(?=[^.\n]*?(?:\bcheck|\bverif|\bconfirm"
+    r"|\bcorrect\b|\btrue\b|\bmatch|\bconsistent\b|as\s+expected|\bsatisf|✓|\bback\s*:))"
+    r"|indeed\b|confirm(?:ing|s)?\b"
+    r"|for\s+(?:example|instance)|e\.g\.|an\s+example|illustrate"
+    r"|(?:for|in|take|try|consider)\s+(?:a|the)\s+(?:smaller|simpler|small)\s+case)",
+    re.IGNORECASE,
+)
+# Words that withdraw what came before: after them, only a new statement counts. A strong one
+# leaves no answer when no new value follows; a weak one ("wait", "let me check") may also
+# confirm the earlier answer, which then stands.
+_STRONG_RETRACTION = (
+    r"oops|correction|on\s+second\s+thought|scratch\s+that|I\s+made\s+(?:a|an)\s+(?:mistake|error)"
+    r"|I\s+was\s+wrong|(?:that|this)(?:'s|\s+is|\s+was)\s+(?:wrong|incorrect|not\s+right)"
+    r"|let\s+me\s+(?:recompute|redo|correct)|actually,?\s+(?:no\b|it(?:'s|\s+is|\s+should\s+be))"
+    r"|no,?\s+wait|wait,?\s+no\b"
+)
+_RETRACTION = re.compile(
+    rf"\b(?:(?P<strong>{_STRONG_RETRACTION})|wait|let\s+me\s+re-?check)\b",
+    re.IGNORECASE,
+)
+# A sentence that offers several candidates, or none firmly: no credit.
+_HEDGE_SENTENCE = re.compile(
+    r"(?<![\d.,+\-*/×=$\s])\s*\$?\d+(?:\.\d+)?\s*,?\s*or\s+(?:maybe\s+|perhaps\s+|possibly\s+)?\$?"
+    r"\d+(?:\.\d+)?(?![\d.%]|\s*[=+\-*/×])(?![^.\n]*=)"  # "4 or 5", not "0.60 or 60%"
+    r"|\beither\s+[$\\(]*-?\d|\b(?:could|might|may)\s+be\s+(?:about\s+|around\s+)?[$\\(]*-?\d"
+    r"|\b(?:maybe|perhaps|possibly|probably)\s*[$\\(]*-?\d|\bnot\s+sure\b|\bI\s+guess\b",
+    re.IGNORECASE,
+)
+# A last sentence that is a plan, not a result ("Now we multiply by 4"): nothing was concluded.
+_PLAN_SENTENCE = re.compile(
+    r"^\W*(?:now|next|then\s+we|we\s+(?:need|have)\s+to|I\s+need|to\s+find"
+    r"|let(?:'s|\s+us|\s+me)(?!\s+know))\b",
+    re.IGNORECASE,
+)
+# ... and one that announces work still to do even with numbers in it ("Let me compute 3 + 1"),
+# unlike a plain "Now she has 12 apples".
+_FUTURE_SENTENCE = re.compile(
+    r"^\W*(?:(?:now|next|then),?\s+)?(?:we\s+(?:need|have|want|must)\s+to|I\s+(?:need|have|want)\s+to"
+    r"|to\s+find|let(?:'s|\s+us|\s+me)(?!\s+know)|we\s+will|I\s+will)\b",
+    re.IGNORECASE,
+)
+# ... unless it goes on to a result ("To find W, we divide by 6, so W = 5"; "To find the rest:
+# 25 + 5 = 30 oranges").
+_CONCLUSION = re.compile(r"=|\b(?:so|thus|therefore|hence|we\s+get|which\s+gives|giving)\b", re.I)
+# A text cut off mid-sentence: it ends in an operator or a word that cannot end a sentence.
+_TRUNCATED_END = re.compile(
+    r"(?:[=+\-*/^_({\[:\\]|\b(?:by|to|the|a|an|of|and|or|so|then|is|are|was|we|get|gives|with"
+    r"|from|plus|minus|into|than|that|which|multiply|divide|equals|for|at|as))\s*$",
+    re.IGNORECASE,
+)
+_CLOSING_SENTENCE = re.compile(
+    r"^\W*(?:I\s+hope|hope\s+(?:this|it)|let\s+me\s+know|feel\s+free|thanks?\b|good\s+luck)",
+    re.IGNORECASE,
+)
+_SENTENCE_END = re.compile(r"(?<!\d)[.!?;](?=\s|$)|(?<=\d)[.!?;](?=\s|$)|\n+")
+
+
+def _sentences(region: str, spans: list[tuple[int, int, str]]) -> list[str]:
+    """Split ``region`` into sentences; a full stop inside a math span or a number is no end."""
+    blanked = _blank_spans(region, spans)
+    parts = []
+    start = 0
+    for m in _SENTENCE_END.finditer(blanked):
+        parts.append(region[start : m.end()])
+        start = m.end()
+    parts.append(region[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def final_statement(region: str) -> str | None:
+    r"""Return loose mode's *final stated answer* of a text with no answer marker, or None.
+
+    The rule, sentence by sentence from the end:
+
+    * a text cut off mid-sentence ("... = 4, then multiply by") states no result: None;
+    * closing remarks ("I hope it is correct") and sentences without a number are skipped;
+    * a sentence that checks or illustrates an earlier result ("Check: 3(3) - 2 = 7",
+      "Substituting back ...", "For a smaller case, n = 3 gives 6") is skipped: its numbers are
+      not the answer;
+    * after a retraction ("Wait, I made an error: it is 6") only what follows it counts, and a
+      retraction with no new value leaves no answer;
+    * a sentence that hedges ("it could be 4 or 5", "maybe 7") or plans ("Now we add 3") is no
+      answer: None;
+    * otherwise the first sentence found states the answer: its last math span or number.
+
+    >>> final_statement("So y = 3. Check: 3(3) - 2 = 7.")
+    '3'
+    >>> final_statement("The total is 10. Wait, I forgot the tax: it is 11.")
+    '11'
+    >>> final_statement("It could be 4 or 5.") is None
+    True
+    """
+    stripped = region.rstrip()
+    if len(stripped) > _STATEMENT_SCAN_CHARS:
+        # The final statement is at the end: read the last lines only (from a line start).
+        tail = stripped[-_STATEMENT_SCAN_CHARS:]
+        stripped = tail[tail.find("\n") + 1 :] if "\n" in tail else tail
+    spans = math_spans(stripped)
+    if not stripped or _TRUNCATED_END.search(_spans_as_words(stripped, spans)[-200:]):
+        return None
+    return _statement_before(_sentences(stripped, spans)[-_MAX_SENTENCES:])
+
+
+def _result_value(sentence: str) -> str | None:
+    """Return the result of the sentence's last computation ("... = 15 liters out of the 24").
+
+    The number right after the last ``=`` is what the sentence computed; numbers after it that
+    are not results ("out of the 24 liters", "in 3 weeks") restate the question. None when the
+    sentence computes nothing, or its last ``=`` is followed by math or an unfinished expression.
+    """
+    spans = math_spans(sentence)
+    blanked = _blank_spans(sentence, spans)
+    eq = blanked.rfind("=")
+    if eq < 0 or (spans and spans[-1][0] > eq) or blanked[eq - 1 : eq] in ("<", ">", "!"):
+        return None
+    m = re.compile(r"\s*\$?\s*").match(blanked, eq + 1)
+    start = m.end() if m else eq + 1
+    whole = _WHOLE_TOKEN.match(blanked, start)
+    if whole is not None:
+        return whole.group(0).strip()
+    number = _NUMBER_TOKEN.match(blanked, start)
+    if number is None or not _standalone(blanked, number) or _hedged(blanked, start):
+        return None
+    # "= 16.75 bags, meaning ... 17 bags"; "= 0.60 or 60%"; "= 33.333%, which rounds to 33%":
+    # the result restated (rounded, converted) after it is the final form.
+    if _CONTINUED.search(blanked, number.end()):
+        return None  # "= 30 eggs, plus 2 spares": the computation goes on in words
+    restated = None
+    for restated in _RESTATED.finditer(blanked, number.end()):  # noqa: B007 - the final one
+        pass
+    if restated is not None:
+        return restated.group(1)
+    return number.group(0).rstrip(",")
+
+
+_CONTINUED = re.compile(
+    r"\b(?:plus|minus|times|add(?:s|ed|ing)?|subtract\w*|extra|another|except|but|minus"
+    r"|remov\w*|take\s+away|left\s+over\s+after)\b[^.=\n]{0,30}?\d|[+\-*/×]\s*\$?\d",
+    re.IGNORECASE,
+)
+_RESTATED = re.compile(
+    r"(?:\b(?:which|that)\s+(?:rounds?(?:\s+(?:up|down))?\s+to|is(?:\s+(?:about|approximately"
+    r"|roughly))?|equals|means)|\bmeaning\b[^.=\n]{0,60}?|,?\s+or|\bi\.e\.,?)\s*\$?"
+    r"(-?\d[\d,]*+(?:\.\d+)?+)(?![\d.]*\s*[=+*/×^-])"
+    # ... but not a difference stated about it ("which is 20 more than last week").
+    r"(?!%?\s*(?:[A-Za-z]+\s+)?(?:more|less|fewer|greater|times|than|higher|lower|over|under)\b)"
+)
+
+
+def _spans_as_words(text: str, spans: list[tuple[int, int, str]]) -> str:
+    """``text`` with each math span replaced by a word: a text ending in math is complete."""
+    out, prev = [], 0
+    for a, b, _ in spans:
+        out.append(text[prev:a] + " MATH ")
+        prev = b
+    out.append(text[prev:])
+    return "".join(out)
+
+
+def _statement_before(sentences: list[str]) -> str | None:
+    """Apply ``final_statement``'s rule to ``sentences``, from the last one back."""
+    for k in range(len(sentences) - 1, -1, -1):
+        sentence = sentences[k]
+        retraction = None
+        for retraction in _RETRACTION.finditer(sentence):  # noqa: B007 - the last one
+            pass
+        if retraction is not None:
+            after = sentence[retraction.end() :].lstrip(" ,:;-")
+            if _HEDGE_SENTENCE.search(after):
+                return None
+            value = _statement_before([after, *sentences[k + 1 :]]) if after else None
+            if value is not None or retraction.group("strong"):
+                return value
+            sentence = sentence[: retraction.start()]  # "wait, let me check": it still stands
+            if not sentence.strip():
+                continue
+        if _CLOSING_SENTENCE.match(sentence) or _CHECK_SENTENCE.match(sentence):
+            continue
+        if not re.search(r"\d|\\[A-Za-z]", sentence) and not math_spans(sentence):
+            if _PLAN_SENTENCE.match(sentence):
+                return None
+            spelled = _last_number_words(sentence)
+            if spelled is not None:
+                return None if _HEDGE_SENTENCE.search(sentence) else spelled
+            continue
+        if _HEDGE_SENTENCE.search(sentence):
+            return None
+        if _FUTURE_SENTENCE.match(sentence) and not _CONCLUSION.search(sentence):
+            return None
+        inline_check = re.search(r"[;,(]\s*(?:check|verify|verification)\b", sentence, re.I)
+        if inline_check:
+            sentence = sentence[: inline_check.start()]
+        return _result_value(sentence) or _last_value(sentence)
+    return None
+
+
+_NUMBER_WORD = (
+    r"(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen"
+    r"|fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy"
+    r"|eighty|ninety|hundred|thousand|million|billion)"
+)
+_NUMBER_WORDS = re.compile(
+    rf"\b{_NUMBER_WORD}(?:(?:[\s-]+|\s+and\s+){_NUMBER_WORD})*+\b", re.IGNORECASE
+)
+
+
+def _last_number_words(sentence: str) -> str | None:
+    """Return the last number written in words ("twelve", "twenty-one"); "one" is a pronoun."""
+    last = None
+    for last in _NUMBER_WORDS.finditer(sentence):  # noqa: B007 - the final one
+        pass
+    if last is None or last.group(0).lower() == "one":
+        return None
+    return last.group(0)
+
+
+def _last_marker(region: str) -> int:
+    """Return where the last answer marker (box, ``####``, tag, answer phrase) starts, or -1."""
+    positions = [region.rfind(c) for c in (*_BOX_COMMANDS, "####")]
+    positions.append(region.lower().rfind("</answer>"))
+    last = None
+    for last in _ANSWER_IS.finditer(region):  # noqa: B007 - the final one
+        pass
+    if last is not None:
+        positions.append(last.start())
+    return max(positions)
+
+
+def _unless_retracted(region: str, answer: str) -> str | None:
+    r"""Apply a retraction after the last marked answer: "\boxed{5}. Oops, it is 6." -> 6.
+
+    After a strong retraction ("I made a mistake", "that is wrong") the answer is the new one it
+    states, or none. After a weak one ("wait") only a newly marked answer replaces it: "wait,
+    5 = 2 + 3, yes" confirms the answer rather than replacing it by 3.
+    """
+    last = None
+    for last in _RETRACTION.finditer(region, max(_last_marker(region), 0)):  # noqa: B007
+        pass
+    if last is None:
+        return answer
+    tail = region[last.end() :]
+    marked = _strict_in(tail, strict=False) or _flexible_in(tail)
+    if marked is not None:
+        return marked
+    if not last.group("strong"):
+        return answer
+    return final_statement(tail.lstrip(" ,:;-"))
+
+
+# --- multiple choice ------------------------------------------------------------------------
+
+_OPTION_LABEL = re.compile(r"(?:(?<![A-Za-z0-9\\])\(([A-J])\)|(?m:^)[ \t]*([A-J])[.):])[ \t]*")
+_OPTION_SCAN_CHARS = 20_000
+
+
+def listed_options(text: str) -> dict[str, str]:
+    """Return the options a text lists ("(A) 10 (B) 11 ..." or one "A. 10" a line), by letter.
+
+    Only a run of labels A, B, C, ... in order counts (a stray "(C)" is no list); when the text
+    lists the options more than once, the last listing wins. Empty when there is no such list.
+
+    >>> listed_options("Options: (A) 10 (B) $11$ (C) 12. So (C).")
+    {'A': '10', 'B': '11', 'C': '12'}
+    """
+    region = text[-_OPTION_SCAN_CHARS:]
+    labels = list(_OPTION_LABEL.finditer(region))
+    options: dict[str, str] = {}
+    for k, m in enumerate(labels):
+        letter = m.group(1) or m.group(2)
+        end = labels[k + 1].start() if k + 1 < len(labels) else len(region)
+        body = region[m.end() : end].split("\n", 1)[0]
+        body = re.split(r"\.(?:\s|$)", body, maxsplit=1)[0].strip().strip("$,;").strip()
+        if letter == "A":
+            options = {}
+        if letter == chr(ord("A") + len(options)) and body:
+            options[letter] = body
+    return options if len(options) >= 2 else {}

@@ -16,6 +16,7 @@ cleaners defined here.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -122,7 +123,18 @@ class Alt:
     options: tuple[Node, ...]
 
 
-Node = Scalar | Choice | Seq | Union | Matrix | Relation | SetOf | Alt
+@dataclass(frozen=True)
+class Piecewise:
+    r"""A function by cases (``\begin{cases} x & x > 0 \\ -x & \text{otherwise} \end{cases}``).
+
+    ``branches`` are (value, condition) pairs; a condition of None is "otherwise". The order of
+    the cases does not matter.
+    """
+
+    branches: tuple[tuple[Node, Node | None], ...]
+
+
+Node = Scalar | Choice | Seq | Union | Matrix | Relation | SetOf | Alt | Piecewise
 
 
 # --- string clean-up ------------------------------------------------------------------------
@@ -171,7 +183,7 @@ _PERCENT_WORD = re.compile(r"\s*(?:percentage|percent|pct)\b\.?", re.IGNORECASE)
 # thousands separator, even with a space after it ("11,\\! 111").
 _NEG_SPACE_GROUP = re.compile(r"(?:\{,\}|,)\s*\\!\s*(?=\d{3}(?!\d))")
 _DEGREE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree")
-_DOLLAR = re.compile(r"\\\$|\$")
+_DOLLAR = re.compile(r"\\\$|\$|[€£¥₹]|\\(?:euro|pounds|yen|textdollar)(?![A-Za-z])")
 _THOUSANDS = re.compile(r"^-?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$")
 _ASCII_FUNCS = re.compile(r"(?<![\\A-Za-z])(sqrt|pi|sin|cos|tan|log|ln|exp|infty|cdot)(?![A-Za-z])")
 _CHOICE = re.compile(r"^\(?\s*([A-J])\s*\)?(?:\s*[).:]\s*.*|\s+.*)?$", re.DOTALL)
@@ -184,6 +196,7 @@ _KNOWN_UNITS = {
     "day", "weeks", "week", "years", "year", "months", "month", "dollars", "dollar", "cents",
     "cent", "units", "unit", "degrees", "degree", "mph", "l", "ml", "liters", "litres", "sq",
     "square", "cubic", "percent", "points", "pounds", "people", "students", "apples",
+    "euros", "euro", "yen", "rupees", "usd", "eur", "gbp",
 }  # fmt: skip
 
 
@@ -501,21 +514,34 @@ def terminates(x: Fraction) -> bool:
     return d == 1
 
 
-def numbers_equal(a: Number, b: Number, rel_tol: Fraction = Fraction(1, 10**6)) -> bool:
-    """Exact equality, with a relative tolerance only for a decimal against a non-terminating value.
+def numbers_equal(a: Number, b: Number) -> bool:
+    """Exact equality; a decimal may stand for a non-terminating value only as its rounding.
 
-    ``0.3333333`` matches ``1/3`` (relative error 1e-7), ``0.33`` does not (1e-2), and two values
-    that both have finite decimal expansions must match exactly (1000001.0 is not 1000000).
+    The tolerance is scaled to the digits given: a decimal with at least ``MIN_ROUNDED_DIGITS``
+    significant digits equals a value with no finite decimal expansion when it is that value
+    rounded or truncated to the decimal's own places (``0.33333`` and ``0.3333333`` for 1/3, not
+    ``0.33`` or ``0.3333334``). Two values with finite expansions must match exactly
+    (1000001.0 is not 1000000), and so must integers and fractions, however large.
+
+    >>> numbers_equal(parse_number("2.6667"), parse_number("8/3"))
+    True
+    >>> numbers_equal(parse_number("2.6668"), parse_number("8/3"))
+    False
     """
     if a.value == b.value:
         return True
     for dec, other in ((a, b), (b, a)):
         if dec.decimal and not terminates(other.value):
-            err = abs(dec.value - other.value)
-            if err <= rel_tol * abs(other.value):
-                return True
-            digits = len(str(abs(dec.value * 10**dec.places).numerator))
-            return digits >= MIN_ROUNDED_DIGITS and err <= Fraction(1, 2 * 10**dec.places)
+            scaled = dec.value * 10**dec.places
+            if scaled.denominator != 1 or len(str(abs(scaled.numerator))) < MIN_ROUNDED_DIGITS:
+                return False
+            if (scaled < 0) != (other.value < 0):
+                return False
+            target = abs(other.value) * 10**dec.places
+            return abs(scaled.numerator) in (
+                math.floor(target),
+                math.floor(target + Fraction(1, 2)),
+            )
     return False
 
 
@@ -527,6 +553,9 @@ _REL_CANON = {"\\leq": "<=", "\\le": "<=", "\\geq": ">=", "\\ge": ">=", "\\neq":
 _OR = re.compile(r"\s+(?:or|and)\s+")
 
 
+_PLAIN_NUMBER = re.compile(r"^\s*[+-]?\d{1,30}(?:\.\d{1,30})?\s*$")
+
+
 def parse_answer(raw: str, *, choice: bool = False) -> Node:
     """Parse an extracted answer into a tree. ``choice``: read a leading A-J letter as an option.
 
@@ -534,7 +563,9 @@ def parse_answer(raw: str, *, choice: bool = False) -> Node:
         AnswerTooComplex: nesting deeper than ``MAX_DEPTH`` or more than ``MAX_ITEMS`` parts.
         MalformedAnswer: an empty element, side or expression.
     """
-    s = clean(raw)
+    if _PLAIN_NUMBER.match(raw):
+        return Scalar(raw.strip().lstrip("+"))  # most answers: no clean-up or structure to read
+    s = clean(unit_vectors_as_tuple(raw))
     if max_depth(s) > MAX_DEPTH:
         raise AnswerTooComplex(f"bracket nesting deeper than {MAX_DEPTH}")
     if choice:
@@ -543,6 +574,44 @@ def parse_answer(raw: str, *, choice: bool = False) -> Node:
         if m and not re.search(r"\b[A-J]\b", s[m.end(1) + 1 :]):
             return Choice(m.group(1))
     return _parse(s, 0)
+
+
+_UNIT_VECTOR = re.compile(
+    r"\\(?:hat|mathbf|vec|boldsymbol|bm)\s*\{?\s*(?:\\)?([ijk])(?:math)?\s*\}?(?![A-Za-z])"
+)
+
+
+def unit_vectors_as_tuple(raw: str) -> str:
+    r"""Write ``3\mathbf{i} - \hat{j} + 2\hat{k}`` as the tuple ``(3, -1, 2)``; else ``raw``.
+
+    Only unit vectors marked as such (``\hat``, ``\mathbf``, ``\vec``): a bare ``i`` is the
+    imaginary unit. Without a k-component the vector is planar, ``(a, b)``.
+
+    >>> unit_vectors_as_tuple(r"3\mathbf{i} - \hat{j}")
+    '(3, -1)'
+    """
+    if not _UNIT_VECTOR.search(raw) or len(raw) > 500:
+        return raw
+    text = raw.strip().strip("$").strip()
+    coefficients: dict[str, str] = {}
+    pos = 0
+    for m in _UNIT_VECTOR.finditer(text):
+        coef = text[pos : m.start()].strip()
+        axis = m.group(1)
+        if axis in coefficients:
+            return raw
+        sign = "-" if coef.startswith("-") else ""
+        coef = coef.lstrip("+-").strip().removesuffix("\\cdot").removesuffix("\\times").strip()
+        if re.search(r"(?<!^)[+-]", coef) or (
+            pos and text[pos : m.start()].strip()[:1] not in ("+", "-")
+        ):
+            return raw  # a term is a sum itself, or two terms without a sign between them
+        coefficients[axis] = f"{sign}{coef or '1'}"
+        pos = m.end()
+    if text[pos:].strip():
+        return raw
+    axes = "ijk" if "k" in coefficients else "ij"
+    return "(" + ", ".join(coefficients.get(a, "0") for a in axes) + ")"
 
 
 def gold_choice(raw: str) -> str | None:
@@ -587,19 +656,71 @@ def _is_constant(text: str) -> bool:
 
 
 def relation_as_set(rel: Relation) -> SetOf | None:
-    """``x > 5`` -> the values of x, (5, oo); None when it is not a bound on one variable."""
-    if rel.op not in ("<", "<=", ">", ">="):
+    r"""``x > 5`` -> the values of x, (5, oo); None when it is not a bound on one variable.
+
+    Also ``x \ne 3`` (all reals but 3) and ``|x - a| < b`` (an interval around a; with ``>``, the
+    union outside it), for numbers a and b.
+    """
+    if rel.op not in ("<", "<=", ">", ">=", "!="):
         return None
     lhs, rhs, op = rel.lhs.text, rel.rhs.text, rel.op
-    if _SIMPLE_VAR.match(rhs) and _is_constant(lhs):
+    if (_SIMPLE_VAR.match(rhs) and _is_constant(lhs)) or _ABS_LINEAR.match(rhs):
         lhs, rhs = rhs, lhs
-        op = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[op]
+        op = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "!=": "!="}[op]
+    absolute = _ABS_LINEAR.match(lhs)
+    if absolute is not None:
+        return _absolute_bound(absolute, op, rhs)
     if not (_SIMPLE_VAR.match(lhs) and _is_constant(rhs)):
         return None
     bound = Scalar(rhs)
+    if op == "!=":
+        return SetOf(lhs, all_reals_except([bound]))
     if op in ("<", "<="):
         return SetOf(lhs, Seq("tuple", (Scalar("-\\infty"), bound), "(", ")" if op == "<" else "]"))
     return SetOf(lhs, Seq("tuple", (bound, Scalar("\\infty")), "(" if op == ">" else "[", ")"))
+
+
+_ABS_LINEAR = re.compile(r"^\|\s*([A-Za-z])\s*(?:([+-])\s*(\d+(?:\.\d+)?|\d+/\d+))?\s*\|$")
+
+
+def _absolute_bound(m: re.Match[str], op: str, rhs: str) -> SetOf | None:
+    """``|x - a| < b`` -> x in (a - b, a + b); ``|x - a| > b`` -> outside it (numbers only)."""
+    radius = parse_number(rhs)
+    shift = parse_number(m.group(3) or "0")
+    if radius is None or shift is None or radius.value < 0 or op == "!=":
+        return None
+    center = shift.value if m.group(2) == "-" else -shift.value
+    lo, hi = (
+        Scalar(_fraction_text(center - radius.value)),
+        Scalar(_fraction_text(center + radius.value)),
+    )
+    if op in ("<", "<="):
+        closed = op == "<="
+        return SetOf(
+            m.group(1), Seq("tuple", (lo, hi), "[" if closed else "(", "]" if closed else ")")
+        )
+    closed = op == ">="
+    left = Seq("tuple", (Scalar("-\\infty"), lo), "(", "]" if closed else ")")
+    right = Seq("tuple", (hi, Scalar("\\infty")), "[" if closed else "(", ")")
+    return SetOf(m.group(1), Union((left, right)))
+
+
+def _fraction_text(x: Fraction) -> str:
+    return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
+
+
+def all_reals_except(points: list[Scalar]) -> Node:
+    """Return the real line without the given numbers: a union of open intervals, in order."""
+    values = []
+    for p in points:
+        n = parse_number(p.text)
+        if n is None:
+            return Union((Seq("tuple", (Scalar("-\\infty"), p), "(", ")"),
+                          Seq("tuple", (p, Scalar("\\infty")), "(", ")")))  # fmt: skip
+        values.append((n.value, p))
+    values.sort(key=lambda v: v[0])
+    ends = [Scalar("-\\infty"), *(p for _, p in values), Scalar("\\infty")]
+    return Union(tuple(Seq("tuple", (a, b), "(", ")") for a, b in itertools.pairwise(ends)))
 
 
 def _split_relation(s: str) -> tuple[list[str], list[str]]:
@@ -635,7 +756,19 @@ def _parse(s: str, level: int) -> Node:
     s = s.strip()
     if not s:
         raise MalformedAnswer("an empty element")
-    for read in (_matrix_expression, _matrix_literal, _decimal_comma, _membership, _union):
+    for read in (
+        _spelled_number,
+        _compound_quantity,
+        _date,
+        _cases,
+        _matrix_expression,
+        _scaled_matrix,
+        _matrix_literal,
+        _decimal_comma,
+        _all_but,
+        _membership,
+        _union,
+    ):
         node = read(s, level)
         if node is not None:
             return node
@@ -722,6 +855,9 @@ def _bare_list(s: str, level: int) -> Node | None:
 def _bracketed(s: str, level: int, is_set: bool) -> Node | None:
     """Brackets enclosing the whole answer: a set, a tuple / interval, or grouping parentheses."""
     if is_set:
+        builder = _set_builder(s[2:-2], level)
+        if builder is not None:
+            return builder
         items = split_top(s[2:-2], (",", ";"))
         if len(items) > MAX_ITEMS:
             raise AnswerTooComplex("too many elements")
@@ -739,6 +875,48 @@ def _bracketed(s: str, level: int, is_set: bool) -> Node | None:
     return None
 
 
+_BUILDER = re.compile(
+    r"^\s*([A-Za-z](?:_\{?\w+\}?)?)\s*(?:\\in\s*\(-\\infty,\s*\\infty\)\s*)?(?::|\\mid|\|)\s*(.+)$",
+    re.DOTALL,
+)
+
+
+def _set_builder(inner: str, level: int) -> SetOf | None:
+    r"""Read ``\{y : y \le -1\}`` / ``\{x \mid -2 < x < 3\}`` as the values of the variable."""
+    m = _BUILDER.match(inner)
+    if m is None:
+        return None
+    try:
+        cond = _parse(m.group(2), level + 1)
+    except AnswerRejected:
+        return None
+    if isinstance(cond, Relation):
+        cond = relation_as_set(cond)  # type: ignore[assignment]
+    if isinstance(cond, SetOf) and re.sub(r"\s+", "", cond.var) == re.sub(r"\s+", "", m.group(1)):
+        return cond
+    return None
+
+
+_EXCEPT = re.compile(
+    r"^(?:all\s+)?(?:real\s+numbers?|reals|x)\s+(?:except(?:\s+for)?|other\s+than|but"
+    r"|such\s+that\s+x\s*\\ne)\s+(.+)$",
+    re.IGNORECASE,
+)
+_SETMINUS = re.compile(r"^\(-\\infty,\s*\\infty\)\s*(?:\\setminus|\\backslash|-)\s*\\\{(.+)\\\}$")
+
+
+def _all_but(s: str, level: int) -> Node | None:
+    r"""Read "all real numbers except 3" or ``\mathbb{R} \setminus \{1, 2\}`` as intervals."""
+    m = _EXCEPT.match(s) or _SETMINUS.match(s)
+    if m is None:
+        return None
+    parts = split_top(_OR.sub(", ", m.group(1)), (",",))
+    points = [p.strip() for p in parts if p.strip()]
+    if not points or len(points) > MAX_ITEMS or any(parse_number(p) is None for p in points):
+        return None
+    return all_reals_except([Scalar(p) for p in points])
+
+
 def _relation_chain(s: str, level: int) -> Node | None:
     r"""Read ``a \approx b``, ``x = 5``, ``x = 5 + 5 + 1 = 11``, ``1 < x < 3``; else None."""
     # "\\frac{1}{6} \\approx 0.167": the exact form before \\approx is the answer; in
@@ -746,7 +924,9 @@ def _relation_chain(s: str, level: int) -> Node | None:
     approx = split_top(s, ("\\approx",))
     if len(approx) > 1:
         first = approx[0].strip()
-        return _parse(approx[-1] if _SIMPLE_VAR.match(first) else first, level + 1)
+        # "\\approx 5" (a box opened with the sign) states 5.
+        use_last = not first or _SIMPLE_VAR.match(first)
+        return _parse(approx[-1] if use_last else first, level + 1)
     sides, ops = _split_relation(s)
     if len(sides) == 2:
         return _relation(ops[0], sides[0], sides[1], level)
@@ -769,6 +949,9 @@ def _plus_minus_ratio_or_leaf(s: str) -> Node:
         plus = s.replace("\\pm", "+").replace("\\mp", "-")
         minus = s.replace("\\pm", "-").replace("\\mp", "+")
         return Seq("set", (_scalar(plus), _scalar(minus)))
+    clock = _clock_time(s)
+    if clock is not None:
+        return clock
     # A ratio or a time ("7:32", "12:00"): an ordered pair that only equals another ratio.
     ratio = split_top(s, (":",))
     if len(ratio) == 2 and all(p.strip() for p in ratio) and "\\" not in s:
@@ -814,6 +997,158 @@ def _matrix_expression(s: str, level: int) -> Matrix | None:
         for ra in cells_a
     )
     return Matrix(rows)
+
+
+_CASES = re.compile(r"^\\begin\{[dr]?cases\}(.*)\\end\{[dr]?cases\}$", re.DOTALL)
+_CONDITION_WORDS = re.compile(r"^\s*(?:if|for|when|where|whenever)\b\s*|[\s,;.]+$", re.IGNORECASE)
+_OTHERWISE = re.compile(r"^(?:otherwise|else|elsewhere|in\s+all\s+other\s+cases)$", re.IGNORECASE)
+
+
+# Quantities written in two units (big unit, small unit, small units per big one).
+_COMPOUND_UNITS = (
+    (r"hours?|hrs?|h", r"minutes?|mins?|m", 60),
+    (r"minutes?|mins?|m", r"seconds?|secs?|s", 60),
+    (r"feet|foot|ft", r"inch(?:es)?|in", 12),
+    (r"dollars?", r"cents?", 100),
+    (r"pounds?|lbs?", r"ounces?|oz", 16),
+    (r"meters?|m", r"centimeters?|cm", 100),
+    (r"years?", r"months?", 12),
+    (r"weeks?", r"days?", 7),
+)
+_COMPOUND = [
+    re.compile(
+        rf"^(\d+(?:\.\d+)?)\s*(?:{big})\s*,?\s*(?:and\s*)?(\d+(?:\.\d+)?)\s*(?:{small})$",
+        re.IGNORECASE,
+    )
+    for big, small, _ in _COMPOUND_UNITS
+]
+
+
+def _compound_quantity(s: str, level: int) -> Alt | None:
+    """Read "1 hour 30 minutes" as 1.5 (hours) or 90 (minutes), "5 feet 3 inches" as 5.25 or 63.
+
+    One quantity in two units equals its value in either unit, never one of its two numbers.
+    """
+    for pattern, (_, _, factor) in zip(_COMPOUND, _COMPOUND_UNITS):
+        m = pattern.match(s)
+        if m is not None:
+            big, small = Fraction(m.group(1)), Fraction(m.group(2))
+            in_big = big + small / factor
+            in_small = big * factor + small
+            return Alt((Scalar(_fraction_text(in_big)), Scalar(_fraction_text(in_small))))
+    return None
+
+
+_MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august",
+                "september", "october", "november", "december")  # fmt: skip
+_MONTH_NAME = r"([A-Za-z]{3,9})\.?"
+_DATES = (
+    # (pattern, order of the groups: m = month name, M = month number, d = day, y = year)
+    (re.compile(rf"^{_MONTH_NAME}\s+(\d{{1,2}})(?:st|nd|rd|th)?(?:,?\s+(\d{{4}}))?$"), "mdy"),
+    (
+        re.compile(rf"^(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH_NAME}(?:,?\s+(\d{{4}}))?$"),
+        "dmy",
+    ),
+    (re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})$"), "yMd"),
+    (re.compile(r"^(\d{1,2})/(\d{1,2})/(\d{4})$"), "Mdy"),
+)
+
+
+def _date(s: str, level: int) -> Seq | None:
+    """Read a date ("March 15, 2024", "15 March 2024", "2024-03-15", "3/15/2024") as
+    (month, day[, year]): equal to the same date in any of these forms, never to a number.
+    """  # noqa: D205
+    for pattern, order in _DATES:
+        m = pattern.match(s.strip())
+        if m is None:
+            continue
+        parts = dict(zip(order.lower(), m.groups()))
+        if order.count("m"):
+            word = parts["m"].lower()
+            full = [k for k, name in enumerate(_MONTH_NAMES) if name.startswith(word)]
+            if len(full) != 1:
+                return None  # "Mayday" or "Ju" is no month
+            month = full[0] + 1
+        else:
+            month = int(parts["m"])
+        day = int(parts["d"])
+        if not (1 <= month <= 12 and 1 <= day <= 31):
+            return None
+        items = [Scalar(str(month)), Scalar(str(day))]
+        if parts.get("y"):
+            items.append(Scalar(str(int(parts["y"]))))
+        return Seq("tuple", tuple(items), "date", "date")
+    return None
+
+
+def _spelled_number(s: str, level: int) -> Scalar | None:
+    """Read "two thousand and five" as 2005 (before "and" could split it into a list)."""
+    value = number_from_words(s)
+    return None if value is None else Scalar(str(value))
+
+
+def _cases(s: str, level: int) -> Piecewise | None:
+    r"""Read ``\begin{cases} v_1 & c_1 \\ v_2 & c_2 \end{cases}`` as (value, condition) pairs."""
+    m = _CASES.match(s)
+    if m is None:
+        return None
+    rows = [r for r in re.split(r"\\\\", m.group(1)) if r.strip()]
+    if not rows or len(rows) > MAX_ITEMS:
+        return None
+    branches: list[tuple[Node, Node | None]] = []
+    for row in rows:
+        value, _, condition = row.partition("&")
+        condition = _CONDITION_WORDS.sub("", condition).strip()
+        cond: Node | None = None
+        if condition and not _OTHERWISE.match(condition):
+            cond = _parse(condition, level + 1)
+        elif not condition and row is not rows[-1]:
+            return None  # a case without a condition before the last one: not a function
+        branches.append((_parse(value, level + 1), cond))
+    return Piecewise(tuple(branches))
+
+
+_SCALED_MATRIX = re.compile(
+    r"^([^\\]*?|\\frac\{[^{}]*\}\{[^{}]*\}|\\sqrt\{[^{}]*\})\s*(?:\\cdot|\\times)?\s*"
+    r"(\\begin\{([pbvBV]?matrix)\}.*\\end\{\3\})$",
+    re.DOTALL,
+)
+_IDENTITY = re.compile(r"^(.*?)\s*(?:\\cdot|\\times)?\s*I(?:_\{?(\d)\}?)?$")
+
+
+def _scaled_matrix(s: str, level: int) -> Matrix | None:
+    r"""Read ``2\begin{pmatrix}1\\2\end{pmatrix}`` (a scalar times a matrix) cell by cell."""
+    m = _SCALED_MATRIX.match(s)
+    if m is None or not m.group(1).strip():
+        return None
+    coef = m.group(1).strip()
+    if coef in ("-", "+"):
+        coef += "1"
+    inner = _parse(m.group(2), level + 1)
+    if not isinstance(inner, Matrix):
+        return None
+    cells = tuple(
+        tuple(Scalar(f"({coef}) \\cdot ({c.text})") if isinstance(c, Scalar) else c for c in row)
+        for row in inner.rows
+    )
+    return Matrix(cells)
+
+
+def identity_multiple(node: Node, size: int) -> Matrix | None:
+    r"""Read ``2I`` / ``3I_3`` / ``I`` as that multiple of the ``size`` x ``size`` identity."""
+    if not isinstance(node, Scalar) or size > MAX_ITEMS:
+        return None
+    m = _IDENTITY.match(node.text)
+    if m is None or (m.group(2) and int(m.group(2)) != size) or re.search(r"[A-Za-z]", m.group(1)):
+        return None
+    coef = m.group(1).strip() or "1"
+    if coef in ("-", "+"):
+        coef += "1"
+    zero = Scalar("0")
+    diagonal = Scalar(coef)
+    return Matrix(
+        tuple(tuple(diagonal if i == j else zero for j in range(size)) for i in range(size))
+    )
 
 
 _ASSIGN = re.compile(r"^\s*[A-Za-z](?:_\{?\w+\}?)?\s*=\s*([^=]+)$")
@@ -892,6 +1227,9 @@ def _scalar(s: str) -> Scalar:
     percent = s.endswith("%")
     if percent:
         s = s[:-1].strip()
+    if _TRIG.search(s):
+        # sin 30°: the degrees are the argument's unit, converted to radians where they stand.
+        s = _DEGREE_NUMBER.sub(lambda m: f"({m.group(1)}\\pi/180)", s)
     degrees = "°" in s
     s = s.replace("°", " ").strip()
     s = strip_units(s)
@@ -906,6 +1244,8 @@ def _scalar(s: str) -> Scalar:
     return Scalar(s, percent, degrees)
 
 
+_TRIG = re.compile(r"\\(?:sin|cos|tan|cot|sec|csc)(?![A-Za-z])")
+_DEGREE_NUMBER = re.compile(r"(\d+(?:\.\d+)?)\s*°")
 _SPACED_NUMBERS = re.compile(r"^-?\d+(?:\.\d+)?(?:\s+-?\d+(?:\.\d+)?)+$")
 
 
@@ -913,13 +1253,110 @@ _SCALE_WORD = re.compile(r"^(.*?\d.*?)\s*(thousand|million|billion|trillion)s?$"
 _SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
 
 
+_CLOCK = re.compile(r"^(\d{1,2})(?::(\d{2}))?(?::\d{2})?\s*([AaPp])\.?\s?[Mm]\.?$")
+_ORDINAL_NUMBER = re.compile(r"^(-?\d+)\s*(?:st|nd|rd|th)$", re.IGNORECASE)
+_CENTS = re.compile(r"^(-?\d[\d,]*(?:\.\d+)?)\s*(?:cents?|¢)$", re.IGNORECASE)
+
+
+def _clock_time(s: str) -> Node | None:
+    """Read a 12-hour clock time ("7:30 p.m.", "12:05 AM", "7 pm") as the 24-hour pair (h, m).
+
+    It equals the same time written on a 24-hour clock ("19:30"). An hour alone ("7 pm") also
+    equals the bare hour ("7"), the way a question "at what hour" is answered.
+    """
+    m = _CLOCK.match(s)
+    if m is None:
+        return None
+    hour, minutes = int(m.group(1)), m.group(2)
+    if not 1 <= hour <= 12 or (minutes is not None and int(minutes) > 59):
+        return None
+    hour = hour % 12 + (12 if m.group(3).lower() == "p" else 0)
+    pair = Seq("tuple", (Scalar(str(hour)), Scalar(minutes or "00")), ":", ":")
+    return pair if minutes is not None else Alt((pair, Scalar(m.group(1))))
+
+
 def _leaf(s: str) -> Node:
-    """Read a leaf: a scalar, or "3 million" as 3000000 or (the question's unit) 3."""
+    """Read a leaf: a scalar, or "3 million" as 3000000 or (the question's unit) 3.
+
+    "21st" is the number 21 (an ordinal stated as the answer); "350 cents" is 3.50 (dollars) or
+    350 (the question's unit).
+    """
+    s = s.strip()
+    m = _ORDINAL_NUMBER.match(s)
+    if m is not None:
+        return _scalar(m.group(1))
+    spelled = number_from_words(s)
+    if spelled is not None:
+        return _scalar(str(spelled))
+    m = _CENTS.match(s)
+    if m is not None:
+        cents = m.group(1).replace(",", "")
+        return Alt((_scalar(str(Fraction(cents) / 100)), _scalar(cents)))
     m = _SCALE_WORD.match(s.strip())
     if m is None:
         return _scalar(s)
     exponent = _SCALES[m.group(2).lower()]
     return Alt((_scalar(f"({m.group(1)})\\times 10^{{{exponent}}}"), _scalar(m.group(1))))
+
+
+_UNIT_NAMES = (
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+    "nineteen",
+)  # fmt: skip
+_TENS_NAMES = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+_UNITS_WORDS = {w: i for i, w in enumerate(_UNIT_NAMES)}
+_TENS_WORDS = {w: 10 * i for i, w in enumerate(_TENS_NAMES, 2)}
+_SCALE_WORDS = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
+
+
+def number_from_words(s: str) -> int | None:
+    """Read a number written in English words ("twenty-one", "one hundred and five"), or None.
+
+    >>> number_from_words("Two hundred and thirty-four"), number_from_words("five apples")
+    (234, None)
+    """
+    words = re.split(r"[\s-]+", s.strip().lower().rstrip("."))
+    if not words or len(words) > 12:
+        return None
+    negative = words[0] in ("minus", "negative")
+    total = current = 0
+    last = ""  # the kind of the previous word: a grammar, so "one two three" is not 6
+    follows = {
+        "unit": ("", "tens", "hundred", "scale", "and"),
+        "teen": ("", "hundred", "scale", "and"),
+        "tens": ("", "hundred", "scale", "and"),
+        "hundred": ("unit", "teen"),
+        "scale": ("unit", "teen", "tens", "hundred"),
+        "and": ("hundred", "scale"),
+    }
+    for word in words[1:] if negative else words:
+        if word in _UNITS_WORDS:
+            kind, value = ("unit" if _UNITS_WORDS[word] < 10 else "teen"), _UNITS_WORDS[word]
+        elif word in _TENS_WORDS:
+            kind, value = "tens", _TENS_WORDS[word]
+        elif word == "hundred":
+            kind, value = "hundred", 0
+        elif word in _SCALE_WORDS:
+            kind, value = "scale", 0
+        elif word == "and":
+            kind, value = "and", 0
+        else:
+            return None
+        if last not in follows[kind]:
+            return None
+        if kind == "hundred":
+            current *= 100
+        elif kind == "scale":
+            total += current * _SCALE_WORDS[word]
+            current = 0
+        else:
+            current += value
+        last = kind
+    if last in ("", "and"):
+        return None
+    value = total + current
+    return -value if negative else value
 
 
 def is_words(s: str) -> bool:
@@ -931,5 +1368,22 @@ def is_words(s: str) -> bool:
 
 
 def normalize_text(s: str) -> str:
-    """Return the case- and spacing-insensitive form of a text answer."""
-    return re.sub(r"[\s'.-]+", "", s).lower()
+    """Return the case- and spacing-insensitive form of a text answer ("Monday", "no solution").
+
+    Hyphens are dropped only between letters ("well-defined"): a minus sign is never spacing.
+
+    >>> normalize_text("Non-Negative  Reals.")
+    'nonnegativereals'
+    """
+    return re.sub(r"[\s'.]+|(?<=[A-Za-z])-(?=[A-Za-z])", "", s).lower()
+
+
+def latex_text_key(s: str) -> str:
+    r"""Return the comparison key of an answer no parser reads (a piecewise function, prose).
+
+    Only spacing is dropped; signs, case, digits and operators stay, so ``-x`` never equals ``x``.
+
+    >>> latex_text_key(r"x & x > 0 \\ -x & x \le 0") == latex_text_key(r"x&x>0\\ x&x\le0")
+    False
+    """
+    return re.sub(r"\s+", "", s)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from grpo_envs.math.equivalence import FastComparator, NeedsSymbolic, compare
-from grpo_envs.math.extract import extract_answer, gold_answer
+from grpo_envs.math.extract import extract_answer, gold_answer, listed_options
 from grpo_envs.math.normalize import AnswerRejected, Choice, Node, gold_choice, parse_answer
 from grpo_envs.math.pool import ReplyStatus, WorkerReply, default_workers, get_pool
 from grpo_envs.types import Outcome
@@ -48,6 +49,7 @@ class _Pending:
 
 
 _FAST = FastComparator()
+_LETTER = re.compile(r"(?<![A-Za-z\\])[A-J](?![A-Za-z])")
 
 
 @functools.lru_cache(maxsize=8192)
@@ -82,6 +84,7 @@ def _prepare(gold: str, completion: str, strict: bool) -> MathResult | _Pending:
         return MathResult(False, None, Outcome.UNPARSABLE, "no final answer found")
     try:
         pred = parse_answer(extracted, choice=isinstance(gold_node, Choice))
+        pred = _as_listed_option(gold_node, pred, extracted, completion)
     except AnswerRejected as exc:
         return MathResult(False, extracted, Outcome.WRONG, str(exc))
     try:
@@ -89,6 +92,35 @@ def _prepare(gold: str, completion: str, strict: bool) -> MathResult | _Pending:
     except NeedsSymbolic:
         return _Pending(gold_node, pred, extracted)
     return _verdict(equal, extracted, "exact")
+
+
+def _as_listed_option(gold: Node, pred: Node, extracted: str, completion: str) -> Node:
+    r"""Translate between an option's letter and its value when the completion lists the options.
+
+    A letter gold answered by a value ("(C) 12" listed, ``\boxed{12}`` given) becomes that letter
+    when exactly one listed option equals the value exactly; a value gold answered by a letter
+    becomes the letter's listed value. Without a listing (or with two matching options) the
+    answer is compared as given.
+    """
+    letter = gold_choice(extracted) if len(extracted) <= 40 and _LETTER.search(extracted) else None
+    if isinstance(gold, Choice) == isinstance(pred, Choice) and letter is None:
+        return pred
+    options = listed_options(completion)
+    if not options:
+        return pred
+    if not isinstance(gold, Choice):
+        if letter is None or letter not in options:
+            return pred
+        return parse_answer(options[letter])
+    matches = [k for k, text in options.items() if _exactly_equal(text, pred)]
+    return Choice(matches[0]) if len(matches) == 1 else pred
+
+
+def _exactly_equal(option: str, pred: Node) -> bool:
+    try:
+        return compare(parse_answer(option), pred, _FAST)
+    except (AnswerRejected, NeedsSymbolic):
+        return False
 
 
 def _verdict(equal: bool, extracted: str, how: str) -> MathResult:

@@ -1,6 +1,5 @@
-import time
-
 import pytest
+from scan_work import assert_linear  # tests/grpo_envs is on sys.path (pytest rootdir import)
 
 from grpo_envs import format as fmt
 
@@ -49,13 +48,29 @@ def test_answer_tag():
     assert fmt.answer_tag("</answer><answer>") is None
 
 
-def test_extractors_are_fast_on_hostile_input():
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda n: "\\boxed{" * n + "<answer>" * n,  # retrying every unclosed box is quadratic
+        lambda n: "<answer>" * n + "</answer>",  # so is a lazy <answer>(.*?)</answer> regex
+        lambda n: "<think>" * n + "</think>" * n,
+    ],
+)
+def test_extractors_do_linear_work_on_hostile_input(make):
+    def run(junk: str) -> None:
+        assert fmt.last_boxed(junk) is None
+        assert fmt.think_answer_soft(junk) == 0.0
+        fmt.answer_tag(junk)
+
+    assert_linear(run, make, 2_000)
+
+
+def test_extractors_on_hostile_input():
     junk = "\\boxed{" * 100_000 + "<answer>" * 100_000
-    start = time.perf_counter()
     assert fmt.last_boxed(junk) is None
     assert fmt.answer_tag(junk) is None
     assert fmt.think_answer_soft(junk) == 0.0
-    assert time.perf_counter() - start < 2.0
+    assert fmt.last_boxed(junk + "\\boxed{7}") == "7"
 
 
 def test_overlong_penalty_dapo():

@@ -7,10 +7,10 @@ wrong pair judged correct (a false positive) is the error a reward must never ma
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from scan_work import assert_linear  # tests/grpo_envs is on sys.path (pytest rootdir import)
 
 from grpo_envs.math import extract_answer, verify, verify_batch
 from grpo_envs.math.extract import gold_answer, last_standalone_number, math_spans
@@ -478,11 +478,35 @@ def test_suite_loader_reads_parametrize_lists_as_data(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "text",
-    ["$" + "a" * 60_000 + "$", "a" * 90_000, "The answer is " + "ab1" * 20_000, "1 " * 40_000],
+    "make",
+    [
+        lambda n: "$" + "a" * n + "$",
+        lambda n: "a" * n,
+        lambda n: "The answer is " + "ab1" * n,
+        lambda n: "1 " * n,
+        lambda n: "Wait, it is 3. " * n,
+        lambda n: "So x = 3. Check: 3 + 1 = 4. " * n,
+        lambda n: "March 5, 2020 at 7:30 a.m. " * n,
+        lambda n: "2 1/2 " * n,
+    ],
 )
-def test_new_scans_stay_linear_on_hostile_text(text: str) -> None:
-    start = time.monotonic()
-    extract_answer(text)
-    gold_answer(text)
-    assert time.monotonic() - start < 2.0
+def test_new_scans_do_linear_work_on_hostile_text(make) -> None:
+    def run(text: str) -> None:
+        extract_answer(text)
+        gold_answer(text)
+
+    assert_linear(run, make, 1_000)
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("$" + "a" * 60_000 + "$", None),
+        ("a" * 90_000, None),
+        ("The answer is " + "ab1" * 20_000, None),
+        ("1 " * 40_000, "1"),
+    ],
+)
+def test_hostile_text_has_no_answer(text: str, answer: str | None) -> None:
+    assert extract_answer(text) == answer
+    assert gold_answer(text) == answer

@@ -61,8 +61,11 @@ def test_parse_number_declines(text: str) -> None:
 
 def test_numbers_equal_tolerance_only_for_decimals_against_non_terminating() -> None:
     third = Number(Fraction(1, 3), False)
-    assert numbers_equal(Number(Fraction("0.3333333"), True), third)
-    assert numbers_equal(Number(Fraction("0.333333"), True), third)  # exactly 1e-6 relative
+    assert numbers_equal(Number(Fraction("0.3333333"), True, 7), third)
+    assert numbers_equal(Number(Fraction("0.333333"), True, 6), third)  # rounded to its places
+    assert not numbers_equal(
+        Number(Fraction("0.3333334"), True, 7), third
+    )  # neither rounded nor cut
     assert not numbers_equal(Number(Fraction("0.33"), True), third)
     # Both sides have finite decimal expansions: exact comparison, however close.
     assert not numbers_equal(Number(Fraction("1000001.0"), True), Number(Fraction(1000000), False))

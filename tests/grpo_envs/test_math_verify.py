@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from scan_work import assert_linear  # tests/grpo_envs is on sys.path (pytest rootdir import)
 
 from grpo_envs.math import MathResult, extract_answer, verify, verify_batch
 from grpo_envs.math.pool import get_pool
@@ -230,29 +231,29 @@ def test_hostile_answers_are_wrong_quickly(completion: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "completion",
+    "piece",
     [
-        "<answer>" * 12_000,  # a lazy <answer>(.*?)</answer> regex is quadratic here
-        "\\boxed{" * 14_000,  # so is retrying every unclosed box
-        "answer is " * 10_000,
-        "**1" * 30_000,
-        ("1" + " " * 50) * 2_000,
+        "<answer>",  # a lazy <answer>(.*?)</answer> regex is quadratic here
+        "\\boxed{",  # so is retrying every unclosed box
+        "answer is ",
+        "**1",
+        "1" + " " * 50,
+        "Wait, 3. ",
     ],
 )
-def test_extraction_is_linear_on_hostile_text(completion: str) -> None:
-    start = time.monotonic()
-    for strict in (False, True):
-        extract_answer(completion, strict=strict)
-    assert time.monotonic() - start < 1.0
+def test_extraction_is_linear_on_hostile_text(piece: str) -> None:
+    def run(text: str) -> None:
+        for strict in (False, True):
+            extract_answer(text, strict=strict)
+
+    assert_linear(run, lambda n: piece * n, 1_000)
 
 
 def test_megabyte_completion() -> None:
     completion = "blah 3 " * 150_000 + "\nThe answer is 42."
     assert len(completion) > 1_000_000
-    start = time.monotonic()
     assert verify("42", completion).correct
     assert verify("41", completion).outcome is Outcome.WRONG
-    assert time.monotonic() - start < 3.0
 
 
 def _verify_in_child(args: tuple[str, str]) -> bool:
