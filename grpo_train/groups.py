@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from grpo_envs.types import Sample, Score
-from grpo_train.advantages import informative_groups
+from grpo_train.advantages import MIN_SCORED, informative_groups
 from grpo_train.rollout.base import Completion
 from grpo_train.scoring import scoring_failed
 
@@ -52,7 +52,3 @@ class Group:
         """Return whether the trainable rewards differ (``advantages.informative_groups``)."""
         rewards = torch.tensor([self.rewards], dtype=torch.float64)
         return bool(informative_groups(rewards, torch.tensor([self.trainable]))[0])
-
-
-#: A group needs at least two scored completions for a group-relative advantage.
-MIN_SCORED = 2
