@@ -1,39 +1,30 @@
 """Group-relative advantages and group statistics: pure functions on a (P, G) reward tensor.
 
 ``P`` prompts, ``G`` completions per prompt (the group). Every function here is checked against a
-hand computation in ``tests/grpo_train/test_advantages.py``.
+hand computation in ``tests/grpo_train/test_advantages.py``. The choices (``Estimator``,
+``ScaleRewards``) are defined in ``grpo_train.choices``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 import torch
 
+from grpo_train.choices import Estimator, ScaleRewards
 
-class Estimator(StrEnum):
-    """How a completion's reward is turned into an advantage."""
-
-    GRPO = "grpo"
-    """``r - mean(group)`` (DeepSeekMath, arXiv:2402.03300), then scaled by ``ScaleRewards``."""
-    RLOO = "rloo"
-    """Leave-one-out baseline ``r_i - mean_{j != i} r_j`` (Ahmadian et al., arXiv:2402.14740)."""
-    EMA = "ema"
-    """``r - b`` with ``b`` a running mean of the prompt's (else the environment's) past rewards,
-    kept across steps (``grpo_train.baselines.ema_advantages``; it needs that state)."""
-
-
-class ScaleRewards(StrEnum):
-    """What the centred rewards are divided by."""
-
-    GROUP = "group"
-    """The group's standard deviation (original GRPO)."""
-    BATCH = "batch"
-    """The standard deviation of all rewards in the batch (TRL's ``scale_rewards="batch"``)."""
-    NONE = "none"
-    """No division: Dr. GRPO (arXiv:2503.20783) argues the std normalisation biases the update
-    towards questions that are too easy or too hard."""
+__all__ = [
+    "MIN_SCORED",
+    "Estimator",
+    "GroupStats",
+    "ScaleRewards",
+    "compute_advantages",
+    "group_stats",
+    "informative_groups",
+    "masked_rewards",
+    "scale_centred",
+    "trainable_mask",
+]
 
 
 #: A group-relative advantage needs at least this many scored completions in a group: a lone
