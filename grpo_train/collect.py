@@ -29,7 +29,7 @@ from grpo_train.metrics import rollout_metrics
 from grpo_train.prompts import PromptFormat, encode_prompt
 from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
 from grpo_train.run_log import logger
-from grpo_train.scoring import ScoreErrors
+from grpo_train.score_failures import ScoreErrors
 from grpo_train.stop import TrainingAborted
 from grpo_train.training_prompts import TrainingPrompts
 

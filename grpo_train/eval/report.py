@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from grpo_train.eval.passk import mean_pass_at_k
 from grpo_train.eval.records import SampleRecord
-from grpo_train.scoring import FAILED_OUTCOMES
+from grpo_train.score_failures import FAILED_OUTCOMES
 
 _FAILED_OUTCOME_VALUES = frozenset(o.value for o in FAILED_OUTCOMES)
 
