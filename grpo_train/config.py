@@ -382,9 +382,9 @@ RESUME_FREE: frozenset[str] = _resume_class(Resume.FREE)
 
 #: What ``grpo train`` runs with no arguments: the embedded SmolLM2-135M-Instruct on two-digit
 #: addition, on CPU. The single place to tune the out-of-the-box run; flat field -> value.
-#: Chosen by measurement (benchmarks/README.md, "Learning"): the converted model states its sums
-#: in prose and almost never boxes a correct one (0/1024 samples), so a boxed-only reward gives
-#: all-zero advantages and a reward for any box is hacked (\boxed{N}); ``answer="loose"`` (the
+#: Chosen by measurement (benchmarks/results/history.md, "Learning"): the converted model states
+#: its sums in prose and almost never boxes a correct one (0/1024 samples), so a boxed-only reward
+#: gives all-zero advantages and a reward for any box is hacked (\boxed{N}); ``answer="loose"`` (the
 #: last integer of the text counts, as lm-eval's flexible GSM8K extraction does) gives a signal it
 #: can earn: held-out greedy accuracy 10.9% -> 53% after 5 steps, 56% after 10 (lr 2e-5, 4 prompts
 #: x 8 completions, <= 64 tokens). 8 steps with both evaluations fit 15 minutes on 2 CPU cores.
