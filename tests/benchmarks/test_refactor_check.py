@@ -30,4 +30,3 @@ def test_timings_do_not_change_a_digest_and_computed_values_do(tmp_path):
     assert check.weights_digest(base) == check.weights_digest(slower)
     weights, state = check.weights_digest(other_weight)
     assert weights != check.weights_digest(base)[0] and state != check.weights_digest(base)[1]
-
