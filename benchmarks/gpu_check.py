@@ -157,7 +157,7 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
         return norm
 
     policy = Policy(model, pad_id=tokenizer.pad_token_id, device=device)
-    settings = UpdateSettings(
+    settings = UpdateSettings.of(
         max_completion_length=args.max_new_tokens, micro_batch_tokens=args.micro_batch_tokens
     )
     reset_peak_memory()

@@ -95,6 +95,11 @@ class _Worker:
             self.proc = subprocess.Popen(
                 [
                     os.environ.get("GRPO_MATH_PYTHON") or sys.executable,
+                    # -P: the script's folder does not go first on sys.path, where
+                    # grpo_envs/types.py would stand in for the standard library's `types` in an
+                    # interpreter whose start-up has not imported it (no site hooks); the worker
+                    # puts the repository root there itself.
+                    "-P",
                     _WORKER_SCRIPT,
                     str(to_child_r),
                     str(from_child_w),

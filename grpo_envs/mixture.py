@@ -1,5 +1,10 @@
 """Multi-task training: several environments mixed into one weighted stream.
 
+``WeightedOrder`` is the one definition of that stream (which environment and row the k-th draw
+gives); ``MixtureEnv`` materialises its first ``size`` draws as one environment's dataset (for
+TRL, verl and other trainers that take one dataset), and ``grpo train`` draws from it step by
+step (``grpo_train.training_prompts.PromptSampler``, resumable from a checkpoint).
+
 Each row keeps its environment in the ``env_id`` column, so ``MixtureEnv.score`` dispatches to the
 right scorer and ``per_env_metrics`` reports accuracy per environment. Row ids are prefixed with the
 environment id (``math/add2-v0:train-3``) to stay unique across environments.
@@ -20,12 +25,61 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import datasets
+import numpy as np
 
 from grpo_envs.base import Environment
 from grpo_envs.types import Outcome, Sample, Score
 from grpo_envs.wrappers import guarded_score, guarded_scores
 
 SEPARATOR = ":"
+
+
+class WeightedOrder:
+    """A deterministic weighted draw of rows from several environments, endless and resumable.
+
+    The k-th draw picks an environment with ``Random(seed * 1_000_003 + k)`` by weight, then that
+    environment's next row in a permutation reshuffled every epoch from ``(seed, env, epoch)``.
+    The whole state is two counters (``draws``, ``positions``): a run restored from them draws
+    the rows the uninterrupted one would have drawn, and no epoch boundary ends the stream.
+
+    >>> order = WeightedOrder([2, 3], [1.0, 1.0], seed=0)
+    >>> draws = [order.next() for _ in range(10)]
+    >>> sorted(row for env, row, epoch in draws if env == 1 and epoch == 0)
+    [0, 1, 2]
+    """
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        weights: Sequence[float],
+        seed: int,
+        draws: int = 0,
+        positions: Sequence[int] | None = None,
+    ) -> None:
+        """Draw from environments of ``sizes`` rows by ``weights``, resuming at the counters."""
+        if not sizes or min(sizes) < 1:
+            raise ValueError(
+                f"every environment needs at least one training row, got sizes {list(sizes)}"
+            )
+        self.sizes, self.weights, self.seed = list(sizes), list(weights), seed
+        self.draws = draws
+        self.positions = list(positions) if positions is not None else [0] * len(sizes)
+
+    def next(self) -> tuple[int, int, int]:
+        """Return the next (environment index, row index, epoch of that environment); advance."""
+        pick = random.Random(self.seed * 1_000_003 + self.draws)
+        env = pick.choices(range(len(self.sizes)), self.weights)[0]
+        epoch, offset = divmod(self.positions[env], self.sizes[env])
+        order = np.random.default_rng([self.seed, env, epoch]).permutation(self.sizes[env])
+        self.draws += 1
+        self.positions[env] += 1
+        return env, int(order[offset]), epoch
+
+    def restart(self, env: int, size: int) -> None:
+        """Draw environment ``env``'s rows anew from ``size`` rows (a new curriculum stage)."""
+        if size < 1:
+            raise ValueError(f"environment {env}: the new stage has no training rows")
+        self.sizes[env], self.positions[env] = size, 0
 
 
 @dataclass(frozen=True)
@@ -59,9 +113,9 @@ def per_env_metrics(env_ids: Sequence[str], scores: Sequence[Score]) -> dict[str
 class MixtureEnv(Environment):
     """A weighted mixture of environments.
 
-    ``dataset("train")`` draws ``size`` rows: each row's environment is drawn by weight with
-    ``Random(seed)``, and each environment's rows are consumed in a per-seed shuffled order
-    (cycling, with ``#k`` appended to repeated ids). Other splits are the concatenation of every
+    ``dataset("train")`` is the first ``size`` draws of ``WeightedOrder`` (the order ``grpo train``
+    draws its prompts in), with ``#k`` appended to the ids of an environment's epoch ``k`` > 0.
+    Other splits are the concatenation of every
     member's split
     (evaluation wants every row, and per-env metrics make the mix irrelevant there).
     """
@@ -123,20 +177,15 @@ class MixtureEnv(Environment):
         members = {k: self.envs[k].dataset(split) for k in self.envs}
         if split != "train":
             return [self._tag(k, row, 0) for k, ds in members.items() for row in ds]
-        rng = random.Random(f"mixture/{self.seed}")
         active = [k for k in self.envs if self.weights[k] > 0]
         total = self.size if self.size is not None else sum(len(members[k]) for k in active)
-        orders = {k: rng.sample(range(len(members[k])), len(members[k])) for k in active}
-        used: Counter[str] = Counter()
+        order = WeightedOrder(
+            [len(members[k]) for k in active], [self.weights[k] for k in active], self.seed
+        )
         rows = []
         for _ in range(total):
-            k = rng.choices(active, weights=[self.weights[a] for a in active])[0]
-            position = used[k]
-            used[k] += 1
-            order = orders[k]
-            rows.append(
-                self._tag(k, members[k][order[position % len(order)]], position // len(order))
-            )
+            env, row, epoch = order.next()
+            rows.append(self._tag(active[env], members[active[env]][row], epoch))
         return rows
 
     @staticmethod

@@ -4,11 +4,13 @@
   wall-clock bound (``score_timeout_s``), for environments whose reward functions cannot bound
   their own time. Environments that can (sandboxed code, the math verifier's pool, regexes over
   capped text: ``Environment.scoring_is_bounded``) are not wrapped and score in-process.
-- ``PassiveChecker``: the single guard of grpo-kit. Whatever the environment does (raise, return
+- ``ScoreGuard``: the single guard of grpo-kit. Whatever the environment does (raise, return
   None, NaN, the wrong number of scores), a caller gets one finite, typed ``Score`` per
   completion; failures are ``Outcome.ERROR`` scores with the reason in ``details["reason"]``.
-  ``guarded_scores`` / ``guarded_score`` are the same guard as functions, for environments built
-  without ``make`` (the trainer, evaluation and the adapters call them).
+  (Not Gymnasium's ``PassiveEnvChecker``, which only warns about API misuse: this one replaces
+  what a broken scorer returns.) ``guarded_scores`` / ``guarded_score`` are the same guard as
+  functions: the trainer, the evaluation and the adapters call them on any environment, and an
+  environment ``make`` built is asked directly (it carries the guard), so the guard runs once.
 
 This module imports nothing from the registry (``registration`` imports it): the worker process
 rebuilds an environment from its pickled ``EnvSpec`` alone.
@@ -53,6 +55,8 @@ def _valid(score: object) -> Score:
 
 def guarded_score(env: Environment, completion: object, sample: SampleLike) -> Score:
     """``env.score(completion, sample)`` as a finite, typed ``Score``; never raises."""
+    if isinstance(env, ScoreGuard):  # make()'s environment: the guard is its own score
+        return env.score(completion, sample)  # type: ignore[arg-type]
     try:
         return _valid(env.score(completion, sample))  # type: ignore[arg-type]
     except Exception as exc:
@@ -78,6 +82,8 @@ def guarded_scores(
     _check_aligned(completions, samples)
     if not completions:
         return []
+    if isinstance(env, ScoreGuard):  # make()'s environment: the guard is its own score_batch
+        return env.score_batch(list(completions), list(samples), **options)  # type: ignore[arg-type]
     try:
         batch = env.score_batch(list(completions), list(samples), **options)  # type: ignore[arg-type]
         scores = list(batch)
@@ -183,7 +189,7 @@ class Wrapper(Environment):
         return f"<{type(self).__name__}{self.env!r}>"
 
 
-class PassiveChecker(Wrapper):
+class ScoreGuard(Wrapper):
     """Guarantees one finite, typed ``Score`` per completion and never raises (see the module)."""
 
     def score(self, completion: str, sample: Sample | Mapping[str, object]) -> Score:
@@ -332,7 +338,7 @@ def serve_scoring() -> Callable[[object], object]:
 
 
 def wrap(env: Environment) -> Environment:
-    """Apply the wrappers of ``make``: ``PassiveChecker(TimeLimit(env))``.
+    """Apply the wrappers of ``make``: ``ScoreGuard(TimeLimit(env))``.
 
     Without ``TimeLimit`` when ``env`` bounds its own scoring time or scores in-process
     (``score_workers == 0``).
@@ -340,4 +346,4 @@ def wrap(env: Environment) -> Environment:
     inner = env
     if not env.scoring_is_bounded() and env.score_workers != 0:
         inner = TimeLimit(env)
-    return PassiveChecker(inner)
+    return ScoreGuard(inner)

@@ -1,39 +1,88 @@
 """Group-relative advantages and group statistics: pure functions on a (P, G) reward tensor.
 
 ``P`` prompts, ``G`` completions per prompt (the group). Every function here is checked against a
-hand computation in ``tests/grpo_train/test_advantages.py``.
+hand computation in ``tests/grpo_train/test_advantages.py``. The choices (``Estimator``,
+``ScaleRewards``) are defined in ``grpo_train.choices``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 import torch
 
+from grpo_train.choices import Estimator, ScaleRewards
 
-class Estimator(StrEnum):
-    """How a completion's reward is turned into an advantage."""
+__all__ = [
+    "MIN_SCORED",
+    "Estimator",
+    "GroupStats",
+    "ScaleRewards",
+    "compute_advantages",
+    "group_stats",
+    "informative_groups",
+    "masked_rewards",
+    "scale_centred",
+    "trainable_mask",
+]
 
-    GRPO = "grpo"
-    """``r - mean(group)`` (DeepSeekMath, arXiv:2402.03300), then scaled by ``ScaleRewards``."""
-    RLOO = "rloo"
-    """Leave-one-out baseline ``r_i - mean_{j != i} r_j`` (Ahmadian et al., arXiv:2402.14740)."""
-    EMA = "ema"
-    """``r - b`` with ``b`` a running mean of the prompt's (else the environment's) past rewards,
-    kept across steps (``grpo_train.baselines.ema_advantages``; it needs that state)."""
+
+#: A group-relative advantage needs at least this many scored completions in a group: a lone
+#: completion has nothing to be compared with. The one definition of the rule, used by the group
+#: estimators (``compute_advantages``), the EMA baseline (``baselines.ema_advantages``), a step's
+#: groups (``groups.Group.dropped``) and dynamic sampling (``informative_groups``).
+MIN_SCORED = 2
 
 
-class ScaleRewards(StrEnum):
-    """What the centred rewards are divided by."""
+def trainable_mask(valid: torch.Tensor) -> torch.Tensor:
+    """Return the (P, G) bool mask of the valid rewards in groups with ``MIN_SCORED`` of them.
 
-    GROUP = "group"
-    """The group's standard deviation (original GRPO)."""
-    BATCH = "batch"
-    """The standard deviation of all rewards in the batch (TRL's ``scale_rewards="batch"``)."""
-    NONE = "none"
-    """No division: Dr. GRPO (arXiv:2503.20783) argues the std normalisation biases the update
-    towards questions that are too easy or too hard."""
+    >>> trainable_mask(torch.tensor([[True, True, False], [True, False, False]])).tolist()
+    [[True, True, False], [False, False, False]]
+    """
+    valid = valid.bool()
+    return valid & (valid.sum(dim=1, keepdim=True) >= MIN_SCORED)
+
+
+def masked_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Return ``rewards`` in float64 with 0 outside ``mask``; raise if a kept one is NaN or inf."""
+    if mask.shape != rewards.shape:
+        raise ValueError(f"valid mask {tuple(mask.shape)} != rewards {tuple(rewards.shape)}")
+    r = torch.where(mask, rewards.double(), torch.zeros((), dtype=torch.float64))
+    if not torch.isfinite(r).all():
+        raise ValueError("rewards contain NaN or inf; score failures must be 0 with outcome error")
+    return r
+
+
+def scale_centred(
+    centred: torch.Tensor,
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    scale: ScaleRewards | str,
+    eps: float = 1e-4,
+) -> torch.Tensor:
+    """Divide centred (P, G) rewards by the std ``scale`` names, over the masked rewards only.
+
+    ``group``: each group's unbiased (n - 1) std, as ``torch.std`` computes it (TRL); ``batch``:
+    the std of every masked reward of the batch; ``none``: no division. ``eps`` is added to the
+    std. ``rewards`` are the raw rewards, 0 outside ``mask`` (``masked_rewards``).
+
+    >>> r = torch.tensor([[1.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+    >>> centred = r - r.mean(dim=1, keepdim=True)
+    >>> scale_centred(centred, r, torch.ones(2, 2, dtype=torch.bool), "batch", eps=0.0).tolist()
+    [[1.0, -1.0], [0.0, 0.0]]
+    """
+    scale = ScaleRewards(scale)
+    if scale is ScaleRewards.GROUP:
+        w = mask.double()
+        n = w.sum(dim=1, keepdim=True)
+        mean = rewards.sum(dim=1, keepdim=True) / n.clamp(min=1)
+        var = ((rewards - mean) * w).pow(2).sum(dim=1, keepdim=True) / (n - 1).clamp(min=1)
+        return centred / (var.sqrt() + eps)
+    if scale is ScaleRewards.BATCH:
+        kept = rewards[mask]
+        return centred / ((kept.std() if kept.numel() > 1 else kept.new_zeros(())) + eps)
+    return centred
 
 
 def compute_advantages(
@@ -47,80 +96,41 @@ def compute_advantages(
 
     ``valid``: a (P, G) bool mask of the rewards to use (False: the scoring failed). Statistics
     (mean, std, leave-one-out) are taken over each group's valid rewards only, invalid items get
-    advantage 0, and a group with fewer than two valid rewards is dropped (all 0): a zero standing
-    in for a failed score would otherwise shift the baseline and push the policy towards whatever
-    happens not to crash the scorer.
+    advantage 0, and a group with fewer than ``MIN_SCORED`` valid rewards is dropped (all 0): a
+    zero standing in for a failed score would otherwise shift the baseline and push the policy
+    towards whatever happens not to crash the scorer.
 
     GRPO: ``(r - mean_g) / (std_g + eps)`` with ``std_g`` the unbiased (n - 1) standard deviation
     of the group, as TRL computes it (``torch.std``); with ``scale_rewards="batch"`` the std of all
-    ``P * G`` rewards, with ``"none"`` no division. RLOO: ``r_i - mean_{j != i} r_j``, which equals
-    ``G / (G - 1) * (r_i - mean_g)``, scaled the same way.
+    ``P * G`` rewards, with ``"none"`` no division (``scale_centred``). RLOO:
+    ``r_i - mean_{j != i} r_j``, which equals ``n / (n - 1) * (r_i - mean_g)``, scaled the same way.
 
     >>> compute_advantages(torch.tensor([[1.0, 0.0]]), scale_rewards="none")
     tensor([[ 0.5000, -0.5000]])
+    >>> r = torch.tensor([[1.0, 0.0, 0.0, 5.0]])
+    >>> v = torch.tensor([[True, True, False, False]])
+    >>> compute_advantages(r, scale_rewards="none", valid=v)
+    tensor([[ 0.5000, -0.5000,  0.0000,  0.0000]])
     """
-    if rewards.ndim != 2 or rewards.shape[1] < 2:
+    if rewards.ndim != 2 or rewards.shape[1] < MIN_SCORED:
         raise ValueError(
-            f"rewards must have shape (prompts, group) with group >= 2, got {tuple(rewards.shape)}"
+            f"rewards must have shape (prompts, group) with group >= {MIN_SCORED}, got "
+            f"{tuple(rewards.shape)}"
         )
     if Estimator(estimator) is Estimator.EMA:
         raise ValueError(
             "advantage_estimator 'ema' needs the running baselines: call "
             "grpo_train.baselines.ema_advantages"
         )
-    if valid is not None and not bool(valid.all()):
-        return _masked_advantages(
-            rewards, valid, Estimator(estimator), ScaleRewards(scale_rewards), eps
-        )
-    if not torch.isfinite(rewards).all():
-        raise ValueError("rewards contain NaN or inf; score failures must be 0 with outcome error")
-    rewards = rewards.double()
-    group = rewards.shape[1]
-    centred = rewards - rewards.mean(dim=1, keepdim=True)
-    if Estimator(estimator) is Estimator.RLOO:
-        centred = centred * group / (group - 1)
-    scale = ScaleRewards(scale_rewards)
-    if scale is ScaleRewards.GROUP:
-        centred = centred / (rewards.std(dim=1, keepdim=True) + eps)
-    elif scale is ScaleRewards.BATCH:
-        centred = centred / (rewards.std() + eps)
-    return centred.float()
-
-
-def _masked_advantages(
-    rewards: torch.Tensor,
-    valid: torch.Tensor,
-    estimator: Estimator,
-    scale: ScaleRewards,
-    eps: float,
-) -> torch.Tensor:
-    """``compute_advantages`` over the valid entries only (see its ``valid`` argument).
-
-    >>> r = torch.tensor([[1.0, 0.0, 0.0, 5.0]])
-    >>> v = torch.tensor([[True, True, False, False]])
-    >>> _masked_advantages(r, v, Estimator.GRPO, ScaleRewards.NONE, 1e-4)
-    tensor([[ 0.5000, -0.5000,  0.0000,  0.0000]])
-    """
-    if valid.shape != rewards.shape:
-        raise ValueError(f"valid mask {tuple(valid.shape)} != rewards {tuple(rewards.shape)}")
-    mask = valid.bool() & (valid.bool().sum(dim=1, keepdim=True) >= 2)  # drop thin groups
+    mask = trainable_mask(torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid)
+    r = masked_rewards(rewards, mask)
     w = mask.double()
-    r = torch.where(mask, rewards.double(), torch.zeros((), dtype=torch.float64))
-    if not torch.isfinite(r).all():
-        raise ValueError("rewards contain NaN or inf; score failures must be 0 with outcome error")
     n = w.sum(dim=1, keepdim=True)
-    mean = r.sum(dim=1, keepdim=True) / n.clamp(min=1)
-    centred = (r - mean) * w
-    if estimator is Estimator.RLOO:
+    centred = (r - r.sum(dim=1, keepdim=True) / n.clamp(min=1)) * w
+    if Estimator(estimator) is Estimator.RLOO:
         centred = centred * n / (n - 1).clamp(min=1)
-    if scale is ScaleRewards.GROUP:
-        var = ((r - mean) * w).pow(2).sum(dim=1, keepdim=True) / (n - 1).clamp(min=1)
-        std = var.sqrt()
-        centred = centred / (std + eps)
-    elif scale is ScaleRewards.BATCH:
-        kept = r[mask]
-        centred = centred / ((kept.std() if kept.numel() > 1 else kept.new_zeros(())) + eps)
-    return torch.where(mask, centred, torch.zeros((), dtype=torch.float64)).float()
+    scaled = scale_centred(centred, r, mask, scale_rewards, eps)
+    return torch.where(mask, scaled, torch.zeros((), dtype=torch.float64)).float()
 
 
 def informative_groups(
@@ -150,7 +160,7 @@ def informative_groups(
     spread = (
         torch.where(mask, r, -inf).max(dim=-1).values - torch.where(mask, r, inf).min(dim=-1).values
     )
-    return (mask.sum(dim=-1) > 1) & (spread > tol)
+    return (mask.sum(dim=-1) >= MIN_SCORED) & (spread > tol)
 
 
 @dataclass(frozen=True)

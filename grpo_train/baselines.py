@@ -41,7 +41,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grpo_train.advantages import ScaleRewards
+from grpo_train.advantages import (
+    MIN_SCORED,
+    ScaleRewards,
+    masked_rewards,
+    scale_centred,
+    trainable_mask,
+)
 
 #: The most per-prompt baselines kept; beyond it the least recently visited are forgotten (a
 #: procedural environment draws new prompts forever, and each forgotten one falls back to its
@@ -122,7 +128,7 @@ def ema_advantages(
     ``keys``: one ``GroupKey`` per group (row of ``rewards``). ``b`` is the baseline *before*
     this step (see the module docstring for which one), so a completion's own reward is never in
     its baseline. ``valid``: as in ``advantages.compute_advantages`` (failed scores and groups
-    with fewer than two valid rewards get advantage 0 and update nothing).
+    with fewer than ``MIN_SCORED`` valid rewards get advantage 0 and update nothing).
 
     ``scale_rewards``: ``batch`` divides by the std of the step's valid rewards (+ ``eps``),
     ``none`` by nothing. ``group`` is refused: the group std is 0 for exactly the groups this
@@ -135,9 +141,10 @@ def ema_advantages(
     (tensor([[0.5000, 0.5000]]), 0.55, {'0': 1.0})
     """
     check_alpha(alpha)
-    if rewards.ndim != 2 or rewards.shape[1] < 2:
+    if rewards.ndim != 2 or rewards.shape[1] < MIN_SCORED:
         raise ValueError(
-            f"rewards must have shape (prompts, group) with group >= 2, got {tuple(rewards.shape)}"
+            f"rewards must have shape (prompts, group) with group >= {MIN_SCORED}, got "
+            f"{tuple(rewards.shape)}"
         )
     if len(keys) != rewards.shape[0]:
         raise ValueError(f"{len(keys)} group keys for {rewards.shape[0]} groups; give one each")
@@ -147,13 +154,8 @@ def ema_advantages(
             "scale_rewards: 'group' divides by each group's reward std, which is 0 for the "
             "equal-reward groups the ema baseline learns from; use 'batch' or 'none'"
         )
-    ok = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.bool()
-    if ok.shape != rewards.shape:
-        raise ValueError(f"valid mask {tuple(ok.shape)} != rewards {tuple(rewards.shape)}")
-    ok = ok & (ok.sum(dim=1, keepdim=True) >= 2)  # thin groups are dropped, as in grpo / rloo
-    r = torch.where(ok, rewards.double(), torch.zeros((), dtype=torch.float64))
-    if not torch.isfinite(r).all():
-        raise ValueError("rewards contain NaN or inf; score failures must be 0 with outcome error")
+    ok = trainable_mask(torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid)
+    r = masked_rewards(rewards, ok)
     counts = ok.sum(dim=1)
     means = r.sum(dim=1) / counts.clamp(min=1)
     base = torch.tensor(
@@ -164,9 +166,7 @@ def ema_advantages(
         dtype=torch.float64,
     )
     centred = torch.where(ok, r - base[:, None], torch.zeros((), dtype=torch.float64))
-    if scale is ScaleRewards.BATCH:
-        kept = r[ok]
-        centred = centred / ((kept.std() if kept.numel() > 1 else kept.new_zeros(())) + eps)
+    centred = scale_centred(centred, r, ok, scale, eps)
     return centred.float(), _updated(baselines, keys, r, ok, means, alpha)
 
 

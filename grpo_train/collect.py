@@ -23,15 +23,15 @@ from grpo_train import distributed
 from grpo_train.batch import RolloutBatch
 from grpo_train.checkpoint import latest_checkpoint
 from grpo_train.config import TrainConfig
-from grpo_train.curriculum import TrainingPrompts
 from grpo_train.data_parallel import SingleProcess
 from grpo_train.groups import MIN_SCORED, Group
 from grpo_train.metrics import rollout_metrics
 from grpo_train.prompts import PromptFormat, encode_prompt
 from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
 from grpo_train.run_log import logger
-from grpo_train.scoring import ScoreErrors
+from grpo_train.score_failures import ScoreErrors
 from grpo_train.stop import TrainingAborted
+from grpo_train.training_prompts import TrainingPrompts
 
 
 class Collector:

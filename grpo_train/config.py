@@ -15,6 +15,20 @@ sectioned (``optim: {learning_rate: 1e-6}``), and every field is a ``--flag``. I
 at start with the field name and the fix (``ConfigError``). The resolved configuration is saved in
 the run folder as ``config.yaml`` and can be passed back with ``--config``.
 
+What a field is, is written once, beside it: its type and default, its docstring (the help
+``grpo train --help`` prints, ``field_docs``) and its resume class in the annotation
+(``Fixed[int]``: ``--resume`` refuses another value; ``Free``; ``Identity``; ``field_resume``).
+Booleans are read by one parser (``parse_bool``). Importing this module imports no torch: the
+algorithm's choices come from ``grpo_train.choices``.
+
+Why argparse and this module rather than a dataclass-to-CLI library (tyro, simple-parsing,
+jsonargparse): they derive flags and help from dataclasses as this module does, but not what the
+users of ``grpo train`` rely on here: every bad field reported at once with its fix
+(``ConfigError``), TRL's names whose values translate (``epsilon`` sets both clips,
+``report_to``, ``use_vllm``, ``bf16``, a boolean ``scale_rewards``), YAML files that may be flat
+or sectioned, layered over the embedded preset or the defaults. Each would need that code on
+top, so the dependency would save little.
+
 Why one module over 500 lines: most of it is the docstring under every field, which
 ``grpo train --help`` prints; the parsing, aliases and validation that read those fields sit
 beside them so that a new field cannot miss one of them.
@@ -31,18 +45,44 @@ import types
 import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from functools import cache
 from pathlib import Path
-from typing import Literal, get_type_hints
+from typing import Annotated, Literal, TypeVar, get_type_hints
 
 import yaml
 
-from grpo_train.advantages import Estimator, ScaleRewards
-from grpo_train.loss import ImportanceLevel, LossType
+from grpo_train.choices import Estimator, ImportanceLevel, LossType, ScaleRewards
 
 
 class ConfigError(ValueError):
     """Invalid configuration; the message names each bad field and how to fix it."""
+
+
+class Resume(StrEnum):
+    """What ``--resume`` does with a field that differs from the checkpoint's (its resume class).
+
+    Every field carries one in its annotation (``Fixed[int]``, ``Free[str]``, ``Identity[str]``),
+    beside its default and its docstring: a new field cannot be left unclassified.
+    """
+
+    FIXED = "fixed"
+    """Defines what the weights and optimizer state mean: a checkpoint saved with another value
+    is refused (``checkpoint.resume_differences``)."""
+    IDENTITY = "identity"
+    """Part of the model's identity (``checkpoint.model_identity``: architecture, sizes,
+    vocabulary, dtype, LoRA settings, base-weights fingerprint), checked through that identity,
+    so a copy of the same base model in another folder is fine."""
+    FREE = "free"
+    """May change on resume: how a run is executed or recorded, not what it computes; and
+    ``learning_rate`` and ``max_steps`` (the new values replace the schedule's peak and length;
+    the trainer logs the effect)."""
+
+
+_T = TypeVar("_T")
+Fixed = Annotated[_T, Resume.FIXED]
+Free = Annotated[_T, Resume.FREE]
+Identity = Annotated[_T, Resume.IDENTITY]
 
 
 @dataclass(frozen=True)
@@ -66,31 +106,31 @@ class EnvEntry:
 class PolicyConfig:
     """The model being trained."""
 
-    model: str = "default"
+    model: Identity[str] = "default"
     """HF hub id or local folder; ``default`` is the embedded SmolLM2-135M-Instruct."""
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    dtype: Identity[Literal["auto", "float32", "bfloat16"]] = "auto"
     """Parameter dtype for training: ``auto`` is bfloat16 on a GPU that supports it, else float32
     (the safe choice on CPU); the run's config.yaml records the resolved one."""
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: Free[bool] = False
     """Recompute activations in the backward pass: less memory, about 30% more compute."""
-    lora_r: int = 0
+    lora_r: Identity[int] = 0
     """LoRA rank (peft); 0 trains every weight (full fine-tuning). 16 is a common choice."""
-    lora_alpha: int = 32
+    lora_alpha: Identity[int] = 32
     """LoRA scale numerator: the update is lora_alpha / lora_r * B @ A (common: 2 * lora_r)."""
-    lora_dropout: float = 0.0
+    lora_dropout: Identity[float] = 0.0
     """Dropout on the adapters' input; 0 keeps the importance ratio exactly 1 at mu = 1."""
-    target_modules: str = "all-linear"
+    target_modules: Identity[str] = "all-linear"
     """Layers that get adapters: ``all-linear`` or comma-separated names (``q_proj,v_proj``)."""
-    use_qlora: bool = False
+    use_qlora: Identity[bool] = False
     """QLoRA: load the frozen base in 4-bit NF4 (bitsandbytes, CUDA only); needs lora_r > 0."""
-    save_merged: bool = False
+    save_merged: Free[bool] = False
     """LoRA: also write the merged policy as a plain HF folder (run_dir/merged) at the end."""
-    offload_reference: bool = False
+    offload_reference: Free[bool] = False
     """Full fine-tuning with beta > 0: keep the KL reference model in host RAM between uses."""
-    cpu_autocast_bf16: bool = False
+    cpu_autocast_bf16: Free[bool] = False
     """CPU only: run the training forward/backward under bf16 autocast (faster on CPUs with
     AVX512-BF16/AMX; logprobs then differ from float32 by ~1e-2). Parameters stay float32."""
-    num_threads: int = 0
+    num_threads: Free[int] = 0
     """CPU threads for the trainer's torch ops (torch.set_num_threads); 0 keeps torch's choice."""
 
 
@@ -98,36 +138,38 @@ class PolicyConfig:
 class DataConfig:
     """Where prompts come from and how they are cut."""
 
-    env: tuple[EnvEntry, ...] = (EnvEntry("math/arithmetic-v0"),)
+    env: Fixed[tuple[EnvEntry, ...]] = (EnvEntry("math/arithmetic-v0"),)
     """Environment(s): an id, or ``id:weight,id:weight`` on the command line; a list in YAML."""
-    train_split: str = "train"
+    train_split: Fixed[str] = "train"
     """Split that training prompts are drawn from."""
-    eval_split: str = "test"
+    eval_split: Free[str] = "test"
     """Held-out split for accuracy evaluation (greedy decoding)."""
-    eval_size: int = 64
+    eval_size: Free[int] = 64
     """Held-out prompts evaluated per environment (the first ones of the split); 0 disables."""
-    eval_suites: str = ""
+    eval_suites: Free[str] = ""
     """Benchmark suites evaluated with the training envs, e.g. ``aime24,math500`` (``grpo eval``
     suite names or env ids; offline, their data must be local): the first ``eval_size`` problems
     of each, logged as ``eval/<suite>/avg@<n>`` (``eval/accuracy`` stays the training envs')."""
-    eval_suite_samples: int = 1
+    eval_suite_samples: Free[int] = 1
     """Completions per problem for ``eval_suites``: 1 is greedy; more sample at the rollout
     temperature and top_p (avg@n, pass@k, maj@k)."""
-    max_prompt_length: int = 512
+    max_prompt_length: Fixed[int] = 512
     """Prompt tokens after the chat template; longer prompts keep their last tokens (warned)."""
-    chat_template: str = ""
+    chat_template: Fixed[str] = ""
     """Prompt format: empty uses the tokenizer's chat template; a path to a Jinja file (or the
     template text itself) replaces it; ``plain`` uses prompt_template even if the tokenizer has a
     template. Training and ``grpo eval`` format prompts the same way (grpo_train/prompts.py)."""
-    chat_template_kwargs: Mapping[str, str | int | float | bool] = field(default_factory=dict)
+    chat_template_kwargs: Fixed[Mapping[str, str | int | float | bool]] = field(
+        default_factory=dict
+    )
     """Extra variables for the chat template, e.g. ``{"enable_thinking": false}`` for Qwen3 (a
     YAML mapping, or JSON on the command line)."""
-    system_prompt: str = ""
+    system_prompt: Fixed[str] = ""
     """System message put before each prompt (replacing the environment's own, if any)."""
-    prompt_template: str = "{prompt}"
+    prompt_template: Fixed[str] = "{prompt}"
     """Plain-text prompt for models without a chat template (base models): ``{prompt}`` is the
     messages' text joined by blank lines, e.g. ``Question: {prompt}\nAnswer:``."""
-    curriculum: Literal["auto", "on", "off"] = "auto"
+    curriculum: Fixed[Literal["auto", "on", "off"]] = "auto"
     """Easy-first training (grpo_train/curriculum.py). An environment's stages are its ``stages``
     in ``env``, else the easier versions it offers itself (``math/arithmetic-v0`` chains: fewer
     digits and operands). ``on``: every environment with stages starts at its easiest. ``auto``:
@@ -135,16 +177,16 @@ class DataConfig:
     learning-signal guard sees no signal (equal rewards in nearly every group for several steps),
     then drop to their easiest version and climb back (once: a second stall turns on
     ``dynamic_sampling: auto`` instead). ``off``: never."""
-    curriculum_threshold: float = 0.6
+    curriculum_threshold: Fixed[float] = 0.6
     """Training accuracy (share of correct completions, mean over ``curriculum_window`` steps at
     a stage) at which an environment moves to its next stage."""
-    curriculum_window: int = 3
+    curriculum_window: Fixed[int] = 3
     """Steps of training accuracy averaged for ``curriculum_threshold``."""
-    online_filtering: bool = False
+    online_filtering: Fixed[bool] = False
     """Skip a prompt whose pass rate on its last visit was 0 or 1 (no gradient either way),
     retrying it after ``filter_retry_after`` skips ("Online Difficulty Filtering", arXiv
     2504.03380). Acts on prompts that repeat (several epochs over a dataset)."""
-    filter_retry_after: int = 2
+    filter_retry_after: Fixed[int] = 2
     """Times in a row a prompt is skipped by ``online_filtering`` before it is drawn again."""
 
 
@@ -152,30 +194,30 @@ class DataConfig:
 class RolloutConfig:
     """How completions are sampled."""
 
-    engine: Literal["auto", "vllm", "hf"] = "auto"
+    engine: Free[Literal["auto", "vllm", "hf"]] = "auto"
     """Rollout engine: ``vllm`` (colocated vllm.LLM), ``hf`` (transformers, in the trainer's
     process), ``auto`` (vllm when importable)."""
-    num_generations: int = 8
+    num_generations: Fixed[int] = 8
     """Completions per prompt (the group size G); at least 2."""
-    prompts_per_step: int = 8
+    prompts_per_step: Fixed[int] = 8
     """Prompts per training step; a step trains on prompts_per_step x num_generations samples."""
-    max_completion_length: int = 1024
+    max_completion_length: Fixed[int] = 1024
     """Maximum tokens per completion; longer ones are cut (finish reason 'length'). Reasoning
     needs room: 1024 fits GSM8K-style chains of thought; raise it for competition math."""
-    temperature: float = 1.0
+    temperature: Fixed[float] = 1.0
     """Sampling temperature for training rollouts (> 0); evaluation is greedy."""
-    top_p: float = 1.0
+    top_p: Fixed[float] = 1.0
     """Nucleus sampling threshold for training rollouts."""
-    vllm_memory_fraction: float = 0.3
+    vllm_memory_fraction: Free[float] = 0.3
     """GPU only: fraction of GPU memory vLLM may take (the rest stays for the trainer)."""
-    vllm_cpu_kv_cache_gib: float = 1.0
+    vllm_cpu_kv_cache_gib: Free[float] = 1.0
     """CPU only: vLLM's KV-cache size in GiB (on CPU it takes a fixed size, not a fraction)."""
-    vllm_in_process: bool = False
+    vllm_in_process: Free[bool] = False
     """CPU only: run vLLM's engine in the trainer's process, not a child (GPU always does):
     faster generation for small models (no inter-process hop per decode step), less RSS."""
-    vllm_sleep_mode: bool = False
+    vllm_sleep_mode: Free[bool] = False
     """GPU only: put the colocated vLLM engine to sleep during the update (frees its memory)."""
-    seed_per_prompt: bool = False
+    seed_per_prompt: Fixed[bool] = False
     """Sample each prompt's group with its own seed (run seed + global prompt index): rollouts do
     not depend on how prompts are split over ranks or batches (a multi-rank run then matches a
     single-process one); costs batching with the hf engine."""
@@ -185,43 +227,43 @@ class RolloutConfig:
 class AlgorithmConfig:
     """The GRPO objective and its variants."""
 
-    advantage_estimator: Estimator = Estimator.GRPO
+    advantage_estimator: Fixed[Estimator] = Estimator.GRPO
     """``grpo`` (reward minus group mean), ``rloo`` (leave-one-out baseline: unbiased, for small
     groups), or ``ema`` (reward minus a running mean of the prompt's past rewards, else the
     environment's: equal-reward groups still learn; needs scale_rewards batch or none)."""
-    ema_alpha: float = 0.95
+    ema_alpha: Fixed[float] = 0.95
     """``ema`` only: weight of the old baseline at each update, in (0, 1); 0.9-0.99 is useful
     (lower follows a fast-improving policy, higher averages more visits)."""
-    scale_rewards: ScaleRewards = ScaleRewards.GROUP
+    scale_rewards: Fixed[ScaleRewards] = ScaleRewards.GROUP
     """Divide centred rewards by the std of the ``group``, the ``batch``, or ``none`` (Dr. GRPO)."""
-    importance_sampling_level: ImportanceLevel = ImportanceLevel.TOKEN
+    importance_sampling_level: Fixed[ImportanceLevel] = ImportanceLevel.TOKEN
     """Clipped ratio per ``token`` (GRPO), or per ``sequence``: GSPO's length-normalised
     sequence ratio, clipped per completion (arXiv:2507.18071; it changes the update only when
     mu > 1, and the paper clips at epsilon_low 3e-4, epsilon_high 4e-4)."""
-    loss_type: LossType = LossType.DAPO
+    loss_type: Fixed[LossType] = LossType.DAPO
     """Aggregation: ``grpo`` (per-sequence mean), ``dr_grpo`` (sum / max length), ``dapo``
     (token mean over the batch)."""
-    mu: int = 1
+    mu: Fixed[int] = 1
     """Optimizer updates per generated batch (num_iterations); > 1 reuses rollouts with clipping."""
-    beta: float = 0.0
+    beta: Fixed[float] = 0.0
     """KL coefficient to the initial policy (k3 estimator); 0 loads no reference model."""
-    epsilon_low: float = 0.2
+    epsilon_low: Fixed[float] = 0.2
     """Lower clip range: the ratio is clipped below at 1 - epsilon_low."""
-    epsilon_high: float = 0.28
+    epsilon_high: Fixed[float] = 0.28
     """Upper clip range (DAPO clip-higher: larger than epsilon_low)."""
-    is_correction: bool = True
+    is_correction: Fixed[bool] = True
     """Truncated importance sampling for the gap between engine and trainer logprobs."""
-    is_cap: float = 3.0
+    is_cap: Fixed[float] = 3.0
     """Cap of the truncated importance weight (TRL's default is 3.0)."""
-    mask_truncated: bool = False
+    mask_truncated: Fixed[bool] = False
     """Exclude completions cut at max_completion_length from the loss (DAPO overlong filtering)."""
-    dynamic_sampling: Literal["auto", "on", "off"] = "auto"
+    dynamic_sampling: Fixed[Literal["auto", "on", "off"]] = "auto"
     """DAPO dynamic sampling: drop groups whose rewards all agree, refill from further prompts.
     ``auto`` turns it on once most groups have had equal rewards for several steps (the
     learning-signal guard), when it pays for its extra generation, unless the automatic
     curriculum answered that stall with an easier stage (then only if the signal stalls again);
     true/false force it."""
-    dynamic_sampling_rounds: int = 3
+    dynamic_sampling_rounds: Fixed[int] = 3
     """Extra generation rounds allowed per step to refill dropped groups."""
 
 
@@ -229,24 +271,24 @@ class AlgorithmConfig:
 class OptimConfig:
     """The optimizer (AdamW) and its schedule."""
 
-    learning_rate: float = 1e-6
+    learning_rate: Free[float] = 1e-6
     """Peak learning rate."""
-    lr_scheduler: Literal["constant", "linear", "cosine"] = "constant"
+    lr_scheduler: Fixed[Literal["constant", "linear", "cosine"]] = "constant"
     """Schedule after warmup: constant, linear decay to 0, or cosine decay to 0."""
-    warmup_steps: int = 0
+    warmup_steps: Fixed[int] = 0
     """Optimizer updates with a linear warmup from 0 to the peak rate."""
-    weight_decay: float = 0.0
+    weight_decay: Free[float] = 0.0
     """AdamW weight decay."""
-    adam_beta1: float = 0.9
+    adam_beta1: Free[float] = 0.9
     """AdamW beta1."""
-    adam_beta2: float = 0.99
+    adam_beta2: Free[float] = 0.99
     """AdamW beta2."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: Free[float] = 1.0
     """Clip the global gradient norm to this value (0 disables clipping)."""
-    micro_batch_tokens: int = 2048
+    micro_batch_tokens: Free[int] = 2048
     """Token budget per forward/backward micro-batch (rows x padded length); bounds activation
     memory (SmolLM2-135M: about 1.2 GB per 1,000 tokens in float32); raise it on a GPU."""
-    share_prompt_forward: bool = True
+    share_prompt_forward: Free[bool] = True
     """Run each group's prompt once in the update and reuse its KV cache for the group's
     completions (single process, no gradient checkpointing). False runs one full forward per
     row: the same math in another float32 summation order, for bitwise comparisons."""
@@ -256,105 +298,60 @@ class OptimConfig:
 class RunConfig:
     """Run length, seeding, outputs, checkpoints and logging."""
 
-    max_steps: int = 100
+    max_steps: Free[int] = 100
     """Training steps (each: generate, score, mu optimizer updates)."""
-    seed: int = 0
+    seed: Fixed[int] = 0
     """Seed for prompt order, sampling and initialisation; a run is reproducible on CPU."""
-    output_dir: str = ""
+    output_dir: Free[str] = ""
     """Run folder: config.yaml, metrics.jsonl, samples.jsonl, tensorboard/, checkpoints/, plots/.
     Empty: a new folder per run, ``runs/<model>-<env>-<date>-<time>``. A folder that holds
     another run's config.yaml is refused unless resume or overwrite is given."""
-    resume: str = ""
+    resume: Free[str] = ""
     """Resume from ``latest`` (the last checkpoint of output_dir's current lineage), a run
     folder, or a checkpoint folder. The checkpoint must match the model, environments and the
     fields listed in ``RESUME_FIXED`` (``--init_from`` starts a new run from its weights)."""
-    init_from: str = ""
+    init_from: Free[str] = ""
     """Start a new run (step 0, fresh optimizer) from the weights of a checkpoint folder (or a
     run folder: its last checkpoint), e.g. to change settings that ``--resume`` refuses."""
-    overwrite: bool = False
+    overwrite: Free[bool] = False
     """Start afresh in an output_dir that holds another run: its metrics, samples, TensorBoard
     events, checkpoints and plots are deleted first."""
-    save_every: int = 50
+    save_every: Free[int] = 50
     """Save a checkpoint every N steps (and at the end); 0 saves only at the end."""
-    keep_last: int = 2
+    keep_last: Free[int] = 2
     """Checkpoints to keep; older ones are deleted."""
-    eval_every: int = 0
+    eval_every: Free[int] = 0
     """Evaluate held-out accuracy every N steps (always before and after training); 0: only then."""
-    log_every_samples: int = 10
+    log_every_samples: Free[int] = 10
     """Write sample completions to samples.jsonl every N steps; 0 disables."""
-    max_bad_steps: int = 3
+    max_bad_steps: Free[int] = 3
     """Abort after this many consecutive steps with a NaN/inf loss or gradient (skipped)."""
-    max_reward_errors: float = 0.5
+    max_reward_errors: Free[float] = 0.5
     """Stop the run when more than this fraction of a step's completions fail to score (the
     scorer raised, or returned None/NaN/inf): the scorer is broken. 1 never stops."""
-    target_accuracy: float = 0.0
+    target_accuracy: Free[float] = 0.0
     """Held-out accuracy whose first reaching the run summary reports (step and wall time:
     time-to-target), in (0, 1]; 0: report when the best held-out accuracy was first reached."""
-    collective_timeout_s: float = 1800.0
+    collective_timeout_s: Free[float] = 1800.0
     """Distributed runs: seconds a rank waits in a collective (all-reduce, barrier) before the
     run fails with a timeout, e.g. when another rank hangs or was stopped."""
-    wandb: bool = False
+    wandb: Free[bool] = False
     """Also log to Weights & Biases (needs the wandb package); a resumed run continues the same
     W&B run (its id is kept in the run folder)."""
-    wandb_project: str = "grpo-kit"
+    wandb_project: Free[str] = "grpo-kit"
     """W&B project name."""
-    wandb_entity: str = ""
+    wandb_entity: Free[str] = ""
     """W&B entity (team or user); empty: your default entity."""
-    wandb_run_name: str = ""
+    wandb_run_name: Free[str] = ""
     """W&B run name; empty: the run folder's name."""
-    wandb_tags: str = ""
+    wandb_tags: Free[str] = ""
     """W&B tags, comma-separated (a YAML list works too)."""
-    progress: bool = True
+    progress: Free[bool] = True
     """Show a progress bar with ETA."""
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_level: Free[Literal["debug", "info", "warning", "error"]] = "info"
     """Console log level. ``info`` keeps the run's own messages and hides the expected chatter of
     vLLM, Triton and NUMA probing; ``debug`` shows everything."""
 
-
-#: Fields that define what a checkpoint's weights and optimizer state mean: ``--resume`` refuses
-#: a checkpoint saved with other values (``checkpoint.resume_differences``), on top of the model
-#: identity (architecture, sizes, vocabulary, dtype, base weights) it checks from the model.
-RESUME_FIXED: frozenset[str] = frozenset(
-    {
-        "env", "train_split", "max_prompt_length",
-        "system_prompt", "chat_template", "chat_template_kwargs", "prompt_template",
-        "curriculum", "curriculum_threshold", "curriculum_window", "online_filtering",
-        "filter_retry_after",
-        "num_generations", "prompts_per_step", "max_completion_length", "temperature", "top_p",
-        "seed_per_prompt",
-        "advantage_estimator", "ema_alpha", "scale_rewards", "importance_sampling_level",
-        "loss_type", "mu", "beta", "epsilon_low",
-        "epsilon_high", "is_correction", "is_cap", "mask_truncated", "dynamic_sampling",
-        "dynamic_sampling_rounds",
-        "lr_scheduler", "warmup_steps",
-        "seed",
-    }
-)  # fmt: skip
-#: The fields that make the model's identity (``checkpoint.model_identity``: architecture, sizes,
-#: vocabulary, dtype, LoRA settings, base-weights fingerprint): checked through that identity, so a
-#: copy of the same base model in another folder is fine.
-RESUME_IDENTITY: frozenset[str] = frozenset(
-    {"model", "dtype", "lora_r", "lora_alpha", "lora_dropout", "target_modules", "use_qlora"}
-)
-#: Fields that may change on resume: ``learning_rate`` and ``max_steps`` (the new values replace
-#: the schedule's peak and length; the trainer logs the effect); the others change how a run is
-#: executed or recorded, not what it computes.
-RESUME_FREE: frozenset[str] = frozenset(
-    {
-        "gradient_checkpointing", "save_merged", "offload_reference",
-        "cpu_autocast_bf16", "num_threads",
-        "eval_split", "eval_size", "eval_suites", "eval_suite_samples",
-        "engine", "vllm_memory_fraction", "vllm_cpu_kv_cache_gib", "vllm_in_process",
-        "vllm_sleep_mode",
-        "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "max_grad_norm",
-        "micro_batch_tokens", "share_prompt_forward",
-        "max_steps", "output_dir", "resume", "init_from", "save_every", "keep_last",
-        "eval_every", "log_every_samples", "max_bad_steps", "max_reward_errors",
-        "collective_timeout_s", "wandb", "wandb_project", "progress", "overwrite",
-        "target_accuracy",
-        "wandb_entity", "wandb_run_name", "wandb_tags", "log_level",
-    }
-)  # fmt: skip
 
 SECTIONS: dict[str, type] = {
     "policy": PolicyConfig,
@@ -365,11 +362,36 @@ SECTIONS: dict[str, type] = {
     "run": RunConfig,
 }
 
+
+@cache
+def field_resume() -> dict[str, Resume]:
+    """Map every field name to its resume class (the ``Fixed``/``Free``/``Identity`` marker)."""
+    out: dict[str, Resume] = {}
+    for cls in SECTIONS.values():
+        for name, hint in get_type_hints(cls, include_extras=True).items():
+            marks = [m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Resume)]
+            if len(marks) != 1:  # pragma: no cover - a new field without its marker
+                raise AssertionError(f"{cls.__name__}.{name}: annotate it Fixed/Free/Identity[...]")
+            out[name] = marks[0]
+    return out
+
+
+def _resume_class(kind: Resume) -> frozenset[str]:
+    return frozenset(name for name, k in field_resume().items() if k is kind)
+
+
+#: The fields ``--resume`` refuses to change (``Resume.FIXED``).
+RESUME_FIXED: frozenset[str] = _resume_class(Resume.FIXED)
+#: The fields of the model's identity (``Resume.IDENTITY``), checked through that identity.
+RESUME_IDENTITY: frozenset[str] = _resume_class(Resume.IDENTITY)
+#: The fields that may change on resume (``Resume.FREE``).
+RESUME_FREE: frozenset[str] = _resume_class(Resume.FREE)
+
 #: What ``grpo train`` runs with no arguments: the embedded SmolLM2-135M-Instruct on two-digit
 #: addition, on CPU. The single place to tune the out-of-the-box run; flat field -> value.
-#: Chosen by measurement (benchmarks/README.md, "Learning"): the converted model states its sums
-#: in prose and almost never boxes a correct one (0/1024 samples), so a boxed-only reward gives
-#: all-zero advantages and a reward for any box is hacked (\boxed{N}); ``answer="loose"`` (the
+#: Chosen by measurement (benchmarks/results/history.md, "Learning"): the converted model states
+#: its sums in prose and almost never boxes a correct one (0/1024 samples), so a boxed-only reward
+#: gives all-zero advantages and a reward for any box is hacked (\boxed{N}); ``answer="loose"`` (the
 #: last integer of the text counts, as lm-eval's flexible GSM8K extraction does) gives a signal it
 #: can earn: held-out greedy accuracy 10.9% -> 53% after 5 steps, 56% after 10 (lr 2e-5, 4 prompts
 #: x 8 completions, <= 64 tokens). 8 steps with both evaluations fit 15 minutes on 2 CPU cores.
@@ -512,13 +534,33 @@ TRL_TRANSLATED: Mapping[str, str] = {
 _SCHEDULER_ALIASES = {"constant_with_warmup": "constant", "linear": "linear", "cosine": "cosine"}
 
 
-def _truthy(name: str, value: object) -> bool:
-    text = str(value).strip().lower()
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def is_bool_text(value: object) -> bool:
+    """Return whether ``value`` is a bool or a word ``parse_bool`` reads (true/false/1/0/yes/no)."""
+    return isinstance(value, bool) or str(value).strip().lower() in _TRUE | _FALSE
+
+
+def parse_bool(name: str, value: object) -> bool:
+    """Read a boolean field: a YAML bool, or ``true/false/1/0/yes/no/on/off`` in any case.
+
+    The one boolean parser of the configuration (fields, TRL's boolean names, ``on``/``off``
+    choices, TRL's boolean ``scale_rewards``).
+
+    >>> parse_bool("progress", "No"), parse_bool("progress", True)
+    (False, True)
+    >>> parse_bool("progress", "maybe")
+    Traceback (most recent call last):
+    ...
+    ValueError: progress: expected true or false, got 'maybe'
+    """
     if isinstance(value, bool):
         return value
-    if text in _TRUE | _FALSE:
-        return text in _TRUE
-    raise ConfigError(f"invalid configuration:\n  {name}: expected true or false, got {value!r}")
+    if not is_bool_text(value):
+        raise ValueError(f"{name}: expected true or false, got {value!r}")
+    return str(value).strip().lower() in _TRUE
 
 
 def normalise_aliases(values: Mapping[str, object]) -> dict[str, object]:
@@ -574,10 +616,16 @@ def normalise_aliases(values: Mapping[str, object]) -> dict[str, object]:
             targets = value if isinstance(value, list | tuple) else str(value).split(",")
             names = {str(t).strip().lower() for t in targets}
             put("wandb", bool(names & {"wandb", "all"}), key)
-        elif key == "use_vllm":
-            put("engine", "vllm" if _truthy(key, value) else "hf", key)
-        elif key == "bf16":
-            put("dtype", "bfloat16" if _truthy(key, value) else "float32", key)
+        elif key in ("use_vllm", "bf16"):
+            try:
+                on = parse_bool(key, value)
+            except ValueError as err:
+                problems.append(str(err))
+                continue
+            if key == "use_vllm":
+                put("engine", "vllm" if on else "hf", key)
+            else:
+                put("dtype", "bfloat16" if on else "float32", key)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return out
@@ -657,19 +705,11 @@ def field_docs() -> dict[str, str]:
     return docs
 
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
 def coerce(name: str, value: object, annotation: object) -> object:
     """Convert ``value`` (a YAML value or a command-line string) to the field's type."""
     origin = typing.get_origin(annotation)
     if annotation is bool:
-        if isinstance(value, bool):
-            return value
-        if str(value).strip().lower() in _TRUE | _FALSE:
-            return str(value).strip().lower() in _TRUE
-        raise ValueError(f"{name}: expected true or false, got {value!r}")
+        return parse_bool(name, value)
     if annotation in (int, float):
         if isinstance(value, bool):
             raise ValueError(f"{name}: expected a number, got {value!r}")
@@ -684,18 +724,15 @@ def coerce(name: str, value: object, annotation: object) -> object:
         return str(value)
     if origin is Literal:
         allowed = typing.get_args(annotation)
-        text = str(value).strip().lower()
-        if "on" in allowed and (isinstance(value, bool) or text in _TRUE | _FALSE):
-            return "on" if (value is True or text in _TRUE) else "off"
+        if "on" in allowed and is_bool_text(value):
+            return "on" if parse_bool(name, value) else "off"
         if value not in allowed:
             raise ValueError(f"{name}: {value!r} is not one of {list(allowed)}")
         return value
     if isinstance(annotation, type) and issubclass(annotation, str):  # StrEnum
-        if annotation is ScaleRewards and (
-            isinstance(value, bool) or str(value).strip().lower() in _TRUE | _FALSE
-        ):  # TRL's scale_rewards also takes a bool: true is "group", false is "none"
-            truthy = value is True or str(value).strip().lower() in _TRUE
-            return ScaleRewards.GROUP if truthy else ScaleRewards.NONE
+        if annotation is ScaleRewards and is_bool_text(value):
+            # TRL's scale_rewards also takes a bool: true is "group", false is "none"
+            return ScaleRewards.GROUP if parse_bool(name, value) else ScaleRewards.NONE
         try:
             return annotation(value)
         except ValueError:

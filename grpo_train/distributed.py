@@ -373,7 +373,7 @@ def max_rank_difference(model: torch.nn.Module) -> float:
     return worst
 
 
-# ------------------------------------------------------------------------------- weight sync
+# ------------------------------------------- wrapped models, sharded state, per-rank engines
 
 
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:

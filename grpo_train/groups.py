@@ -1,7 +1,7 @@
 """A prompt group: one prompt and its scored completions, the record a step collects and logs.
 
 The trainer generates a ``Group`` of completions per prompt and scores them (a scorer failure
-becomes a typed zero-reward ``Score``, ``grpo_train.scoring``). Failed items are left out of
+becomes a typed zero-reward ``Score``, ``grpo_train.score_failures``). Failed items are left out of
 their group (``Group.scored``); a group with fewer than ``MIN_SCORED`` scored items is dropped.
 """
 
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import torch
 
 from grpo_envs.types import Sample, Score
-from grpo_train.advantages import informative_groups
+from grpo_train.advantages import MIN_SCORED, informative_groups
 from grpo_train.rollout.base import Completion
-from grpo_train.scoring import scoring_failed
+from grpo_train.score_failures import scoring_failed
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,3 @@ class Group:
         """Return whether the trainable rewards differ (``advantages.informative_groups``)."""
         rewards = torch.tensor([self.rewards], dtype=torch.float64)
         return bool(informative_groups(rewards, torch.tensor([self.trainable]))[0])
-
-
-#: A group needs at least two scored completions for a group-relative advantage.
-MIN_SCORED = 2

@@ -10,32 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from typing import Any
 
 import torch
 
-
-class LossType(StrEnum):
-    """How per-token losses are aggregated into one scalar."""
-
-    GRPO = "grpo"
-    """Mean over each sequence's tokens, then mean over sequences (DeepSeekMath)."""
-    DR_GRPO = "dr_grpo"
-    """Sum over tokens divided by ``B * max_completion_length`` (Dr. GRPO, arXiv:2503.20783):
-    no per-sequence length normalisation, so long wrong answers are not favoured."""
-    DAPO = "dapo"
-    """Mean over all completion tokens of the batch (DAPO token-level loss, arXiv:2503.14476)."""
-
-
-class ImportanceLevel(StrEnum):
-    """Where the clipped importance ratio is taken (TRL's ``importance_sampling_level``)."""
-
-    TOKEN = "token"
-    """Per token: ``exp(logp_t - old_t)`` (PPO / GRPO)."""
-    SEQUENCE = "sequence"
-    """Per completion: the length-normalised sequence ratio of GSPO (Group Sequence Policy
-    Optimization, arXiv:2507.18071), clipped per sequence."""
+from grpo_train.choices import ImportanceLevel, LossType
+from grpo_train.config import AlgorithmConfig
 
 
 def importance_log_ratio(
@@ -86,13 +66,13 @@ def grpo_loss(
     mask: torch.Tensor,
     *,
     ref_logprobs: torch.Tensor | None = None,
-    beta: float = 0.0,
-    epsilon_low: float = 0.2,
-    epsilon_high: float = 0.2,
-    loss_type: LossType | str = LossType.DAPO,
+    beta: float = AlgorithmConfig.beta,
+    epsilon_low: float = AlgorithmConfig.epsilon_low,
+    epsilon_high: float = AlgorithmConfig.epsilon_high,
+    loss_type: LossType | str = AlgorithmConfig.loss_type,
     max_completion_length: int | None = None,
     importance_weights: torch.Tensor | None = None,
-    importance_sampling_level: ImportanceLevel | str = ImportanceLevel.TOKEN,
+    importance_sampling_level: ImportanceLevel | str = AlgorithmConfig.importance_sampling_level,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Compute the clipped GRPO policy-gradient loss, with optional k3 KL to a reference policy.
 
@@ -108,7 +88,8 @@ def grpo_loss(
         per_token = importance_weight * pg + beta * kl
 
     then aggregated by ``loss_type`` (see ``LossType``). ``epsilon_high > epsilon_low`` is DAPO's
-    clip-higher. ``importance_weights`` (default 1) is the truncated IS correction from
+    clip-higher. The defaults are the configuration's (``config.AlgorithmConfig``).
+    ``importance_weights`` (default 1) is the truncated IS correction from
     ``truncated_is_weights``.
 
     With ``beta = 0`` and one update per batch (mu = 1) the ratio is exactly 1 and the loss value

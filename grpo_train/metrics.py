@@ -18,7 +18,7 @@ import torch
 
 from grpo_envs.types import Outcome
 from grpo_train.advantages import group_stats
-from grpo_train.scoring import scoring_failed
+from grpo_train.score_failures import scoring_failed
 from grpo_train.throughput import step_throughput
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ from grpo_train.config import (
     preset_config,
 )
 from grpo_train.console import setup_logging
-from grpo_train.run_dir import check_run_dir, with_output_dir
+from grpo_train.run_dir import with_output_dir
 
 if TYPE_CHECKING:  # the trainer imports torch: only when a run starts
     from grpo_train.trainer import TrainResult
@@ -166,7 +166,6 @@ def _main(argv: list[str] | None) -> int:
     try:
         config = resolve_config(args)
         setup_logging(config.run.log_level)
-        check_run_dir(config)
     except ConfigError as err:
         print(f"grpo train: {err}", file=sys.stderr)
         return 2
@@ -183,6 +182,8 @@ def _main(argv: list[str] | None) -> int:
         flush=True,
     )
     try:
+        # The run folder is checked there, on the resolved config (dtype auto -> what the saved
+        # config.yaml of an earlier run of the same settings holds), before anything loads.
         trainer = Trainer(config)
     except (ModelNotAvailableError, CheckpointError, ConfigError, KeyError, ValueError) as err:
         print(f"grpo train: {_one_line(err)}", file=sys.stderr)

@@ -46,7 +46,7 @@ from grpo_train.checkpoint import (
 )
 from grpo_train.collect import Collector
 from grpo_train.config import ConfigError, TrainConfig
-from grpo_train.curriculum import TrainingPrompts
+from grpo_train.learning_signal import SignalGuard
 from grpo_train.lora import reference_logprobs, save_merged
 from grpo_train.loss import MicroBatch, token_logprobs
 from grpo_train.metrics import step_metrics
@@ -69,9 +69,9 @@ from grpo_train.run_setup import (
     resume_path,
     run_identity,
 )
-from grpo_train.signal_guard import SignalGuard
 from grpo_train.stop import StopRequest, TrainingAborted
 from grpo_train.throughput import TimeToTarget, run_throughput, time_to_target
+from grpo_train.training_prompts import TrainingPrompts
 from grpo_train.update import Policy, UpdateSettings, grpo_update
 
 if TYPE_CHECKING:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from grpo_train.batch import RolloutBatch
-from grpo_train.config import TrainConfig
+from grpo_train.config import AlgorithmConfig, OptimConfig, RolloutConfig, TrainConfig
 from grpo_train.data_parallel import SingleProcess
 from grpo_train.loss import (
     MicroBatch,
@@ -33,39 +33,29 @@ from grpo_train.metrics import MetricSums
 
 @dataclass(frozen=True)
 class UpdateSettings:
-    """The configuration fields the update reads (``from_config`` takes them from a run's)."""
+    """The configuration sections the update reads, as they are: one source of defaults.
 
-    mu: int = 1
-    beta: float = 0.0
-    epsilon_low: float = 0.2
-    epsilon_high: float = 0.28
-    loss_type: str = "dapo"
-    importance_sampling_level: str = "token"
-    max_completion_length: int = 256
-    mask_truncated: bool = False
-    is_correction: bool = True
-    is_cap: float = 3.0
-    temperature: float = 1.0
-    micro_batch_tokens: int = 2048
+    ``from_config`` takes a run's; ``of(beta=0.1, ...)`` builds one from flat field values over
+    the configuration's defaults (validated and coerced as a config file's would be).
+    """
+
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
 
     @classmethod
     def from_config(cls, cfg: TrainConfig) -> UpdateSettings:
         """Return the update settings of a training configuration."""
-        a = cfg.algorithm
-        return cls(
-            mu=a.mu,
-            beta=a.beta,
-            epsilon_low=a.epsilon_low,
-            epsilon_high=a.epsilon_high,
-            loss_type=a.loss_type,
-            importance_sampling_level=a.importance_sampling_level,
-            max_completion_length=cfg.rollout.max_completion_length,
-            mask_truncated=a.mask_truncated,
-            is_correction=a.is_correction,
-            is_cap=a.is_cap,
-            temperature=cfg.rollout.temperature,
-            micro_batch_tokens=cfg.optim.micro_batch_tokens,
-        )
+        return cls(cfg.algorithm, cfg.rollout, cfg.optim)
+
+    @classmethod
+    def of(cls, **values: object) -> UpdateSettings:
+        """Return the settings of ``TrainConfig.from_flat(values)``.
+
+        >>> UpdateSettings.of(beta=0.1).algorithm.beta, UpdateSettings.of().algorithm.epsilon_high
+        (0.1, 0.28)
+        """
+        return cls.from_config(TrainConfig.from_flat(values))
 
 
 def _no_autocast() -> contextlib.AbstractContextManager[object]:
@@ -118,17 +108,17 @@ def _plan(
     """Decide which rows train and how they are split; collective (the ``dp`` calls)."""
     # Items whose scoring failed (and groups left with too few scored ones) get no loss, and
     # neither do truncated ones under DAPO overlong filtering (their reward is unreliable).
-    skip = ~batch.trainable.flatten() | (batch.truncated.flatten() & s.mask_truncated)
+    skip = ~batch.trainable.flatten() | (batch.truncated.flatten() & s.algorithm.mask_truncated)
     keep = torch.where(skip | batch.padding, 0.0, 1.0)
     # Only rows whose loss can have a gradient get a forward/backward pass (with beta = 0, not
     # those with advantage 0); the normalisers still count every row. With none, one row still
     # runs (every rank must run a backward).
-    select = rows_with_gradient(adv, keep, s.beta)
-    silent = dp.metrics_silent(batch.padding, bool(live_rows(adv, keep, s.beta)))
+    select = rows_with_gradient(adv, keep, s.algorithm.beta)
+    silent = dp.metrics_silent(batch.padding, bool(live_rows(adv, keep, s.algorithm.beta)))
     batches = make_micro_batches(
         batch.row_prompts(),
         batch.completion_ids,
-        s.micro_batch_tokens,
+        s.optim.micro_batch_tokens,
         policy.pad_id,
         select=select,
         group_prompts=policy.share_prompts,
@@ -154,15 +144,15 @@ def grpo_update(
     the step's token / sequence counts over all ranks (``dp``), so accumulating micro-batches
     gives the gradient of the whole batch.
     """
-    s, dp = settings, dp or SingleProcess()
-    plan = _plan(policy, batch, advantages.flatten(), s, dp)
+    a, dp = settings.algorithm, dp or SingleProcess()
+    plan = _plan(policy, batch, advantages.flatten(), settings, dp)
     keep, batches, schedule, silent = plan.keep, plan.batches, plan.schedule, plan.silent
     total_tokens, total_seqs = plan.total_tokens, plan.total_sequences
     adv = advantages.flatten().to(policy.device)
     old: dict[int, torch.Tensor] = {}  # micro-batch -> logprobs before any update
     sums, loss_total, grad_norm = MetricSums(), 0.0, 0.0
     policy.model.train()
-    for iteration in range(s.mu):
+    for iteration in range(a.mu):
         loss_total = 0.0
         done: set[int] = set()
         for k, (i, weight) in enumerate(schedule):
@@ -175,7 +165,7 @@ def grpo_update(
             first = iteration == 0 and i not in old
             with dp.sync(k, len(schedule)), policy.autocast():
                 logprobs, entropy = token_logprobs(
-                    policy.model, mb, s.temperature, first, policy.share_prompts
+                    policy.model, mb, settings.rollout.temperature, first, policy.share_prompts
                 )
                 logprobs = logprobs.float()
                 if first:  # before the first update the current policy is the "old" one
@@ -183,15 +173,15 @@ def grpo_update(
                 if entropy is not None and tokens:
                     sums.add({"entropy": float((entropy * mask).sum() / max(tokens, 1.0))}, tokens)
                 ref = None
-                if s.beta > 0:
+                if a.beta > 0:
                     if policy.reference is None:
                         raise ValueError("beta > 0 needs Policy.reference (the KL reference)")
                     ref = policy.reference(mb)
                 weights = None
-                if s.is_correction:
+                if a.is_correction:
                     sampled = pad_rows([batch.sampling_logprobs[r] for r in rows], width)
                     weights, is_metrics = truncated_is_weights(
-                        old[i], sampled.to(policy.device), mask, s.is_cap
+                        old[i], sampled.to(policy.device), mask, a.is_cap
                     )
                     if first and tokens:
                         sums.add(is_metrics, tokens)
@@ -201,21 +191,21 @@ def grpo_update(
                     adv[rows],
                     mask,
                     ref_logprobs=ref,
-                    beta=s.beta,
-                    epsilon_low=s.epsilon_low,
-                    epsilon_high=s.epsilon_high,
-                    loss_type=s.loss_type,
-                    max_completion_length=s.max_completion_length,
+                    beta=a.beta,
+                    epsilon_low=a.epsilon_low,
+                    epsilon_high=a.epsilon_high,
+                    loss_type=a.loss_type,
+                    max_completion_length=settings.rollout.max_completion_length,
                     importance_weights=weights,
-                    importance_sampling_level=s.importance_sampling_level,
+                    importance_sampling_level=a.importance_sampling_level,
                 )
                 # Each micro-batch's loss is a mean over its own tokens / sequences; weighting by
                 # its share of the global batch makes the accumulated gradient the whole batch's.
-                share = loss_share(s.loss_type, mask, total_tokens, total_seqs) * weight
+                share = loss_share(a.loss_type, mask, total_tokens, total_seqs) * weight
                 share = 0.0 if batch.padding else share
                 dp.backward(loss * (share * dp.loss_scale))
             loss_total += float(loss.detach()) * share
-            if iteration == s.mu - 1 and tokens and i not in done:
+            if iteration == a.mu - 1 and tokens and i not in done:
                 sums.add(metrics, tokens)
                 done.add(i)
         loss_total = dp.total(loss_total)

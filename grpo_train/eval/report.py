@@ -18,7 +18,7 @@ from grpo_train.eval.metrics import (
 )
 from grpo_train.eval.passk import mean_pass_at_k
 from grpo_train.eval.records import SampleRecord
-from grpo_train.scoring import FAILED_OUTCOMES
+from grpo_train.score_failures import FAILED_OUTCOMES
 
 _FAILED_OUTCOME_VALUES = frozenset(o.value for o in FAILED_OUTCOMES)
 #: Outcomes whose extracted text is no answer of the model's (it does not vote in maj@k).

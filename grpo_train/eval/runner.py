@@ -34,7 +34,7 @@ from grpo_train.eval.records import SampleRecord, SampleStore
 from grpo_train.eval.report import SuiteResult, markdown_table, overall, summarize_task
 from grpo_train.prompts import PromptFormat
 from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
-from grpo_train.scoring import ScoreErrors
+from grpo_train.score_failures import ScoreErrors
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

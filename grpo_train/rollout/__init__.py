@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,8 +29,22 @@ __all__ = [
     "SamplingConfig",
     "build_engine",
     "make_engine",
+    "resolve_engine_name",
     "vllm_available",
 ]
+
+
+def resolve_engine_name(name: str) -> Literal["vllm", "hf"]:
+    """Return the engine ``name`` means: ``auto`` is vLLM when importable, else HF.
+
+    >>> resolve_engine_name("hf")
+    'hf'
+    """
+    if name not in ENGINE_NAMES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINE_NAMES)}; got {name!r}")
+    if name == "auto":
+        return "vllm" if vllm_available() else "hf"
+    return "vllm" if name == "vllm" else "hf"
 
 
 def make_engine(
@@ -61,10 +74,7 @@ def make_engine(
         max_model_len: vLLM only: prompt + completion tokens the engine reserves for.
         engine_kwargs: passed to the engine class (``HFEngine`` or ``VLLMEngine``).
     """
-    if name not in ENGINE_NAMES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINE_NAMES)}; got {name!r}")
-    if name == "auto":
-        name = "vllm" if vllm_available() else "hf"
+    name = resolve_engine_name(name)
     if name == "hf":
         from grpo_train.rollout.hf import HFEngine
 
@@ -91,9 +101,7 @@ def build_engine(
     copy loaded from ``model_path``); vLLM loads ``model_path`` and receives new weights through
     ``sync_weights`` after each update.
     """
-    name = config.rollout.engine
-    if name == "auto":
-        name = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+    name = resolve_engine_name(config.rollout.engine)
     dtype = config.policy.dtype
     if name == "hf":
         from grpo_train.distributed import every_rank_loads_weights

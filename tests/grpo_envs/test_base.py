@@ -87,11 +87,11 @@ def registry(monkeypatch):
 def test_make_bounds_scoring_time_and_survives_crashes(registry):
     """make() puts EchoEnv (an unbounded judge) in time-limited worker processes."""
     import grpo_envs
-    from grpo_envs.wrappers import PassiveChecker, TimeLimit
+    from grpo_envs.wrappers import ScoreGuard, TimeLimit
 
     registry.register("test/echo-v0", EchoEnv)
     env = grpo_envs.make("test/echo-v0")
-    assert isinstance(env, PassiveChecker) and isinstance(env.env, TimeLimit)
+    assert isinstance(env, ScoreGuard) and isinstance(env.env, TimeLimit)
     assert isinstance(env.unwrapped, EchoEnv) and env.unwrapped.env_id == "test/echo-v0"
     rows = list(env.dataset("train"))
     completions = ["0", "sleep", "2", "crash", "raise", "1", "9"]
@@ -169,12 +169,12 @@ def double_env(size: int = 10) -> SingleTurnEnv:
 
 def test_composition_builds_a_complete_environment(registry):
     import grpo_envs
-    from grpo_envs.wrappers import PassiveChecker
+    from grpo_envs.wrappers import ScoreGuard
 
     registry.register("demo/composed-v0", double_env)
     env = grpo_envs.make("demo/composed-v0", size=4)
     assert isinstance(env.env, SingleTurnEnv)  # bounded components: no TimeLimit
-    assert isinstance(env, PassiveChecker) and env.splits == ("train", "test")
+    assert isinstance(env, ScoreGuard) and env.splits == ("train", "test")
     grpo_envs.check_env(env, n_samples=2)
     row = env.dataset("test")[1]
     assert row["id"] == "q10001" and row["env_id"] == "demo/composed-v0"

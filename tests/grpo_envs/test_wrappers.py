@@ -1,4 +1,4 @@
-"""The wrappers make() adds: the one guard (PassiveChecker / guarded_scores) and TimeLimit."""
+"""The wrappers make() adds: the one guard (ScoreGuard / guarded_scores) and TimeLimit."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import grpo_envs
 from grpo_envs.base import Environment
 from grpo_envs.types import Outcome, Sample, Score
-from grpo_envs.wrappers import PassiveChecker, TimeLimit, guarded_score, guarded_scores
+from grpo_envs.wrappers import ScoreGuard, TimeLimit, guarded_score, guarded_scores
 
 ROW = Sample("0", (), "1")
 
@@ -62,9 +62,7 @@ def test_guard_keeps_the_caller_bug_of_misaligned_lists():
 
 def test_wrappers_forward_attributes_both_ways():
     env = grpo_envs.make("rg/leg_counting-v0", train_size=4, test_size=2)
-    assert isinstance(env, PassiveChecker) and isinstance(
-        env.env, TimeLimit
-    )  # rg judges: unbounded
+    assert isinstance(env, ScoreGuard) and isinstance(env.env, TimeLimit)  # rg judges: unbounded
     assert env.env_id == "rg/leg_counting-v0" and env.spec is env.unwrapped.spec
     env.score_timeout_s = 3.0  # reaches the environment the wrapper reads it from
     assert env.unwrapped.score_timeout_s == 3.0
@@ -81,3 +79,17 @@ def test_time_limit_scores_family_envs_in_workers_like_in_process():
     in_workers = env.score_batch(completions, samples)
     in_process = env.score_batch(completions, samples, workers=0)
     assert [s.reward for s in in_workers] == [s.reward for s in in_process] == [1.0] * 4 + [0.0]
+
+
+def test_an_environment_make_built_is_guarded_once(monkeypatch):
+    import grpo_envs.wrappers as wrappers
+
+    checked = []
+    real = wrappers._valid
+    monkeypatch.setattr(wrappers, "_valid", lambda score: checked.append(score) or real(score))
+    guarded = ScoreGuard(Misbehaving())
+    scores = guarded_scores(guarded, ["good", "nan", "float"], [ROW] * 3)
+    assert [s.outcome for s in scores] == [Outcome.CORRECT, Outcome.ERROR, Outcome.ERROR]
+    assert len(checked) == 3  # one check per completion, not one per guard layer
+    checked.clear()
+    assert guarded_score(guarded, "inf", ROW).outcome is Outcome.ERROR and len(checked) == 1

@@ -1,5 +1,6 @@
 """What a user gets once they leave the default run: presets, run folders, TRL names, `grpo`."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -89,6 +90,18 @@ def test_a_folder_holding_another_run_is_refused_with_the_fixes(tmp_path, capsys
     assert str(folder) in err and "--resume" in err and "--overwrite" in err
     assert "model" in err
     assert (folder / "metrics.jsonl").read_text().startswith('{"step": 0')  # untouched
+
+
+def test_the_same_settings_again_in_their_folder_are_not_another_run(tmp_path, capsys):
+    # The saved config.yaml holds the resolved dtype; the command line still says auto.
+    folder = tmp_path / "run"
+    argv = ["--model", str(tmp_path / "no-model"), "--output_dir", str(folder), "--engine", "hf"]
+    folder.mkdir()
+    resolved = dataclasses.replace(_resolve(argv).policy, dtype="float32")
+    dataclasses.replace(_resolve(argv), policy=resolved).save(folder / "config.yaml")
+    assert main(argv) == 2  # the model folder does not exist...
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "holds another run" not in err  # ...the folder is fine
 
 
 def test_resume_without_a_folder_asks_which_run(capsys):

@@ -1,3 +1,5 @@
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,9 +11,11 @@ from grpo_train.config import (
     SECTIONS,
     ConfigError,
     EnvEntry,
+    Resume,
     TrainConfig,
     field_docs,
     field_owners,
+    field_resume,
     preset_config,
 )
 from grpo_train.loss import LossType
@@ -176,3 +180,45 @@ def test_env_flag_takes_flow_yaml_with_kwargs():
     ]
     with pytest.raises(ValueError, match="not valid flow YAML"):
         parse_envs("{id: [unclosed")
+
+
+def test_reading_a_config_imports_no_torch():
+    code = (
+        "import sys, grpo_train.config, grpo_train.train_cli; "
+        "grpo_train.config.TrainConfig.from_flat({'loss_type': 'grpo'}); "
+        "grpo_train.train_cli.build_parser(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_every_field_carries_its_resume_class_in_its_annotation():
+    classes = field_resume()
+    assert set(classes) == set(field_owners())
+    assert classes["mu"] is Resume.FIXED and classes["seed"] is Resume.FIXED
+    assert classes["learning_rate"] is Resume.FREE and classes["engine"] is Resume.FREE
+    assert classes["lora_r"] is Resume.IDENTITY and classes["model"] is Resume.IDENTITY
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("progress", "Yes", True),  # a bool field
+        ("dynamic_sampling", "0", "off"),  # an on/off choice
+        ("scale_rewards", "TRUE", ScaleRewards.GROUP),  # TRL's boolean scale_rewards
+        ("use_vllm", "no", "hf"),  # a TRL name with a translated value
+        ("bf16", True, "bfloat16"),
+    ],
+)
+def test_one_boolean_parser_reads_every_boolean_spelling(name, value, expected):
+    field = {"use_vllm": "engine", "bf16": "dtype"}.get(name, name)
+    cfg = TrainConfig.from_flat({name: value})
+    section = field_owners()[field]
+    assert getattr(getattr(cfg, section), field) == expected
+
+
+@pytest.mark.parametrize("name", ["progress", "dynamic_sampling", "scale_rewards", "use_vllm"])
+def test_a_word_that_is_no_boolean_is_refused_by_name(name):
+    with pytest.raises(ConfigError, match=rf"{name}: (expected true or false|'maybe' is not)"):
+        TrainConfig.from_flat({name: "maybe"})

@@ -108,9 +108,9 @@ def test_filter_memory_round_trips_through_json():
 from toy_env import DigitEnv  # noqa: E402
 
 from grpo_envs.types import Component, Outcome, Score  # noqa: E402
-from grpo_train.curriculum import TrainingPrompts  # noqa: E402
 from grpo_train.run_log import read_metrics  # noqa: E402
 from grpo_train.trainer import Trainer  # noqa: E402
+from grpo_train.training_prompts import TrainingPrompts  # noqa: E402
 
 STAGE = "curriculum/stage/test/digit-v0"
 

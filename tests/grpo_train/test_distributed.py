@@ -261,7 +261,7 @@ def grpo_updates(
         model, pad_id=0, reference=(lambda mb: reference_logprobs(model, mb)) if beta else None
     )
     # A small budget gives each rank several micro-batches, and different counts per rank.
-    settings = UpdateSettings(
+    settings = UpdateSettings.of(
         beta=beta, loss_type="dapo", is_correction=False, micro_batch_tokens=24
     )
     losses = []

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+import grpo_envs
 from grpo_train.eval.runner import EvalTask, evaluate, math_extraction_checks
 from grpo_train.rollout.base import Completion
 
@@ -12,8 +13,6 @@ FIXTURES = Path(__file__).parent / "fixtures" / "eval"
 CASES = [
     json.loads(line) for line in (FIXTURES / "gsm8k_completions.jsonl").read_text().splitlines()
 ]
-
-grpo_envs = pytest.importorskip("grpo_envs")
 
 
 class CharTokenizer:

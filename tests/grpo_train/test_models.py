@@ -85,7 +85,6 @@ def test_missing_smollm2_package_says_how_to_install(monkeypatch: pytest.MonkeyP
 
 
 def test_default_model_cache_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("gguf")
     try:
         models.smollm2_gguf_path()
     except ModelNotAvailableError:

@@ -127,7 +127,8 @@ def test_shared_module_sync_is_free_and_separate_copy_syncs(tiny_model_path: Pat
 
 
 def _lora(model: torch.nn.Module) -> Any:
-    peft = pytest.importorskip("peft")
+    import peft
+
     config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])
     wrapped = peft.get_peft_model(copy.deepcopy(model), config)
     with torch.no_grad():
@@ -167,7 +168,8 @@ def test_lora_delta_merge_matches_peft_merge(policy) -> None:
 
 
 def test_dora_falls_back_to_merge_and_restores_the_trainer(policy) -> None:
-    peft = pytest.importorskip("peft")
+    import peft
+
     config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"], use_dora=True)
     wrapped: Any = peft.get_peft_model(copy.deepcopy(policy[0]), config)
     with torch.no_grad():

@@ -58,7 +58,7 @@ def test_masked_tokens_inside_a_completion_get_no_gradient_and_no_weight(
     from grpo_train.models import load_policy
 
     model, _ = load_policy(str(tiny_model_path))
-    settings = UpdateSettings(loss_type=loss_type, is_correction=False, micro_batch_tokens=10**6)
+    settings = UpdateSettings.of(loss_type=loss_type, is_correction=False, micro_batch_tokens=10**6)
     # Tokens 1-2 of completion 0 came from the environment (e.g. a tool's reply), not the policy.
     episode = torch.tensor([True, False, False, True, True])
     masked = make_batch((episode, *all_tokens()[1:]))

@@ -1,22 +1,31 @@
-"""grpo_envs has no import cycle: not at module level, and not through imports inside functions.
+"""No package imports itself in a cycle: not at module level, and not through imports inside
+functions (a lazy import that closes a cycle fails at the first call that takes that path).
 
-Imports under ``if TYPE_CHECKING:`` are left out (they never run). An import of a package's
-submodule (``from grpo_envs import executor``) is an edge to that submodule; other names imported
-from a package (``from grpo_envs import make``) are an edge to the package's ``__init__``.
-"""
+The graph spans grpo_envs, grpo_train and sandbox together, so a cycle through two packages is
+found too. Imports under ``if TYPE_CHECKING:`` are left out (they never run). An import of a
+package's submodule (``from grpo_envs import executor``) is an edge to that submodule; other names
+imported from a package (``from grpo_envs import make``) are an edge to the package's
+``__init__``."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
+
 import grpo_envs
+import grpo_train
+import sandbox
 
-ROOT = Path(grpo_envs.__file__).resolve().parent
+PACKAGES = {
+    pkg.__name__: Path(pkg.__file__ or "").resolve().parent
+    for pkg in (grpo_envs, grpo_train, sandbox)
+}
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+def _module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -56,8 +65,8 @@ def _imports(tree: ast.AST, here: str, is_package: bool, modules: set[str]) -> s
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the grpo_envs modules it imports (at any level, TYPE_CHECKING excluded)."""
-    files = {_module_name(p): p for p in ROOT.rglob("*.py")}
+    """Module -> the project's modules it imports (at any level, TYPE_CHECKING excluded)."""
+    files = {_module_name(p, root): p for root in PACKAGES.values() for p in root.rglob("*.py")}
     modules = set(files)
     return {
         name: _imports(ast.parse(path.read_text()), name, path.name == "__init__.py", modules)
@@ -94,7 +103,23 @@ def test_finder_sees_a_cycle():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_grpo_envs_has_no_import_cycle():
+def test_the_graph_sees_lazy_relative_and_cross_package_imports():
     graph = import_graph()
-    assert "grpo_envs.wrappers" in graph["grpo_envs.registration"]  # lazy imports are seen
-    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+    assert "grpo_envs.wrappers" in graph["grpo_envs.registration"]  # inside a function
+    assert "grpo_train.rollout.base" in graph["grpo_train.rollout.hf"]
+    assert "grpo_train.eval.runner" in graph["grpo_train.eval.cli"]
+    assert "sandbox._spawn" in graph["sandbox._server"]
+    assert any(m.startswith("grpo_envs") for m in graph["grpo_train.trainer"])  # across packages
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_import_cycle(package):
+    graph = import_graph()
+    assert any(m.startswith(f"{package}.") for m in graph)
+    cycle = find_cycle({m: deps for m, deps in graph.items() if m.split(".")[0] == package})
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_no_import_cycle_across_packages():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, " -> ".join(cycle or [])

@@ -1,7 +1,7 @@
 """The learning-signal guard: one line when nearly every group has equal rewards, for steps."""
 
 from grpo_train.config import TrainConfig
-from grpo_train.signal_guard import SignalGuard
+from grpo_train.learning_signal import SignalGuard
 
 
 def test_fires_once_after_three_steps_without_signal():

@@ -1,4 +1,8 @@
-"""The learning-signal guard: notice a run whose groups keep having equal rewards (no gradient)."""
+"""The learning-signal guard: notice a run whose groups keep having equal rewards (no gradient).
+
+"Signal" here is the learning signal (reward differences within a group), not an OS signal
+(Ctrl-C, SIGTERM: ``grpo_train.stop``).
+"""
 
 from __future__ import annotations
 
