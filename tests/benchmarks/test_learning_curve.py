@@ -165,7 +165,7 @@ def test_seeds_run_both_trainers_at_every_seed_interleaved():
 def test_trl_gets_the_prompts_ours_draws_for_the_same_seed():
     from grpo_envs import make
     from grpo_train.config import DataConfig
-    from grpo_train.curriculum import TrainingPrompts
+    from grpo_train.training_prompts import TrainingPrompts
 
     env = make("math/arithmetic-v0", task="add2", answer="loose")
     for seed in (0, 3):

@@ -2,7 +2,7 @@
 training; only a real sandbox failure leaves an item out.
 
 The trainer drops items whose outcome is ``ERROR`` or ``SANDBOX_ERROR`` from the group baseline
-and the loss (``grpo_train.scoring.scoring_failed``). A candidate that could make its own job a
+and the loss (``grpo_train.score_failures.scoring_failed``). A candidate that could make its own job a
 sandbox error would escape the penalty of a wrong answer.
 """
 
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from grpo_train.scoring import scoring_failed
+from grpo_train.score_failures import scoring_failed
 
 import grpo_envs
 from grpo_envs.types import Outcome, Sample
