@@ -2,8 +2,8 @@
 training; only a real sandbox failure leaves an item out.
 
 The trainer drops items whose outcome is ``ERROR`` or ``SANDBOX_ERROR`` from the group baseline
-and the loss (``grpo_train.score_failures.scoring_failed``). A candidate that could make its own job a
-sandbox error would escape the penalty of a wrong answer.
+and the loss (``grpo_train.score_failures.scoring_failed``). A candidate that could make its own
+job a sandbox error would escape the penalty of a wrong answer.
 """
 
 from __future__ import annotations
