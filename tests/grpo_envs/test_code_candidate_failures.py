@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 
 import pytest
-from grpo_train.score_failures import scoring_failed
 
 import grpo_envs
 from grpo_envs.types import Outcome, Sample
+from grpo_train.score_failures import scoring_failed
 
 #: Bodies of ``has_close_elements`` (HumanEval/0) that solve nothing.
 HOSTILE = {
