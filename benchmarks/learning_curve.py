@@ -320,10 +320,10 @@ def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
 def prompt_order(size: int, seed: int, draws: int) -> list[int]:
     """The training rows ``grpo train`` draws first with ``seed`` from one environment of ``size``
     rows, in order (its ``PromptSampler``, without the online filter or a curriculum)."""
-    from grpo_train.prompt_sampler import PromptSampler
+    from grpo_train.training_prompts import PromptSampler
 
     sampler = PromptSampler([size], [1.0], seed)
-    return [sampler.next()[1] for _ in range(draws)]
+    return [sampler.next_row()[1] for _ in range(draws)]
 
 
 def run_child(cmd: list[str], env: dict[str, str], log: Path) -> tuple[int, str]:
