@@ -43,6 +43,10 @@ from grpo_envs.rubric import Rubric
 from grpo_envs.types import Component, Message, Outcome, Sample, Score
 
 
+class EpisodeOverError(ValueError):
+    """A turn was given to an episode that has already ended (the caller's bug)."""
+
+
 class EpisodeEnd(StrEnum):
     """How an episode ended (``None`` on ``EpisodeState.end`` while it runs)."""
 
@@ -275,7 +279,9 @@ def _advance(
     on its last allowed turn is DONE, not cut.
     """
     if state.done:
-        raise ValueError(f"episode {state.sample.id} already ended ({state.end}); start a new one")
+        raise EpisodeOverError(
+            f"episode {state.sample.id} already ended ({state.end}); start a new one"
+        )
     if not isinstance(turn, str):
         turn = "" if turn is None else str(turn)
     state = replace(state, turns=(*state.turns, turn), tokens=state.tokens + max(int(tokens), 0))
@@ -401,11 +407,78 @@ class OneTurn:
         return add_episode_components(self.env.score(state.last_turn, state.sample), state, ())
 
 
+class GuardedEpisodes:
+    """An episodic environment whose ``score_episode`` never raises and is always a valid Score.
+
+    ``make`` guards ``score`` (``grpo_envs.wrappers``); this does the same for episodes, so that a
+    broken rubric or episode component costs one episode (an ``ERROR`` score), never the step.
+    """
+
+    def __init__(self, env: Episodic) -> None:
+        """Guard ``env``."""
+        self.env = env
+        self.budget = env.budget
+
+    def start(self, sample: SampleLike) -> EpisodeState:
+        """Begin an episode (a malformed sample raises: it is the caller's data)."""
+        return self.env.start(sample)
+
+    def step(self, state: EpisodeState, turn: str, *, tokens: int = 0) -> EpisodeState:
+        """Take the inner step; one that raises ends the episode as ``ENV_ERROR``."""
+        try:
+            return self.env.step(state, turn, tokens=tokens)
+        except EpisodeOverError:
+            raise
+        except Exception as exc:
+            ended = replace(state, turns=(*state.turns, turn), end=EpisodeEnd.ENV_ERROR)
+            return replace(ended, error=f"{type(exc).__name__}: {exc}")
+
+    def score_episode(self, state: EpisodeState) -> Score:
+        """Return the inner score, or an ``ERROR`` score when it raises or is malformed."""
+        from grpo_envs.wrappers import _valid
+
+        try:
+            return _valid(self.env.score_episode(state))
+        except Exception as exc:
+            return Score.failure(Outcome.ERROR, f"score_episode raised {type(exc).__name__}: {exc}")
+
+
 def episodic(env: Environment) -> Episodic:
-    """Return ``env`` itself when it runs episodes, else its one-turn view (``OneTurn``)."""
+    """Return the episodes of ``env``: its own (guarded) if it runs them, else ``OneTurn(env)``."""
     if isinstance(env.unwrapped, Episodic):
-        return env.unwrapped
+        return GuardedEpisodes(env.unwrapped)
     return OneTurn(env)
+
+
+def step_many(
+    env: Episodic,
+    states: Sequence[EpisodeState],
+    turns: Sequence[str],
+    tokens: Sequence[int] | None = None,
+    *,
+    workers: int = 1,
+) -> list[EpisodeState]:
+    """Step many live episodes (one engine batch's turns) at once; results in input order.
+
+    With ``workers > 1`` the steps run in threads, so that tool calls of different episodes
+    overlap in the sandbox's worker pool (the built-in step functions are thread-safe; a user's
+    must be to use this). Ended episodes are returned unchanged.
+    """
+    if len(states) != len(turns) or (tokens is not None and len(tokens) != len(turns)):
+        raise ValueError(f"{len(states)} states, {len(turns)} turns: pass one turn per episode")
+    counts = list(tokens) if tokens is not None else [0] * len(turns)
+
+    def one(i: int) -> EpisodeState:
+        if states[i].done:
+            return states[i]
+        return env.step(states[i], turns[i], tokens=counts[i])
+
+    if workers <= 1 or len(states) <= 1:
+        return [one(i) for i in range(len(states))]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(states))) as pool:
+        return list(pool.map(one, range(len(states))))
 
 
 #: A policy for the pure-python driver: the conversation so far as raw text -> the next turn.
@@ -449,7 +522,7 @@ def run_episode(
     after that many turns the episode is cut here (``MAX_TURNS``) if ``step`` did not cut it.
     A policy that raises propagates (it is the caller's code, not the model's output).
     """
-    episodes = env if isinstance(env, Episodic) else episodic(env)
+    episodes = episodic(env) if isinstance(env, Environment) else env
     state = episodes.start(sample)
     for _ in range(episodes.budget.max_turns):
         turn = policy(state.text())
@@ -485,9 +558,11 @@ __all__ = [
     "EpisodeBudget",
     "EpisodeComponent",
     "EpisodeEnd",
+    "EpisodeOverError",
     "EpisodeResult",
     "EpisodeState",
     "Episodic",
+    "GuardedEpisodes",
     "MultiTurnEnv",
     "Observation",
     "OneTurn",
@@ -501,5 +576,6 @@ __all__ = [
     "episodic",
     "run_episode",
     "scripted",
+    "step_many",
     "turn_penalty",
 ]

@@ -35,7 +35,7 @@ from grpo_envs.episode import (
 )
 from grpo_envs.rubric import Judgement, RewardComponent, Rubric, ScoringContext
 from grpo_envs.tools import PythonTool, ToolFormat, python_tool_step, truncate_output
-from grpo_envs.types import Outcome, Sample
+from grpo_envs.types import Message, Outcome, Sample
 
 if TYPE_CHECKING:
     from grpo_envs.code.scoring import CodeEnvironment, CodeTask
@@ -51,9 +51,25 @@ def _base(env_id: str, kwargs: Mapping[str, object]) -> Environment:
     return make(env_id, **kwargs)
 
 
-def _rows(base: Environment) -> dict[str, SplitSource]:
+def _rows(base: Environment, system: str = "") -> dict[str, SplitSource]:
     # Loaded on first use (building the environment loads no data), as the base env does.
-    return {split: functools.partial(base.dataset, split) for split in base.splits}
+    return {split: functools.partial(_split_rows, base, split, system) for split in base.splits}
+
+
+def _split_rows(base: Environment, split: str, system: str) -> list[Sample]:
+    """Return the base env's rows, with ``system`` added to (or as) their system message."""
+    samples = [Sample.from_row(row) for row in base.dataset(split)]
+    if not system:
+        return samples
+    out = []
+    for sample in samples:
+        prompt = list(sample.prompt)
+        if prompt and prompt[0].role == "system":
+            prompt[0] = Message("system", f"{system}\n\n{prompt[0].content}")
+        else:
+            prompt.insert(0, Message("system", system))
+        out.append(dataclasses.replace(sample, prompt=tuple(prompt)))
+    return out
 
 
 def split_tests(task: CodeTask, visible: int) -> tuple[tuple[object, ...], tuple[object, ...]]:
@@ -206,12 +222,11 @@ def math_python_env(
         return Judgement(score.reward, score.outcome, dict(score.details))
 
     return MultiTurnEnv(
-        _rows(made),
+        _rows(made, system=TOOL_SYSTEM_PROMPT.format(how=_HOW[fmt])),
         # Bounded: ``made`` is wrapped by ``make``, which bounds its scoring time itself.
         Rubric([RewardComponent("verified", 1.0, verified, bounded=True)]),
         python_tool_step(PythonTool(timeout_s=tool_timeout_s), fmt),
         budget=EpisodeBudget(max_turns=max_turns, max_tool_s=max_tool_s),
-        system_prompt=TOOL_SYSTEM_PROMPT.format(how=_HOW[fmt]),
         reference=made.reference_completion,
         splits=made.splits,
     )

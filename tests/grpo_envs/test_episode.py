@@ -161,3 +161,45 @@ def test_episode_state_and_observation_types():
     assert obs is not None and obs.messages[0].role == "tool" and obs.text == "out\n"
     assert issubclass(MultiTurnEnv, SingleTurnEnv)
     assert EpisodeState(Sample("0", (), "1")).last_turn == ""
+
+
+def test_episodes_of_a_made_env_are_guarded_against_a_broken_scorer():
+    from grpo_envs.episode import EpisodeComponent, EpisodeOverError, GuardedEpisodes
+
+    def broken(state):
+        raise RuntimeError("component bug")
+
+    env = make_env(episode_components=[EpisodeComponent("broken", 1.0, broken)])
+    episodes = episodic(env)
+    assert isinstance(episodes, GuardedEpisodes)
+    result = run_episode(env, env.dataset("train")[0], scripted(["0"]))
+    assert (
+        result.score.outcome is Outcome.ERROR and "component bug" in result.score.details["reason"]
+    )
+
+    class Raising(MultiTurnEnv):
+        def score_episode(self, state):
+            raise KeyError("scorer bug")
+
+    raising = Raising({"train": ROWS}, env.rubric, hint_step)
+    result = run_episode(raising, raising.dataset("train")[0], scripted(["0"]))
+    assert result.score.outcome is Outcome.ERROR and "scorer bug" in result.score.details["reason"]
+    ended = episodes.step(episodes.start(ROWS[0] | {"prompt": "q"}), "0")
+    with pytest.raises(EpisodeOverError):
+        episodes.step(ended, "0")
+
+
+def test_step_many_advances_live_episodes_together_in_order():
+    from grpo_envs.episode import step_many
+
+    env = make_env(budget=EpisodeBudget(max_turns=3))
+    states = [env.start(row) for row in env.dataset("train")]  # answers 0, 2, 4
+    for workers in (1, 3):
+        after = step_many(env, states, ["0", "1", "9"], [1, 1, 1], workers=workers)
+        assert [s.end for s in after] == [EpisodeEnd.DONE, None, None]
+        assert [s.observations[-1].text for s in after[1:]] == ["higher\n", "lower\n"]
+        again = step_many(env, after, ["x", "2", "4"], workers=workers)
+        assert again[0] is after[0]  # an ended episode is left as it was
+        assert [s.end for s in again] == [EpisodeEnd.DONE, EpisodeEnd.DONE, EpisodeEnd.DONE]
+    with pytest.raises(ValueError, match="one turn per episode"):
+        step_many(env, states, ["0"])

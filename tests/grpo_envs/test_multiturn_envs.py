@@ -61,6 +61,15 @@ def test_feedback_over_stdio_shows_the_visible_input_and_expected_output():
     assert result.end is EpisodeEnd.MAX_TURNS and result.score.reward == 0.0
 
 
+def test_the_tool_instructions_join_an_existing_system_prompt():
+    env = grpo_envs.make(
+        "math/python-tool-v0", base="format/think-answer-v0", train_size=2, test_size=2
+    )
+    prompt = env.dataset("train")[0]["prompt"]
+    assert [m["role"] for m in prompt].count("system") == 1
+    assert prompt[0]["content"].startswith("You can run Python")
+
+
 def test_both_pass_check_env():
     check_env(grpo_envs.make("code/feedback-v0", workers=2), n_samples=1)
     check_env(grpo_envs.make("math/python-tool-v0", train_size=4, test_size=2), n_samples=2)
