@@ -12,7 +12,20 @@ from grpo_envs.envs.multiturn import split_tests
 from grpo_envs.episode import EpisodeEnd, ToolStatus, run_episode, scripted
 from grpo_envs.types import Outcome, Sample
 
-STDIO = Path(__file__).resolve().parent / "fixtures" / "code" / "stdio.jsonl"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+STDIO = FIXTURES / "code" / "stdio.jsonl"
+#: Each code base, built from the offline fixtures the single-turn code tests use.
+CODE_BASES = {
+    "code/mbpp-v0": {"data_files": str(FIXTURES / "code" / "mbpp_full.jsonl")},
+    "code/stdio-v0": {"data_files": str(STDIO)},
+    "code/dataset-v0": {
+        "path": str(FIXTURES / "dataset" / "code_problems.jsonl"),
+        "question": "task",
+        "solution": "reference",
+        "id": "name",
+        "test_fraction": 0.34,
+    },
+}
 
 
 def test_split_keeps_a_hidden_test_and_hides_a_lone_one():
@@ -68,6 +81,17 @@ def test_the_tool_instructions_join_an_existing_system_prompt():
     prompt = env.dataset("train")[0]["prompt"]
     assert [m["role"] for m in prompt].count("system") == 1
     assert prompt[0]["content"].startswith("You can run Python")
+
+
+@pytest.mark.parametrize("base", sorted(CODE_BASES))
+def test_feedback_over_every_code_base_passes_check_env_and_its_reference_passes(base):
+    env = grpo_envs.make("code/feedback-v0", base=base, workers=2, **CODE_BASES[base])
+    check_env(env, n_samples=1)
+    split = env.splits[-1]
+    row = env.dataset(split)[0]
+    reference = env.reference_completion(Sample.from_row(row))
+    result = run_episode(env, row, scripted(["no code", reference]))
+    assert result.score.correct and result.end is EpisodeEnd.DONE and len(result.state.turns) == 2
 
 
 def test_both_pass_check_env():

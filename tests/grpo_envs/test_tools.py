@@ -147,6 +147,11 @@ def test_no_state_leaks_between_episodes_of_one_group(tool):
         "secret = 41\n"
         "open('leak.txt', 'w').write('x')\n"
         "open('/tmp/leak.txt', 'w').write('x')\n"
+        "for d in ('/dev/shm', os.path.expanduser('~'), '/var/tmp'):\n"
+        "    try:\n"
+        "        open(os.path.join(d, 'leak.txt'), 'w').write('x')\n"
+        "    except OSError:\n"
+        "        pass\n"
         "os.environ['LEAK'] = '1'\n"
         "builtins.len = lambda *_: -1\n"
         "if os.fork() == 0:\n"
@@ -156,7 +161,9 @@ def test_no_state_leaks_between_episodes_of_one_group(tool):
         "import os, time\n"
         "time.sleep(0.6)\n"
         "print([n for n in ('secret',) if n in globals()], len('abc'), os.environ.get('LEAK'),\n"
-        "      [p for p in ('leak.txt', '/tmp/leak.txt', '/tmp/late.txt') if os.path.exists(p)])\n"
+        "      [p for p in ('leak.txt', '/tmp/leak.txt', '/tmp/late.txt', '/dev/shm/leak.txt',\n"
+        "                   os.path.expanduser('~/leak.txt'), '/var/tmp/leak.txt')\n"
+        "       if os.path.exists(p)])\n"
     )
     planted, probed = tool.run_many([([], plant), ([], probe)])
     assert planted.status is ToolStatus.OK, planted.output
