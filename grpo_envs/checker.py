@@ -136,11 +136,14 @@ def _check_episodes(env: Environment, rows: list[Sample], check_determinism: boo
 
     if not isinstance(env.unwrapped, Episodic):
         return
-    from grpo_envs.episode_check import check_episodes
+    from grpo_envs.episode_check import EpisodeCheckError, check_episodes
     from grpo_envs.registration import make
 
     twin = make(env.spec) if check_determinism and env.spec is not None else None
-    check_episodes(env, rows, twin)
+    try:
+        check_episodes(env, rows, twin)
+    except EpisodeCheckError as exc:
+        raise EnvCheckError(str(exc)) from exc
 
 
 def _check_scoring(env: Environment, rows: list[Sample], max_score_s: float) -> None:

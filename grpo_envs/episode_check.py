@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from grpo_envs.base import Environment
-from grpo_envs.checker import EnvCheckError
 from grpo_envs.episode import EpisodeEnd, EpisodeResult, Episodic, run_episode, scripted
 from grpo_envs.types import Sample
 
@@ -26,8 +25,11 @@ GARBAGE_TURNS: tuple[str, ...] = (
 )
 
 
-class EpisodeCheckError(EnvCheckError):
-    """An episodic environment broke the episode part of the contract."""
+class EpisodeCheckError(AssertionError):
+    """An episodic environment broke the episode part of the contract.
+
+    ``check_env`` raises it as its ``EnvCheckError``.
+    """
 
 
 def _fail(env: Environment, message: str) -> EpisodeCheckError:
