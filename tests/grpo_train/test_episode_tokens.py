@@ -134,3 +134,45 @@ def test_an_empty_turn_still_gets_the_template_closing(tok):
     continuation = render_continuation(tok, history, [], [{"role": "user", "content": "again"}])
     assert isinstance(continuation, Extension)
     assert tok.decode(continuation.ids).startswith("<|im_end|>\n<|im_start|>user\nagain")
+
+
+# A tool-calling template in the Hermes/Qwen2.5 style (written for this test): the tool schemas go
+# into the system message, consecutive tool results share one user turn in <tool_response> tags.
+TOOL_TEMPLATE = (
+    "{% if tools %}{{ '<|im_start|>system\\nTools: ' }}"
+    "{% for t in tools %}{{ t['function']['name'] }}{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}"
+    "{{ '<|im_start|>user' }}{% endif %}"
+    "{{ '\\n<tool_response>\\n' + m['content'] + '\\n</tool_response>' }}"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}"
+    "{{ '<|im_end|>\\n' }}{% endif %}"
+    "{% else %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def test_tool_results_render_once_as_an_extension_through_a_tool_calling_template():
+    from grpo_envs.episode import Step, ToolRecord, ToolStatus
+    from grpo_envs.tools import PYTHON_TOOL_SCHEMA, ToolFormat, tool_result_message
+
+    tok = _train_tiny_tokenizer(512)
+    tok.chat_template = TOOL_TEMPLATE
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    call = '<tool_call>{"name": "python", "arguments": {"code": "6 * 7"}}</tool_call>'
+    history = [
+        {"role": "user", "content": "What is 6 * 7?"},
+        {"role": "assistant", "content": call + call},
+    ]
+    records = [ToolRecord("python", "6 * 7", ToolStatus.OK, output="42\n")] * 2
+    reply = Step.reply([tool_result_message(r, ToolFormat.HERMES) for r in records]).observation
+    assert reply is not None
+    messages = [{"role": m.role, "content": m.content} for m in reply.messages]
+    ids = [*tok.encode(call + call, add_special_tokens=False), eos]
+    continuation = render_continuation(tok, history, ids, messages, tools=[PYTHON_TOOL_SCHEMA])
+    assert isinstance(continuation, Extension)
+    inserted = tok.decode(continuation.ids)
+    assert inserted.count("<tool_response>") == 2 and inserted.count("<|im_start|>user") == 1
+    assert inserted.endswith("</tool_response><|im_end|>\n<|im_start|>assistant\n")
