@@ -34,6 +34,7 @@ from grpo_envs.types import Component, Message, Outcome, Sample, Score
 if TYPE_CHECKING:
     from grpo_envs.base import Environment, SingleTurnEnv, easier_versions
     from grpo_envs.checker import check_env
+    from grpo_envs.episode import EpisodeBudget, MultiTurnEnv, Step, run_episode
     from grpo_envs.mixture import MixtureEnv
     from grpo_envs.rubric import Judgement, Parser, RewardComponent, Rubric
 
@@ -43,6 +44,10 @@ _LAZY = {
     "SingleTurnEnv": "grpo_envs.base",
     "easier_versions": "grpo_envs.base",
     "check_env": "grpo_envs.checker",
+    "EpisodeBudget": "grpo_envs.episode",
+    "MultiTurnEnv": "grpo_envs.episode",
+    "Step": "grpo_envs.episode",
+    "run_episode": "grpo_envs.episode",
     "MixtureEnv": "grpo_envs.mixture",
     "Judgement": "grpo_envs.rubric",
     "Parser": "grpo_envs.rubric",
@@ -63,9 +68,11 @@ __all__ = [
     "Component",
     "EnvSpec",
     "Environment",
+    "EpisodeBudget",
     "Judgement",
     "Message",
     "MixtureEnv",
+    "MultiTurnEnv",
     "Outcome",
     "Parser",
     "RegistryError",
@@ -74,6 +81,7 @@ __all__ = [
     "Sample",
     "Score",
     "SingleTurnEnv",
+    "Step",
     "check_env",
     "easier_versions",
     "list_envs",
@@ -82,5 +90,6 @@ __all__ = [
     "register",
     "register_family",
     "registry",
+    "run_episode",
     "spec",
 ]

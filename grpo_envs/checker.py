@@ -6,6 +6,8 @@ scores are valid ``Score`` objects with a finite reward; ``score_batch`` agrees 
 reference completion (when the env offers one) succeeds; garbage completions (empty, 1 MB of junk,
 odd unicode, non-text) give a typed failure instead of raising. Finally, determinism: a second
 environment built from the same spec has the same rows (ids stable) and gives the same scores.
+Environments that run episodes are also played (``grpo_envs.episode_check``): garbage turns,
+an episode that never ends is cut, same turns -> same observations and score.
 """
 
 from __future__ import annotations
@@ -126,6 +128,22 @@ def check_env(
         _check_scoring(env, rows, max_score_s)
         if check_determinism and env.spec is not None:
             _check_determinism(env, split, ds, rows)
+        _check_episodes(env, rows, check_determinism)
+
+
+def _check_episodes(env: Environment, rows: list[Sample], check_determinism: bool) -> None:
+    from grpo_envs.episode import Episodic
+
+    if not isinstance(env.unwrapped, Episodic):
+        return
+    from grpo_envs.episode_check import EpisodeCheckError, check_episodes
+    from grpo_envs.registration import make
+
+    twin = make(env.spec) if check_determinism and env.spec is not None else None
+    try:
+        check_episodes(env, rows, twin)
+    except EpisodeCheckError as exc:
+        raise EnvCheckError(str(exc)) from exc
 
 
 def _check_scoring(env: Environment, rows: list[Sample], max_score_s: float) -> None:

@@ -15,6 +15,8 @@
 | ``rg/<task>-v0`` | any reasoning-gym task (``rg/reasoning-gym-v0`` takes ``task=``) |
 | ``code/humaneval-v0``, ``code/mbpp-v0``, ``code/stdio-v0`` | code, scored in the sandbox |
 | ``math/dataset-v0``, ``code/dataset-v0`` | your own data file or hub dataset, no code |
+| ``code/feedback-v0`` | multi-turn: failing visible tests come back, hidden tests reward |
+| ``math/python-tool-v0`` | multi-turn: math with a sandboxed Python tool |
 """
 
 from __future__ import annotations
@@ -121,6 +123,18 @@ _BUILTIN: tuple[tuple[str, str, str, dict[str, object]], ...] = (
     ("code/humaneval-v0", "grpo_envs.code:HumanEvalEnv", "HumanEval, run in the sandbox", {}),
     ("code/mbpp-v0", "grpo_envs.code:MBPPEnv", "MBPP, run in the sandbox", {}),
     ("code/stdio-v0", "grpo_envs.code:StdioEnv", "stdin/stdout programs, run in the sandbox", {}),
+    (
+        "code/feedback-v0",
+        "grpo_envs.envs.multiturn:code_feedback_env",
+        "multi-turn code: visible-test failures fed back, hidden tests reward (base=code env id)",
+        {},
+    ),
+    (
+        "math/python-tool-v0",
+        "grpo_envs.envs.multiturn:math_python_env",
+        "multi-turn math with a sandboxed Python tool (base=math env id, tool_format=)",
+        {},
+    ),
 )
 
 

@@ -1,0 +1,235 @@
+r"""Built-in multi-turn environments over the existing ones.
+
+- ``code/feedback-v0``: code with execution feedback over any code environment (HumanEval, MBPP,
+  stdio, ``code/dataset-v0``...). Each attempt runs on the task's VISIBLE tests; their failures
+  come back as the next observation, up to ``max_turns`` attempts; the reward comes from the
+  HIDDEN tests only (so that passing what was shown is not enough).
+- ``math/python-tool-v0``: math with a Python tool over any math environment (tool-integrated
+  reasoning, ToRA: arXiv:2309.17452): the model calls ``python`` (Hermes ``<tool_call>`` JSON or
+  fenced blocks); the first turn without a call is the final answer, verified by the base
+  environment exactly as its single-turn form is.
+
+The test split (``split_tests``): the first ``visible_tests`` tests (default 1) are visible and the
+rest hidden, keeping at least one hidden; a task with a single test has no visible test (its
+episodes end after the first attempt: there is nothing to show without giving the hidden test
+away). HumanEval's ``check`` is split per assert by the base environment, MBPP's are its
+``test_list`` (+ challenge tests), stdio's its input/output pairs, so the split is by test, in
+dataset order, which is deterministic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from grpo_envs.base import Environment, SplitSource
+from grpo_envs.episode import (
+    EpisodeBudget,
+    EpisodeState,
+    MultiTurnEnv,
+    Step,
+    ToolRecord,
+    ToolStatus,
+)
+from grpo_envs.rubric import Judgement, RewardComponent, Rubric, ScoringContext
+from grpo_envs.tools import PythonTool, ToolFormat, python_tool_step, truncate_output
+from grpo_envs.types import Message, Outcome, Sample
+
+if TYPE_CHECKING:
+    from grpo_envs.code.scoring import CodeEnvironment, CodeTask
+    from sandbox import TestJob, TestReport
+
+#: Characters of test feedback the model sees per attempt.
+FEEDBACK_CHARS = 2000
+
+
+def _base(env_id: str, kwargs: Mapping[str, object]) -> Environment:
+    from grpo_envs.registration import make
+
+    return make(env_id, **kwargs)
+
+
+def _rows(base: Environment, system: str = "") -> dict[str, SplitSource]:
+    # Loaded on first use (building the environment loads no data), as the base env does.
+    return {split: functools.partial(_split_rows, base, split, system) for split in base.splits}
+
+
+def _split_rows(base: Environment, split: str, system: str) -> list[Sample]:
+    """Return the base env's rows, with ``system`` added to (or as) their system message."""
+    samples = [Sample.from_row(row) for row in base.dataset(split)]
+    if not system:
+        return samples
+    out = []
+    for sample in samples:
+        prompt = list(sample.prompt)
+        if prompt and prompt[0].role == "system":
+            prompt[0] = Message("system", f"{system}\n\n{prompt[0].content}")
+        else:
+            prompt.insert(0, Message("system", system))
+        out.append(dataclasses.replace(sample, prompt=tuple(prompt)))
+    return out
+
+
+def split_tests(task: CodeTask, visible: int) -> tuple[tuple[object, ...], tuple[object, ...]]:
+    """Return (visible tests, hidden tests) of ``task`` (see the module docstring)."""
+    tests = tuple(task.tests)
+    if len(tests) < 2:
+        return (), tests
+    shown = min(max(visible, 0), len(tests) - 1)
+    return tests[:shown], tests[shown:]
+
+
+class CodeFeedbackEnv(MultiTurnEnv):
+    """Attempts judged on visible tests with their failures fed back; hidden tests give reward."""
+
+    def __init__(self, base: Environment, *, max_turns: int = 3, visible_tests: int = 1) -> None:
+        """Build over ``base`` (a made code environment)."""
+        from grpo_envs.code.scoring import CodeEnvironment
+
+        code = base.unwrapped
+        if not isinstance(code, CodeEnvironment):
+            raise TypeError(f"code/feedback-v0 needs a code environment, got {type(code).__name__}")
+        self.code: CodeEnvironment = code
+        self.visible_tests = visible_tests
+        rubric = Rubric([RewardComponent("hidden_tests", 1.0, self._judge_hidden, bounded=True)])
+        super().__init__(
+            _rows(base),
+            rubric,
+            self._step,
+            budget=EpisodeBudget(max_turns=max_turns),
+            reference=base.reference_completion,
+            splits=base.splits,
+        )
+
+    def _task(self, sample: Sample, hidden: bool) -> CodeTask:
+        task = self.code.task(sample)
+        visible, rest = split_tests(task, self.visible_tests)
+        return dataclasses.replace(task, tests=rest if hidden else visible)  # type: ignore[arg-type]
+
+    def _run(self, task: CodeTask, program: str) -> TestReport:
+        return self.code.sandbox.run_tests_many([self._job(task, program)])[0]
+
+    def _job(self, task: CodeTask, program: str) -> TestJob:
+        from sandbox import Limits, TestJob
+
+        per_test = self.code.test_timeout(task)
+        total = min(self.code.config.max_job_s, per_test * max(1, len(task.tests)) + 2.0)
+        return TestJob(
+            program=program,
+            tests=task.tests,
+            entry_point=task.entry_point,
+            setup=task.setup,
+            limits=Limits(timeout_s=total, memory_mb=self.code.config.memory_mb),
+            per_test_timeout_s=per_test,
+        )
+
+    def _step(self, state: EpisodeState, turn: str) -> Step:
+        task = self._task(state.sample, hidden=False)
+        if not task.tests:
+            return Step.end()
+        program = self.code.extract(turn, task, state.sample)
+        if program is None:
+            return Step.reply(
+                "No Python code found. Answer with the complete program in a ```python block."
+            )
+        report = self._run(task, program.code)
+        if report.all_passed:
+            return Step.end()
+        failures = [
+            f"- {_describe(test)} -> {result.status}{': ' + result.detail if result.detail else ''}"
+            for test, result in zip(task.tests, report.results)
+            if not result.passed
+        ]
+        if not failures:
+            failures = [f"- the program ended with {report.status}: {report.stderr[-500:]}"]
+        feedback = truncate_output("\n".join(failures), FEEDBACK_CHARS)
+        status = ToolStatus.TIMEOUT if str(report.status) == "timeout" else ToolStatus.ERROR
+        record = ToolRecord("visible_tests", program.code, status, report.wall_s, feedback)
+        return Step.reply(
+            f"Your program failed {len(failures)} of {len(task.tests)} visible tests:\n"
+            f"{feedback}\nFix it and answer with the complete program again.",
+            tools=[record],
+        )
+
+    def _judge_hidden(self, ctx: ScoringContext) -> Judgement:
+        from grpo_envs.code.scoring import score_report
+
+        task = self._task(ctx.sample, hidden=True)
+        program = self.code.extract(ctx.completion, task, ctx.sample)
+        if program is None:
+            return Judgement(0.0, Outcome.UNPARSABLE, {"reason": "no parsable Python code found"})
+        report = self._run(task, program.code)
+        score = score_report(
+            report,
+            len(task.tests),
+            self.code.config.reward,
+            str(program.method),
+            self.code.test_timeout(task),
+        )
+        fraction = score.component("pass_fraction").value
+        return Judgement(score.reward, score.outcome, score.details, {"pass_fraction": fraction})
+
+
+def _describe(test: object) -> str:
+    """Show a visible test to the model: its assert, or its stdin and expected stdout."""
+    from sandbox import CallTest
+
+    if isinstance(test, CallTest):
+        return test.source.strip()
+    stdin, expected = getattr(test, "stdin", ""), getattr(test, "expected_stdout", "")
+    return f"input {stdin[:300]!r}, expected output {expected[:300]!r}"
+
+
+def code_feedback_env(
+    base: str = "code/humaneval-v0",
+    max_turns: int = 3,
+    visible_tests: int = 1,
+    **base_kwargs: object,
+) -> CodeFeedbackEnv:
+    """Code with execution feedback over the code environment ``base`` (built with its kwargs)."""
+    return CodeFeedbackEnv(
+        _base(base, base_kwargs), max_turns=max_turns, visible_tests=visible_tests
+    )
+
+
+TOOL_SYSTEM_PROMPT = (
+    "You can run Python to help you: {how}. Variables persist between your calls. "
+    "When you are done, answer without calling the tool."
+)
+_HOW = {
+    ToolFormat.HERMES: 'write <tool_call>{"name": "python", "arguments": {"code": "..."}}'
+    "</tool_call>",
+    ToolFormat.CODE_BLOCK: "write a ```python code block and its output comes back",
+}
+
+
+def math_python_env(
+    base: str = "math/arithmetic-v0",
+    max_turns: int = 4,
+    tool_format: str = "hermes",
+    tool_timeout_s: float = 5.0,
+    max_tool_s: float = 30.0,
+    **base_kwargs: object,
+) -> MultiTurnEnv:
+    """Math with a Python tool over the math environment ``base`` (built with its kwargs)."""
+    fmt = ToolFormat(tool_format)
+    made = _base(base, base_kwargs)
+
+    def verified(ctx: ScoringContext) -> Judgement:
+        score = made.score(ctx.completion, ctx.sample)
+        return Judgement(score.reward, score.outcome, dict(score.details))
+
+    return MultiTurnEnv(
+        _rows(made, system=TOOL_SYSTEM_PROMPT.format(how=_HOW[fmt])),
+        # Bounded: ``made`` is wrapped by ``make``, which bounds its scoring time itself.
+        Rubric([RewardComponent("verified", 1.0, verified, bounded=True)]),
+        python_tool_step(PythonTool(timeout_s=tool_timeout_s), fmt),
+        budget=EpisodeBudget(max_turns=max_turns, max_tool_s=max_tool_s),
+        reference=made.reference_completion,
+        splits=made.splits,
+    )
+
+
+__all__ = ["CodeFeedbackEnv", "code_feedback_env", "math_python_env", "split_tests"]
