@@ -58,11 +58,19 @@ def compute_advantages(
 
     >>> compute_advantages(torch.tensor([[1.0, 0.0]]), scale_rewards="none")
     tensor([[ 0.5000, -0.5000]])
+
+    A step with no group (every one dropped) has no advantages, and no warning about the std of
+    nothing:
+
+    >>> compute_advantages(torch.zeros(0, 4)).shape
+    torch.Size([0, 4])
     """
     if rewards.ndim != 2 or rewards.shape[1] < 2:
         raise ValueError(
             f"rewards must have shape (prompts, group) with group >= 2, got {tuple(rewards.shape)}"
         )
+    if rewards.shape[0] == 0:  # torch.std of an empty tensor warns "degrees of freedom <= 0"
+        return torch.zeros(rewards.shape, dtype=torch.float32)
     if Estimator(estimator) is Estimator.EMA:
         raise ValueError(
             "advantage_estimator 'ema' needs the running baselines: call "

@@ -35,9 +35,10 @@ from grpo_train.console import setup_logging
 from grpo_train.run_dir import check_run_dir, with_output_dir
 
 if TYPE_CHECKING:  # the trainer imports torch: only when a run starts
+    from grpo_train.stop import StopRequest
     from grpo_train.trainer import TrainResult
 
-_EXIT_INTERRUPTED = 130  # the shell convention for "stopped by a signal"
+_EXIT_INTERRUPTED = 130  # the shell convention for "stopped by a signal": 128 + SIGINT
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -148,7 +149,14 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``grpo train``; exit code 0 done, 1 aborted, 2 bad input, 130 interrupted.
+    """Run ``grpo train``; exit code 0 done, 1 aborted, 2 bad input, 130 / 143 interrupted.
+
+    Ctrl-C (SIGINT) or SIGTERM, to this process alone or to its whole process group: the step
+    in progress finishes (or, when the rollout engine ended with the signal before that step's
+    update, is undone), the last completed step is saved, one line says which and how to resume,
+    and the exit code is 128 + the signal's number (130, 143). A second signal more than
+    ``stop.REPEAT_WINDOW_S`` later stops at once; the checkpoint being written is then dropped
+    whole, the previous ones stay valid.
 
     Under a multi-process launch the main rank's exit code is the run's: the other ranks exit 0
     after an interruption that they saved.
@@ -171,8 +179,17 @@ def _main(argv: list[str] | None) -> int:
         print(f"grpo train: {err}", file=sys.stderr)
         return 2
 
-    from grpo_train.checkpoint import CheckpointError
+    from grpo_train.stop import StopRequest
+
+    stop = StopRequest()
+    with stop.installed():  # from here on a signal is a stop request, loading included
+        return _train(config, stop)
+
+
+def _train(config: TrainConfig, stop: StopRequest) -> int:
+    from grpo_train.checkpoint import CheckpointError, latest_checkpoint
     from grpo_train.models import ModelNotAvailableError
+    from grpo_train.rollout.base import EngineDied
     from grpo_train.stop import SecondSignal, TrainingAborted
     from grpo_train.trainer import Trainer
 
@@ -182,8 +199,9 @@ def _main(argv: list[str] | None) -> int:
         f"steps={config.run.max_steps} -> {config.run.output_dir}",
         flush=True,
     )
+    resume = f"`grpo train --config {Path(config.run.output_dir) / 'config.yaml'} --resume`"
     try:
-        trainer = Trainer(config)
+        trainer = Trainer(config, stop=stop)
     except (ModelNotAvailableError, CheckpointError, ConfigError, KeyError, ValueError) as err:
         print(f"grpo train: {_one_line(err)}", file=sys.stderr)
         return 2
@@ -195,14 +213,20 @@ def _main(argv: list[str] | None) -> int:
     except TrainingAborted as err:
         print(f"grpo train: aborted: {err}", file=sys.stderr)
         return 1
+    except EngineDied as err:
+        last = latest_checkpoint(trainer.run_dir)
+        saved = f"last checkpoint {last}; resume with {resume}" if last else "no checkpoint yet"
+        print(f"grpo train: aborted: {err}; {saved}", file=sys.stderr)
+        return 1
     except SecondSignal:
+        last = latest_checkpoint(trainer.run_dir)
         print(
-            f"grpo train: stopped at once by a second signal, without saving; resume from the "
-            f"last checkpoint with `grpo train --config {config.run.output_dir}/config.yaml "
-            "--resume`",
+            "grpo train: stopped at once by a second signal, without saving the step in "
+            + (f"progress; last checkpoint {last}; resume with {resume}" if last else "progress")
+            + ("" if last else "; no checkpoint was written yet"),
             file=sys.stderr,
         )
-        return _EXIT_INTERRUPTED
+        return stop.exit_code
     except OSError as err:
         print(f"grpo train: aborted: {_io_message(err)}", file=sys.stderr)
         return 1
@@ -239,8 +263,12 @@ def _main(argv: list[str] | None) -> int:
         flush=True,
     )
     if result.interrupted:
-        print(f"interrupted: resume with `grpo train --config {run_dir / 'config.yaml'} --resume`")
-        return _EXIT_INTERRUPTED
+        print(
+            f"interrupted by {stop.name}: saved step {result.steps} in {result.last_checkpoint}; "
+            f"resume with {resume}",
+            flush=True,
+        )
+        return stop.exit_code
     return 0
 
 
