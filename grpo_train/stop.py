@@ -108,8 +108,8 @@ _paused: set[str] = set()
 def pause_point(phase: str, step: int | None = None) -> None:
     """Test-only: wait here for a signal when ``PAUSE_AT_ENV`` names this phase (module doc).
 
-    Each pause point pauses once per process; a signal already received passes at once. Without
-    a signal within two minutes the run goes on (a test that never signals still ends).
+    Each pause point pauses once per process; a signal already received passes at once. The run
+    goes on without a signal when the test removes the marker, or after two minutes.
     """
     wanted = os.environ.get(PAUSE_AT_ENV)
     if not wanted or phase in _paused:
@@ -118,10 +118,11 @@ def pause_point(phase: str, step: int | None = None) -> None:
     if name != phase or (at and step is not None and step < int(at)):
         return
     _paused.add(phase)
-    marker = os.environ.get(PAUSE_FILE_ENV)
-    if marker:
-        Path(f"{marker}.{os.environ.get('RANK', '0')}").write_text(f"{phase} {step}\n")
+    marker = Path(f"{os.environ.get(PAUSE_FILE_ENV, 'pause')}.{os.environ.get('RANK', '0')}")
+    marker.write_text(f"{phase} {step}\n")
     request = StopRequest.active
     deadline = time.monotonic() + 120
     while request is not None and request.signum is None and time.monotonic() < deadline:
+        if not marker.exists():  # the test removed it: go on without a signal
+            return
         time.sleep(0.02)

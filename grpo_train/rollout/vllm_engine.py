@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from grpo_train.rollout.base import Completion, SamplingConfig, check_prompts
-from grpo_train.rollout.processes import EngineProcesses, pid_exitcodes
+from grpo_train.rollout.processes import EngineProcesses, pid_exitcodes, watched_start
 from grpo_train.rollout.vllm_worker import GrpoWorkerExtension
 
 if TYPE_CHECKING:
@@ -134,7 +134,11 @@ class VLLMEngine:
 
         set_num_threads = torch.set_num_threads
         before = EngineProcesses.current_children()
-        with _multiprocessing_off(in_process and self.on_cpu), _ended_on_failure(before):
+        with (
+            _multiprocessing_off(in_process and self.on_cpu),
+            _ended_on_failure(before),
+            watched_start(before),
+        ):
             self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
             llm = LLM(
                 model=model,

@@ -76,18 +76,19 @@ def _launch(cmd: list[str], ranks: int, env: dict[str, str]) -> subprocess.Popen
 
 
 def _session(sid: int) -> list[str]:
-    """The processes still alive in session ``sid``: 'pid name' each."""
+    """The processes still alive in session ``sid``: 'pid command line' each."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
-        except OSError:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) != sid or fields[0] == "Z":
+                continue
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
             continue
-        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat.rsplit(")", 1)[1].split()
-        if int(fields[3]) == sid and fields[0] != "Z":
-            found.append(f"{entry.name} {name}")
+        found.append(f"{entry.name} {command}")
     return found
 
 
@@ -101,10 +102,6 @@ def _unmapped_shm(before: set[str]) -> set[str]:
             text = maps.read_text()
             new = {name for name in new if name not in text}
     return new
-
-
-def _engine_core_started(sid: int) -> bool:
-    return any("EngineCore" in p for p in _session(sid))
 
 
 @dataclass
@@ -128,7 +125,7 @@ def _interrupt(
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and proc.poll() is None:
             if link.phase == "engine start (vLLM)":
-                if _engine_core_started(proc.pid):
+                if any("VLLM::EngineCore" in p for p in _session(proc.pid)):
                     time.sleep(1.0)  # inside the engine's start-up, which takes tens of seconds
                     break
             elif all(Path(f"{marker}.{r}").exists() for r in link.ranks_paused):
@@ -163,7 +160,11 @@ def _same_weights(a: Path, b: Path) -> bool:
 def _run_chain(
     model: Path, tmp: Path, engine: str, ranks: int, links: list[Link], max_steps: int
 ) -> None:
-    """Interrupt one run at each link in turn, resume it, and compare with an uninterrupted run."""
+    """Interrupt one run at each link in turn, resume it, and compare with an uninterrupted run.
+
+    The last link stops in the last step: every link after the first resumes the previous one's
+    checkpoint, and each saved checkpoint must hold the uninterrupted run's weights.
+    """
     full, cut = tmp / "full", tmp / "cut"
     every = ("--max_steps", str(max_steps))
     reference = _launch([*_args(model, full, engine, *every, "--save_every", "1")], ranks, _env())
@@ -185,11 +186,7 @@ def _run_chain(
         argv = shlex.split(command)
         assert argv[:2] == ["grpo", "train"]
         cmd = argv[2:]
-    last = _launch(cmd, ranks, _env())
-    out, _ = last.communicate(timeout=900)
-    assert last.returncode == 0, out[-3000:]
-    final = checkpoint_path(cut, max_steps) / MODEL_DIR
-    assert _same_weights(final, checkpoint_path(full, max_steps) / MODEL_DIR)
+    assert latest_checkpoint(cut) == checkpoint_path(cut, max_steps)
     rows = [json.loads(line) for line in (cut / "metrics.jsonl").read_text().splitlines()]
     assert sorted({r["step"] for r in rows if r["step"] > 0}) == list(range(1, max_steps + 1))
 
@@ -204,14 +201,14 @@ HF_LINKS = [
     Link("update@3", TERM),
     Link("weight sync@4", INT),
     Link("checkpoint write@6", TERM),
-    Link("evaluation@8", INT),
+    Link("evaluation@8", INT),  # the last step's: no step to resume after it
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_every_phase_one_process_hf(tiny_model_path, tmp_path):
-    _run_chain(tiny_model_path, tmp_path, "hf", 1, HF_LINKS, max_steps=9)
+    _run_chain(tiny_model_path, tmp_path, "hf", 1, HF_LINKS, max_steps=8)
 
 
 @pytest.mark.slow
@@ -222,7 +219,7 @@ def test_every_phase_two_ranks_hf(tiny_model_path, tmp_path):
         Link(link.phase, link.signum, (0,) if link.phase.startswith("evaluation") else both)
         for link in HF_LINKS
     ]
-    _run_chain(tiny_model_path, tmp_path, "hf", 2, links, max_steps=9)
+    _run_chain(tiny_model_path, tmp_path, "hf", 2, links, max_steps=8)
 
 
 @pytest.mark.slow
@@ -237,4 +234,125 @@ def test_vllm_engine_start_generation_and_weight_sync(tiny_model_path, tmp_path)
         Link("generation@2", INT),
         Link("weight sync@3", TERM),
     ]
-    _run_chain(tiny_model_path, tmp_path, "vllm", 1, links, max_steps=4)
+    _run_chain(tiny_model_path, tmp_path, "vllm", 1, links, max_steps=3)
+
+
+# ------------------------------------------------------------------------------- grpo eval
+
+EVAL_STOPPED = re.compile(
+    r"^grpo eval: interrupted by (SIG\w+): (\d+) of (\d+) missing completions generated and "
+    r"saved; every finished sample is in (\S+); resume with `(.+)`$"
+)
+
+
+def _eval_cmd(model: Path, out: Path, engine: str) -> list[str]:
+    return [
+        "--model", str(model), "--suite", "math/add2-v0", "--limit", "6", "--batch_size", "1",
+        "--max_tokens", "4", "--engine", engine, "--out", str(out), "--no_progress",
+    ]  # fmt: skip
+
+
+def _eval(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(BIN / "grpo"), "eval", *cmd], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def _samples(out: Path) -> dict[str, str]:
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    return {f"{r['env_id']}/{r['sample_id']}/{r['gen_index']}": r["completion"] for r in rows}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(
+    ("engine", "signum"),
+    [("hf", signal.SIGTERM), pytest.param("vllm", signal.SIGINT, marks=pytest.mark.vllm)],
+)
+def test_grpo_eval_keeps_every_finished_sample(tiny_model_path, tmp_path, engine, signum):
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    if engine == "hf":  # greedy, one prompt per batch: the uninterrupted run is the reference
+        reference = _eval(_eval_cmd(tiny_model_path, full, engine), _env())
+        out, _ = reference.communicate(timeout=600)
+        assert reference.returncode == 0, out[-3000:]
+    marker = tmp_path / "pause"
+    env = _env(**{PAUSE_AT_ENV: "eval generation@3", PAUSE_FILE_ENV: str(marker)})
+    shm_before = {p.name for p in Path("/dev/shm").glob("psm_*")}
+    proc = _eval(_eval_cmd(tiny_model_path, cut, engine), env)
+    try:
+        deadline = time.monotonic() + 600
+        while not Path(f"{marker}.0").exists() and proc.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.killpg(proc.pid, signum)
+        output, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 128 + signum, output[-3000:]
+    assert "Traceback" not in output, output[-6000:]
+    lines = [m for line in output.splitlines() if (m := EVAL_STOPPED.match(line))]
+    assert len(lines) == 1, output[-3000:]
+    name, done, total, kept, command = lines[0].groups()
+    assert name == signal.Signals(signum).name and (int(done), int(total)) == (2, 6)
+    assert len(_samples(cut)) == 2 and Path(kept) == cut / "samples.jsonl"
+    time.sleep(1)
+    assert not _session(proc.pid) and not _unmapped_shm(shm_before)
+    before = _samples(cut)
+    argv = shlex.split(command)
+    assert argv[:2] == ["grpo", "eval"]
+    again = _eval(argv[2:], _env())
+    out, _ = again.communicate(timeout=600)
+    assert again.returncode == 0, out[-3000:]
+    assert "4 generated, 2 resumed" in out
+    after = _samples(cut)
+    assert len(after) == 6 and all(after[k] == v for k, v in before.items())
+    if engine == "hf":
+        assert after == _samples(full)
+
+
+# ------------------------------------------------------ an engine that dies for another reason
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("victim", ["VLLM::EngineCore", "VLLM::Worker"])
+def test_a_killed_engine_process_is_one_line_naming_it_and_the_checkpoint(
+    tiny_model_path, tmp_path, victim
+):
+    # As the kernel's OOM killer does (SIGKILL, to the engine core or its worker alone).
+    out = tmp_path / "run"
+    marker = tmp_path / "pause"
+    env = _env(**{PAUSE_AT_ENV: "generation@2", PAUSE_FILE_ENV: str(marker)})
+    shm_before = {p.name for p in Path("/dev/shm").glob("psm_*")}
+    proc = _launch(_args(tiny_model_path, out, "vllm", "--max_steps", "4"), 1, env)
+    try:
+        while not Path(f"{marker}.0").exists():
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            time.sleep(0.05)
+        pid = next(int(p.split()[0]) for p in _session(proc.pid) if victim in p)
+        os.kill(pid, signal.SIGKILL)
+        Path(f"{marker}.0").unlink()  # the run goes on into the dead engine
+        output, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 1, output[-3000:]
+    assert "Traceback" not in output, output[-6000:]
+    lines = [line for line in output.splitlines() if line.startswith("grpo train:")][1:]
+    assert len(lines) == 1, output[-3000:]
+    line = lines[0]
+    assert line.startswith("grpo train: aborted: the rollout engine died during generate")
+    assert f"{victim} (pid {pid})" in line or "VLLM::EngineCore" in line
+    if victim == "VLLM::EngineCore":
+        assert "killed by SIGKILL" in line and "out-of-memory" in line
+    ckpt = checkpoint_path(out, 1)  # the last completed step, saved on the way out
+    assert f"last checkpoint {ckpt}; resume with `grpo train --config" in line
+    assert latest_checkpoint(out) == ckpt
+    time.sleep(1)
+    assert not _session(proc.pid), _session(proc.pid)
+    assert not _unmapped_shm(shm_before)
