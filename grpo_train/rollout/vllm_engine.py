@@ -30,7 +30,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from grpo_train.rollout.base import Completion, SamplingConfig, check_prompts
+from grpo_train.rollout.base import Completion, EngineDied, SamplingConfig, check_prompts
+from grpo_train.rollout.child_output import ChildOutput
 from grpo_train.rollout.processes import EngineProcesses, pid_exitcodes, watched_start
 from grpo_train.rollout.vllm_worker import GrpoWorkerExtension
 
@@ -93,6 +94,7 @@ class VLLMEngine:
         """
         self.last_sync_seconds = 0.0
         self.processes = EngineProcesses()
+        self.output = ChildOutput(_stop_requested)
         self._sync_dir = Path(sync_dir) if sync_dir is not None else None
         self._own_sync_dir = sync_dir is None
         if not vllm_available():
@@ -134,9 +136,17 @@ class VLLMEngine:
 
         set_num_threads = torch.set_num_threads
         before = EngineProcesses.current_children()
+        # The engine's processes print through this process (child_output.py): their teardown
+        # after a stop request or a killed process is dropped. Everything shows at debug.
+        capture = (
+            self.output.capture()
+            if logging.getLogger().getEffectiveLevel() > logging.DEBUG
+            else contextlib.nullcontext()
+        )
         with (
             _multiprocessing_off(in_process and self.on_cpu),
-            _ended_on_failure(before),
+            capture,
+            _ended_on_failure(before, self.output),
             watched_start(before),
         ):
             self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
@@ -195,7 +205,7 @@ class VLLMEngine:
             for i in range(len(prompts))
         ]
         requests = [TokensPrompt(prompt_token_ids=p) for p in prompts]
-        outputs = self.processes.call(
+        outputs = self._call(
             lambda: self.llm.generate(requests, params, use_tqdm=False), "generate"
         )
         results: list[list[Completion]] = []
@@ -221,6 +231,14 @@ class VLLMEngine:
             results.append(group * copies)
         return results
 
+    def _call(self, request: Any, what: str) -> Any:
+        """Run an engine request, watching the engine's processes (``processes.py``)."""
+        try:
+            return self.processes.call(request, what)
+        except EngineDied:
+            self.output.mute()  # its teardown says nothing the error does not
+            raise
+
     def shares_weights(self, model: torch.nn.Module) -> bool:
         """Return False: vLLM always holds its own copy of the weights."""
         return False
@@ -229,7 +247,7 @@ class VLLMEngine:
         """Load the exported weights into the running engine (see the module doc for how)."""
         start = time.perf_counter()
         if self.in_process and not self.on_cpu:
-            self.processes.call(
+            self._call(
                 lambda: self.llm.collective_rpc(
                     "grpo_reload_tensors", kwargs={"weights": list(state.items())}
                 ),
@@ -244,7 +262,7 @@ class VLLMEngine:
             target = folder / "model.safetensors"
             tmp.replace(target)
             try:
-                self.processes.call(
+                self._call(
                     lambda: self.llm.collective_rpc(
                         "grpo_reload_weights", kwargs={"weights_path": str(folder)}
                     ),
@@ -253,7 +271,7 @@ class VLLMEngine:
             finally:
                 target.unlink()  # loaded now; a copy of the model in /dev/shm would hold RAM
         # Cached KV blocks were computed with the old weights.
-        self.processes.call(self.llm.reset_prefix_cache, "weight sync")
+        self._call(self.llm.reset_prefix_cache, "weight sync")
         self.last_sync_seconds = time.perf_counter() - start
 
     def sleep(self, level: Literal[1, 2] = 1) -> bool:
@@ -301,6 +319,7 @@ class VLLMEngine:
                     engine_core.shutdown()
             self.llm = None  # type: ignore[assignment]
         self.processes.end()
+        self.output.close()
         if self._own_sync_dir and self._sync_dir is not None:
             shutil.rmtree(self._sync_dir, ignore_errors=True)
             self._sync_dir = None
@@ -326,13 +345,24 @@ def _platform_kwargs(
 
 
 @contextlib.contextmanager
-def _ended_on_failure(before: set[int]) -> Iterator[None]:
+def _ended_on_failure(before: set[int], output: ChildOutput) -> Iterator[None]:
     """Leave none of a failed start's processes running (a signal, too little memory)."""
     try:
         yield
+    except EngineDied:
+        output.mute()
+        EngineProcesses.started_since(before).end(grace_s=2.0)
+        raise
     except BaseException:
         EngineProcesses.started_since(before).end(grace_s=2.0)
         raise
+
+
+def _stop_requested() -> bool:
+    """Whether the command running this engine was asked to stop (Ctrl-C, SIGTERM)."""
+    from grpo_train.stop import StopRequest
+
+    return StopRequest.active is not None and StopRequest.active.signum is not None
 
 
 @contextlib.contextmanager
