@@ -15,6 +15,7 @@ import argparse
 import errno
 import os
 import re
+import shlex
 import shutil
 import sys
 from collections.abc import Sequence
@@ -199,7 +200,7 @@ def _train(config: TrainConfig, stop: StopRequest) -> int:
         f"steps={config.run.max_steps} -> {config.run.output_dir}",
         flush=True,
     )
-    resume = f"`grpo train --config {Path(config.run.output_dir) / 'config.yaml'} --resume`"
+    resume = f"`{resume_command(Path(config.run.output_dir) / 'config.yaml')}`"
     try:
         trainer = Trainer(config, stop=stop)
     except (ModelNotAvailableError, CheckpointError, ConfigError, KeyError, ValueError) as err:
@@ -270,6 +271,43 @@ def _train(config: TrainConfig, stop: StopRequest) -> int:
         )
         return stop.exit_code
     return 0
+
+
+def resume_command(config_path: Path, launcher: Sequence[str] | None = None) -> str:
+    """Return the command that resumes this run; inside its launcher's command when launched.
+
+    ``launcher``: the launching command line (default: this rank's parent's, under ``accelerate
+    launch`` / ``torchrun``), which ends with this process's own arguments.
+
+    >>> resume_command(Path("runs/x/config.yaml"), launcher=[])
+    'grpo train --config runs/x/config.yaml --resume'
+    >>> argv = ["/v/bin/python", "/v/bin/accelerate", "launch", "--multi_gpu", "-m",
+    ...         "grpo_train.cli", "train", "--seed", "1"]
+    >>> resume_command(Path("c.yaml"), launcher=argv)  # run as `... train --seed 1`
+    'accelerate launch --multi_gpu -m grpo_train.cli train --config c.yaml --resume'
+    """
+    own = ["--config", str(config_path), "--resume"]
+    parent = list(_launcher_argv() if launcher is None else launcher)
+    if "train" in parent:
+        cut = len(parent) - 1 - parent[::-1].index("train")
+        prefix = parent[:cut]
+        if prefix and Path(prefix[0]).name.startswith("python") and len(prefix) > 1:
+            prefix = prefix[1:]  # `python .../accelerate launch` is `accelerate launch`
+        if prefix:
+            prefix[0] = Path(prefix[0]).name if "/" in prefix[0] else prefix[0]
+            return shlex.join([*prefix, "train", *own])
+    return shlex.join(["grpo", "train", *own])
+
+
+def _launcher_argv() -> list[str]:
+    """Return the parent's command line when this is a rank of a launched job; else []."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or "LOCAL_RANK" not in os.environ:
+        return []
+    try:
+        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
 def _speed_lines(result: TrainResult) -> str:

@@ -9,9 +9,10 @@ weights into the engine -> (7) log, evaluate, checkpoint. The math lives in ``ad
 and resume checks in ``run_setup.py``, stopping on a signal in ``stop.py``, step metrics in
 ``metrics.py``, run management in ``checkpoint.py`` and ``run_log.py``.
 
-Why a little over 500 lines: one class owns a run's whole life (the builders ``__init__`` calls,
-the run loop with its signal, evaluation and checkpoint rules, and the step); what is its own
-concept (collection, stopping, metrics, the run log, policy loading) already lives elsewhere.
+Why over 500 lines: one class owns a run's whole life (the builders ``__init__`` calls, the run
+loop with its signal, evaluation and checkpoint rules, what a stop does when the engine did not
+survive it, and the step); what is its own concept (collection, stopping, watching the engine's
+processes, metrics, the run log, policy loading) already lives elsewhere.
 """
 
 from __future__ import annotations
