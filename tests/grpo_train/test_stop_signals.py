@@ -79,8 +79,8 @@ def test_a_request_to_a_dead_engine_raises_at_once_and_nothing_is_left():
     with pytest.raises(EngineDied, match=f"during generate: .*pid {victim.pid}"):
         watched.call(lambda: time.sleep(30), "generate")  # a request that would never return
     assert time.monotonic() - start < 5
-    watched.end(grace_s=0.5)
-    assert helper.wait(timeout=5) == -signal.SIGKILL  # what still ran is ended
+    watched.end(grace_s=0.5)  # what still ran is killed (and reaped)
+    assert not Path(f"/proc/{helper.pid}").exists()
 
 
 def test_engine_output_is_passed_on_unless_muted(capfd):

@@ -472,7 +472,7 @@ def test_resume_from_step_0_keeps_one_step_0_row(tiny_model_path, tmp_path, caps
 
     monkeypatch.setattr(Trainer, "evaluate", stop_during_first_eval)
     code, _ = train(args(tiny_model_path, tmp_path), capsys)
-    assert code == 130 and latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 0)
+    assert code == 143 and latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 0)  # SIGTERM
     code, _ = train(args(tiny_model_path, tmp_path, "--resume"), capsys)
     assert code == 0
     assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2]
