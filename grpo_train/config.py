@@ -106,6 +106,13 @@ class DataConfig:
     """Held-out split for accuracy evaluation (greedy decoding)."""
     eval_size: int = 64
     """Held-out prompts evaluated per environment (the first ones of the split); 0 disables."""
+    eval_suites: str = ""
+    """Benchmark suites evaluated with the training envs, e.g. ``aime24,math500`` (``grpo eval``
+    suite names or env ids; offline, their data must be local): the first ``eval_size`` problems
+    of each, logged as ``eval/<suite>/avg@<n>`` (``eval/accuracy`` stays the training envs')."""
+    eval_suite_samples: int = 1
+    """Completions per problem for ``eval_suites``: 1 is greedy; more sample at the rollout
+    temperature and top_p (avg@n, pass@k, maj@k)."""
     max_prompt_length: int = 512
     """Prompt tokens after the chat template; longer prompts keep their last tokens (warned)."""
     chat_template: str = ""
@@ -336,7 +343,7 @@ RESUME_FREE: frozenset[str] = frozenset(
     {
         "gradient_checkpointing", "save_merged", "offload_reference",
         "cpu_autocast_bf16", "num_threads",
-        "eval_split", "eval_size",
+        "eval_split", "eval_size", "eval_suites", "eval_suite_samples",
         "engine", "vllm_memory_fraction", "vllm_cpu_kv_cache_gib", "vllm_in_process",
         "vllm_sleep_mode",
         "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "max_grad_norm",
@@ -839,6 +846,10 @@ def _data_problems(d: DataConfig) -> list[str]:
         p.need(bool(e.id), "env: an entry has an empty id")
         p.need(e.weight > 0, f"env: weight of {e.id} is {e.weight}; weights must be > 0")
     p.need(d.eval_size >= 0, f"eval_size: {d.eval_size} < 0; use 0 to disable evaluation")
+    p.need(
+        d.eval_suite_samples >= 1,
+        f"eval_suite_samples: {d.eval_suite_samples}; must be >= 1 (1 is greedy)",
+    )
     p.need(d.max_prompt_length >= 1, f"max_prompt_length: {d.max_prompt_length}; must be >= 1")
     p.need(
         "{prompt}" in d.prompt_template,

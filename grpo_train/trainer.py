@@ -597,7 +597,12 @@ class Trainer:
             progress=False,
             prompt_format=self.prompt_format,
         )
-        return summary.metrics("eval")
+        metrics = summary.metrics("eval")
+        if cfg.data.eval_suites:  # benchmark suites: eval/<suite>/avg@n, kept out of eval/accuracy
+            from grpo_train.eval.training_suites import evaluate_suites
+
+            metrics.update(evaluate_suites(self.engine, self.tokenizer, cfg, self.prompt_format))
+        return metrics
 
     def save(self, step: int) -> Path:
         """Checkpoint the current state (model, optimizer, scheduler, RNG, data position).

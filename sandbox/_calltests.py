@@ -15,7 +15,7 @@ import socket
 import time
 
 from sandbox import _codec, _runspec
-from sandbox._server import Server
+from sandbox._slot_state import SlotState
 from sandbox._supervise import OUTPUT_EXCERPT, Supervisor, classify, exit_code
 
 
@@ -66,7 +66,7 @@ def _death(run_status: str) -> str:
     return "runtime_error"
 
 
-def handle_tests(server: Server, req: dict[str, object]) -> dict[str, object]:
+def handle_tests(server: SlotState, req: dict[str, object]) -> dict[str, object]:
     """Run CallTests: respawn the program after a test kills it; every verdict comes from V."""
     spec = _runspec.RunSpec(req)
     spec.entry_point = str(req.get("entry_point") or "")
@@ -77,6 +77,8 @@ def handle_tests(server: Server, req: dict[str, object]) -> dict[str, object]:
     per_test = float(str(req.get("per_test_timeout_s") or spec.timeout_s))
     spec.cpu_s = int(spec.timeout_s + n * per_test) + 1
     stop_first = bool(req.get("stop_on_first_failure"))
+    stop_program = bool(req.get("stop_on_program_failure"))
+    not_run = ("failed", "not run")
     start = time.monotonic()
     results: dict[int, tuple[str, str]] = {}
     out, err = bytearray(), bytearray()
@@ -92,8 +94,9 @@ def handle_tests(server: Server, req: dict[str, object]) -> dict[str, object]:
         for index in rnd.died_at:
             detail = results[index][1]
             results[index] = (death, f"{detail}; {run_detail}" if run_detail else detail)
+        timed_out = any(results[i][0] == "timeout" for i in results if i >= first)
         if program_status == "ok":
-            if any(results[i][0] == "timeout" for i in results if i >= first):
+            if timed_out:
                 program_status = "timeout"
             elif rnd.died_at:
                 program_status = death
@@ -120,8 +123,11 @@ def handle_tests(server: Server, req: dict[str, object]) -> dict[str, object]:
             program_status = "timeout"
             break
         if stop_first and any(s != "passed" for s, _ in results.values()):
+            not_run = ("failed", "not run: an earlier test failed (stop_on_first_failure)")
             break
-    not_run = ("failed", "not run: an earlier test failed (stop_on_first_failure)")
+        if stop_program and (rnd.died_at or timed_out):
+            not_run = ("failed", "not run: the program failed in an earlier test")
+            break
     return {
         "results": [[index, *results.get(index, not_run)] for index in range(n)],
         "status": program_status,
@@ -133,7 +139,7 @@ def handle_tests(server: Server, req: dict[str, object]) -> dict[str, object]:
 
 
 def _run_round(
-    server: Server,
+    server: SlotState,
     spec: _runspec.RunSpec,
     req: dict[str, object],
     first: int,

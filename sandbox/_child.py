@@ -435,8 +435,8 @@ def serve_calls(namespace: dict[str, object], entry_point: str) -> None:
             return
         seq = msg[1]
         try:
-            args = _codec.decode_value(msg[2])
-            kwargs = _codec.decode_value(msg[3])
+            args = _codec.decode_value(msg[2], -1)  # the wrappers are not levels (_verdict)
+            kwargs = _codec.decode_value(msg[3], -1)
             if not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise TypeError("malformed call")
             result = fn(*args, **kwargs)

@@ -1,6 +1,6 @@
 """A strict, tagged codec for plain values, and length-prefixed frames with size caps.
 
-This module is loaded both by the trusted side (library parent, fork server, verdict process) and,
+This module is loaded both by the trusted side (library parent, slot server, verdict process) and,
 by inheritance, inside the untrusted child; it uses the standard library only.
 
 Why not pickle: unpickling runs arbitrary constructors chosen by the sender. Why not bare JSON:
@@ -58,6 +58,10 @@ class CodecError(ValueError):
     """A value cannot be encoded, or a frame / payload is malformed or too large."""
 
 
+class TooDeepError(CodecError):
+    """A value is nested more than ``MAX_DEPTH`` levels deep."""
+
+
 def encode_value(value: object, depth: int = 0) -> object:
     """Turn a plain value into a JSON-compatible tagged tree.
 
@@ -65,7 +69,7 @@ def encode_value(value: object, depth: int = 0) -> object:
     value through the base type's own methods, so overridden ``__eq__``/``__iter__`` never travel.
     """
     if depth > MAX_DEPTH:
-        raise CodecError("value nested too deeply")
+        raise TooDeepError("value nested too deeply")
     d = depth + 1
     if value is None:
         return ["n"]
@@ -104,7 +108,7 @@ def _items(payload: object) -> list[object]:
 def decode_value(tree: object, depth: int = 0) -> object:
     """Rebuild a plain value from a tagged tree; anything unexpected raises ``CodecError``."""
     if depth > MAX_DEPTH:
-        raise CodecError("value nested too deeply")
+        raise TooDeepError("value nested too deeply")
     if not isinstance(tree, list) or not tree or not isinstance(tree[0], str):
         raise CodecError("malformed value")
     tag, rest, d = tree[0], tree[1:], depth + 1

@@ -3,7 +3,7 @@
 Hand-written because no maintained Python binding covers the network (ABI 4) and scoping (ABI 6)
 rights we use; the constants and struct layouts are those of ``include/uapi/linux/landlock.h`` and
 the kernel documentation (https://docs.kernel.org/userspace-api/landlock.html). Standard library
-only: the fork server imports this file directly.
+only: the template imports it, and every run's child (a clone of the template) calls it.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ class Rules:
     """A Landlock policy whose fixed part is prepared once and applied by many processes.
 
     Opening each path, checking whether it is a directory and packing its rule was most of a
-    child's ~0.35 ms in Landlock. The fork server prepares the rules for paths that are the same
+    child's ~0.35 ms in Landlock. The slot server prepares the rules for paths that are the same
     in every run (their O_PATH fds stay open in it, close-on-exec, and are inherited); a child
     only issues the syscalls, plus the full preparation for its own paths (its fresh /tmp,
     /dev/shm and /proc are new mounts, so new inodes). Nothing here is shared between runs:

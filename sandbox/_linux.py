@@ -1,8 +1,8 @@
 """Thin Linux helpers shared by the slot server, its template process and the children.
 
 Standard library only (the slot server runs ``/usr/bin/python3 -I -S``): libc through ctypes,
-the constants of ``<sched.h>``, ``<sys/mount.h>`` and ``<sys/prctl.h>``, and ``clone_parent``,
-the fork that makes the template's children children of the slot server.
+the constants of ``<sched.h>``, ``<sys/mount.h>`` and ``<sys/prctl.h>``, and ``ParentClone``,
+the clone that makes the template's children children of the slot server.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import signal
 
 libc = ctypes.CDLL(None, use_errno=True)
-#: The same libc, called with the GIL held (``clone_parent`` must not release it around clone).
+#: The same libc, called with the GIL held (``ParentClone`` must not release it around clone).
 _pylibc = ctypes.PyDLL(None, use_errno=True)
 _pylibc.syscall.restype = ctypes.c_long
 libc.pthread_self.restype = ctypes.c_void_p
@@ -30,6 +30,8 @@ MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
 MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_NOATIME = 1024
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
@@ -39,7 +41,7 @@ PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 SECCOMP_MODE_FILTER = 2
 
-#: (clone, gettid) syscall numbers; other architectures use the double fork in ``clone_parent``.
+#: (clone, gettid) syscall numbers; other architectures use the double fork in ``ParentClone``.
 _SYSCALLS = {"x86_64": (56, 186), "aarch64": (220, 178)}
 
 

@@ -27,7 +27,7 @@ READ_FILES = tuple(f"/dev/{name}" for name in DEVICES)
 
 
 def hide_host_dirs(stdlib_dirs: list[str]) -> None:
-    """Make every mount private, cover ``HIDDEN_DIRS`` and replace /dev by a minimal one.
+    """Make every mount private, cover ``HIDDEN_DIRS``, replace /dev, and record no access times.
 
     Done once in the template's own mount namespace, which each run's namespace copies. The
     new /dev (a tmpfs) holds only ``DEVICES`` (bind mounts of the host's), the ``shm`` mount
@@ -73,6 +73,38 @@ def hide_host_dirs(stdlib_dirs: list[str]) -> None:
     finally:
         for fd in devices.values():
             os.close(fd)
+    no_access_times()  # last: the mounts made above too (a listed directory, a read link)
+
+
+#: Per-mount options of ``/proc/self/mountinfo`` kept by ``no_access_times``' remount.
+_MOUNT_FLAGS = {
+    "ro": _linux.MS_RDONLY, "nosuid": _linux.MS_NOSUID, "nodev": _linux.MS_NODEV,
+    "noexec": _linux.MS_NOEXEC,
+}  # fmt: skip
+
+
+def no_access_times() -> None:
+    """Remount every mount of this (private) namespace ``noatime``, keeping its other flags.
+
+    Why: reading a file updates its access time (``relatime``: when it is older than the
+    modification time, or a day old), and ``stat`` shows it to anyone: each file under ``/usr``
+    was a bit one run could set and a later run read back. Per-mount flags of this namespace's
+    copies only: the host's mounts keep theirs. A mount that refuses is left as it is.
+    """
+    with open("/proc/self/mountinfo", "rb") as handle:
+        lines = handle.read().splitlines()
+    for line in lines:
+        fields = line.split(b" ")
+        if len(fields) < 6:
+            continue
+        point = fields[4]
+        for escape, char in ((b"\\040", b" "), (b"\\011", b"\t"), (b"\\012", b"\n")):
+            point = point.replace(escape, char)
+        point = point.replace(b"\\134", b"\\")
+        flags = _linux.MS_REMOUNT | _linux.MS_BIND | _linux.MS_NOATIME
+        for option in fields[5].decode("ascii", "replace").split(","):
+            flags |= _MOUNT_FLAGS.get(option, 0)
+        _linux.libc.mount(None, point, None, flags, None)  # errors ignored, see above
 
 
 def setup_run_mounts(uid: int, max_file_mb: int, pid_ns: bool, dev_shm: bool | None = None) -> str:

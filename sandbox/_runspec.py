@@ -123,3 +123,7 @@ class RunSpec:
 
 #: ``RunSpec.program_meta``'s fixed fields.
 PROGRAM_META = struct.Struct("=5I")
+
+#: T's reply to a clone command (``_template``, ``_spawn.Template``): b"P" and the pid, or b"E"
+#: and an errno; then whether the clone got a PID namespace of its own.
+TEMPLATE_REPLY = struct.Struct("=cib")

@@ -51,6 +51,20 @@ DENIED_SYSCALLS = (
     "clock_settime", "clock_adjtime", "adjtimex", "sethostname", "setdomainname", "iopl",
     "ioperm", "fanotify_init", "personality", "vhangup", "uselib", "nfsservctl",
 )  # fmt: skip
+#: Page-cache probes and evictions, refused so that runs cannot leave bits for each other in
+#: the page cache of files they all read (``/usr``: one run reads a page to set a bit or
+#: evicts it to clear one, a later run tells cached from uncached pages). Advice calls succeed
+#: without effect (advice may be ignored, so an honest program sees no difference); the probes
+#: fail. Linux AIO is refused whole: its read flags (``RWF_NOWAIT``) are in memory, where BPF
+#: cannot look. What is left to read page-cache state is its effect on time (and fault
+#: counts): a timing channel, see README.md.
+IGNORED_ADVICE = ("fadvise64", "fadvise64_64", "arm_fadvise64_64", "readahead")
+PAGE_CACHE_PROBES = ("mincore", "cachestat", "process_madvise", "io_setup", "io_submit")
+#: ``madvise`` advice that reclaims a mapping's pages (file pages included): MADV_COLD,
+#: MADV_PAGEOUT.
+RECLAIM_ADVICE = (20, 21)
+#: ``RWF_NOWAIT``: a read that fails instead of waiting for I/O, i.e. a page-cache probe.
+RWF_NOWAIT = 0x8
 #: ``SOCK_TYPE_MASK``: the type without SOCK_NONBLOCK / SOCK_CLOEXEC.
 _SOCK_TYPE_MASK = 0xF
 
@@ -113,6 +127,7 @@ def compile_bpf(pyseccomp_path: str, network: bool) -> bytes:
             seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag)
         )
     filt.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    _page_cache_rules(seccomp, filt)
     # Sockets: see the module docstring.
     denied = seccomp.ERRNO(errno.EACCES)
     if network:
@@ -136,6 +151,26 @@ def compile_bpf(pyseccomp_path: str, network: bool) -> bytes:
         filt.export_bpf(handle)
         handle.seek(0)
         return handle.read()
+
+
+def _page_cache_rules(seccomp: ModuleType, filt: object) -> None:
+    """No run can evict or probe pages of the page cache (``PAGE_CACHE_PROBES`` above)."""
+    for name in IGNORED_ADVICE:
+        with contextlib.suppress(OSError, ValueError, RuntimeError):
+            filt.add_rule(seccomp.ERRNO(0), name)  # type: ignore[attr-defined]
+    for name in PAGE_CACHE_PROBES:
+        with contextlib.suppress(OSError, ValueError, RuntimeError):  # cachestat: Linux >= 6.5
+            filt.add_rule(seccomp.ERRNO(errno.ENOSYS), name)  # type: ignore[attr-defined]
+    for advice in RECLAIM_ADVICE:
+        filt.add_rule(  # type: ignore[attr-defined]
+            seccomp.ERRNO(0), "madvise", seccomp.Arg(2, seccomp.EQ, advice)
+        )
+    for name in ("preadv2", "pwritev2"):  # flags: the 6th argument
+        filt.add_rule(  # type: ignore[attr-defined]
+            seccomp.ERRNO(errno.EOPNOTSUPP),
+            name,
+            seccomp.Arg(5, seccomp.MASKED_EQ, RWF_NOWAIT, RWF_NOWAIT),
+        )
 
 
 def build(pyseccomp_path: str | None) -> dict[bool, SeccompFilter]:

@@ -1,4 +1,7 @@
-"""Spawning runs: the slot server's handles on its children, prepared ahead and handed a program.
+"""The slot server's handles on the processes it starts: T, each run's child C, and V.
+
+``Template`` drives T (``_template.py``, T's own code), ``Child`` and ``Spawner`` the children
+T clones for runs, ``VerdictServer`` the verdict server V (``_verdict_server.py``, V's own code).
 
 A child is cloned by the template (``_template.py``) and is this process's own child. This
 process then sends it, over its own socket, the kind of run (network or not, ``/tmp`` size),
@@ -15,9 +18,16 @@ import os
 import shutil
 import signal
 import socket
+import sys
+from collections.abc import Callable
 
 from sandbox import _codec, _linux, _runspec
-from sandbox._template import Template
+from sandbox._child import RunContext
+
+#: The verdict server is replaced after this many jobs, bounding state left by trusted test code.
+VERDICT_SERVER_JOBS = 500
+#: T's script, started by ``Template`` (a fresh interpreter, never a fork of this process).
+TEMPLATE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_template.py")
 
 
 class Child:
@@ -193,3 +203,119 @@ class Spawner:
         self.discard_warm()
         with contextlib.suppress(OSError):
             os.rmdir(self.workdir_base())
+
+
+class Template:
+    """The slot server's handle on its template process T (``_template.py``)."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            # A fresh interpreter with an empty environment, its socket on fd 3; our child,
+            # so that what it clones with CLONE_PARENT is our child too.
+            self.pid = os.posix_spawn(
+                sys.executable,
+                [sys.executable, "-I", "-S", TEMPLATE_SCRIPT],
+                {},
+                file_actions=[(os.POSIX_SPAWN_DUP2, theirs.fileno(), 3)],
+            )
+        finally:
+            theirs.close()
+        self.sock = ours
+        try:
+            ours.send(_codec.dumps(ctx.to_config()))  # one packet (a few KiB)
+            hello = self.sock.recv(4096)
+        except OSError:
+            hello = b""
+        if not hello.startswith(b"H"):
+            self.close()
+            raise OSError(errno.ECHILD, "the template process failed to start")
+        self.host_dirs_hidden = hello[1:2] == b"1"
+        self.landlock = hello[2:3] == b"1"
+
+    def fork(self, kind: bytes, fd: int) -> tuple[int, bool]:
+        """Clone a child of ours (C or V) that holds ``fd``; return (pid, in a new PID ns)."""
+        socket.send_fds(self.sock, [kind], [fd])
+        reply = self.sock.recv(_runspec.TEMPLATE_REPLY.size)
+        if len(reply) != _runspec.TEMPLATE_REPLY.size:
+            raise OSError(errno.ECHILD, "the template process is gone")
+        what, value, pid_ns = _runspec.TEMPLATE_REPLY.unpack(reply)
+        if what != b"P":
+            raise OSError(value, f"clone failed: {os.strerror(value)}")
+        return value, bool(pid_ns)
+
+    def fork_run_child(self, fd: int) -> tuple[int, bool]:
+        """Clone a run's child holding ``fd`` (its socket to us)."""
+        return self.fork(b"C", fd)
+
+    def fork_verdict_server(self, fd: int) -> int:
+        """Clone a verdict server holding ``fd``."""
+        return self.fork(b"V", fd)[0]
+
+    def kill_uid(self) -> None:
+        """Kill every process of the slot uid (``kill(-1)`` as that uid, in a helper)."""
+        self.sock.send(b"U")
+        self.sock.recv(_runspec.TEMPLATE_REPLY.size)
+
+    def close(self) -> None:
+        """Stop the template (its children are ours and stopped by the slot server)."""
+        self.sock.close()
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+
+
+class VerdictServer:
+    """The slot server's handle on its verdict server V (``_verdict_server.py``).
+
+    Killed and replaced when in doubt.
+
+    Forking a fresh one per job would copy its working set every time; instead each job runs in a
+    fresh namespace dict of this warm process. It is replaced when a job overruns its deadline,
+    breaks the protocol, or after ``VERDICT_SERVER_JOBS`` jobs.
+    """
+
+    def __init__(self, fork: Callable[[int], int]) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        for sock in (ours, theirs):
+            for opt, force in ((socket.SO_SNDBUF, 32), (socket.SO_RCVBUF, 33)):  # *BUFFORCE
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, force, 1 << 20)
+                except OSError:  # not root: the largest unprivileged size
+                    sock.setsockopt(socket.SOL_SOCKET, opt, 1 << 20)
+        try:
+            self.pid = fork(theirs.fileno())
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.pidfd = os.pidfd_open(self.pid)  # our own unreaped child (CLONE_PARENT)
+        self.sock = ours
+        self.jobs = 0
+        self.alive = True
+
+    def start(self, job: dict[str, object], chan: int) -> None:
+        """Hand one job and V's end of the channel to the program's process to V."""
+        tests = job.pop("tests", None)
+        texts = [str(job.pop("setup", "") or ""), *(tests if isinstance(tests, list) else [])]
+        if _codec.texts_size(texts) > _codec.MAX_REQUEST:  # the library refuses these first
+            raise ValueError("setup + tests exceed the request size limit")
+        message = _codec.Message(b"J", job, texts)
+        try:
+            message.send(self.sock, [chan])
+        finally:
+            message.close()
+        self.jobs += 1
+
+    def kill(self) -> None:
+        """Stop V and reap it (it is replaced on the next job)."""
+        if self.alive:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            os.close(self.pidfd)
+            self.sock.close()
+            self.alive = False

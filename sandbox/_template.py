@@ -22,7 +22,8 @@ and which alone waits for it and reads how it ended.
 Set up once here, before the first clone, and shared by every child through the clone: the
 mount namespace (host homes, checkouts, ``/run``, ``/var`` hidden; a minimal ``/dev``), the UTS
 namespace, the Landlock rules of the fixed paths, the seccomp programs, the preloaded modules
-(``PRELOAD``) and the programs' environment. Standard library only.
+(``PRELOAD``) and the programs' environment. This module is T's own code only (the slot
+server's handle on it is ``_spawn.Template``). Standard library only.
 """
 
 from __future__ import annotations
@@ -33,10 +34,8 @@ import gc
 import importlib
 import json
 import os
-import select
 import signal
 import socket
-import struct
 import sys
 import types
 
@@ -47,10 +46,9 @@ if __name__ == "__main__" and "sandbox" not in sys.modules:
     _package.__path__ = [os.path.dirname(os.path.abspath(__file__))]
     sys.modules["sandbox"] = _package
 
-from sandbox import _child, _codec, _landlock, _linux, _mounts, _verdict_server
+from sandbox import _child, _codec, _landlock, _linux, _mounts, _runspec, _verdict_server
 
-_REPLY = struct.Struct("=cib")  # b"P" | b"E", pid or errno, pid_ns flag
-_SCRIPT = os.path.abspath(__file__)
+_REPLY = _runspec.TEMPLATE_REPLY
 _ONE_FD = socket.CMSG_SPACE(4)
 _EINVAL = _REPLY.pack(b"E", errno.EINVAL, 0)
 #: Standard-library modules model-written code often imports, loaded once in the template so
@@ -65,67 +63,6 @@ PRELOAD = (
     "bisect", "collections", "copy", "functools", "heapq", "itertools", "math", "operator", "re",
     "string", "typing",
 )  # fmt: skip
-
-
-class Template:
-    """The slot server's handle on its template process."""
-
-    def __init__(self, ctx: _child.RunContext) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            # A fresh interpreter with an empty environment, its socket on fd 3; our child,
-            # so that what it clones with CLONE_PARENT is our child too.
-            self.pid = os.posix_spawn(
-                sys.executable,
-                [sys.executable, "-I", "-S", _SCRIPT],
-                {},
-                file_actions=[(os.POSIX_SPAWN_DUP2, theirs.fileno(), 3)],
-            )
-        finally:
-            theirs.close()
-        self.sock = ours
-        try:
-            ours.send(_codec.dumps(ctx.to_config()))  # one packet (a few KiB)
-            hello = self.sock.recv(4096)
-        except OSError:
-            hello = b""
-        if not hello.startswith(b"H"):
-            self.close()
-            raise OSError(errno.ECHILD, "the template process failed to start")
-        self.host_dirs_hidden = hello[1:2] == b"1"
-        self.landlock = hello[2:3] == b"1"
-
-    def fork(self, kind: bytes, fd: int) -> tuple[int, bool]:
-        """Clone a child of ours (C or V) that holds ``fd``; return (pid, in a new PID ns)."""
-        socket.send_fds(self.sock, [kind], [fd])
-        reply = self.sock.recv(_REPLY.size)
-        if len(reply) != _REPLY.size:
-            raise OSError(errno.ECHILD, "the template process is gone")
-        what, value, pid_ns = _REPLY.unpack(reply)
-        if what != b"P":
-            raise OSError(value, f"clone failed: {os.strerror(value)}")
-        return value, bool(pid_ns)
-
-    def fork_run_child(self, fd: int) -> tuple[int, bool]:
-        """Clone a run's child holding ``fd`` (its socket to us)."""
-        return self.fork(b"C", fd)
-
-    def fork_verdict_server(self, fd: int) -> int:
-        """Clone a verdict server holding ``fd``."""
-        return self.fork(b"V", fd)[0]
-
-    def kill_uid(self) -> None:
-        """Kill every process of the slot uid (``kill(-1)`` as that uid, in a helper)."""
-        self.sock.send(b"U")
-        self.sock.recv(_REPLY.size)
-
-    def close(self) -> None:
-        """Stop the template (its children are ours and stopped by the slot server)."""
-        self.sock.close()
-        with contextlib.suppress(OSError):
-            os.kill(self.pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(self.pid, 0)
 
 
 def _main() -> None:
@@ -270,11 +207,6 @@ def _minimal_paths(paths: list[str]) -> list[str]:
             kept.append(path)
     return kept
 
-
-# ``select`` is imported for its extension module's directory (``stdlib_dirs``).
-STDLIB_DIRS = sorted(
-    {os.path.dirname(os.__file__), os.path.dirname(getattr(select, "__file__", os.__file__))}
-)
 
 if __name__ == "__main__":
     try:

@@ -4,85 +4,41 @@ Cloned by the template (so it starts as pristine as a run's child), it is a chil
 server, which hands it one job at a time (setup, test sources and the channel to the program's
 process) and reads one report per test. It runs as the slot's second uid with ``no_new_privs``,
 a 4 GB address-space limit, a network namespace of its own (no interface) and a private
-``/tmp``, in the template's mount namespace (host homes and checkouts hidden). The job logic
+``/tmp``, in the template's mount namespace (host homes and checkouts hidden). This module is
+V's own code only (the slot server's handle on it is ``_spawn.VerdictServer``); the job logic
 itself is in ``_verdict.py``. Standard library only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import resource
-import signal
 import socket
-from collections.abc import Callable
 
 from sandbox import _codec, _linux, _verdict
 from sandbox._child import RunContext
 
 #: Largest job message (setup, test sources and their metadata) the verdict server accepts.
 MAX_VERDICT_MESSAGE = _codec.MAX_REQUEST + _codec.MAX_META + (1 << 10)
-#: The verdict server is replaced after this many jobs, bounding state left by trusted test code.
-VERDICT_SERVER_JOBS = 500
-
-
-class VerdictServer:
-    """The slot server's handle on its verdict process (killed and replaced when in doubt).
-
-    Forking a fresh one per job would copy its working set every time; instead each job runs in a
-    fresh namespace dict of this warm process. It is replaced when a job overruns its deadline,
-    breaks the protocol, or after ``VERDICT_SERVER_JOBS`` jobs.
-    """
-
-    def __init__(self, fork: Callable[[int], int]) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        for sock in (ours, theirs):
-            for opt, force in ((socket.SO_SNDBUF, 32), (socket.SO_RCVBUF, 33)):  # *BUFFORCE
-                try:
-                    sock.setsockopt(socket.SOL_SOCKET, force, 1 << 20)
-                except OSError:  # not root: the largest unprivileged size
-                    sock.setsockopt(socket.SOL_SOCKET, opt, 1 << 20)
-        try:
-            self.pid = fork(theirs.fileno())
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        self.pidfd = os.pidfd_open(self.pid)  # our own unreaped child (CLONE_PARENT)
-        self.sock = ours
-        self.jobs = 0
-        self.alive = True
-
-    def start(self, job: dict[str, object], chan: int) -> None:
-        """Hand one job and V's end of the channel to the program's process to V."""
-        tests = job.pop("tests", None)
-        texts = [str(job.pop("setup", "") or ""), *(tests if isinstance(tests, list) else [])]
-        if _codec.texts_size(texts) > _codec.MAX_REQUEST:  # the library refuses these first
-            raise ValueError("setup + tests exceed the request size limit")
-        message = _codec.Message(b"J", job, texts)
-        try:
-            message.send(self.sock, [chan])
-        finally:
-            message.close()
-        self.jobs += 1
-
-    def kill(self) -> None:
-        """Stop V and reap it (it is replaced on the next job)."""
-        if self.alive:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(self.pid, 0)
-            os.close(self.pidfd)
-            self.sock.close()
-            self.alive = False
+#: V's ``oom_score_adj``: killed before the slot server and template, after the run's child.
+VERDICT_OOM_SCORE_ADJ = 500
+#: After a job in which the candidate sent more than this, V returns freed memory to the system
+#: (decoded huge values otherwise stay in its heap: +11 to +44 MB measured).
+TRIM_AFTER_BYTES = 1 << 20
 
 
 def main(ctx: RunContext, fd: int, verdict_uid: int) -> None:
     """V's life, in the freshly cloned process: isolate once, then run jobs until told to stop."""
     try:
         _linux.set_pdeathsig()
+        # Before S and T in the OOM killer's order (after the run's child, at 1000): values a
+        # candidate returns are decoded here, and where the host refuses S and T their -1000,
+        # V losing a job costs that job its verdicts, S or T losing it would cost the slot.
+        # Written now: once V has dropped to its uid, its /proc files are root's.
+        with contextlib.suppress(OSError):
+            _linux.write_file("/proc/self/oom_score_adj", str(VERDICT_OOM_SCORE_ADJ))
         _linux.close_all_except({fd})
         sock = socket.socket(fileno=fd)
         null = os.open("/dev/null", os.O_RDWR)  # 0-2 for trusted code that prints
@@ -124,7 +80,11 @@ def _serve(sock: socket.socket) -> None:
             job, texts = _codec.unpack_texts(payload)
             del payload
             job["setup"], job["tests"] = texts[0], texts[1:]
-            _verdict.run_job(job, int(job["first"]), chan, report)
+            received = _verdict.run_job(job, int(job["first"]), chan, report)
+            del job, texts
+            if received > TRIM_AFTER_BYTES:
+                gc.collect()
+                _linux.libc.malloc_trim(0)
         except Exception as exc:
             report(["setup_error", f"verdict server: {type(exc).__name__}: {exc}"[:500]])
         finally:

@@ -1,6 +1,6 @@
-"""The parent side: a pool of fork servers and the public ``Sandbox`` API.
+"""The parent side: a pool of slot servers and the public ``Sandbox`` API.
 
-Each worker slot is one slot server, the "fork server" (``_zygote.py``), started from
+Each worker slot has one slot server S (``_slot_server.py``, handle: ``_SlotHandle``), started from
 ``/usr/bin/python3 -I -S`` with an empty environment, so the untrusted children below it inherit
 no secret, no GPU handle and no import state of this process. The parent only ever exchanges
 length-prefixed JSON frames with it and rebuilds typed results field by field (no pickle).
@@ -24,9 +24,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sandbox import _codec, _slot
 from sandbox.types import (
@@ -37,6 +38,8 @@ from sandbox.types import (
     IOTest,
     Job,
     Limits,
+    SandboxClosedError,
+    SandboxForkedError,
     SandboxUnavailableError,
     Status,
     TestJob,
@@ -47,14 +50,16 @@ from sandbox.types import (
     check_seconds,
 )
 
-_ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_zygote.py")
+_SLOT_SERVER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_slot_server.py")
 #: A system interpreter readable by every uid (a pyenv/venv interpreter under /root is not).
 SYSTEM_PYTHON = "/usr/bin/python3"
-#: How long past a job's own time budget the parent waits for a fork server before restarting it.
+#: How long past a job's own time budget the parent waits for a slot server before restarting it.
 _SLACK_S = 10.0
 _START_TIMEOUT_S = 30.0
 #: The longest single select() (longer waits loop).
 _MAX_WAIT_S = 3600.0
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 def _check_size(texts: Sequence[str], what: str) -> None:
@@ -79,7 +84,7 @@ def _check_files_fit(files: dict[str, str], limits: Limits) -> None:
 
 
 class _SlotError(RuntimeError):
-    """The fork server died, hung or answered garbage; the slot has been restarted."""
+    """The slot server died, hung or answered garbage; the slot has been restarted."""
 
 
 def _pick_python() -> str:
@@ -142,14 +147,14 @@ def _float(reply: dict[str, object], key: str) -> float:
 
 
 def _layers(reply: dict[str, object]) -> tuple[str, ...]:
-    value = reply.get("isolation", reply.get("layers", []))
+    value = reply.get("isolation", [])
     if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
         raise _SlotError("malformed isolation list")
     return tuple(x for x in value if x in ALL_LAYERS)
 
 
-class _Slot:
-    """One fork server process and its framed pipe protocol."""
+class _SlotHandle:
+    """One slot server process and its framed pipe protocol."""
 
     def __init__(self, python: str, debug: bool, limits: Limits) -> None:
         config = {
@@ -158,11 +163,11 @@ class _Slot:
             "default_limits": _limits_payload(limits),  # to prepare the first child ahead
         }
         self.proc = subprocess.Popen(
-            [python, "-I", "-S", _ZYGOTE, json.dumps(config)],
+            [python, "-I", "-S", _SLOT_SERVER_SCRIPT, json.dumps(config)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=None if debug else subprocess.DEVNULL,
-            env={},  # the fork server and everything below it start with NO environment
+            env={},  # the slot server and everything below it start with NO environment
             cwd="/",
             close_fds=True,
             start_new_session=True,  # group kills from anywhere below cannot reach us
@@ -178,8 +183,8 @@ class _Slot:
         self.template_pid = -1
         self.probe_status = self.probe_detail = ""
 
-    def wait_ready(self) -> _Slot:
-        """Wait for the fork server's start-up report (layers detected by its probe run)."""
+    def wait_ready(self) -> _SlotHandle:
+        """Wait for the slot server's start-up report (layers detected by its probe run)."""
         hello = self._receive(time.monotonic() + _START_TIMEOUT_S)
         self.layers = _layers(hello)
         uid = hello.get("uid", -1)
@@ -195,20 +200,20 @@ class _Slot:
         while not frames:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise _SlotError("the fork server did not answer in time")
+                raise _SlotError("the slot server did not answer in time")
             # select() rejects timeouts beyond ~2^63 ns (OverflowError): wait in bounded steps.
             ready, _, _ = select.select([self._out], [], [], min(remaining, _MAX_WAIT_S))
             if not ready:
                 continue
             data = os.read(self._out, _codec.READ_CHUNK)
             if not data:
-                raise _SlotError(f"the fork server exited (status {self.proc.poll()})")
+                raise _SlotError(f"the slot server exited (status {self.proc.poll()})")
             try:
                 frames = self._reader.feed(data)
             except _codec.CodecError as exc:
                 raise _SlotError(str(exc)) from None
         if len(frames) != 1:
-            raise _SlotError("unexpected extra frames from the fork server")
+            raise _SlotError("unexpected extra frames from the slot server")
         reply = _codec.loads(frames[0])
         if not isinstance(reply, dict):
             raise _SlotError("malformed reply")
@@ -216,11 +221,11 @@ class _Slot:
             # Never attach one job's reply to another: the slot is discarded.
             raise _SlotError(f"reply for request {reply.get('id')!r}, expected {request_id}")
         if "error" in reply:
-            raise _SlotError(f"fork server error: {reply['error']}")
+            raise _SlotError(f"slot server error: {reply['error']}")
         return reply
 
     def request(self, message: dict[str, object], budget_s: float) -> dict[str, object]:
-        """Send one request and wait for its reply (the fork server enforces the real limits).
+        """Send one request and wait for its reply (the slot server enforces the real limits).
 
         Every request carries a fresh id that the reply must echo. A call that does not end
         with its own reply (an error, or any exception in this thread: KeyboardInterrupt, a
@@ -233,30 +238,38 @@ class _Slot:
         try:
             _codec.write_frame(self._in, _codec.dumps({**message, "id": request_id}))
         except OSError as exc:
-            raise _SlotError(f"the fork server is gone: {exc}") from None
+            raise _SlotError(f"the slot server is gone: {exc}") from None
         reply = self._receive(time.monotonic() + budget_s + _SLACK_S, request_id)
         self.broken = False
         return reply
 
-    def close(self) -> None:
-        """Stop the fork server: closing its stdin makes it clean up and exit.
+    def stop(self, terminate: bool) -> None:
+        """Stop the slot server and remove what it left; its pipes stay open (``close``).
 
-        A broken slot may be in the middle of a job: SIGTERM makes it clean up at once.
-        Whatever it could not remove (it was killed) is removed here.
+        Closing its stdin makes it clean up and exit; ``terminate`` (a call may be in flight)
+        sends SIGTERM, on which it cleans up at once. Whatever it could not remove (it was
+        killed) is removed here. The pipes are left to the thread that may be reading them:
+        closing an fd another thread waits on could hand its number to an unrelated file.
         """
         try:
-            if self.proc.stdin is not None:
+            if self.proc.stdin is not None and not terminate:
                 self.proc.stdin.close()
-            if self.broken:
+            if terminate or self.broken:
                 self.proc.terminate()
             self.proc.wait(timeout=5)
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
             self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
         if self.uid > 0:
             _remove_slot_leftovers(self.uid)
+
+    def close(self) -> None:
+        """Stop the slot server (``stop``) and close its pipes."""
+        self.stop(terminate=False)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
 
 def _remove_slot_leftovers(uid: int) -> None:
@@ -297,20 +310,20 @@ class _Prepared:
 
 
 class Sandbox:
-    """Run untrusted Python programs in isolated, pre-forked children.
+    """Run untrusted Python programs in isolated children, prepared ahead by each slot server.
 
     Use as a context manager (or call ``close()``); every method is thread-safe, and
-    ``run_many``/``run_tests_many`` spread jobs over ``workers`` fork servers.
+    ``run_many``/``run_tests_many`` spread jobs over ``workers`` slot servers.
 
     Args:
         limits: default limits for runs that do not pass their own.
-        workers: number of fork servers (parallel runs); defaults to ``os.cpu_count()``.
+        workers: number of slot servers (parallel runs); defaults to ``os.cpu_count()``.
         strict: refuse to start (``SandboxUnavailableError``) unless every layer in
             ``ALL_LAYERS`` is available (``net_ns`` excepted when ``limits.network``), and refuse
             any run in which one of them could not be applied.
         required_layers: layers to require like ``strict`` does, instead of all of them.
-        python: the interpreter for the fork servers; by default ``/usr/bin/python3``.
-        debug: let the fork servers write their own errors to this process's stderr.
+        python: the interpreter for the slot servers; by default ``/usr/bin/python3``.
+        debug: let the slot servers write their own errors to this process's stderr.
     """
 
     def __init__(
@@ -344,18 +357,21 @@ class Sandbox:
         self._debug = debug
         self._lock = threading.Lock()
         self._closed = False
-        self._idle: queue.Queue[_Slot] = queue.Queue()
-        self._all: list[_Slot] = []
+        self.owner_pid = os.getpid()
+        """The process that made this Sandbox, the only one that may use it."""
+        self._idle: queue.Queue[_SlotHandle] = queue.Queue()
+        self._all: list[_SlotHandle] = []
+        self._busy: set[_SlotHandle] = set()
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sandbox")
         try:
-            # Start every fork server first, then wait: they start up in parallel.
+            # Start every slot server first, then wait: they start up in parallel.
             for _ in range(self.workers):
-                self._all.append(_Slot(self._python, debug, self.limits))
+                self._all.append(_SlotHandle(self._python, debug, self.limits))
             for slot in self._all:
                 self._idle.put(slot.wait_ready())
         except (_SlotError, OSError) as exc:
             self.close()
-            raise SandboxUnavailableError(f"a fork server failed to start: {exc}") from exc
+            raise SandboxUnavailableError(f"a slot server failed to start: {exc}") from exc
         except BaseException:
             self.close()
             raise
@@ -383,15 +399,28 @@ class Sandbox:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop every fork server (and with them anything they started)."""
+        """Stop every slot server (and with them anything they started).
+
+        A call running in another thread meanwhile raises ``SandboxClosedError`` there; when
+        ``close`` returns, no process of the sandbox is left. In a process forked from the one
+        that made the Sandbox, nothing is stopped: the slot servers are the parent's.
+        """
+        if os.getpid() != self.owner_pid:
+            self._closed = True  # no lock: another thread may have held it at the fork
+            return
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        self._executor.shutdown(wait=True)
+            busy = set(self._busy)
         for slot in self._all:
-            slot.close()
-        self._all.clear()
+            # A slot in use is stopped under its call (SIGTERM: its thread gets EOF and
+            # closes the pipes); an idle one is stopped and closed here.
+            if slot in busy:
+                slot.stop(terminate=True)
+            else:
+                slot.close()
+        self._executor.shutdown(wait=True)
 
     def __enter__(self) -> Sandbox:
         return self
@@ -403,37 +432,67 @@ class Sandbox:
         if not getattr(self, "_closed", True):
             self.close()
 
+    def _check_usable(self) -> None:
+        """Refuse a call after ``close()`` or from a forked child (see the error types)."""
+        if os.getpid() != self.owner_pid:
+            raise SandboxForkedError(
+                f"this Sandbox belongs to process {self.owner_pid}, and process {os.getpid()} "
+                "is a fork of it: its slot servers, pipes and request ids are the parent's, so "
+                "results could be attached to the other process's jobs. Make a new Sandbox in "
+                "the child."
+            )
+        if self._closed:
+            raise SandboxClosedError("the Sandbox is closed")
+
     # -- slots ---------------------------------------------------------------------------------
     def _call(self, message: dict[str, object], budget_s: float) -> dict[str, object]:
-        if self._closed:
-            raise RuntimeError("the Sandbox is closed")
+        self._check_usable()
         slot = self._idle.get()
+        with self._lock:
+            if self._closed:
+                self._idle.put(slot)
+                raise SandboxClosedError("the Sandbox is closed")
+            self._busy.add(slot)
         try:
             if slot.broken:  # a call on it did not complete: restart it before any use
                 slot = self._replace(slot)
             return slot.request(message, budget_s)
         except _SlotError:
-            # Replace the broken fork server; the caller turns this into a SANDBOX_ERROR result.
+            if self._closed:
+                raise SandboxClosedError(
+                    "the Sandbox was closed while this call was running"
+                ) from None
+            # Replace the broken slot server; the caller turns this into a SANDBOX_ERROR result.
             # If no replacement starts, the dead slot goes back and the next call retries.
             slot = self._replace(slot)
             raise
         finally:
-            if slot.broken:
+            if slot.broken or self._closed:
                 # Interrupted (KeyboardInterrupt, a signal handler raising, ...): the slot may
                 # still owe a reply. Stop it now; the next call that takes it starts a new one.
+                # Closed meanwhile: ``close`` stopped it, its pipes are closed here.
                 slot.close()
+            with self._lock:
+                self._busy.discard(slot)
             self._idle.put(slot)
 
-    def _replace(self, slot: _Slot) -> _Slot:
-        """Stop ``slot`` and start a fresh fork server in its place (``_SlotError`` if none)."""
+    def _replace(self, slot: _SlotHandle) -> _SlotHandle:
+        """Stop ``slot`` and start a fresh slot server in its place (``_SlotError`` if none)."""
         slot.close()
+        if self._closed:
+            raise SandboxClosedError("the Sandbox was closed while this call was running")
         try:
-            replacement = _Slot(self._python, self._debug, self.limits).wait_ready()
+            replacement = _SlotHandle(self._python, self._debug, self.limits).wait_ready()
         except (_SlotError, OSError):
-            raise _SlotError("the fork server died and could not be restarted") from None
+            raise _SlotError("the slot server died and could not be restarted") from None
         with self._lock:
-            self._all[self._all.index(slot)] = replacement
-        return replacement
+            if not self._closed:
+                self._all[self._all.index(slot)] = replacement
+                self._busy.discard(slot)
+                self._busy.add(replacement)
+                return replacement
+        replacement.close()  # closed while it started: it must not outlive close()
+        raise SandboxClosedError("the Sandbox was closed while this call was running")
 
     # -- run -----------------------------------------------------------------------------------
     def _prepare(
@@ -487,17 +546,19 @@ class Sandbox:
 
         Never raises for anything the program does; bad arguments raise TypeError/ValueError.
         """
+        self._check_usable()
         return self._execute(self._prepare(code, stdin, files, limits))
 
     def run_many(self, jobs: Sequence[str | Job]) -> list[ExecResult]:
         """Run many programs in parallel over the workers; results are in input order."""
+        self._check_usable()
         prepared = [
             self._prepare(job, "", None, None)
             if isinstance(job, str)
             else self._prepare(job.code, job.stdin, job.files, job.limits)
             for job in jobs
         ]
-        return list(self._executor.map(self._execute, prepared))
+        return self._map(self._execute, prepared)
 
     # -- tests ---------------------------------------------------------------------------------
     def run_tests(
@@ -510,6 +571,7 @@ class Sandbox:
         limits: Limits | None = None,
         per_test_timeout_s: float | None = None,
         stop_on_first_failure: bool = False,
+        stop_on_program_failure: bool = False,
     ) -> TestReport:
         """Judge ``program`` on ``tests``; the verdicts are decided outside the program.
 
@@ -518,6 +580,7 @@ class Sandbox:
         proxies returning plain values. ``IOTest``: the program runs once per test with that stdin
         and this process compares its stdout. See README.md for the full contract.
         """
+        self._check_usable()
         job = TestJob(
             program=program,
             tests=tuple(tests),  # type: ignore[arg-type]
@@ -526,13 +589,27 @@ class Sandbox:
             limits=limits,
             per_test_timeout_s=per_test_timeout_s,
             stop_on_first_failure=stop_on_first_failure,
+            stop_on_program_failure=stop_on_program_failure,
         )
         return self._run_test_job(self._check_test_job(job))
 
     def run_tests_many(self, jobs: Sequence[TestJob]) -> list[TestReport]:
         """``run_tests`` for many jobs, in parallel over the workers; reports in input order."""
+        self._check_usable()
         checked = [self._check_test_job(job) for job in jobs]
-        return list(self._executor.map(self._run_test_job, checked))
+        return self._map(self._run_test_job, checked)
+
+    def _map(self, fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
+        """Map ``fn`` over ``items`` on the workers, in input order.
+
+        ``SandboxClosedError`` if the Sandbox is closed meanwhile.
+        """
+        try:
+            return list(self._executor.map(fn, items))
+        except RuntimeError as exc:  # the executor refuses work once shut down
+            if self._closed and not isinstance(exc, SandboxClosedError):
+                raise SandboxClosedError("the Sandbox was closed during this call") from exc
+            raise
 
     def _check_test_job(self, job: TestJob) -> TestJob:
         if not isinstance(job.program, str) or not isinstance(job.setup, str):
@@ -583,6 +660,7 @@ class Sandbox:
             "tests": [t.source for t in tests],
             "per_test_timeout_s": per_test,
             "stop_on_first_failure": job.stop_on_first_failure,
+            "stop_on_program_failure": job.stop_on_program_failure,
             "limits": _limits_payload(lim),
             "required": list(self.required_layers),
         }
@@ -614,13 +692,11 @@ class Sandbox:
         isolation: tuple[str, ...] = ()
         stdout: list[str] = []
         stderr: list[str] = []
-        stopped = False
+        stopped = ""
         for index, test in enumerate(tests):
             name = test.name or f"test_{index}"
             if stopped:
-                results.append(
-                    TestResult(name, TestStatus.FAILED, "not run: an earlier test failed")
-                )
+                results.append(TestResult(name, TestStatus.FAILED, stopped))
                 continue
             res = self._execute(self._prepare(job.program, test.stdin, None, lim))
             isolation = res.isolation or isolation
@@ -630,7 +706,10 @@ class Sandbox:
             if res.status is not Status.OK and program_status is Status.OK:
                 program_status = res.status
             results.append(_judge_io(name, test, res))
-            stopped = job.stop_on_first_failure and not results[-1].passed
+            if job.stop_on_program_failure and res.status is not Status.OK:
+                stopped = f"not run: the program failed in test {index} (stop_on_program_failure)"
+            elif job.stop_on_first_failure and not results[-1].passed:
+                stopped = "not run: an earlier test failed (stop_on_first_failure)"
         return TestReport(
             results=tuple(results),
             status=program_status,
@@ -651,9 +730,21 @@ _RUN_TO_TEST = {
 }
 
 
+#: What ``normalize_output`` strips at the end of a line: ASCII whitespace only, as judges do
+#: (Codeforces' testlib, AtCoder). ``str.rstrip()`` would also strip ``\x85``, ``\u3000``,
+#: ``\x1c``-``\x1f`` and other Unicode spaces, which are output characters like any other.
+TRAILING_WHITESPACE = " \t\r\x0b\x0c"
+
+
 def normalize_output(text: str) -> list[str]:
-    """Lines with trailing whitespace stripped, without trailing blank lines."""
-    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    r"""Lines with trailing ASCII whitespace stripped, without trailing blank lines.
+
+    >>> normalize_output("4 \t\r\n\n5\n\n")
+    ['4', '', '5']
+    >>> normalize_output("YES\u3000\n") == ["YES\u3000"]
+    True
+    """
+    lines = [line.rstrip(TRAILING_WHITESPACE) for line in text.replace("\r\n", "\n").split("\n")]
     while lines and not lines[-1]:
         lines.pop()
     return lines

@@ -2,7 +2,8 @@
 
 Everything here is a frozen dataclass or a str-enum so that results can be logged, compared and
 sent between processes without ``dict[str, Any]`` state. The execution machinery lives in
-``sandbox.core`` (the parent side) and the slot server's modules (``sandbox._zygote`` and below).
+``sandbox.core`` (the library side) and the slot server's modules (``sandbox._slot_server``
+and below).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ MAX_REQUEST_BYTES: int = _codec.MAX_REQUEST
 #: Every isolation layer the sandbox knows, in the order it applies them to a child.
 #: ``ExecResult.isolation`` lists the subset that was actually applied to that run.
 ALL_LAYERS: tuple[str, ...] = (
-    "empty_env",  # the fork server starts with an empty environment: no secrets to inherit
+    "empty_env",  # the slot server starts with an empty environment: no secrets to inherit
     "session",  # a new session and process group: group kills cannot reach the host
     "cgroup",  # cgroup v1 memory + pids limits for the whole run (fork bombs, memory)
     "pid_ns",  # a PID namespace: the run cannot see or signal host processes; killed as a unit
@@ -39,6 +40,22 @@ ALL_LAYERS: tuple[str, ...] = (
 
 class SandboxUnavailableError(RuntimeError):
     """Raised by ``Sandbox(..., strict=True)`` when a required isolation layer cannot be applied."""
+
+
+class SandboxClosedError(RuntimeError):
+    """The ``Sandbox`` is closed.
+
+    Raised by a call made after ``close()``, and in a thread whose call was running when
+    another thread closed it.
+    """
+
+
+class SandboxForkedError(RuntimeError):
+    """A ``Sandbox`` was used in a process forked from the one that made it.
+
+    Its slot servers, pipes, request ids and threads belong to the parent: sharing them would
+    attach one process's results to the other's jobs. Make a new ``Sandbox`` in the child.
+    """
 
 
 class Status(StrEnum):
@@ -313,3 +330,12 @@ class TestJob:
     limits: Limits | None = None
     per_test_timeout_s: float | None = None
     stop_on_first_failure: bool = False
+    """Skip the tests after the first that does not pass. Whether a later test runs then
+    depends on a verdict, which a program that keeps state between runs can observe: the
+    code environments never use it (see ``stop_on_program_failure``)."""
+    stop_on_program_failure: bool = False
+    """Skip the tests after the first during which the program itself failed: timed out, ran
+    out of memory, died or exited (``IOTest``: any run that did not end ``ok``). What the
+    program does with inputs that do not depend on verdicts is its own doing, so stopping
+    there tells it nothing; for a binary reward it saves the time a hung program would take
+    on every remaining test."""

@@ -27,6 +27,7 @@ import os
 import threading
 import time
 import types
+import weakref
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -266,6 +267,7 @@ class CodeEnvironment(SingleTurnEnv):
         self.config = (config or CodeConfig()).with_overrides(overrides)
         self._sandbox = sandbox
         self._lock = threading.Lock()
+        _ENVIRONMENTS.add(self)
         self._local = threading.local()
         self.rubric = Rubric(
             [tests_component(self)]
@@ -417,11 +419,17 @@ class CodeEnvironment(SingleTurnEnv):
 
     @property
     def sandbox(self) -> Sandbox:
-        """The sandbox: the one given, else the process's shared one (started on first use)."""
+        """The sandbox: the one given, else the process's shared one (started on first use).
+
+        In a process forked after the given one was made (a dataloader or reward worker), the
+        given one belongs to the parent (``sandbox.SandboxForkedError``): the child uses its own
+        process's shared sandbox instead, as an unpickled copy does.
+        """
         with self._lock:
-            if self._sandbox is None:
-                return shared_sandbox(self.config.workers)
-            return self._sandbox
+            given = self._sandbox
+        if given is None or getattr(given, "owner_pid", os.getpid()) != os.getpid():
+            return shared_sandbox(self.config.workers)
+        return given
 
     def close(self) -> None:
         """Forget the sandbox (a given one stays open; see ``close_shared_sandboxes``)."""
@@ -445,6 +453,7 @@ class CodeEnvironment(SingleTurnEnv):
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        _ENVIRONMENTS.add(self)
         self._local = threading.local()
         self.rubric = Rubric([tests_component(self)])
 
@@ -461,8 +470,14 @@ class CodeEnvironment(SingleTurnEnv):
             setup=task.setup,
             limits=Limits(timeout_s=total, memory_mb=self.config.memory_mb),
             per_test_timeout_s=per_test,
-            # Binary reward needs only the first failure; partial credit needs every test.
-            stop_on_first_failure=self.config.reward is RewardMode.BINARY,
+            # Every test runs, in order, whatever the verdicts before it: a program that is
+            # called again only after a pass learns its verdict, and with any channel between
+            # runs, a group of copies converges on the expected outputs. The binary reward is
+            # computed afterwards. What may stop a job early is only the program's own failure
+            # (time, memory, crash), which does not depend on a verdict; partial credit needs
+            # every test even then.
+            stop_on_first_failure=False,
+            stop_on_program_failure=self.config.reward is RewardMode.BINARY,
         )
 
     def _run_bounded(self, jobs: Sequence[TestJob], deadline: float) -> list[TestReport | Unrun]:
@@ -532,7 +547,7 @@ class CodeEnvironment(SingleTurnEnv):
         jobs = [
             dataclasses.replace(
                 self._job(t, t.reference or "", per_test_s=self.config.max_job_s),
-                stop_on_first_failure=False,
+                stop_on_program_failure=False,
             )
             for t in todo.values()
         ]
@@ -558,6 +573,8 @@ class CodeEnvironment(SingleTurnEnv):
 
 _SHARED: dict[tuple[int, int | None], Sandbox] = {}
 _SHARED_LOCK = threading.Lock()
+#: Every code environment of this process (weakly), to renew their locks after a fork.
+_ENVIRONMENTS: weakref.WeakSet[CodeEnvironment] = weakref.WeakSet()
 
 
 def shared_sandbox(workers: int | None = None) -> Sandbox:
@@ -576,6 +593,18 @@ def shared_sandbox(workers: int | None = None) -> Sandbox:
                 atexit.register(close_shared_sandboxes)
             box = _SHARED[key] = Sandbox(workers=workers)
         return box
+
+
+def _after_fork_in_child() -> None:
+    # A lock another thread held at the fork stays held forever in the child (its owner does
+    # not exist there): the code environments of a forked worker would hang on their first score.
+    global _SHARED_LOCK
+    _SHARED_LOCK = threading.Lock()
+    for env in list(_ENVIRONMENTS):
+        env._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def close_shared_sandboxes() -> None:

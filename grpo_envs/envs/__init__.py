@@ -4,6 +4,10 @@
 | --- | --- |
 | ``math/gsm8k-v0`` | GSM8K word problems (local folder or hub) |
 | ``math/math500-v0`` | MATH-500 (local folder or hub) |
+| ``math/aime24-v0``, ``math/aime25-v0``, ``math/amc23-v0`` | AIME 2024 / 2025, AMC 2023 |
+| ``science/gpqa-diamond-v0`` | GPQA-Diamond, options shuffled by a fixed seed, letter graded |
+| ``code/livecodebench-v0`` | LiveCodeBench code generation (``version_tag``, date window) |
+| ``code/humaneval-plus-v0``, ``code/mbpp-plus-v0`` | EvalPlus's HumanEval+ and MBPP+ |
 | ``math/arithmetic-v0`` | procedural multi-step arithmetic, ``difficulty`` 1-5, ``task="add2"`` |
 | ``math/add2-v0`` | two two-digit numbers to add |
 | ``math/countdown-v0`` | reach a target with given numbers, ``difficulty`` 1-5 |
@@ -28,6 +32,48 @@ _BUILTIN: tuple[tuple[str, str, str, dict[str, object]], ...] = (
         "math/math500-v0",
         "grpo_envs.envs.math_datasets:math500_env",
         "MATH-500 competition problems ($GRPO_MATH500_DIR or hub HuggingFaceH4/MATH-500)",
+        {},
+    ),
+    (
+        "math/aime24-v0",
+        "grpo_envs.envs.benchmarks:aime24_env",
+        "AIME 2024, 30 problems ($GRPO_AIME24_DIR or hub HuggingFaceH4/aime_2024)",
+        {},
+    ),
+    (
+        "math/aime25-v0",
+        "grpo_envs.envs.benchmarks:aime25_env",
+        "AIME 2025, 30 problems ($GRPO_AIME25_DIR or hub math-ai/aime25)",
+        {},
+    ),
+    (
+        "math/amc23-v0",
+        "grpo_envs.envs.benchmarks:amc23_env",
+        "AMC 2023, 40 problems ($GRPO_AMC23_DIR or hub math-ai/amc23)",
+        {},
+    ),
+    (
+        "science/gpqa-diamond-v0",
+        "grpo_envs.envs.gpqa:GPQAEnv",
+        "GPQA-Diamond, 198 questions, letter graded ($GRPO_GPQA_DIR or hub Idavidrein/gpqa)",
+        {},
+    ),
+    (
+        "code/livecodebench-v0",
+        "grpo_envs.envs.code_benchmarks:LiveCodeBenchEnv",
+        "LiveCodeBench code generation, version_tag= and start_date=/end_date= (sandbox)",
+        {},
+    ),
+    (
+        "code/humaneval-plus-v0",
+        "grpo_envs.envs.code_benchmarks:HumanEvalPlusEnv",
+        "HumanEval+ with EvalPlus's extra tests ($GRPO_HUMANEVAL_PLUS_DIR or hub)",
+        {},
+    ),
+    (
+        "code/mbpp-plus-v0",
+        "grpo_envs.envs.code_benchmarks:MBPPPlusEnv",
+        "MBPP+ with EvalPlus's extra tests ($GRPO_MBPP_PLUS_DIR or hub)",
         {},
     ),
     (

@@ -9,9 +9,12 @@ engine it already has running, so no model is loaded twice::
                        progress=False)
     logger.log(step, summary.metrics("eval"))   # eval/accuracy, eval/<env>/pass@1, ...
 
-Pieces: ``passk`` (the unbiased estimator), ``suites`` (named sets of env ids), ``runner``
-(generate -> score -> record), ``records`` (the resumable JSONL), ``report`` (metrics and the
-markdown table), ``compare`` (deltas with confidence intervals and a bar chart).
+Pieces: ``passk`` (the unbiased estimator), ``metrics`` (avg@k with its standard errors, maj@k,
+macro averages), ``protocols`` (named presets such as ``r1``, reasoning removal, the run record
+that makes two runs comparable), ``suites`` (named sets of env ids, the benchmark suites among
+them), ``runner`` (generate -> score -> record), ``records`` (the resumable JSONL), ``report``
+(per-task results and the markdown table), ``compare`` (deltas with confidence intervals and a bar
+chart), ``training_suites`` (benchmark suites evaluated during training).
 """
 
 from grpo_train.eval.passk import mean_pass_at_k, pass_at_k

@@ -7,8 +7,8 @@ Examples::
     grpo eval --suite my-math --suites_file suites.yaml --out runs/eval/a
     grpo eval compare runs/eval/a runs/eval/b --png delta.png
 
-Why a little over 500 lines: the command's parser, its resolution of models, prompt formats and
-suites, and the run with its stop handling share ``EvalArgs``; ``compare`` is a few lines.
+Why over 500 lines: the command's parser, its resolution of models, prompt formats, suites and
+protocols, the run record and the run with its stop handling all share ``EvalArgs``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_train.eval.passk import parse_ks
+from grpo_train.eval.protocol_cli import ResolvedDecoding, add_protocol_arguments, apply_protocol
+from grpo_train.eval.protocols import PROTOCOL_FILE
 from grpo_train.prompts import PromptFormat
 
 if TYPE_CHECKING:
@@ -70,6 +72,8 @@ class EvalArgs:
     prompt_template: str | None = None
     log_level: str = "info"
     """The command line as given (recorded in summary.json)."""
+    decoding: ResolvedDecoding | None = None
+    """The protocol, reasoning tags and --data_dir folders (None: built by hand, no protocol)."""
 
 
 def _eval_parser() -> argparse.ArgumentParser:
@@ -93,7 +97,9 @@ def _eval_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--suite", default="gsm8k", help="comma-separated suite names or env ids")
     p.add_argument("--suites_file", default=None, help="YAML file defining more suites")
-    p.add_argument("--n", type=int, default=1, help="completions per prompt (1: greedy accuracy)")
+    p.add_argument(
+        "--n", type=int, default=None, help="completions per prompt (default 1: greedy accuracy)"
+    )
     p.add_argument("--k", default=None, help="pass@k values, e.g. 1,4,8 (each <= n)")
     p.add_argument(
         "--temperature",
@@ -101,8 +107,10 @@ def _eval_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"sampling temperature (default 0 for n=1, {DEFAULT_SAMPLING_TEMPERATURE} for n>1)",
     )
-    p.add_argument("--top_p", type=float, default=1.0)
-    p.add_argument("--max_tokens", type=int, default=512, help="max new tokens per completion")
+    p.add_argument("--top_p", type=float, default=None, help="nucleus sampling (default 1)")
+    p.add_argument(
+        "--max_tokens", type=int, default=None, help="max new tokens per completion (default 512)"
+    )
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--limit", type=int, default=None, help="first N prompts of each environment")
     p.add_argument(
@@ -111,7 +119,10 @@ def _eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", default="auto", choices=("auto", "vllm", "hf"))
     p.add_argument("--dtype", default="float32", help="weight dtype: float32, bfloat16, ...")
     p.add_argument(
-        "--max_model_len", type=int, default=2048, help="vLLM context (prompt + completion)"
+        "--max_model_len",
+        type=int,
+        default=None,
+        help="vLLM context, prompt + completion (default 2048, or max_tokens + 2048 above 512)",
     )
     p.add_argument("--split", default="test")
     p.add_argument("--batch_size", type=int, default=64, help="prompts per generate call")
@@ -140,12 +151,16 @@ def _eval_parser() -> argparse.ArgumentParser:
         help="plain-text format for models without a chat template (default '{prompt}')",
     )
     p.add_argument("--log_level", default="info", choices=("debug", "info", "warning", "error"))
+    add_protocol_arguments(p)
     return p
 
 
 def parse_eval_args(argv: list[str]) -> EvalArgs:
     """Parse and validate ``grpo eval`` options; ``ValueError`` says what to fix."""
     ns = _eval_parser().parse_args(argv)
+    decoding = apply_protocol(ns)  # fills --n, --top_p, --max_tokens... the user left out
+    ns.n, ns.top_p, ns.max_tokens = decoding.n, decoding.top_p, decoding.max_tokens
+    ns.temperature, ns.max_model_len = decoding.temperature, decoding.max_model_len
     if ns.n < 1:
         raise ValueError(f"--n must be >= 1, got {ns.n}")
     temperature = ns.temperature
@@ -159,7 +174,10 @@ def parse_eval_args(argv: list[str]) -> EvalArgs:
             f"set --temperature (e.g. {DEFAULT_SAMPLING_TEMPERATURE}) or use --n 1"
         )
     ks = parse_ks(ns.k) if ns.k else None
-    if ks and ks[-1] > ns.n:
+    most_n = ns.n  # a protocol's per-suite counts may exceed its default n
+    if decoding.protocol is not None and "n" not in decoding.protocol.overridden:
+        most_n = max([ns.n, *decoding.protocol.n_per_suite.values()])
+    if ks and ks[-1] > most_n:
         raise ValueError(
             f"pass@{ks[-1]} needs at least {ks[-1]} samples per prompt: raise --n to >= {ks[-1]}"
         )
@@ -215,6 +233,7 @@ def parse_eval_args(argv: list[str]) -> EvalArgs:
         system_prompt=ns.system_prompt,
         prompt_template=ns.prompt_template,
         log_level=ns.log_level,
+        decoding=decoding,
     )
 
 
@@ -248,6 +267,8 @@ def default_out_dir(args: EvalArgs, model_path: str) -> Path:
         f"t{args.temperature:g}",
         f"max{args.max_tokens}",
     ]
+    if args.decoding is not None and args.decoding.protocol is not None:
+        parts.append(f"protocol_{args.decoding.protocol.name}")
     name = "-".join(re.sub(r"[^A-Za-z0-9_.]+", "_", p) for p in parts)
     return Path("eval_runs") / name
 
@@ -329,9 +350,20 @@ def _eval_tasks(args: EvalArgs) -> tuple[list[Task], list[EvalTask]]:
     unknown_kw = set(args.env_kwargs) - {t.env_id for t in tasks}
     if unknown_kw:
         raise ValueError(f"--env_kwargs names env ids that are not evaluated: {sorted(unknown_kw)}")
+    from grpo_train.eval.protocol_cli import samples_per_task, task_overrides
+
+    decoding = args.decoding
+    data = task_overrides(tasks, decoding.data_dirs if decoding else {})
+    counts = samples_per_task(tasks, decoding.protocol if decoding else None)
     envs = [
         EvalTask(
-            t.label, grpo_envs.make(t.env_id, **{**t.kwargs, **args.env_kwargs.get(t.env_id, {})})
+            t.label,
+            grpo_envs.make(
+                t.env_id,
+                **{**t.kwargs, **data.get(t.env_id, {}), **args.env_kwargs.get(t.env_id, {})},
+            ),
+            n=counts[t.label],
+            thinking=decoding.thinking if decoding else None,
         )
         for t in tasks
     ]
@@ -382,10 +414,11 @@ def run_eval(args: EvalArgs) -> int:
         seed=args.seed,
     )
     tokenizer = AutoTokenizer.from_pretrained(model_path)
+    record = _run_record(args, tasks, envs, out, tokenizer, prompt_format)
     stop = StopRequest()
     with stop.installed():  # Ctrl-C / SIGTERM: finish the batch, keep what is done, stop
         return _generate(
-            args, tasks, envs, model_path, out, sampling, tokenizer, prompt_format, stop
+            args, tasks, envs, model_path, out, sampling, tokenizer, prompt_format, record, stop
         )
 
 
@@ -398,6 +431,7 @@ def _generate(
     sampling: SamplingConfig,
     tokenizer: Any,
     prompt_format: PromptFormat,
+    record: Mapping[str, object],
     stop: StopRequest,
 ) -> int:
     """Run the evaluation with the stop request installed; print the table or how to resume."""
@@ -434,6 +468,8 @@ def _generate(
                 "command": ["grpo", "eval", *args.argv],
                 "env_kwargs": {k: dict(v) for k, v in args.env_kwargs.items()},
                 "suites": [{"label": t.label, "suite": t.suite, "env_id": t.env_id} for t in tasks],
+                "protocol": record["protocol"],
+                "run_record": PROTOCOL_FILE,
             },
             stop_requested=lambda: stop.signum is not None,
         )
@@ -461,15 +497,63 @@ def _generate(
         if engine is not None:
             engine.close()
     table = summary.table()
-    (out / "summary.md").write_text(table + "\n")
+    label = _protocol_label(record)
+    (out / "summary.md").write_text(f"protocol: {label}\n\n{table}\n")
     print(
         f"\nmodel {args.model or model_path}  split {args.split}  n={args.n}  "
         f"T={args.temperature:g}  max_tokens={args.max_tokens}  ({summary.num_generated} "
-        f"generated, {summary.num_reused} resumed, {summary.elapsed_s:.1f} s)\n"
+        f"generated, {summary.num_reused} resumed, {summary.elapsed_s:.1f} s)\nprotocol: {label}\n"
     )
     print(table)
     print(f"\nwrote {out}/samples.jsonl, {out}/summary.json")
     return 0
+
+
+def _run_record(
+    args: EvalArgs,
+    tasks: list[Task],
+    envs: list[EvalTask],
+    out: Path,
+    tokenizer: object,
+    prompt_format: PromptFormat,
+) -> dict[str, object]:
+    """Write the run's protocol.json before generating (a folder of another protocol: refused)."""
+    from grpo_train.eval.protocol_cli import build_run_record, write_run_record
+    from grpo_train.eval.runner import template_info
+
+    decoding: dict[str, object] = {
+        "n": args.n,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "max_tokens": args.max_tokens,
+        "seed": args.seed,
+        "thinking": None,
+    }
+    if args.decoding is not None and args.decoding.thinking is not None:
+        decoding["thinking"] = {
+            "open": args.decoding.thinking.open,
+            "close": args.decoding.thinking.close,
+        }
+    record = build_run_record(
+        protocol=args.decoding.protocol if args.decoding else None,
+        decoding=decoding,
+        template=template_info(tokenizer, prompt_format),
+        max_prompt_tokens=None,
+        max_model_len=args.max_model_len,
+        split=args.split,
+        limit=args.limit,
+        tasks=tasks,
+        eval_tasks=envs,
+    )
+    write_run_record(out, record)
+    return record
+
+
+def _protocol_label(record: Mapping[str, object]) -> str:
+    proto = record.get("protocol")
+    if isinstance(proto, Mapping):
+        return str(proto.get("label") or proto.get("name"))
+    return "custom"
 
 
 def run_compare(argv: list[str]) -> int:
@@ -485,7 +569,27 @@ def run_compare(argv: list[str]) -> int:
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument(
+        "--allow_mismatch",
+        action="store_true",
+        help="compare runs made under different protocols, data or prompts (printed as warnings)",
+    )
     ns = p.parse_args(argv)
+    from grpo_train.eval.compare import metric_table
+    from grpo_train.eval.protocol_cli import comparability_report
+    from grpo_train.eval.protocols import Severity
+
+    differences, note = comparability_report(ns.run_a, ns.run_b)
+    if note:
+        print(note)
+    blocking = [d for d in differences if d.severity is Severity.INCOMPARABLE]
+    for d in differences:
+        print(d.describe())
+    if blocking and not ns.allow_mismatch:
+        raise ValueError(
+            f"the runs are not comparable ({len(blocking)} difference(s) above); rerun one under "
+            "the other's protocol, or pass --allow_mismatch to compare anyway"
+        )
     run_a, run_b = load_run(ns.run_a), load_run(ns.run_b)
     rows = compare_rates(
         run_a, run_b, confidence=ns.confidence, resamples=ns.resamples, seed=ns.seed
@@ -495,6 +599,9 @@ def run_compare(argv: list[str]) -> int:
         print(f"(tasks in only one run, not compared: {', '.join(only)})")
     print(compare_table(rows, Path(ns.run_a).name, Path(ns.run_b).name))
     print(f"\n* the {100 * ns.confidence:g}% interval excludes 0")
+    metrics = metric_table(ns.run_a, ns.run_b)
+    if metrics:
+        print("\n" + metrics)
     png = plot_deltas(rows, ns.png, title=f"{Path(ns.run_b).name} - {Path(ns.run_a).name}")
     print(f"wrote {png}")
     return 0

@@ -22,7 +22,7 @@ from statistics import NormalDist
 import numpy as np
 
 from grpo_train.eval.records import SampleRecord, SampleStore
-from grpo_train.eval.runner import SAMPLES_FILE
+from grpo_train.eval.runner import SAMPLES_FILE, SUMMARY_FILE
 
 
 class CIMethod(StrEnum):
@@ -249,3 +249,51 @@ def compare_runs(
     return compare_rates(
         load_run(run_a), load_run(run_b), confidence=confidence, resamples=resamples, seed=seed
     )
+
+
+def _summary_results(run_dir: str | Path) -> dict[str, dict[str, object]]:
+    path = Path(run_dir) / SUMMARY_FILE
+    if not path.is_file():
+        return {}
+    import json
+
+    raw = json.loads(path.read_text())
+    results = raw.get("results") if isinstance(raw, dict) else None
+    if not isinstance(results, list):
+        return {}
+    return {str(r.get("label")): r for r in results if isinstance(r, dict)}
+
+
+def _fmt(value: object, se: object = None) -> str:
+    if not isinstance(value, int | float):
+        return "-"
+    text = f"{100 * value:.1f}"
+    return text + (f" ± {100 * se:.1f}" if isinstance(se, int | float) else "")
+
+
+def metric_table(run_a: str | Path, run_b: str | Path) -> str:
+    """Both runs' avg@n (± its standard error), pass@k and maj@k per shared task, from summary.json.
+
+    Empty when either run has no summary (an interrupted run).
+    """
+    a, b = _summary_results(run_a), _summary_results(run_b)
+    shared = [label for label in a if label in b]
+    if not shared:
+        return ""
+    lines = ["| suite | metric | A % | B % |", "|---|---|---|---|"]
+    for label in shared:
+        ra, rb = a[label], b[label]
+        lines.append(
+            f"| {label} | avg@n (n {ra.get('n')} / {rb.get('n')}) | "
+            f"{_fmt(ra.get('accuracy'), ra.get('avg_se'))} | "
+            f"{_fmt(rb.get('accuracy'), rb.get('avg_se'))} |"
+        )
+        for key, name in (("pass_at_k", "pass"), ("maj_at_k", "maj")):
+            ka, kb = ra.get(key), rb.get(key)
+            if not isinstance(ka, dict) or not isinstance(kb, dict):
+                continue
+            for k in sorted(set(ka) & set(kb), key=int):
+                if name == "pass" and k == "1":
+                    continue  # pass@1 is avg@n
+                lines.append(f"| {label} | {name}@{k} | {_fmt(ka[k])} | {_fmt(kb[k])} |")
+    return "\n".join(lines)

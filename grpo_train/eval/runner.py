@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 from tqdm.auto import tqdm
 
 from grpo_envs.base import Environment
-from grpo_envs.types import Sample, Score
+from grpo_envs.types import Outcome, Sample, Score
 from grpo_envs.wrappers import guarded_scores
 from grpo_train import prompts
+from grpo_train.eval.protocols import ThinkingTags, strip_reasoning
 from grpo_train.eval.records import SampleRecord, SampleStore
-from grpo_train.eval.report import SuiteResult, markdown_table, summarize_task
+from grpo_train.eval.report import SuiteResult, markdown_table, overall, summarize_task
 from grpo_train.prompts import PromptFormat
 from grpo_train.rollout.base import Completion, EngineDied, RolloutEngine, SamplingConfig
 from grpo_train.scoring import ScoreErrors
@@ -87,6 +88,10 @@ class EvalTask:
     env: Environment
     math_checks: bool | None = None
     """Also score strict vs flexible math extraction; None: decide from the env id."""
+    n: int | None = None
+    """Completions per prompt for this task (a protocol's per-suite count); None: sampling.n."""
+    thinking: ThinkingTags | None = None
+    """Remove this reasoning block before grading (an unclosed one: no answer); None: keep."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,7 @@ class EvalSummary:
         out[f"{prefix}/accuracy"] = (
             sum(r.accuracy * r.num_completions for r in self.results) / total
         )
+        out[f"{prefix}/macro_avg"] = sum(r.accuracy for r in self.results) / len(self.results)
         return out
 
     def table(self) -> str:
@@ -143,6 +149,7 @@ class EvalSummary:
             "sampling": asdict(self.sampling),
             "ks": list(self.ks),
             "results": [r.to_json() for r in self.results],
+            "overall": overall(self.results),
             "num_generated": self.num_generated,
             "num_reused": self.num_reused,
             "elapsed_s": self.elapsed_s,
@@ -322,19 +329,23 @@ def evaluate(
             died after a stop request (its processes got the signal too) counts as stopped.
     """
     start = time.perf_counter()
-    n = sampling.n
-    ks_t = _checked_ks(n, ks, batch_size, limit)
     tasks = _as_tasks(envs)
+    n = max(task.n or sampling.n for task in tasks)
+    ks_t = _checked_ks(n, ks, batch_size, limit)
     out = Path(out_dir) if out_dir is not None else None
     template = template_info(tokenizer, prompt_format)
     store = None
     if out is not None:
-        _check_run_config(out, _run_config(model, split, sampling, template, max_prompt_tokens))
+        config = _run_config(model, split, sampling, template, max_prompt_tokens)
+        config.update(_task_settings(tasks))
+        _check_run_config(out, config)
         store = SampleStore(out / SAMPLES_FILE)
     records: dict[tuple[str, str, int], SampleRecord] = {}  # in memory when nothing is stored
 
     # 1. Load data, encode prompts, find what is still missing.
-    plan = _plan(tasks, split, limit, n, store, tokenizer, max_prompt_tokens, prompt_format)
+    plan = _plan(
+        tasks, split, limit, sampling.n, store, tokenizer, max_prompt_tokens, prompt_format
+    )
 
     # 2. Generate and score batch by batch; each batch is saved before the next starts.
     generated = _generate_missing(
@@ -368,20 +379,21 @@ def _task_results(
     ks: tuple[int, ...],
     lookup: Callable[[tuple[str, str, int]], SampleRecord | None],
 ) -> list[SuiteResult]:
-    """Summarize each task over its selected samples' records (pass@k, accuracy)."""
-    n = sampling.n
-    greedy = sampling.temperature == 0 and n == 1
-    return [
-        summarize_task(
-            task.label,
-            task.env.env_id,
-            _task_records(task, plan.selected[task.label], n, lookup),
-            n=n,
-            ks=ks,
-            greedy=greedy,
+    """Summarize each task over its selected samples' records (pass@k, avg@n, maj@k)."""
+    results = []
+    for task in tasks:
+        n = task.n or sampling.n
+        results.append(
+            summarize_task(
+                task.label,
+                task.env.env_id,
+                _task_records(task, plan.selected[task.label], n, lookup),
+                n=n,
+                ks=[k for k in ks if k <= n] or [1],
+                greedy=sampling.temperature == 0 and n == 1,
+            )
         )
-        for task in tasks
-    ]
+    return results
 
 
 def _generate_missing(
@@ -469,6 +481,18 @@ def _run_config(
     return run_config
 
 
+def _task_settings(tasks: Sequence[EvalTask]) -> dict[str, object]:
+    """Per-task sample counts and reasoning removal, for the run config (only when set)."""
+    settings: dict[str, object] = {}
+    counts = {t.label: t.n for t in tasks if t.n is not None}
+    if counts:
+        settings["n_per_task"] = counts
+    thinking = {t.label: [t.thinking.open, t.thinking.close] for t in tasks if t.thinking}
+    if thinking:
+        settings["thinking_removed"] = thinking
+    return settings
+
+
 @dataclass(frozen=True)
 class _Plan:
     """The samples each task evaluates and the completions still to generate."""
@@ -497,11 +521,14 @@ def _plan(
     for task in tasks:
         samples, fingerprints[task.label] = _load_samples(task, split, limit)
         selected[task.label] = samples
+        task_n = task.n or n
         for sample in samples:
             missing = [
-                g for g in range(n) if store is None or (task.env.env_id, sample.id, g) not in store
+                g
+                for g in range(task_n)
+                if store is None or (task.env.env_id, sample.id, g) not in store
             ]
-            reused += n - len(missing)
+            reused += task_n - len(missing)
             if missing:
                 encoded = prompts.encode_prompt(tokenizer, sample, prompt_format, max_prompt_tokens)
                 text, ids = encoded.text, encoded.ids
@@ -581,6 +608,20 @@ def _batches(pending: list[_Pending], size: int) -> list[list[_Pending]]:
     return batches
 
 
+def _graded_texts(task: EvalTask, items: Sequence[tuple[str, str]]) -> list[str | None]:
+    """Return the text graded per (prompt, completion): reasoning removed when the task says.
+
+    None: the reasoning block is unclosed. A prompt that ends with the opening tag (reasoning
+    models' chat templates add it) means the completion starts inside the block.
+    """
+    tags = task.thinking
+    if tags is None:
+        return [completion for _, completion in items]
+    return [
+        strip_reasoning(c, tags, opened_in_prompt=p.rstrip().endswith(tags.open)) for p, c in items
+    ]
+
+
 def _run_batch(
     engine: RolloutEngine, batch: list[_Pending], sampling: SamplingConfig
 ) -> list[SampleRecord]:
@@ -601,7 +642,8 @@ def _run_batch(
         for p, comps in zip(group, outputs):
             produced.extend((p, g, c) for g, c in zip(p.missing, comps))
 
-    texts = [c.text for _, _, c in produced]
+    graded = _graded_texts(task, [(p.prompt_text, c.text) for p, _, c in produced])
+    texts = [t or "" for t in graded]
     scores = _score_all(env, texts, [p.sample for p, _, _ in produced])
     do_math = task.math_checks if task.math_checks is not None else wants_math_checks(env.env_id)
     checks: list[tuple[bool | None, bool | None, str | None]] = [(None, None, None)] * len(texts)
@@ -610,6 +652,10 @@ def _run_batch(
             checks = list(math_extraction_checks([p.sample.answer for p, _, _ in produced], texts))
         except Exception as err:  # keep the eval going; the records show no strict/flexible verdict
             logger.warning("%s: strict/flexible math checks failed: %r", env.env_id, err)
+    for i, text in enumerate(graded):
+        if text is None:  # the reasoning block never closed: no answer, whatever it contains
+            scores[i] = Score.failure(Outcome.UNPARSABLE, "unclosed reasoning block: no answer")
+            checks[i] = (False, False, None) if do_math else (None, None, None)
     records = []
     for (p, g, comp), score, (strict, flexible, flex_extracted) in zip(produced, scores, checks):
         extracted = _extracted(score)

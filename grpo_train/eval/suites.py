@@ -84,6 +84,27 @@ BUILTIN_SUITES: dict[str, Suite] = {
         Suite("mbpp", ("code/mbpp-v0",)),
         Suite("math", ("math/gsm8k-v0", "math/math500-v0")),
         Suite("code", ("code/humaneval-v0", "code/mbpp-v0")),
+        # The benchmarks of reasoning-model papers (hub ids: grpo_envs/envs/benchmarks.py,
+        # gpqa.py, code_benchmarks.py); `--protocol r1` samples each as those papers do.
+        Suite("aime24", ("math/aime24-v0",)),
+        Suite("aime25", ("math/aime25-v0",)),
+        Suite("amc23", ("math/amc23-v0",)),
+        Suite("gpqa_diamond", ("science/gpqa-diamond-v0",)),
+        Suite("livecodebench", ("code/livecodebench-v0",)),
+        Suite("humaneval_plus", ("code/humaneval-plus-v0",)),
+        Suite("mbpp_plus", ("code/mbpp-plus-v0",)),
+        Suite(
+            "reasoning",
+            (
+                "math/aime24-v0",
+                "math/aime25-v0",
+                "math/amc23-v0",
+                "math/math500-v0",
+                "science/gpqa-diamond-v0",
+                "code/livecodebench-v0",
+            ),
+        ),
+        Suite("evalplus", ("code/humaneval-plus-v0", "code/mbpp-plus-v0")),
     )
 }
 

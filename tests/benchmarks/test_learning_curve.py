@@ -146,3 +146,68 @@ def test_a_child_that_leaves_an_orphan_behind_neither_hangs_the_race_nor_survive
         time.sleep(0.05)
     else:
         raise AssertionError("the orphan survived the run")
+
+
+def test_seeds_run_both_trainers_at_every_seed_interleaved():
+    args = lc.parse_args(["--runs", "ours", "trl", "--seeds", "0", "1", "2", "--lrs", "2e-5"])
+    runs = lc.build_runs(args)
+    assert [r.name for r in runs] == [
+        "ours@2e-05#s0",
+        "trl@2e-05#s0",
+        "trl@2e-05#s1",
+        "ours@2e-05#s1",
+        "ours@2e-05#s2",
+        "trl@2e-05#s2",
+    ]
+    assert [r.seed for r in runs] == [0, 0, 1, 1, 2, 2]
+
+
+def test_trl_gets_the_prompts_ours_draws_for_the_same_seed():
+    from grpo_envs import make
+    from grpo_train.config import DataConfig
+    from grpo_train.curriculum import TrainingPrompts
+
+    env = make("math/arithmetic-v0", task="add2", answer="loose")
+    for seed in (0, 3):
+        ours = TrainingPrompts([[env]], [0], ["add"], [1.0], DataConfig(), seed)
+        drawn = [sample.id for sample, _ in ours.draw(12)]
+        rows = env.dataset("train")
+        order = lc.prompt_order(len(rows), seed, 12)
+        assert [str(rows[i]["id"]) for i in order] == drawn
+    assert lc.prompt_order(len(rows), 0, 12) != lc.prompt_order(len(rows), 1, 12)
+
+
+def test_seed_report_states_noise_and_censoring():
+    def seeded(trainer, seed, accs, step_s):
+        r = lc.RunResult(lc.RunSpec(f"{trainer}#s{seed}", trainer, 2, 2e-5, seed=seed))
+        r.step_s = step_s
+        r.points = [lc.Point(i + 1, sum(step_s[: i + 1]), "", a) for i, a in enumerate(accs)]
+        return r
+
+    runs = [
+        seeded("ours", 0, [0.2, 0.5], [10.0, 10.0]),
+        seeded("trl", 0, [0.3, 0.6], [30.0, 30.0]),
+        seeded("ours", 1, [0.1, 0.2], [10.0, 12.0]),
+        seeded("trl", 1, [0.2, 0.5], [30.0, 30.0]),
+    ]
+    text = lc.seed_report(runs, 0.1, 0.4)
+    # step 2: ours 0.5 and 0.2 -> 35.0 ± 15.0; TRL 0.6 and 0.5 -> 55.0 ± 5.0
+    assert "35.0 ± 15.0 (2)" in text and "55.0 ± 5.0 (2)" in text
+    # paired differences at step 2: -0.1 and -0.3 -> -20.0 ± 10.0, exactly two SE: not noise
+    assert "lr 2e-05, step 2: ours - TRL = -20.0 ± 10.0 points over 2 seeds: TRL ahead" in text
+    assert "ours@2e-05: target reached by 1/2 seeds; time 20 s" in text
+    assert "censored: s1 > 22 s (2 steps)" in text
+    assert "trl@2e-05: target reached by 2/2 seeds; time 60 ± 0 s" in text
+    assert "ours 2.9x faster per step" in text  # 30 / mean(10, 11) = 2.86
+    assert "so no ratio of means" in text
+    # ours: 20 s and censored -> the median of two needs both; TRL: 60 and 60
+    assert "median time-to-target not defined for ours" in text
+
+
+def test_mean_se_matches_a_hand_computation():
+    m = lc.mean_se([0.1, 0.3, 0.8])
+    # mean 0.4; deviations -0.3, -0.1, 0.4; sum of squares 0.26; s = sqrt(0.13); se = s / sqrt(3)
+    assert m.mean == pytest.approx(0.4)
+    assert m.se == pytest.approx((0.13**0.5) / 3**0.5)
+    with pytest.raises(ValueError):
+        lc.mean_se([])

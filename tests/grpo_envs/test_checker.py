@@ -14,6 +14,7 @@ GSM8K_DIR = Path(__file__).resolve().parent / "fixtures" / "gsm8k"
 MATH500_DIR = Path(__file__).resolve().parent / "fixtures" / "math500"
 CODE_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "code"
 DATASET_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "dataset"
+BENCH = Path(__file__).resolve().parent / "fixtures" / "benchmarks"
 SMALL = {"train_size": 40, "test_size": 10}
 
 #: make() overrides that keep the contract test fast (the contract itself is unchanged).
@@ -29,6 +30,18 @@ OVERRIDES: dict[str, dict[str, object]] = {
     "code/humaneval-v0": {"workers": 2},
     "code/mbpp-v0": {"data_files": str(CODE_FIXTURES / "mbpp_full.jsonl"), "workers": 2},
     "code/stdio-v0": {"data_files": str(CODE_FIXTURES / "stdio.jsonl"), "workers": 2},
+    # Benchmark suites: a few rows each in the hub schema (fixtures/benchmarks/README.md).
+    "math/aime24-v0": {"data_path": str(BENCH / "aime24")},
+    "math/aime25-v0": {"data_path": str(BENCH / "aime25")},
+    "math/amc23-v0": {"data_path": str(BENCH / "amc23")},
+    "science/gpqa-diamond-v0": {"data_path": str(BENCH / "gpqa_diamond")},
+    "code/livecodebench-v0": {
+        "data_path": str(BENCH / "livecodebench"),
+        "version_tag": "release_v2",
+        "workers": 2,
+    },
+    "code/humaneval-plus-v0": {"data_path": str(BENCH / "humaneval_plus"), "workers": 2},
+    "code/mbpp-plus-v0": {"data_path": str(BENCH / "mbpp_plus"), "workers": 2},
     "math/dataset-v0": {
         "path": str(DATASET_FIXTURES / "questions.jsonl"),
         "question": "problem",

@@ -21,7 +21,6 @@ from grpo_envs.types import Sample
 
 FIXTURES = Path(__file__).parent / "fixtures" / "code"
 
-sandbox_mod = pytest.importorskip("sandbox")
 
 #: Every string a job before this one may have left: frames above ours, GC-tracked dicts,
 #: anonymous memory (freed buffers stay there), read with ctypes.

@@ -14,6 +14,7 @@ import pytest
 from grpo_envs.code import MBPPEnv, StdioEnv, parse_stdio_row
 from grpo_envs.code.mbpp import entry_point_of
 from grpo_envs.types import Outcome, Sample
+from sandbox import Sandbox
 
 FIXTURES = Path(__file__).parent / "fixtures" / "code"
 MBPP_FULL = FIXTURES / "mbpp_full.jsonl"
@@ -121,19 +122,13 @@ def test_stdio_row_errors():
 
 # -- scoring on the real sandbox -----------------------------------------------------------------
 
-sandbox_mod = pytest.importorskip("sandbox")
-needs_sandbox = pytest.mark.skipif(
-    not hasattr(sandbox_mod, "Sandbox"), reason="the sandbox package does not export Sandbox yet"
-)
-
 
 @pytest.fixture(scope="module")
 def own_sandbox() -> Iterator[object]:
-    with sandbox_mod.Sandbox(workers=2) as box:
+    with Sandbox(workers=2) as box:
         yield box
 
 
-@needs_sandbox
 def test_mbpp_scoring(own_sandbox):
     env = MBPPEnv(data_files=MBPP_FULL, sandbox=own_sandbox)  # a sandbox of the caller's
     rows = [Sample.from_row(r) for r in env.dataset("test")]
@@ -158,7 +153,6 @@ def test_mbpp_scoring(own_sandbox):
     assert frac.score(half, by_id["mbpp/17"]).reward == pytest.approx(2 / 3)
 
 
-@needs_sandbox
 def test_a_program_without_the_entry_point_is_a_runtime_error():
     env = MBPPEnv(data_files=MBPP_FULL, workers=2, calibrate=False)
     sample = next(s for s in map(Sample.from_row, env.dataset("test")) if s.id == "mbpp/17")
@@ -172,7 +166,6 @@ def test_a_program_without_the_entry_point_is_a_runtime_error():
     ]
 
 
-@needs_sandbox
 def test_mbpp_sanitized_scoring():
     env = MBPPEnv(name="sanitized", data_files=MBPP_SANITIZED, workers=2)
     rows = [Sample.from_row(r) for r in env.dataset("test")]
@@ -180,7 +173,6 @@ def test_mbpp_sanitized_scoring():
     assert [s.outcome for s in scores] == [Outcome.PASSED, Outcome.PASSED]
 
 
-@needs_sandbox
 def test_stdio_scoring_exact_lines_and_trailing_whitespace():
     env = StdioEnv(data_files=STDIO, workers=2)
     rows = {s.id: s for s in (Sample.from_row(r) for r in env.dataset("test"))}
@@ -208,7 +200,6 @@ def test_stdio_scoring_exact_lines_and_trailing_whitespace():
     assert scores[3].outcome is Outcome.FAILED
 
 
-@needs_sandbox
 def test_stdio_partial_credit_and_timeout():
     env = StdioEnv(data_files=STDIO, workers=2, reward="fraction", default_test_timeout_s=0.5)
     rows = {s.id: s for s in (Sample.from_row(r) for r in env.dataset("test"))}
@@ -221,7 +212,6 @@ def test_stdio_partial_credit_and_timeout():
     assert scores[1].reward == 0.0 and scores[1].outcome is Outcome.TIMEOUT
 
 
-@needs_sandbox
 @pytest.mark.parametrize(
     ("env_id", "data_files"), [("code/mbpp-v0", MBPP_FULL), ("code/stdio-v0", STDIO)]
 )

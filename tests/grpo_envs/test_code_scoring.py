@@ -125,7 +125,7 @@ def test_lazy_calibration_gives_evalplus_limits_to_timed_out_items(rows):
     def respond(job: TestJob) -> TestReport:
         task = next(i for i, name in enumerate(names) if f"def {name}" in job.program)
         n = len(job.tests)
-        if not job.stop_on_first_failure:  # a reference run (scoring jobs stop at a failure)
+        if not job.stop_on_program_failure:  # a reference run (binary scoring jobs stop early)
             if task == 1:
                 return report(F, *[P] * (n - 1))  # this reference "fails": default limit
             return report(*[P] * n, wall_s=(3.0, 0.0, 0.05)[task])
@@ -142,7 +142,7 @@ def test_lazy_calibration_gives_evalplus_limits_to_timed_out_items(rows):
     scores = env.score_batch(comps, rows)
     first, refs, again = fake.jobs[:3], fake.jobs[3:6], fake.jobs[6:]
     assert [j.per_test_timeout_s for j in first] == [4.0, 4.0, 4.0]  # the EvalPlus floor
-    assert all(not j.stop_on_first_failure for j in refs)  # references run every test
+    assert all(not j.stop_on_program_failure for j in refs)  # references run every test
     assert env.test_timeout(env.task(Sample.from_row(rows[0]))) == pytest.approx(12.0)  # 4 x 3 s
     assert env.test_timeout(env.task(Sample.from_row(rows[1]))) == pytest.approx(5.0)  # default
     assert env.test_timeout(env.task(Sample.from_row(rows[2]))) == pytest.approx(4.0)  # floor
@@ -159,7 +159,9 @@ def test_no_reference_runs_when_nothing_times_out(rows):
     env = HumanEvalEnv(sandbox=fake)  # type: ignore[arg-type]
     comps = [str(env.reference_completion(Sample.from_row(r))) for r in rows]
     assert [s.outcome for s in env.score_batch(comps, rows)] == [Outcome.PASSED] * 3
-    assert len(fake.jobs) == 3 and all(j.stop_on_first_failure for j in fake.jobs)
+    assert len(fake.jobs) == 3 and all(j.stop_on_program_failure for j in fake.jobs)
+    # No job stops at a failed test: whether a later test runs must not depend on a verdict.
+    assert not any(j.stop_on_first_failure for j in fake.jobs)
 
 
 def test_fraction_mode_runs_every_test(rows):
@@ -167,6 +169,7 @@ def test_fraction_mode_runs_every_test(rows):
     env = HumanEvalEnv(sandbox=fake, reward="fraction", calibrate=False)  # type: ignore[arg-type]
     env.score("```python\ndef has_close_elements(n, t):\n    return False\n```", rows[0])
     assert len(fake.jobs) == 1 and not fake.jobs[0].stop_on_first_failure
+    assert not fake.jobs[0].stop_on_program_failure
 
 
 def test_batch_time_is_bounded(rows):

@@ -17,7 +17,10 @@ def test_builtin_suites_expand_to_env_ids():
         Task("gsm8k", "math/gsm8k-v0", "gsm8k"),
         Task("humaneval", "code/humaneval-v0", "humaneval"),
     ]
-    assert {e for s in BUILTIN_SUITES.values() for e in s.env_ids} <= set(REGISTERED)
+    import grpo_envs
+
+    registered = {s.id for s in grpo_envs.list_envs()}
+    assert {e for s in BUILTIN_SUITES.values() for e in s.env_ids} <= registered
 
 
 def test_multi_env_suite_labels_and_dedup():

@@ -15,7 +15,7 @@ from sandbox import Sandbox
 
 @pytest.fixture(scope="module")
 def sb() -> Iterator[Sandbox]:
-    # The canary is in THIS process's environment before the fork servers start.
+    # The canary is in THIS process's environment before the slot servers start.
     os.environ[CANARY_ENV] = CANARY_VALUE
     with Sandbox(limits=FAST, workers=2) as box:
         yield box

@@ -43,7 +43,7 @@ FAST = Limits(timeout_s=3.0, memory_mb=512, output_bytes=1 << 16, max_processes=
 def processes_of(uids: tuple[int, ...], prepared_by: tuple[int, ...] = ()) -> list[int]:
     """Pids of live (non-zombie) processes whose real uid is one of ``uids``.
 
-    Direct children of the fork servers ``prepared_by`` are skipped: each server keeps one
+    Direct children of the slot servers ``prepared_by`` are skipped: each server keeps one
     isolated child prepared (as its slot uid) for the next run.
     """
     found = []
@@ -65,7 +65,7 @@ def processes_of(uids: tuple[int, ...], prepared_by: tuple[int, ...] = ()) -> li
 
 
 def server_pids(box: object) -> tuple[int, ...]:
-    """The fork-server pids of a Sandbox (test-only peek at a private attribute)."""
+    """The slot-server pids of a Sandbox (test-only peek at a private attribute)."""
     return tuple(slot.proc.pid for slot in box._all)  # type: ignore[attr-defined]
 
 

@@ -82,7 +82,7 @@ def test_statuses_and_exit_codes(sb: Sandbox) -> None:
         Status.OK, Status.RUNTIME_ERROR, Status.RUNTIME_ERROR, Status.KILLED, Status.OK,
     ]  # fmt: skip
     assert results[1].exit_code == 3
-    assert "KeyError" in results[2].stderr and "_zygote" not in results[2].stderr
+    assert "KeyError" in results[2].stderr and "_slot_server" not in results[2].stderr
     assert results[3].exit_code is not None and results[3].exit_code < 0
     assert results[4].stdout == "x\n"
 
@@ -131,6 +131,10 @@ def test_required_layers_that_exist_are_accepted() -> None:
 def test_normalize_output() -> None:
     assert normalize_output("a  \r\nb\t\n\n\n") == ["a", "b"]
     assert normalize_output("") == []
+    # Only ASCII whitespace is trailing whitespace: other characters are output.
+    for char in ("\x85", "\u3000", "\x1c", "\xa0"):
+        assert normalize_output(f"YES{char}\n") == [f"YES{char}"]
+    assert normalize_output("YES \t\x0b\x0c\r\n") == ["YES"]
 
 
 def test_network_true_reaches_a_local_listener() -> None:
@@ -227,7 +231,7 @@ def test_a_request_of_exactly_the_limit_works_and_one_byte_more_raises(sb: Sandb
     res = sb.run(READ_BACK, stdin=stdin, files={"big.txt": content}, limits=limits)
     digest = hashlib.sha256(content.encode()).hexdigest()
     assert (res.status, res.stdout) == (Status.OK, f"{file_size} {digest} {1 << 20}\n"), res
-    assert server_pids(sb) == pids  # neither request restarted a fork server
+    assert server_pids(sb) == pids  # neither request restarted a slot server
 
 
 def test_requests_over_the_limit_raise_before_running(sb: Sandbox) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -18,8 +18,12 @@ from sandbox import CallTest, Limits, Sandbox, Status, TestJob
 def test_infinite_loop_times_out_on_time(sb: Sandbox) -> None:
     limits = Limits(timeout_s=1.0, memory_mb=256)
     res = sb.run("while True:\n    pass\n", limits=limits)
+    # Killed by the supervisor for the wall-clock limit (not the CPU limit, not by itself).
+    # No absolute bound on the time it took: on a loaded machine that is noise.
     assert res.status is Status.TIMEOUT
-    assert res.wall_s < 1.0 + 0.5
+    assert res.exit_code == -signal.SIGKILL
+    assert res.detail == "wall-clock limit of 1 s"
+    assert res.wall_s < 10 * limits.timeout_s
 
 
 def test_ignored_sigalrm_does_not_help(sb: Sandbox) -> None:
@@ -30,10 +34,10 @@ def test_ignored_sigalrm_does_not_help(sb: Sandbox) -> None:
         "signal.alarm(1)\n"
         "while True:\n    pass\n"
     )
-    t0 = time.monotonic()
     res = sb.run(code, limits=Limits(timeout_s=1.0))
     assert res.status is Status.TIMEOUT
-    assert time.monotonic() - t0 < 1.0 + 0.5 + 0.5  # + parent-side overhead
+    assert res.detail == "wall-clock limit of 1 s"  # the supervisor's clock, not an alarm
+    assert res.wall_s < 10.0
 
 
 def test_cpu_limit_kills_busy_loop(sb: Sandbox) -> None:
@@ -61,7 +65,7 @@ def test_fork_bomb_is_bounded(sb: Sandbox) -> None:
     res = sb.run(code, limits=Limits(timeout_s=5.0, max_processes=16))
     assert res.status is Status.OK, res
     assert int(res.stdout) < 16  # the 17th process was refused
-    assert res.wall_s < 5.0  # the sleeping children did not keep the run alive
+    # ``ok``, not ``timeout``: the sleeping children did not keep the run alive to its limit.
 
 
 def test_memory_bomb(sb: Sandbox) -> None:
@@ -96,7 +100,7 @@ def test_output_flood_is_capped_and_killed(sb: Sandbox) -> None:
     assert res.status is Status.OUTPUT_LIMIT
     assert res.truncated
     assert len(res.stdout) + len(res.stderr) <= 1 << 16
-    assert res.wall_s < 1.0
+    assert res.wall_s < Limits().timeout_s  # killed for its output, long before its time limit
 
 
 def test_huge_file_write_fails(sb: Sandbox) -> None:
@@ -283,10 +287,8 @@ if os.fork() == 0:
 time.sleep(0.2)
 print("main done", flush=True)
 """
-    t0 = time.monotonic()
     res = sb.run(code, limits=Limits(timeout_s=5.0))
-    assert res.status is Status.OK
-    assert time.monotonic() - t0 < 2.0
+    assert res.status is Status.OK  # not ``timeout``: the daemon did not hold the run open
     assert "main done" in res.stdout
     # The autouse fixture then asserts that no process of the sandbox uids is left.
 
@@ -397,7 +399,7 @@ def test_concurrent_callers_share_the_pool(sb: Sandbox) -> None:
 
 
 def test_consecutive_runs_of_one_slot_share_nothing() -> None:
-    """State a fork server sets up once (its mount namespace with the hidden host folders, the
+    """State a slot server sets up once (its mount namespace with the hidden host folders, the
     Landlock rules' O_PATH fds, the network namespace) is reused by every run of that slot:
     nothing one run leaves there may reach the next, and the inherited fds are closed."""
     leave = """
@@ -432,7 +434,7 @@ try:
 except OSError as exc:
     print("socket gone", type(exc).__name__)
 """
-    with Sandbox(limits=FAST, workers=1) as box:  # one slot: both runs use the same fork server
+    with Sandbox(limits=FAST, workers=1) as box:  # one slot: both runs use the same slot server
         first = box.run(leave)
         assert first.status is Status.OK, first
         assert "wrote" not in first.stdout
@@ -448,7 +450,7 @@ except OSError as exc:
 
 def test_run_killed_before_it_starts_spares_the_verdict_server() -> None:
     """A run whose wall clock ends while its child is still being set up (here: writing 3,000
-    input files) reports no layers; it once made the fork server clean up as if there were no
+    input files) reports no layers; it once made the slot server clean up as if there were no
     PID namespace and kill its whole cgroup, verdict server included, so that the next
     ``run_tests`` failed with a broken pipe."""
     job = TestJob("def f(x):\n    return x + 1\n", (CallTest("assert f(1) == 2"),), entry_point="f")

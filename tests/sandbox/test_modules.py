@@ -37,7 +37,7 @@ def import_graph() -> dict[str, set[str]]:
 
 def test_no_import_cycles_and_small_modules() -> None:
     graph = import_graph()
-    assert "_spawn" in graph["_server"] and "_template" in graph["_spawn"]  # the graph is real
+    assert "_spawn" in graph["_slot_state"] and "_runspec" in graph["_spawn"]  # the graph is real
     done: set[str] = set()
 
     def visit(name: str, path: tuple[str, ...]) -> None:
@@ -98,3 +98,23 @@ def test_parent_clone_makes_children_of_the_callers_parent() -> None:
     assert _linux.ParentClone().usable  # x86_64/aarch64 with glibc: the raw clone is used
     assert _clone_and_wait(raw=True) == 7
     assert _clone_and_wait(raw=False) == 7
+
+
+def test_each_process_imports_its_own_code_not_the_others() -> None:
+    """The slot server's modules hold handles on T and V, never T's or V's own code."""
+    graph = import_graph()
+
+    def reach(name: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [name]
+        while todo:
+            for dep in graph.get(todo.pop(), ()):
+                if dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+        return seen
+
+    server = reach("_slot_server")
+    assert {"_slot_state", "_spawn", "_calltests", "_supervise"} <= server
+    assert not server & {"_template", "_verdict_server", "_verdict"}, server
+    assert {"_verdict_server", "_mounts", "_child"} <= reach("_template")

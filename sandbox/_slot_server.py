@@ -1,6 +1,6 @@
-"""The slot server ("fork server"): one per worker slot, serving the library's requests.
+"""The slot server S: one per worker slot, serving the library's requests (its entry point).
 
-Started by ``sandbox.core`` as ``/usr/bin/python3 -I -S _zygote.py CONFIG`` with an EMPTY
+Started by ``sandbox.core`` as ``/usr/bin/python3 -I -S _slot_server.py CONFIG`` with an EMPTY
 environment, so no process below it can inherit a secret. Standard library only (plus
 pyseccomp, loaded by file path in a throw-away child). It serves one request at a time over
 length-prefixed JSON frames on stdin/stdout; every reply echoes its request's ``id``.
@@ -41,7 +41,7 @@ if __name__ == "__main__" and "sandbox" not in sys.modules:
 
 from sandbox import _codec, _runspec
 from sandbox._calltests import handle_tests
-from sandbox._server import Server
+from sandbox._slot_state import SlotState
 from sandbox._supervise import Supervisor, classify, decode_output
 
 _PROBE_LIMITS = {
@@ -50,7 +50,7 @@ _PROBE_LIMITS = {
 }  # fmt: skip
 
 
-def handle_run(server: Server, req: dict[str, object]) -> dict[str, object]:
+def handle_run(server: SlotState, req: dict[str, object]) -> dict[str, object]:
     """Run one program; the reply mirrors ``sandbox.ExecResult``."""
     spec = _runspec.RunSpec(req)
     start = time.monotonic()
@@ -100,7 +100,7 @@ def main() -> None:
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _terminate)
     pyseccomp = config.get("pyseccomp")
-    server = Server(pyseccomp if isinstance(pyseccomp, str) else None)
+    server = SlotState(pyseccomp if isinstance(pyseccomp, str) else None)
     try:
         _serve(server, config, req_fd, rep_fd)
     finally:
@@ -108,7 +108,7 @@ def main() -> None:
         server.close()
 
 
-def _serve(server: Server, config: dict[str, object], req_fd: int, rep_fd: int) -> None:
+def _serve(server: SlotState, config: dict[str, object], req_fd: int, rep_fd: int) -> None:
     probe = handle_run(server, {"code": "pass", "limits": _PROBE_LIMITS})
     if probe["status"] != "ok":
         # Most likely mounts are refused here: retry without the mount namespace.
@@ -116,7 +116,7 @@ def _serve(server: Server, config: dict[str, object], req_fd: int, rep_fd: int) 
         probe = handle_run(server, {"code": "pass", "limits": _PROBE_LIMITS})
     hello = {
         "op": "hello",
-        "layers": list(probe["isolation"]),  # type: ignore[call-overload]
+        "isolation": list(probe["isolation"]),  # type: ignore[call-overload]
         "probe_status": probe["status"],
         "probe_detail": probe["detail"],
         "uid": server.res.uid,
@@ -152,7 +152,7 @@ def _serve(server: Server, config: dict[str, object], req_fd: int, rep_fd: int) 
         reply["id"] = request_id
         _codec.write_frame(rep_fd, _codec.dumps(reply))
         del req, reply
-        server.spawner.prewarm()  # unless prepared during the run (``Server.prepare_next``)
+        server.spawner.prewarm()  # unless prepared during the run (``SlotState.prepare_next``)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The slot server's state: its resources, template, verdict server and prepared child.
 
-``Server`` ties together what one slot owns (``_slot``: uid pair, cgroups; ``_template``: the
+``SlotState`` ties together what one slot owns (``_slot``: uid pair, cgroups; ``_template``: the
 pristine process its children are cloned from; ``_spawn``: the prepared child;
 ``_verdict_server``: the trusted verdict process) and cleans up after runs and at exit.
 Standard library only.
@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 
 from sandbox import _child, _codec, _linux, _runspec, _seccomp, _slot
-from sandbox._spawn import Child, Spawner
-from sandbox._template import STDLIB_DIRS, Template
-from sandbox._verdict_server import VERDICT_SERVER_JOBS, VerdictServer
+from sandbox._spawn import VERDICT_SERVER_JOBS, Child, Spawner, Template, VerdictServer
+
+#: The standard library's folders, which a run may read (``select``: the extension modules').
+STDLIB_DIRS = sorted(
+    {os.path.dirname(os.__file__), os.path.dirname(getattr(select, "__file__", os.__file__))}
+)
 
 
-class Server:
+class SlotState:
     """Per-slot state.
 
     Everything it starts is stopped, and everything it makes removed, by ``close``.
@@ -30,7 +34,9 @@ class Server:
         _linux.libc.prctl(_linux.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         if self.is_root:
             with contextlib.suppress(OSError):
-                _linux.write_file("/proc/self/oom_score_adj", "-1000")  # inherited by T and V
+                _linux.write_file(
+                    "/proc/self/oom_score_adj", "-1000"
+                )  # inherited by T (V raises its own)
         # The environment this process was started with (os.environ may hold LC_CTYPE, which the
         # interpreter itself sets under PEP 538); /proc shows the original block.
         try:
