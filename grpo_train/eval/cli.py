@@ -484,7 +484,7 @@ def _generate(
         return stop.exit_code
     except EngineDied as err:
         print(
-            f"grpo eval: error: {err}; finished samples are kept: rerun `{again}`", file=sys.stderr
+            f"grpo eval: error: {err}; finished samples are kept; rerun `{again}`", file=sys.stderr
         )
         return 1
     except Exception:
