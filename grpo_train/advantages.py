@@ -111,12 +111,20 @@ def compute_advantages(
     >>> v = torch.tensor([[True, True, False, False]])
     >>> compute_advantages(r, scale_rewards="none", valid=v)
     tensor([[ 0.5000, -0.5000,  0.0000,  0.0000]])
+
+    A step with no group (every one dropped) has no advantages, and no warning about the std of
+    nothing:
+
+    >>> compute_advantages(torch.zeros(0, 4)).shape
+    torch.Size([0, 4])
     """
     if rewards.ndim != 2 or rewards.shape[1] < MIN_SCORED:
         raise ValueError(
             f"rewards must have shape (prompts, group) with group >= {MIN_SCORED}, got "
             f"{tuple(rewards.shape)}"
         )
+    if rewards.shape[0] == 0:  # torch.std of an empty tensor warns "degrees of freedom <= 0"
+        return torch.zeros(rewards.shape, dtype=torch.float32)
     if Estimator(estimator) is Estimator.EMA:
         raise ValueError(
             "advantage_estimator 'ema' needs the running baselines: call "

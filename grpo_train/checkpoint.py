@@ -621,8 +621,11 @@ def _write_files(
     baselines: Mapping[str, Mapping[str, float]] | None = None,
 ) -> None:
     """Write the main process's part of a checkpoint: HF model, trainer state, config."""
+    from grpo_train.models import no_progress_bars
+
     full = None if state_dict is None else dict(state_dict)
-    model.save_pretrained(folder / MODEL_DIR, safe_serialization=True, state_dict=full)
+    with no_progress_bars():  # one bar per checkpoint would interleave with the run's own
+        model.save_pretrained(folder / MODEL_DIR, safe_serialization=True, state_dict=full)
     tokenizer.save_pretrained(folder / MODEL_DIR)
     state = {
         "step": step,

@@ -30,7 +30,7 @@ from grpo_train.prompts import PromptFormat, encode_prompt
 from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
 from grpo_train.run_log import logger
 from grpo_train.score_failures import ScoreErrors
-from grpo_train.stop import TrainingAborted
+from grpo_train.stop import TrainingAborted, pause_point
 from grpo_train.training_prompts import TrainingPrompts
 
 
@@ -137,9 +137,11 @@ class Collector:
         mine = distributed.shard_prompts(drawn, self.rank.rank, self.rank.world_size)
         prompts = [self._encode(sample) for sample, _ in mine]
         t = time.perf_counter()
+        pause_point("generation", step)
         results = self._generate(prompts, step, round_, start)
         times["generate"] += time.perf_counter() - t
         t = time.perf_counter()
+        pause_point("scoring", step)
         scores: list[list[Score]] = [[] for _ in mine]
         for index, env in enumerate(self.prompts.envs):
             here = [k for k, (_, e) in enumerate(mine) if e == index]

@@ -57,8 +57,24 @@ def is_expected_noise(name: str, message: str) -> bool:
     )
 
 
+#: vLLM's note that one of its engine's processes ended: what that process logs next (input
+#: dumps, the fatal error's traceback) is the engine's teardown, and the trainer says in one line
+#: what happened (``rollout.processes``). Exit code 0 is a worker that stopped on a signal.
+ENGINE_PROCESS_ENDED = re.compile(r"Worker proc \S+ died unexpectedly \(exit code: (-?\d+)\).*")
+#: vLLM's shutdown notes (``[shutdown] ...``): after a stop request or an engine failure, which
+#: the run reports itself.
+SHUTDOWN_NOTE = re.compile(r"\[shutdown\] .*")
+
+
 class ExpectedNoise(logging.Filter):
-    """A logging filter that drops ``EXPECTED_NOISE`` records (used in vLLM's processes too)."""
+    """A logging filter that drops ``EXPECTED_NOISE`` records (used in vLLM's processes too).
+
+    Also, in a vLLM process, the teardown of an engine one of whose processes ended (after
+    ``ENGINE_PROCESS_ENDED``, kept when its exit code is not 0) and vLLM's shutdown notes.
+    """
+
+    tearing_down = False
+    """Set in a process once vLLM said that one of its engine's processes ended."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Keep the record unless it is expected noise."""
@@ -66,6 +82,14 @@ class ExpectedNoise(logging.Filter):
             message = record.getMessage()
         except Exception:  # a malformed record is not ours to judge
             return True
+        if record.name.startswith("vllm"):
+            ended = ENGINE_PROCESS_ENDED.fullmatch(message)
+            if ended:
+                first = not ExpectedNoise.tearing_down
+                ExpectedNoise.tearing_down = True
+                return first and ended.group(1) != "0"
+            if ExpectedNoise.tearing_down or SHUTDOWN_NOTE.fullmatch(message):
+                return False
         return not is_expected_noise(record.name, message)
 
 

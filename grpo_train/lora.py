@@ -275,7 +275,10 @@ def save_adapter(
     out = Path(directory)
     peft_model = unwrap_peft(model)
     kwargs: dict[str, Any] = {} if state_dict is None else {"state_dict": dict(state_dict)}
-    peft_model.save_pretrained(str(out), is_main_process=is_main_process, **kwargs)
+    from grpo_train.models import no_progress_bars
+
+    with no_progress_bars():
+        peft_model.save_pretrained(str(out), is_main_process=is_main_process, **kwargs)
     return out
 
 

@@ -8,11 +8,13 @@ exactly: the quantizer settings are cleared before saving, so the folder holds p
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -106,8 +108,38 @@ def default_model_path() -> Path:
     return target
 
 
+@contextlib.contextmanager
+def no_progress_bars() -> Iterator[None]:
+    """Hide transformers' progress bars inside (``Writing model shards``, GGUF dequantizing).
+
+    A checkpoint or a one-time conversion is one line of the run's own log; a bar per save
+    interleaves with the run's progress bar. transformers' switch covers its own bars; the GGUF
+    loader draws with ``tqdm`` directly, so its module's ``tqdm`` is swapped for a silent one.
+    """
+    from functools import partial
+    from unittest import mock
+
+    from tqdm.auto import tqdm
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        with mock.patch.object(gguf_utils, "tqdm", partial(tqdm, disable=True)):
+            yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
 def _convert_gguf(gguf: Path, out: Path) -> None:
     """Dequantize a GGUF checkpoint with transformers and save it as float32 safetensors."""
+    with no_progress_bars():
+        _dequantize_gguf(gguf, out)
+
+
+def _dequantize_gguf(gguf: Path, out: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -203,7 +235,8 @@ def build_tiny_model(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    model.save_pretrained(out, safe_serialization=True)
+    with no_progress_bars():
+        model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return out
 

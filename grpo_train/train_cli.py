@@ -15,6 +15,7 @@ import argparse
 import errno
 import os
 import re
+import shlex
 import shutil
 import sys
 from collections.abc import Sequence
@@ -35,9 +36,10 @@ from grpo_train.console import setup_logging
 from grpo_train.run_dir import with_output_dir
 
 if TYPE_CHECKING:  # the trainer imports torch: only when a run starts
+    from grpo_train.stop import StopRequest
     from grpo_train.trainer import TrainResult
 
-_EXIT_INTERRUPTED = 130  # the shell convention for "stopped by a signal"
+_EXIT_INTERRUPTED = 130  # the shell convention for "stopped by a signal": 128 + SIGINT
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -148,7 +150,14 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``grpo train``; exit code 0 done, 1 aborted, 2 bad input, 130 interrupted.
+    """Run ``grpo train``; exit code 0 done, 1 aborted, 2 bad input, 130 / 143 interrupted.
+
+    Ctrl-C (SIGINT) or SIGTERM, to this process alone or to its whole process group: the step
+    in progress finishes (or, when the rollout engine ended with the signal before that step's
+    update, is undone), the last completed step is saved, one line says which and how to resume,
+    and the exit code is 128 + the signal's number (130, 143). A second signal more than
+    ``stop.REPEAT_WINDOW_S`` later stops at once; the checkpoint being written is then dropped
+    whole, the previous ones stay valid.
 
     Under a multi-process launch the main rank's exit code is the run's: the other ranks exit 0
     after an interruption that they saved.
@@ -170,8 +179,17 @@ def _main(argv: list[str] | None) -> int:
         print(f"grpo train: {err}", file=sys.stderr)
         return 2
 
-    from grpo_train.checkpoint import CheckpointError
+    from grpo_train.stop import StopRequest
+
+    stop = StopRequest()
+    with stop.installed():  # from here on a signal is a stop request, loading included
+        return _train(config, stop)
+
+
+def _train(config: TrainConfig, stop: StopRequest) -> int:
+    from grpo_train.checkpoint import CheckpointError, latest_checkpoint
     from grpo_train.models import ModelNotAvailableError
+    from grpo_train.rollout.base import EngineDied
     from grpo_train.stop import SecondSignal, TrainingAborted
     from grpo_train.trainer import Trainer
 
@@ -181,10 +199,11 @@ def _main(argv: list[str] | None) -> int:
         f"steps={config.run.max_steps} -> {config.run.output_dir}",
         flush=True,
     )
+    resume = f"`{resume_command(Path(config.run.output_dir) / 'config.yaml')}`"
     try:
         # The run folder is checked there, on the resolved config (dtype auto -> what the saved
         # config.yaml of an earlier run of the same settings holds), before anything loads.
-        trainer = Trainer(config)
+        trainer = Trainer(config, stop=stop)
     except (ModelNotAvailableError, CheckpointError, ConfigError, KeyError, ValueError) as err:
         print(f"grpo train: {_one_line(err)}", file=sys.stderr)
         return 2
@@ -196,14 +215,20 @@ def _main(argv: list[str] | None) -> int:
     except TrainingAborted as err:
         print(f"grpo train: aborted: {err}", file=sys.stderr)
         return 1
+    except EngineDied as err:
+        last = latest_checkpoint(trainer.run_dir)
+        saved = f"last checkpoint {last}; resume with {resume}" if last else "no checkpoint yet"
+        print(f"grpo train: aborted: {err}; {saved}", file=sys.stderr)
+        return 1
     except SecondSignal:
+        last = latest_checkpoint(trainer.run_dir)
         print(
-            f"grpo train: stopped at once by a second signal, without saving; resume from the "
-            f"last checkpoint with `grpo train --config {config.run.output_dir}/config.yaml "
-            "--resume`",
+            "grpo train: stopped at once by a second signal, without saving the step in "
+            + (f"progress; last checkpoint {last}; resume with {resume}" if last else "progress")
+            + ("" if last else "; no checkpoint was written yet"),
             file=sys.stderr,
         )
-        return _EXIT_INTERRUPTED
+        return stop.exit_code
     except OSError as err:
         print(f"grpo train: aborted: {_io_message(err)}", file=sys.stderr)
         return 1
@@ -240,9 +265,50 @@ def _main(argv: list[str] | None) -> int:
         flush=True,
     )
     if result.interrupted:
-        print(f"interrupted: resume with `grpo train --config {run_dir / 'config.yaml'} --resume`")
-        return _EXIT_INTERRUPTED
+        print(
+            f"interrupted by {stop.name}: saved step {result.steps} in {result.last_checkpoint}; "
+            f"resume with {resume}",
+            flush=True,
+        )
+        return stop.exit_code
     return 0
+
+
+def resume_command(config_path: Path, launcher: Sequence[str] | None = None) -> str:
+    """Return the command that resumes this run; inside its launcher's command when launched.
+
+    ``launcher``: the launching command line (default: this rank's parent's, under ``accelerate
+    launch`` / ``torchrun``), which ends with this process's own arguments.
+
+    >>> resume_command(Path("runs/x/config.yaml"), launcher=[])
+    'grpo train --config runs/x/config.yaml --resume'
+    >>> argv = ["/v/bin/python", "/v/bin/accelerate", "launch", "--multi_gpu", "-m",
+    ...         "grpo_train.cli", "train", "--seed", "1"]
+    >>> resume_command(Path("c.yaml"), launcher=argv)  # run as `... train --seed 1`
+    'accelerate launch --multi_gpu -m grpo_train.cli train --config c.yaml --resume'
+    """
+    own = ["--config", str(config_path), "--resume"]
+    parent = list(_launcher_argv() if launcher is None else launcher)
+    if "train" in parent:
+        cut = len(parent) - 1 - parent[::-1].index("train")
+        prefix = parent[:cut]
+        if prefix and Path(prefix[0]).name.startswith("python") and len(prefix) > 1:
+            prefix = prefix[1:]  # `python .../accelerate launch` is `accelerate launch`
+        if prefix:
+            prefix[0] = Path(prefix[0]).name if "/" in prefix[0] else prefix[0]
+            return shlex.join([*prefix, "train", *own])
+    return shlex.join(["grpo", "train", *own])
+
+
+def _launcher_argv() -> list[str]:
+    """Return the parent's command line when this is a rank of a launched job; else []."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or "LOCAL_RANK" not in os.environ:
+        return []
+    try:
+        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
 def _speed_lines(result: TrainResult) -> str:

@@ -9,9 +9,10 @@ weights into the engine -> (7) log, evaluate, checkpoint. The math lives in ``ad
 and resume checks in ``run_setup.py``, stopping on a signal in ``stop.py``, step metrics in
 ``metrics.py``, run management in ``checkpoint.py`` and ``run_log.py``.
 
-Why a little over 500 lines: one class owns a run's whole life (the builders ``__init__`` calls,
-the run loop with its signal, evaluation and checkpoint rules, and the step); what is its own
-concept (collection, stopping, metrics, the run log, policy loading) already lives elsewhere.
+Why over 500 lines: one class owns a run's whole life (the builders ``__init__`` calls, the run
+loop with its signal, evaluation and checkpoint rules, what a stop does when the engine did not
+survive it, and the step); what is its own concept (collection, stopping, watching the engine's
+processes, metrics, the run log, policy loading) already lives elsewhere.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from grpo_train.loss import MicroBatch, token_logprobs
 from grpo_train.metrics import step_metrics
 from grpo_train.prompts import PromptFormat
 from grpo_train.rollout import build_engine
-from grpo_train.rollout.base import RolloutEngine, engine_asleep
+from grpo_train.rollout.base import EngineDied, LostEngine, RolloutEngine, engine_asleep
 from grpo_train.run_log import RunLogger, logger, open_run_log, read_metrics, sample_records
 from grpo_train.run_setup import (
     apply_schedule_changes,
@@ -69,7 +70,7 @@ from grpo_train.run_setup import (
     resume_path,
     run_identity,
 )
-from grpo_train.stop import StopRequest, TrainingAborted
+from grpo_train.stop import StopRequest, TrainingAborted, pause_point
 from grpo_train.throughput import TimeToTarget, run_throughput, time_to_target
 from grpo_train.training_prompts import TrainingPrompts
 from grpo_train.update import Policy, UpdateSettings, grpo_update
@@ -101,6 +102,14 @@ class Trainer:
 
     ``env`` and ``engine`` may be injected (tests, custom environments); otherwise they are built
     from ``config`` (``grpo_envs.make`` per ``config.data.env`` entry, ``build_engine``).
+    ``stop``: the stop request whose signal handlers the caller installed before the trainer
+    was built (``grpo train`` does, so that a signal while loading is a stop like any other).
+
+    A stop request that the rollout engine does not survive (its processes got the signal too,
+    see ``stop.py``) is part of the stop: the policy, the optimizer and the data position live
+    here, so the last completed step is saved without the engine. A step whose generation the
+    engine did not finish is undone (``_undone``: its prompts are drawn again on resume); a step
+    whose weight sync it did not finish is complete, and saved.
     """
 
     def __init__(
@@ -108,9 +117,14 @@ class Trainer:
         config: TrainConfig,
         env: Environment | Sequence[Environment] | None = None,
         engine: RolloutEngine | None = None,
+        stop: StopRequest | None = None,
     ) -> None:
         from grpo_train.models import resolve_model
 
+        self.stop = stop or StopRequest()
+        self.engine_failure: EngineDied | None = None
+        """The engine died without a stop request: the run saves and ends with this error."""
+        self._undone: SamplerState | None = None
         self._start_process(config)
         weights = self._build_envs(env)
         self.launch = new_launch_id()
@@ -140,10 +154,8 @@ class Trainer:
             stage_envs, starts, self.env_names, weights, self.cfg.data, self.cfg.run.seed,
             sampler_state,
         )  # fmt: skip
-        if engine is None:
-            engine = build_engine(self.cfg, model_path, self.policy, self.tokenizer)
-        self.engine = engine
-        if self.lora is not None and self.resume_from:
+        self.engine = engine if engine is not None else self._start_engine(model_path)
+        if self.lora is not None and self.resume_from and not isinstance(self.engine, LostEngine):
             weight_export.sync_rollout_weights(self.engine, self.model)  # the resumed adapter
         self.learner = self._build_learner()
         self.settings = UpdateSettings.from_config(self.cfg)
@@ -151,8 +163,23 @@ class Trainer:
             self.cfg, self.prompts, self.engine, self.tokenizer, self.prompt_format, self.rank,
             self.dp, self.run_dir,
         )  # fmt: skip
-        self.stop = StopRequest()
         self._bad_updates = 0
+
+    def _start_engine(self, model_path: str) -> RolloutEngine:
+        """Build the rollout engine; a ``LostEngine`` when a stop request came first or killed it.
+
+        A single process stopped while loading does not start an engine only to close it (under
+        a launch every rank starts its engine: vLLM's start is collective there).
+        """
+        pause_point("engine start")
+        if self.stop.signum is not None and not self.distributed:
+            return LostEngine("the run was stopped before its rollout engine started")
+        try:
+            return build_engine(self.cfg, model_path, self.policy, self.tokenizer)
+        except Exception as err:
+            if self.stop.signum is None:
+                raise
+            return LostEngine(f"the rollout engine stopped while starting ({type(err).__name__})")
 
     def _start_process(self, config: TrainConfig) -> None:
         """Resolve the config, check the run folder, start accelerate (the device, the ranks)."""
@@ -287,14 +314,18 @@ class Trainer:
         cfg, run, t0 = self.cfg, self.cfg.run, time.perf_counter()
         main = self.rank.is_main
         log = open_run_log(cfg, self.run_dir, self.start_step, main, self.resume_from, self.launch)
-        step, last_ckpt, acc_before, acc_after = self.start_step, None, None, None
+        step, acc_before, acc_after = self.start_step, None, None
+        last_ckpt = self.resume_from if self._resumed_here() else None
         stopped = False
         with self.stop.installed():  # the first Ctrl-C / SIGTERM: finish the step, save
             try:
                 acc_before = self._accuracy_before(log)
-                while step < run.max_steps and not self.stop.anywhere():
+                while step < run.max_steps and not self.stop.anywhere() and not self.engine_failure:
                     step += 1
-                    metrics = self.train_step(step, log)
+                    metrics = self._step(step, log)
+                    if metrics is None:  # undone: the engine died during its generation
+                        step -= 1
+                        break
                     last = step == run.max_steps
                     if last and self.distributed and not weight_export.is_sharded(self.model):
                         # Data-parallel replicas must agree exactly; 0.0 says DDP kept them in step.
@@ -304,8 +335,9 @@ class Trainer:
                         and cfg.data.eval_size > 0
                         and (last or (run.eval_every and step % run.eval_every == 0))
                     ):
-                        metrics.update(self.evaluate())
-                        acc_after = metrics["eval/accuracy"] if last else None
+                        pause_point("evaluation", step)
+                        metrics.update(self._evaluate_if_engine())
+                        acc_after = metrics.get("eval/accuracy") if last else None
                     # For accuracy against wall time: seconds since this launch began training,
                     # evaluations included.
                     metrics["time/elapsed"] = time.perf_counter() - t0
@@ -316,10 +348,12 @@ class Trainer:
                 # The stop decision is global (a signal to any one rank stops all of them), and so
                 # are the save (collective) and the reported "interrupted".
                 stopped = self.stop.anywhere()
-                if stopped and last_ckpt != checkpoint_path(self.run_dir, step):
-                    why = (
-                        f"signal {self.stop.signum}" if self.stop.signum else "stop on another rank"
-                    )
+                if (stopped or self.engine_failure) and last_ckpt != checkpoint_path(
+                    self.run_dir, step
+                ):
+                    why = self.stop.name if self.stop.signum else "stop on another rank"
+                    if self.engine_failure:
+                        why = "the rollout engine died"
                     log.write(f"{why}: saving step {step} and stopping")
                     last_ckpt = self.save(step)
                 if self.lora is not None and cfg.policy.save_merged:
@@ -328,6 +362,8 @@ class Trainer:
                     )
             finally:
                 log.close()
+        if self.engine_failure is not None:
+            raise self.engine_failure
         if self.distributed:
             # Ranks leave together, with no collective in flight: a rank that exited while gloo
             # still had work aborted once in C++ teardown ("terminate called without an active
@@ -351,6 +387,13 @@ class Trainer:
             run_throughput(rows),
         )
 
+    def _resumed_here(self) -> bool:
+        """Whether the resumed checkpoint is this run's own at the start step (saved already)."""
+        if self.resume_from is None:
+            return False
+        own = checkpoint_path(self.run_dir, self.start_step)
+        return Path(self.resume_from).resolve() == own.resolve()
+
     def _accuracy_before(self, log: RunLogger) -> float | None:
         """Evaluate before training (main rank, step 0 only); a resumed step 0 reuses its row."""
         if not (self.start_step == 0 and self.cfg.data.eval_size > 0 and self.rank.is_main):
@@ -358,9 +401,53 @@ class Trainer:
         old_row = [r for r in read_metrics(self.run_dir) if r.get("step") == 0]
         if self.resume_from is not None and old_row:
             return old_row[0].get("eval/accuracy")
-        before = self.evaluate()
+        pause_point("evaluation", 0)
+        before = self._evaluate_if_engine()
+        if not before:
+            return None
         log.log_eval(0, before)
         return before["eval/accuracy"]
+
+    def _step(self, step: int, log: RunLogger) -> dict[str, float] | None:
+        """``train_step``; None when the engine died before the update (the step is undone).
+
+        The data position goes back to the step's start (``_undone``, what ``save`` writes), so
+        that a resumed run draws the same prompts and ends with the same weights.
+        """
+        before = self.prompts.state()
+        try:
+            return self.train_step(step, log)
+        except EngineDied as died:
+            self._lose_engine(died)
+            self._undone = before
+            return None
+
+    def _lose_engine(self, died: EngineDied) -> None:
+        """Take the engine's death as part of a stop, or record it as the run's failure.
+
+        Either way its leftovers are cleaned up now (processes, shared memory) and it is replaced
+        by a ``LostEngine``. Under a launch a failure raises at once: the other ranks' engines
+        live, and a rank that saved alone would wait for them in a collective.
+        """
+        with contextlib.suppress(Exception):
+            self.engine.close()
+        self.engine = self.collector.engine = LostEngine(died.cause)
+        if self.stop.signum is not None:
+            logger.info("the rollout engine ended with the %s: saving without it", self.stop.name)
+            return
+        if self.distributed:
+            raise died
+        self.engine_failure = died
+
+    def _evaluate_if_engine(self) -> dict[str, float]:
+        """``evaluate``; no metrics when the engine is gone (with a stop, or after a failure)."""
+        if isinstance(self.engine, LostEngine):
+            return {}
+        try:
+            return self.evaluate()
+        except EngineDied as died:
+            self._lose_engine(died)
+            return {}
 
     def _watch_signal(self, step: int, metrics: dict[str, float], log: RunLogger) -> None:
         """Say once, in one line, when most groups keep having equal rewards (no gradient)."""
@@ -391,6 +478,7 @@ class Trainer:
         t = time.perf_counter()
         advantages = self.advantages(batch)
         # (5) Clipped policy-gradient updates (mu of them, micro-batched) on this rank's rows.
+        pause_point("update", step)
         if self.dp.any(batch.rewards.numel() > 0):
             # vLLM sleep mode (GPU): the engine's memory is free while the trainer needs it.
             with engine_asleep(self.engine):
@@ -404,7 +492,11 @@ class Trainer:
         times["train"] = time.perf_counter() - t
         # (6) Push the new weights into the rollout engine (merged LoRA, gathered shards).
         t = time.perf_counter()
-        weight_export.sync_rollout_weights(self.engine, self.model)
+        pause_point("weight sync", step)
+        try:
+            weight_export.sync_rollout_weights(self.engine, self.model)
+        except EngineDied as died:  # the update stands: the step is complete without the engine
+            self._lose_engine(died)
         times["sync"] = time.perf_counter() - t
         # (7) Time split, throughput, memory, sample completions.
         m.update(step_metrics(sampled, times, self.dp, self.scheduler.get_last_lr()[0]))
@@ -519,6 +611,7 @@ class Trainer:
         folder; FSDP / DeepSpeed optimizer shards go through ``accelerator.save_state``), the
         main rank writes the shared files. A LoRA run's ``model/`` folder holds only the adapter.
         """
+        pause_point("checkpoint write", step)
         state = None
         if weight_export.is_sharded(self.model):
             state = weight_export.full_state_dict(self.model, rank0_only=True)
@@ -530,7 +623,7 @@ class Trainer:
             optimizer=self.optimizer,
             scheduler=self.scheduler,
             sampler=replace(
-                self.prompts.state(),
+                self._undone or self.prompts.state(),
                 signal_streak=self.signal_guard.streak,
                 signal_fired=self.signal_guard.fired,
                 signal_eased=self.signal_guard.eased,

@@ -6,6 +6,9 @@ Examples::
     grpo eval --model ./ckpt --suite humaneval,mbpp --n 8 --k 1,4,8     # pass@k, T = 0.8
     grpo eval --suite my-math --suites_file suites.yaml --out runs/eval/a
     grpo eval compare runs/eval/a runs/eval/b --png delta.png
+
+Why over 500 lines: the command's parser, its resolution of models, prompt formats, suites and
+protocols, the run record and the run with its stop handling all share ``EvalArgs``.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ import hashlib
 import json
 import logging
 import re
+import shlex
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from grpo_train.eval.passk import parse_ks
 from grpo_train.eval.protocol_cli import ResolvedDecoding, add_protocol_arguments, apply_protocol
@@ -29,6 +33,8 @@ from grpo_train.prompts import PromptFormat
 if TYPE_CHECKING:
     from grpo_train.eval.runner import EvalTask
     from grpo_train.eval.suites import Task
+    from grpo_train.rollout.base import RolloutEngine, SamplingConfig
+    from grpo_train.stop import StopRequest
 
 logger = logging.getLogger(__name__)
 
@@ -387,7 +393,6 @@ def _eval_model_path(args: EvalArgs) -> str:
 
 def run_eval(args: EvalArgs) -> int:
     """Build the engine and environments, evaluate, print the table."""
-    from grpo_train.eval.runner import evaluate
     from grpo_train.rollout.base import SamplingConfig
 
     tasks, envs = _eval_tasks(args)
@@ -398,7 +403,7 @@ def run_eval(args: EvalArgs) -> int:
     # above are reported without waiting for them.
     from transformers import AutoTokenizer
 
-    from grpo_train.rollout import make_engine
+    from grpo_train.stop import StopRequest
 
     out = Path(args.out) if args.out else default_out_dir(args, model_path)
     sampling = SamplingConfig(
@@ -410,10 +415,42 @@ def run_eval(args: EvalArgs) -> int:
     )
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     record = _run_record(args, tasks, envs, out, tokenizer, prompt_format)
-    engine = make_engine(
-        args.engine, model_path, dtype=args.dtype, max_model_len=args.max_model_len
-    )
+    stop = StopRequest()
+    with stop.installed():  # Ctrl-C / SIGTERM: finish the batch, keep what is done, stop
+        return _generate(
+            args, tasks, envs, model_path, out, sampling, tokenizer, prompt_format, record, stop
+        )
+
+
+def _generate(
+    args: EvalArgs,
+    tasks: list[Task],
+    envs: list[EvalTask],
+    model_path: str,
+    out: Path,
+    sampling: SamplingConfig,
+    tokenizer: Any,
+    prompt_format: PromptFormat,
+    record: Mapping[str, object],
+    stop: StopRequest,
+) -> int:
+    """Run the evaluation with the stop request installed; print the table or how to resume."""
+    from grpo_train.eval.runner import EvalStopped, evaluate
+    from grpo_train.rollout import make_engine
+    from grpo_train.rollout.base import EngineDied
+    from grpo_train.stop import pause_point
+
+    again = shlex.join(["grpo", "eval", *args.argv])
+    pause_point("eval engine start")
+    engine: RolloutEngine | None = None
     try:
+        if stop.signum is None:
+            engine = make_engine(
+                args.engine, model_path, dtype=args.dtype, max_model_len=args.max_model_len
+            )
+        if stop.signum is not None:
+            raise EvalStopped(0, 0)
+        assert engine is not None
         summary = evaluate(
             engine,
             tokenizer,
@@ -434,9 +471,31 @@ def run_eval(args: EvalArgs) -> int:
                 "protocol": record["protocol"],
                 "run_record": PROTOCOL_FILE,
             },
+            stop_requested=lambda: stop.signum is not None,
         )
+    except EvalStopped as stopped:
+        kept = out / "samples.jsonl"
+        print(
+            f"grpo eval: interrupted by {stop.name}: {stopped}"
+            + (f"; every finished sample is in {kept}" if kept.exists() else "")
+            + f"; resume with `{again}`",
+            file=sys.stderr,
+        )
+        return stop.exit_code
+    except EngineDied as err:
+        print(
+            f"grpo eval: error: {err}; finished samples are kept; rerun `{again}`", file=sys.stderr
+        )
+        return 1
+    except Exception:
+        if stop.signum is None:
+            raise
+        # The engine's start failed because its processes got the signal too.
+        print(f"grpo eval: interrupted by {stop.name}; resume with `{again}`", file=sys.stderr)
+        return stop.exit_code
     finally:
-        engine.close()
+        if engine is not None:
+            engine.close()
     table = summary.table()
     label = _protocol_label(record)
     (out / "summary.md").write_text(f"protocol: {label}\n\n{table}\n")

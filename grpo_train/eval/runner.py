@@ -33,8 +33,9 @@ from grpo_train.eval.protocols import ThinkingTags, strip_reasoning
 from grpo_train.eval.records import SampleRecord, SampleStore
 from grpo_train.eval.report import SuiteResult, markdown_table, overall, summarize_task
 from grpo_train.prompts import PromptFormat
-from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
+from grpo_train.rollout.base import Completion, EngineDied, RolloutEngine, SamplingConfig
 from grpo_train.score_failures import ScoreErrors
+from grpo_train.stop import pause_point
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -300,6 +301,7 @@ def evaluate(
     max_prompt_tokens: int | None = None,
     metadata: Mapping[str, object] | None = None,
     prompt_format: PromptFormat | None = None,
+    stop_requested: Callable[[], bool] | None = None,
 ) -> EvalSummary:
     """Evaluate ``engine`` on environments and return per-task results.
 
@@ -322,6 +324,9 @@ def evaluate(
         metadata: more JSON-ready facts for summary.json (the CLI adds its command line).
         prompt_format: how prompts are rendered (chat template, system prompt...); default: the
             tokenizer's chat template. A training run passes its own, so both see one prompt.
+        stop_requested: checked after each saved batch; when it says True (a Ctrl-C or
+            SIGTERM), ``EvalStopped`` is raised with the finished samples kept. An engine that
+            died after a stop request (its processes got the signal too) counts as stopped.
     """
     start = time.perf_counter()
     tasks = _as_tasks(envs)
@@ -343,7 +348,9 @@ def evaluate(
     )
 
     # 2. Generate and score batch by batch; each batch is saved before the next starts.
-    generated = _generate_missing(engine, plan, sampling, batch_size, progress, store, records)
+    generated = _generate_missing(
+        engine, plan, sampling, batch_size, progress, store, records, stop_requested
+    )
 
     # 3. Aggregate over the selected samples only (a folder may hold more from a larger --limit).
     lookup = store.get if store is not None else records.get
@@ -397,16 +404,27 @@ def _generate_missing(
     progress: bool,
     store: SampleStore | None,
     records: dict[tuple[str, str, int], SampleRecord],
+    stop_requested: Callable[[], bool] | None = None,
 ) -> int:
     """Generate and score the plan's missing completions batch by batch; count them.
 
-    Each batch is saved (to ``store``, else into ``records``) before the next one starts.
+    Each batch is saved (to ``store``, else into ``records``) before the next one starts, and
+    a stop request is honoured between batches (``EvalStopped``).
     """
     total = sum(len(p.missing) for p in plan.pending)
     generated = 0
+    stopped = stop_requested or (lambda: False)
     with tqdm(total=total, desc="eval", unit="completion", disable=not progress) as bar:
-        for batch in _batches(plan.pending, batch_size):
-            done = _run_batch(engine, batch, sampling)
+        for index, batch in enumerate(_batches(plan.pending, batch_size)):
+            if stopped():
+                raise EvalStopped(generated, total)
+            pause_point("eval generation", index + 1)
+            try:
+                done = _run_batch(engine, batch, sampling)
+            except EngineDied:
+                if not stopped():
+                    raise
+                raise EvalStopped(generated, total) from None
             generated += len(done)
             if store is not None:
                 store.append(done)
@@ -414,6 +432,14 @@ def _generate_missing(
                 records.update((r.key, r) for r in done)
             bar.update(len(done))
     return generated
+
+
+class EvalStopped(KeyboardInterrupt):
+    """An evaluation stopped by a signal between batches; the finished ones are saved."""
+
+    def __init__(self, generated: int, total: int) -> None:
+        super().__init__(f"{generated} of {total} missing completions generated and saved")
+        self.generated, self.total = generated, total
 
 
 def _checked_ks(

@@ -80,6 +80,56 @@ class Completion:
         return self.finish_reason == "length"
 
 
+class EngineDied(RuntimeError):
+    """The rollout engine's processes ended under a request (``what``: generate, sync...).
+
+    ``cause`` names the process and how it ended (``processes.describe_exit``). The trainer's
+    state (policy, optimizer, data position) lives in the trainer, not the engine: after a stop
+    request this is part of the stop; otherwise the run ends with one line naming the cause.
+    """
+
+    def __init__(self, cause: str, what: str) -> None:
+        super().__init__(f"the rollout engine died during {what}: {cause}")
+        self.cause, self.what = cause, what
+
+
+class LostEngine:
+    """Stands in for an engine that died (or was never started) while a run stops.
+
+    Anything that would need it raises ``EngineDied``; ``close`` has nothing left to do.
+    """
+
+    name = "lost"
+    last_sync_seconds = 0.0
+
+    def __init__(self, cause: str) -> None:
+        self.cause = cause
+
+    def generate(
+        self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig
+    ) -> list[list[Completion]]:
+        """Raise ``EngineDied``: there is no engine to generate with."""
+        raise EngineDied(self.cause, "generate")
+
+    def shares_weights(self, model: torch.nn.Module) -> bool:
+        """Return False: nothing generates with ``model``."""
+        return False
+
+    def sync_weights(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Raise ``EngineDied``: there is no engine to load weights into."""
+        raise EngineDied(self.cause, "weight sync")
+
+    def sleep(self, level: Literal[1, 2] = 1) -> bool:
+        """Return False: nothing to put to sleep."""
+        return False
+
+    def wake_up(self) -> None:
+        """Do nothing."""
+
+    def close(self) -> None:
+        """Do nothing: the dead engine was cleaned up when it was found dead."""
+
+
 class RolloutEngine(Protocol):
     """What the trainer and evaluation need from a generation backend."""
 

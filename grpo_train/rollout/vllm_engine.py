@@ -30,7 +30,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from grpo_train.rollout.base import Completion, SamplingConfig, check_prompts
+from grpo_train.rollout.base import Completion, EngineDied, SamplingConfig, check_prompts
+from grpo_train.rollout.child_output import ChildOutput
+from grpo_train.rollout.processes import EngineProcesses, pid_exitcodes, watched_start
 from grpo_train.rollout.vllm_worker import GrpoWorkerExtension
 
 if TYPE_CHECKING:
@@ -91,6 +93,8 @@ class VLLMEngine:
             llm_kwargs: passed on to ``vllm.LLM``.
         """
         self.last_sync_seconds = 0.0
+        self.processes = EngineProcesses()
+        self.output = ChildOutput(_stop_requested)
         self._sync_dir = Path(sync_dir) if sync_dir is not None else None
         self._own_sync_dir = sync_dir is None
         if not vllm_available():
@@ -131,7 +135,20 @@ class VLLMEngine:
         from vllm import LLM
 
         set_num_threads = torch.set_num_threads
-        with _multiprocessing_off(in_process and self.on_cpu):
+        before = EngineProcesses.current_children()
+        # The engine's processes print through this process (child_output.py): their teardown
+        # after a stop request or a killed process is dropped. Everything shows at debug.
+        capture = (
+            self.output.capture()
+            if logging.getLogger().getEffectiveLevel() > logging.DEBUG
+            else contextlib.nullcontext()
+        )
+        with (
+            _multiprocessing_off(in_process and self.on_cpu),
+            capture,
+            _ended_on_failure(before, self.output),
+            watched_start(before),
+        ):
             self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
             llm = LLM(
                 model=model,
@@ -147,6 +164,14 @@ class VLLMEngine:
                 **{"use_tqdm_on_load": logging.getLogger().level <= logging.DEBUG, **kwargs},
             )
         torch.set_num_threads = set_num_threads  # an in-process CPU worker replaced it
+        # The engine core and worker processes (none when fully in this process): watched by
+        # every request, ended by close() whatever happened to them.
+        manager = getattr(getattr(llm.llm_engine, "engine_core", None), "resources", None)
+        manager = getattr(manager, "engine_manager", None)
+        core_processes = list(getattr(manager, "processes", []))
+        self.processes = EngineProcesses.started_since(
+            before, lambda: pid_exitcodes(core_processes)
+        )
         return llm
 
     def generate(
@@ -179,8 +204,9 @@ class VLLMEngine:
             )
             for i in range(len(prompts))
         ]
-        outputs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False
+        requests = [TokensPrompt(prompt_token_ids=p) for p in prompts]
+        outputs = self._call(
+            lambda: self.llm.generate(requests, params, use_tqdm=False), "generate"
         )
         results: list[list[Completion]] = []
         for index, output in enumerate(outputs):
@@ -205,6 +231,14 @@ class VLLMEngine:
             results.append(group * copies)
         return results
 
+    def _call(self, request: Any, what: str) -> Any:
+        """Run an engine request, watching the engine's processes (``processes.py``)."""
+        try:
+            return self.processes.call(request, what)
+        except EngineDied:
+            self.output.mute()  # its teardown says nothing the error does not
+            raise
+
     def shares_weights(self, model: torch.nn.Module) -> bool:
         """Return False: vLLM always holds its own copy of the weights."""
         return False
@@ -213,7 +247,12 @@ class VLLMEngine:
         """Load the exported weights into the running engine (see the module doc for how)."""
         start = time.perf_counter()
         if self.in_process and not self.on_cpu:
-            self.llm.collective_rpc("grpo_reload_tensors", kwargs={"weights": list(state.items())})
+            self._call(
+                lambda: self.llm.collective_rpc(
+                    "grpo_reload_tensors", kwargs={"weights": list(state.items())}
+                ),
+                "weight sync",
+            )
         else:
             from safetensors.torch import save_file
 
@@ -223,11 +262,16 @@ class VLLMEngine:
             target = folder / "model.safetensors"
             tmp.replace(target)
             try:
-                self.llm.collective_rpc("grpo_reload_weights", kwargs={"weights_path": str(folder)})
+                self._call(
+                    lambda: self.llm.collective_rpc(
+                        "grpo_reload_weights", kwargs={"weights_path": str(folder)}
+                    ),
+                    "weight sync",
+                )
             finally:
                 target.unlink()  # loaded now; a copy of the model in /dev/shm would hold RAM
         # Cached KV blocks were computed with the old weights.
-        self.llm.reset_prefix_cache()
+        self._call(self.llm.reset_prefix_cache, "weight sync")
         self.last_sync_seconds = time.perf_counter() - start
 
     def sleep(self, level: Literal[1, 2] = 1) -> bool:
@@ -262,13 +306,20 @@ class VLLMEngine:
         return self._sync_dir
 
     def close(self) -> None:
-        """Shut the engine's processes down and remove the sync folder."""
+        """Shut the engine's processes down and remove the sync folder.
+
+        Also after the engine died (a signal, the OOM killer): vLLM's shutdown is asked first,
+        then whatever still runs is killed and the shared memory it left is removed.
+        """
         llm = getattr(self, "llm", None)
         if llm is not None:
             engine_core = getattr(llm.llm_engine, "engine_core", None)
             if engine_core is not None:
-                engine_core.shutdown()
+                with contextlib.suppress(Exception):  # a dead engine's shutdown may fail
+                    engine_core.shutdown()
             self.llm = None  # type: ignore[assignment]
+        self.processes.end()
+        self.output.close()
         if self._own_sync_dir and self._sync_dir is not None:
             shutil.rmtree(self._sync_dir, ignore_errors=True)
             self._sync_dir = None
@@ -291,6 +342,27 @@ def _platform_kwargs(
     # module doc). vLLM reads this when the LLM is built.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     return {"gpu_memory_utilization": gpu_memory_utilization}
+
+
+@contextlib.contextmanager
+def _ended_on_failure(before: set[int], output: ChildOutput) -> Iterator[None]:
+    """Leave none of a failed start's processes running (a signal, too little memory)."""
+    try:
+        yield
+    except EngineDied:
+        output.mute()
+        EngineProcesses.started_since(before).end(grace_s=2.0)
+        raise
+    except BaseException:
+        EngineProcesses.started_since(before).end(grace_s=2.0)
+        raise
+
+
+def _stop_requested() -> bool:
+    """Whether the command running this engine was asked to stop (Ctrl-C, SIGTERM)."""
+    from grpo_train.stop import StopRequest
+
+    return StopRequest.active is not None and StopRequest.active.signum is not None
 
 
 @contextlib.contextmanager

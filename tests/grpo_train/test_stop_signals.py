@@ -1,0 +1,430 @@
+"""Ctrl-C and SIGTERM as they arrive: to the whole process group of a real `grpo train`.
+
+A terminal sends Ctrl-C to its foreground process group and job runners (``timeout``, Slurm,
+Kubernetes) signal every process of the job, so the rollout engine's processes get it too. Each
+test runs the real command in its own session and signals the group (``os.killpg``) at one phase
+of the run, held there by the test-only pause point (``stop.pause_point``: the run writes a marker
+file and waits for the signal; the code path is the production one).
+
+To keep CI short, one run is interrupted phase after phase: each link stops at the next phase,
+checks the exit code, the one resume line, that the checkpoint it saved holds the uninterrupted
+run's weights of that step, no traceback and nothing left running; the next link resumes it
+with the printed command. The last link finishes the run, which must end with the uninterrupted
+run's weights, bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from grpo_train.checkpoint import MODEL_DIR, checkpoint_path, latest_checkpoint
+from grpo_train.rollout.base import EngineDied
+from grpo_train.rollout.child_output import ChildOutput
+from grpo_train.rollout.processes import EngineProcesses
+from grpo_train.stop import (
+    PAUSE_AT_ENV,
+    PAUSE_FILE_ENV,
+    REPEAT_WINDOW_S,
+    SecondSignal,
+    StopRequest,
+)
+
+BIN = Path(sys.executable).parent
+RESUME = re.compile(r"^interrupted by (SIG\w+): saved step (\d+) in (\S+); resume with `(.+)`$")
+#: torch elastic's agent (what `accelerate launch` runs) re-raises the signal it got after its
+#: ranks ended: its own traceback, exit status 1. Not grpo-kit's to change; the ranks' is.
+LAUNCHER_SIGNAL = re.compile(
+    r"Traceback \(most recent call last\):\n(  .*\n)+torch\.distributed\.elastic\."
+    r"multiprocessing\.api\.SignalException: Process \d+ got signal: \d+\n"
+)
+
+
+# ------------------------------------------------------------------------- the pieces, fast
+
+
+def test_a_repeat_within_the_window_is_the_same_request_a_later_one_is_a_second():
+    stop = StopRequest()
+    stop.on_signal(signal.SIGTERM, None)
+    stop.on_signal(signal.SIGTERM, None)  # the launcher's forwarded copy
+    assert stop.signum == signal.SIGTERM and stop.exit_code == 143 and stop.name == "SIGTERM"
+    stop._first_at -= REPEAT_WINDOW_S + 0.1
+    with pytest.raises(SecondSignal):
+        stop.on_signal(signal.SIGINT, None)
+
+
+def test_a_request_to_a_dead_engine_raises_at_once_and_nothing_is_left():
+    before = EngineProcesses.current_children()
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    watched = EngineProcesses.started_since(before)
+    assert set(watched.pids) == {victim.pid, helper.pid}
+    assert watched.call(lambda: 42, "generate") == 42 and watched.dead() is None
+    victim.kill()
+    victim.wait()
+    start = time.monotonic()
+    with pytest.raises(EngineDied, match=f"during generate: .*pid {victim.pid}"):
+        watched.call(lambda: time.sleep(30), "generate")  # a request that would never return
+    assert time.monotonic() - start < 5
+    watched.end(grace_s=0.5)  # what still ran is killed (and reaped)
+    assert not Path(f"/proc/{helper.pid}").exists()
+
+
+def test_engine_output_is_passed_on_unless_muted(capfd):
+    output = ChildOutput(hold_s=0.2)
+    script = (
+        "import sys, time; print('engine ready', flush=True); time.sleep(1.5); "
+        "print('Traceback (most recent call last): teardown', file=sys.stderr, flush=True)"
+    )
+    with output.capture():
+        child = subprocess.Popen([sys.executable, "-c", script])
+    print("the trainer's own line", flush=True)
+    time.sleep(1.0)
+    output.mute()  # a stop request or a dead engine, noticed before the teardown
+    child.wait()
+    output.close()
+    captured = capfd.readouterr()
+    assert "engine ready" in captured.out and "the trainer's own line" in captured.out
+    assert "Traceback" not in captured.err
+
+
+# --------------------------------------------------------------- the real command, signalled
+
+
+def _args(model: Path, out: Path, engine: str, *extra: str) -> list[str]:
+    return [
+        "--model", str(model), "--env", "math/add2-v0", "--engine", engine,
+        "--num_generations", "4", "--prompts_per_step", "2", "--max_prompt_length", "64",
+        "--max_completion_length", "4", "--eval_size", "2", "--eval_every", "2",
+        "--save_every", "3", "--keep_last", "20", "--learning_rate", "1e-2", "--progress",
+        "false", "--log_every_samples", "0", "--seed", "5", "--num_threads", "1",
+        "--vllm_cpu_kv_cache_gib", "0.25", "--output_dir", str(out), *extra,
+    ]  # fmt: skip
+
+
+def _env(**more: str) -> dict[str, str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env.pop(PAUSE_AT_ENV, None)
+    return {**env, **more}
+
+
+def _launch(cmd: list[str], ranks: int, env: dict[str, str]) -> subprocess.Popen[str]:
+    """Start ``grpo train ...`` (``cmd`` without the program) in a session of its own."""
+    if ranks == 1:
+        full = [str(BIN / "grpo"), "train", *cmd]
+    else:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        full = [
+            str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", str(ranks),
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+            "--main_process_port", str(port), "-m", "grpo_train.cli", "train", *cmd,
+        ]  # fmt: skip
+        env = {**env, "ACCELERATE_USE_CPU": "true"}
+    return subprocess.Popen(
+        full, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _session(sid: int) -> list[str]:
+    """The processes still alive in session ``sid``: 'pid command line' each."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) != sid or fields[0] == "Z":
+                continue
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+        found.append(f"{entry.name} {command}")
+    return found
+
+
+def _unmapped_shm(before: set[str]) -> set[str]:
+    """Shared-memory segments created since ``before`` that no living process maps (leaked)."""
+    new = {p.name for p in Path("/dev/shm").glob("psm_*")} - before
+    if not new:
+        return set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        with contextlib.suppress(OSError):
+            text = maps.read_text()
+            new = {name for name in new if name not in text}
+    return new
+
+
+@dataclass
+class Link:
+    """One interrupted launch: the phase it stops at, the signal, the ranks that pause there."""
+
+    phase: str
+    signum: int
+    ranks_paused: tuple[int, ...] = (0,)
+
+
+def _interrupt(
+    cmd: list[str], link: Link, ranks: int, tmp: Path, timeout: float = 420
+) -> tuple[int, str]:
+    """Run ``cmd``, signal its process group at ``link.phase``; return the exit code and output."""
+    marker = tmp / f"pause-{time.monotonic_ns()}"
+    env = _env(**{PAUSE_AT_ENV: link.phase, PAUSE_FILE_ENV: str(marker)})
+    shm_before = {p.name for p in Path("/dev/shm").glob("psm_*")}
+    proc = _launch(cmd, ranks, env)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            if link.phase == "engine start (vLLM)":
+                if any("VLLM::EngineCore" in p for p in _session(proc.pid)):
+                    time.sleep(1.0)  # inside the engine's start-up, which takes tens of seconds
+                    break
+            elif all(Path(f"{marker}.{r}").exists() for r in link.ranks_paused):
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, f"ended before {link.phase}:\n{proc.communicate()[0][-3000:]}"
+        os.killpg(proc.pid, link.signum)
+        output, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    deadline = time.monotonic() + 20
+    while _session(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _session(proc.pid), f"left running: {_session(proc.pid)}\n{output[-3000:]}"
+    assert not _unmapped_shm(shm_before), f"leaked shared memory: {_unmapped_shm(shm_before)}"
+    return proc.returncode, output
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(folder / "model.safetensors")
+
+
+def _same_weights(a: Path, b: Path) -> bool:
+    x, y = _weights(a), _weights(b)
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def _run_chain(
+    model: Path, tmp: Path, engine: str, ranks: int, links: list[Link], max_steps: int
+) -> None:
+    """Interrupt one run at each link in turn, resume it, and compare with an uninterrupted run.
+
+    The last link stops in the last step: every link after the first resumes the previous one's
+    checkpoint, and each saved checkpoint must hold the uninterrupted run's weights.
+    """
+    full, cut = tmp / "full", tmp / "cut"
+    every = ("--max_steps", str(max_steps))
+    reference = _launch([*_args(model, full, engine, *every, "--save_every", "1")], ranks, _env())
+    out, _ = reference.communicate(timeout=900)
+    assert reference.returncode == 0, out[-3000:]
+    cmd = _args(model, cut, engine, *every)
+    for link in links:
+        code, output = _interrupt(cmd, link, ranks, tmp)
+        where = f"{link.phase}, {signal.Signals(link.signum).name}, {ranks} rank(s)"
+        if ranks > 1:
+            output, launcher = LAUNCHER_SIGNAL.subn("", output)
+            assert (launcher, code) == (1, 1), f"{where}: exit {code}\n{output[-4000:]}"
+        else:
+            assert code == 128 + link.signum, f"{where}: exit {code}\n{output[-4000:]}"
+        assert "Traceback" not in output, f"{where}:\n{output[-6000:]}"
+        lines = [m for line in output.splitlines() if (m := RESUME.match(line))]
+        assert len(lines) == 1, f"{where}: resume line\n{output[-3000:]}"
+        name, step, folder, command = lines[0].groups()
+        assert name == signal.Signals(link.signum).name
+        assert Path(folder) == latest_checkpoint(cut) == checkpoint_path(cut, int(step))
+        expected = checkpoint_path(full, int(step)) / MODEL_DIR if int(step) else model
+        assert _same_weights(Path(folder) / MODEL_DIR, expected), where
+        argv = shlex.split(command)
+        assert argv[:2] == (["grpo", "train"] if ranks == 1 else ["accelerate", "launch"])
+        cmd = argv[argv.index("train") + 1 :]
+    assert latest_checkpoint(cut) == checkpoint_path(cut, max_steps)
+    rows = [json.loads(line) for line in (cut / "metrics.jsonl").read_text().splitlines()]
+    assert sorted({r["step"] for r in rows if r["step"] > 0}) == list(range(1, max_steps + 1))
+
+
+INT, TERM = signal.SIGINT, signal.SIGTERM
+
+#: Every phase of a step, each with one of the two signals (they alternate).
+HF_LINKS = [
+    Link("engine start", INT),
+    Link("generation@1", TERM),
+    Link("scoring@2", INT),
+    Link("update@3", TERM),
+    Link("weight sync@4", INT),
+    Link("checkpoint write@6", TERM),
+    Link("evaluation@8", INT),  # the last step's: no step to resume after it
+]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_every_phase_one_process_hf(tiny_model_path, tmp_path):
+    _run_chain(tiny_model_path, tmp_path, "hf", 1, HF_LINKS, max_steps=8)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_every_phase_two_ranks_hf(tiny_model_path, tmp_path):
+    both = (0, 1)
+    links = [
+        Link(link.phase, link.signum, (0,) if link.phase.startswith("evaluation") else both)
+        for link in HF_LINKS
+    ]
+    _run_chain(tiny_model_path, tmp_path, "hf", 2, links, max_steps=8)
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.timeout(1500)
+def test_vllm_engine_start_generation_and_weight_sync(tiny_model_path, tmp_path):
+    # The engine's processes die with the signal: during its start (nothing trained: step 0
+    # saved), during generation (the step is undone: the previous one is saved) and during the
+    # weight sync (the update stands: the step is saved).
+    links = [
+        Link("engine start (vLLM)", TERM),
+        Link("generation@2", INT),
+        Link("weight sync@3", TERM),
+    ]
+    _run_chain(tiny_model_path, tmp_path, "vllm", 1, links, max_steps=3)
+
+
+# ------------------------------------------------------------------------------- grpo eval
+
+EVAL_STOPPED = re.compile(
+    r"^grpo eval: interrupted by (SIG\w+): (\d+) of (\d+) missing completions generated and "
+    r"saved; every finished sample is in (\S+); resume with `(.+)`$"
+)
+
+
+def _eval_cmd(model: Path, out: Path, engine: str) -> list[str]:
+    return [
+        "--model", str(model), "--suite", "math/add2-v0", "--limit", "6", "--batch_size", "1",
+        "--max_tokens", "4", "--engine", engine, "--out", str(out), "--no_progress",
+    ]  # fmt: skip
+
+
+def _eval(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(BIN / "grpo"), "eval", *cmd], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def _samples(out: Path) -> dict[str, str]:
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    return {f"{r['env_id']}/{r['sample_id']}/{r['gen_index']}": r["completion"] for r in rows}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(
+    ("engine", "signum"),
+    [("hf", signal.SIGTERM), pytest.param("vllm", signal.SIGINT, marks=pytest.mark.vllm)],
+)
+def test_grpo_eval_keeps_every_finished_sample(tiny_model_path, tmp_path, engine, signum):
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    if engine == "hf":  # greedy, one prompt per batch: the uninterrupted run is the reference
+        reference = _eval(_eval_cmd(tiny_model_path, full, engine), _env())
+        out, _ = reference.communicate(timeout=600)
+        assert reference.returncode == 0, out[-3000:]
+    marker = tmp_path / "pause"
+    env = _env(**{PAUSE_AT_ENV: "eval generation@3", PAUSE_FILE_ENV: str(marker)})
+    shm_before = {p.name for p in Path("/dev/shm").glob("psm_*")}
+    proc = _eval(_eval_cmd(tiny_model_path, cut, engine), env)
+    try:
+        deadline = time.monotonic() + 600
+        while not Path(f"{marker}.0").exists() and proc.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.killpg(proc.pid, signum)
+        output, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 128 + signum, output[-3000:]
+    assert "Traceback" not in output, output[-6000:]
+    lines = [m for line in output.splitlines() if (m := EVAL_STOPPED.match(line))]
+    assert len(lines) == 1, output[-3000:]
+    name, done, total, kept, command = lines[0].groups()
+    # Signalled before batch 3: the HF engine finishes it, vLLM's processes end with the signal.
+    finished = 3 if engine == "hf" else 2
+    assert name == signal.Signals(signum).name and (int(done), int(total)) == (finished, 6)
+    assert len(_samples(cut)) == finished and Path(kept) == cut / "samples.jsonl"
+    time.sleep(1)
+    assert not _session(proc.pid) and not _unmapped_shm(shm_before)
+    before = _samples(cut)
+    argv = shlex.split(command)
+    assert argv[:2] == ["grpo", "eval"]
+    again = _eval(argv[2:], _env())
+    out, _ = again.communicate(timeout=600)
+    assert again.returncode == 0, out[-3000:]
+    assert f"{6 - finished} generated, {finished} resumed" in out
+    after = _samples(cut)
+    assert len(after) == 6 and all(after[k] == v for k, v in before.items())
+    if engine == "hf":
+        assert after == _samples(full)
+
+
+# ------------------------------------------------------ an engine that dies for another reason
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("victim", ["VLLM::EngineCore", "VLLM::Worker"])
+def test_a_killed_engine_process_is_one_line_naming_it_and_the_checkpoint(
+    tiny_model_path, tmp_path, victim
+):
+    # As the kernel's OOM killer does (SIGKILL, to the engine core or its worker alone).
+    out = tmp_path / "run"
+    marker = tmp_path / "pause"
+    env = _env(**{PAUSE_AT_ENV: "generation@2", PAUSE_FILE_ENV: str(marker)})
+    shm_before = {p.name for p in Path("/dev/shm").glob("psm_*")}
+    proc = _launch(_args(tiny_model_path, out, "vllm", "--max_steps", "4"), 1, env)
+    try:
+        while not Path(f"{marker}.0").exists():
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            time.sleep(0.05)
+        pid = next(int(p.split()[0]) for p in _session(proc.pid) if victim in p)
+        os.kill(pid, signal.SIGKILL)
+        Path(f"{marker}.0").unlink()  # the run goes on into the dead engine
+        output, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 1, output[-3000:]
+    assert "Traceback" not in output, output[-6000:]
+    lines = [line for line in output.splitlines() if line.startswith("grpo train:")][1:]
+    assert len(lines) == 1, output[-3000:]
+    line = lines[0]
+    assert line.startswith("grpo train: aborted: the rollout engine died during generate")
+    assert f"{victim} (pid {pid})" in line or "VLLM::EngineCore" in line
+    if victim == "VLLM::EngineCore":
+        assert "killed by SIGKILL" in line and "out-of-memory" in line
+    ckpt = checkpoint_path(out, 1)  # the last completed step, saved on the way out
+    assert f"last checkpoint {ckpt}; resume with `grpo train --config" in line
+    assert latest_checkpoint(out) == ckpt
+    time.sleep(1)
+    assert not _session(proc.pid), _session(proc.pid)
+    assert not _unmapped_shm(shm_before)
