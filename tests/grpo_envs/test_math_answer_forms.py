@@ -19,6 +19,8 @@ from grpo_envs.math.extract import listed_options
 from grpo_envs.math.normalize import number_from_words, unit_vectors_as_tuple
 
 _PW = r"\begin{cases} x^2 & x > 1 \\ 2x - 1 & x \le 1 \end{cases}"
+_ABS_CASES = r"\begin{cases} x & x \ge 0 \\ -x & x < 0 \end{cases}"
+_TWO_KINKS = r"\begin{cases} -2x & x < -1 \\ 2 & -1 \le x \le 1 \\ 2x & x > 1 \end{cases}"
 _OPTIONS = "The options are (A) 10 (B) 11 (C) 12 (D) 13."
 
 # (class, gold, completion)
@@ -73,6 +75,29 @@ RIGHT = [
         r"\boxed{\begin{cases} 2x-1 & \text{if } x \leq 1, \\ x^2 & \text{if } x > 1. \end{cases}}",
     ),
     ("piecewise", _PW, r"\boxed{\begin{cases} x^2 & x > 1 \\ 2x-1 & \text{otherwise} \end{cases}}"),
+    # cases against a closed form for the same function, in both directions
+    ("piecewise", "|x|", rf"\boxed{{{_ABS_CASES}}}"),
+    ("piecewise", _ABS_CASES, r"\boxed{|x|}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} -x & x \le 0 \\ x & x > 0 \end{cases}}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} x & x > 0 \\ 0 & x = 0 \\ -x & x < 0 \end{cases}}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} x & x \ge 0 \\ -x & x \le 0 \end{cases}}"),
+    ("piecewise", "|x - 2|", r"\boxed{\begin{cases} x - 2 & x \ge 2 \\ 2 - x & x < 2 \end{cases}}"),
+    ("piecewise", r"\max(x, 0)", r"\boxed{\begin{cases} x & x \geq 0 \\ 0 & x < 0 \end{cases}}"),
+    ("piecewise", r"\begin{cases} x & x \ge 0 \\ 0 & x < 0 \end{cases}", r"\boxed{\max(0, x)}"),
+    (
+        "piecewise",
+        r"\min(x, 0)",
+        r"\boxed{\begin{cases} 0 & x \ge 0 \\ x & \text{otherwise} \end{cases}}",
+    ),
+    (
+        "piecewise",
+        r"\frac{x + |x|}{2}",
+        r"\boxed{\begin{cases} x & x > 0 \\ 0 & x \le 0 \end{cases}}",
+    ),
+    ("piecewise", "|x - 1| + |x + 1|", rf"\boxed{{{_TWO_KINKS}}}"),
+    ("piecewise", r"f(x) = |x|", rf"The function is $f(x) = \boxed{{{_ABS_CASES}}}$."),
+    # cases split at another point where both values agree (continuous at the boundary)
+    ("piecewise", _PW, r"\boxed{\begin{cases} x^2 & x \ge 1 \\ 2x - 1 & x < 1 \end{cases}}"),
     ("vector", r"\begin{pmatrix} 3 \\ 4 \end{pmatrix}", r"\boxed{3\mathbf{i} + 4\mathbf{j}}"),
     ("vector", "(1, -2, 3)", r"\boxed{\hat{i} - 2\hat{j} + 3\hat{k}}"),
     ("vector", "(0, 5, -1)", r"\boxed{5\vec{j} - \vec{k}}"),
@@ -156,6 +181,34 @@ WRONG = [
     ("piecewise", _PW, r"\boxed{\begin{cases} x^2 & x > 1 \\ 2x+1 & \text{otherwise} \end{cases}}"),
     ("piecewise", _PW, r"\boxed{\begin{cases} x^2 & x > 2 \\ 2x - 1 & x \le 1 \end{cases}}"),
     ("piecewise", _PW, r"\boxed{\begin{cases} x^2 & x > 1 \end{cases}}"),
+    # near misses of a closed form: a sign, a boundary, a missing point, a boundary value
+    ("piecewise", "|x|", r"\boxed{\begin{cases} x & x \ge 0 \\ x & x < 0 \end{cases}}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} -x & x \ge 0 \\ x & x < 0 \end{cases}}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} x & x \ge 1 \\ -x & x < 1 \end{cases}}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} x & x > 0 \\ -x & x < 0 \end{cases}}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} x & x > 0 \\ 1 & x = 0 \\ -x & x < 0 \end{cases}}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} x & x \ge 0 \end{cases}}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} y & y \ge 0 \\ -y & y < 0 \end{cases}}"),
+    ("piecewise", _ABS_CASES, r"\boxed{|x - 1|}"),
+    ("piecewise", _ABS_CASES, r"\boxed{-|x|}"),
+    ("piecewise", "|x - 2|", r"\boxed{\begin{cases} x - 2 & x \ge 1 \\ 2 - x & x < 1 \end{cases}}"),
+    ("piecewise", r"\max(x, 0)", rf"\boxed{{{_ABS_CASES}}}"),
+    ("piecewise", r"\max(x, 0)", r"\boxed{\min(x, 0)}"),
+    ("piecewise", r"\min(x, 0)", r"\boxed{\begin{cases} x & x \ge 0 \\ 0 & x < 0 \end{cases}}"),
+    (
+        "piecewise",
+        "|x - 1| + |x + 1|",
+        rf"\boxed{{{_TWO_KINKS.replace('2x & x > 1', '2x & x > 2')}}}",
+    ),
+    ("piecewise", "|x - 1| + |x + 1|", rf"\boxed{{{_TWO_KINKS.replace('2 &', '3 &')}}}"),
+    # a jump: moving the boundary point to the other case is another function
+    (
+        "piecewise",
+        r"\begin{cases} 1 & x \ge 0 \\ 0 & x < 0 \end{cases}",
+        r"\boxed{\begin{cases} 1 & x > 0 \\ 0 & x \le 0 \end{cases}}",
+    ),
+    ("piecewise", _PW, r"\boxed{x^2}"),
+    ("piecewise", _PW, r"\boxed{5}"),
     ("vector", r"\begin{pmatrix} 3 \\ 4 \end{pmatrix}", r"\boxed{4\mathbf{i} + 3\mathbf{j}}"),
     ("vector", "(3, 4)", r"\boxed{3\hat{i} - 4\hat{j}}"),
     ("vector", "(1, -2, 3)", r"\boxed{\hat{i} - 2\hat{j}}"),
