@@ -72,6 +72,10 @@ they split, the one that cannot pay a wrong answer:
   ``3.50`` (dollars) and ``350`` (the question's unit). A quantity in two units is its value in
   either unit and never one of its numbers: "1 hour 30 minutes" equals ``1.5`` and ``90``, "5
   feet 3 inches" ``5.25`` and ``63``, "2 dollars and 50 cents" ``2.5`` and ``250``.
+* Durations (``verify``, rules in ``duration``): against a gold with a unit of time, an answer
+  with a unit of time is compared exactly in seconds ("90 minutes" equals "1.5 hours", "90
+  hours" does not equal "90 minutes"), and a bare ``h:mm`` is hours and minutes (``1:30`` equals
+  "1.5 hours", not "1.3 hours") unless the completion gives it as a time of day ("at 1:30").
 * Dates are (month, day[, year]) in any of "March 15, 2024", "15 March 2024", ``2024-03-15``
   and ``3/15/2024`` (month first); a date never equals its day or year.
 * Number words are numbers (``twenty-one`` is ``21``); an ordinal stated as the answer

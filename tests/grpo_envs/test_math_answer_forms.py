@@ -7,7 +7,8 @@ Classes: words (number words), sets (set-builder, relations, absolute values, "a
 except"), box (other framing, an approximation sign or a sentence in the box, chat models' box
 tokens), language (final-answer phrases in other languages), identity (what sympy does not prove
 by default), piecewise, vector (unit vectors, scalar multiples), everyday (clock times, dates,
-currency, cents, a quantity in two units), choice (a letter against the listed option's value).
+currency, cents, a quantity in two units), duration (decimal hours, minutes, clock forms),
+choice (a letter against the listed option's value).
 """
 
 from __future__ import annotations
@@ -98,6 +99,22 @@ RIGHT = [
     ("piecewise", r"f(x) = |x|", rf"The function is $f(x) = \boxed{{{_ABS_CASES}}}$."),
     # cases split at another point where both values agree (continuous at the boundary)
     ("piecewise", _PW, r"\boxed{\begin{cases} x^2 & x \ge 1 \\ 2x - 1 & x < 1 \end{cases}}"),
+    # durations: decimal hours, minutes, two units and clock forms (the gold has a unit of time)
+    ("duration", r"1.5 \text{ hours}", r"\boxed{1:30}"),
+    ("duration", "1.5 hours", "It takes her 1:30 to finish the course."),
+    ("duration", "90 minutes", r"The trip takes \boxed{1.5 \text{ hours}}."),
+    ("duration", "1.5 hours", r"The trip takes \boxed{90 \text{ minutes}}."),
+    ("duration", "2.25 hours", "It takes 2 hours 15 minutes."),
+    ("duration", "2 hours 15 minutes", r"\boxed{2.25 \text{ hours}}"),
+    ("duration", "2 hours 15 minutes", r"\boxed{2:15}"),
+    ("duration", "135 minutes", r"\boxed{2:15}"),
+    ("duration", "45 minutes", r"\boxed{0.75 \text{ hours}}"),
+    ("duration", "3 days", r"\boxed{72 \text{ hours}}"),
+    ("duration", "1 hour 30 minutes 20 seconds", r"\boxed{1:30:20}"),
+    ("duration", "1.5 hours", r"\boxed{1:30 \text{ hours}}"),
+    ("duration", "2.5 minutes", r"\boxed{2:30 \text{ min}}"),
+    ("duration", "1.5 hours", r"\boxed{1.5}"),
+    ("duration", "2 weeks", r"\boxed{14 \text{ days}}"),
     ("vector", r"\begin{pmatrix} 3 \\ 4 \end{pmatrix}", r"\boxed{3\mathbf{i} + 4\mathbf{j}}"),
     ("vector", "(1, -2, 3)", r"\boxed{\hat{i} - 2\hat{j} + 3\hat{k}}"),
     ("vector", "(0, 5, -1)", r"\boxed{5\vec{j} - \vec{k}}"),
@@ -241,6 +258,23 @@ WRONG = [
     ("everyday", "March 15, 2024", "The date is 15/3/2024."),  # month 15: no date
     ("everyday", "15", "The date is March 15, 2024."),
     ("everyday", "Mayday 5", "The answer is May 5th."),
+    # a duration near miss: another length, a time of day, a gold with no unit of time
+    ("duration", "1.5 hours", r"\boxed{1:50}"),
+    ("duration", "1.3 hours", r"\boxed{1:30}"),
+    ("duration", "1.5 hours", r"\boxed{1.3 \text{ hours}}"),
+    ("duration", "90 minutes", r"\boxed{90 \text{ hours}}"),
+    ("duration", "90 minutes", r"\boxed{1.5 \text{ minutes}}"),
+    ("duration", "1.5 hours", "They meet at 1:30."),
+    ("duration", "1.5 hours", r"The train leaves at \boxed{1:30}."),
+    ("duration", "1.5 hours", r"\boxed{1:30 \text{ p.m.}}"),
+    ("duration", "0.33 hours", r"\boxed{20 \text{ minutes}}"),
+    ("duration", "2 hours 15 minutes", r"\boxed{2:25}"),
+    ("duration", "2 hours 15 minutes", r"\boxed{2.15 \text{ hours}}"),
+    ("duration", "1.5 hours", r"\boxed{1:30:01}"),
+    ("duration", "3 days", r"\boxed{3 \text{ hours}}"),
+    ("duration", "1.5", r"\boxed{1:30}"),  # no unit of time in the gold: no duration context
+    ("duration", "1:30", r"\boxed{1.5 \text{ hours}}"),  # the gold may be a time of day
+    ("duration", "4 minutes 5 seconds", r"\boxed{4:05}"),  # a clock form is hours:minutes
     ("choice", "B", _OPTIONS + r" The answer is \boxed{12}."),
     ("choice", "C", r"The answer is \boxed{12}."),  # no options listed: a value is no letter
     ("choice", "C", r"(A) 12 (B) 12 (C) 12. So \boxed{12}."),  # the value names no one option
