@@ -23,6 +23,7 @@ Runs in sympy worker processes only (see ``equivalence``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 #: More cases than this on one side is no plausible answer; it is judged wrong without sympy.
 MAX_CASES = 8
+#: ``\max\{x, 0\}`` (braces, which latex2sympy does not read) is ``\max(x, 0)``.
+_BRACED_MAX_MIN = re.compile(r"\\(max|min)\s*\\\{([^{}]*)\\\}")
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ def _pieces(cases: Cases, x: sympy.Symbol) -> list[tuple[sympy.Expr, sympy.Set]]
     named = sympy.Union(*(r for r in regions if r is not None))
     pieces: list[tuple[sympy.Expr, sympy.Set]] = []
     for (text, _), region_set in zip(cases.branches, regions):
-        parsed = to_sympy(text)
+        parsed = to_sympy(_BRACED_MAX_MIN.sub(r"\\\1(\2)", text))
         if parsed is None:
             return None
         expr = parsed[0].xreplace({sympy.Symbol(x.name): x})

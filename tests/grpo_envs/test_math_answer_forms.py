@@ -97,6 +97,24 @@ RIGHT = [
     ),
     ("piecewise", "|x - 1| + |x + 1|", rf"\boxed{{{_TWO_KINKS}}}"),
     ("piecewise", r"f(x) = |x|", rf"The function is $f(x) = \boxed{{{_ABS_CASES}}}$."),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} x, & x \ge 0 \\ -x, & x < 0 \end{cases}}"),
+    (
+        "piecewise",
+        "|x|",
+        r"\boxed{\left\{ \begin{array}{ll} x & x \ge 0 \\ -x & x < 0 \end{array} \right.}",
+    ),
+    ("piecewise", r"\max\{x, 0\}", r"\boxed{\begin{cases} x & x \ge 0 \\ 0 & x < 0 \end{cases}}"),
+    ("piecewise", "x|x|", r"\boxed{\begin{cases} x^2 & x \ge 0 \\ -x^2 & x < 0 \end{cases}}"),
+    (
+        "piecewise",
+        "|2x - 3|",
+        r"\boxed{\begin{cases} 2x - 3 & x \ge \frac{3}{2} \\ 3 - 2x & x < \frac{3}{2} \end{cases}}",
+    ),
+    (
+        "piecewise",
+        "|x^2 - 1|",
+        r"\boxed{\begin{cases} x^2 - 1 & |x| \ge 1 \\ 1 - x^2 & |x| < 1 \end{cases}}",
+    ),
     # cases split at another point where both values agree (continuous at the boundary)
     ("piecewise", _PW, r"\boxed{\begin{cases} x^2 & x \ge 1 \\ 2x - 1 & x < 1 \end{cases}}"),
     # durations: decimal hours, minutes, two units and clock forms (the gold has a unit of time)
@@ -218,6 +236,23 @@ WRONG = [
         rf"\boxed{{{_TWO_KINKS.replace('2x & x > 1', '2x & x > 2')}}}",
     ),
     ("piecewise", "|x - 1| + |x + 1|", rf"\boxed{{{_TWO_KINKS.replace('2 &', '3 &')}}}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} x, & x \ge 0 \\ x, & x < 0 \end{cases}}"),
+    (
+        "piecewise",
+        "|x|",
+        r"\boxed{\left\{ \begin{array}{ll} x & x \ge 1 \\ -x & x < 1 \end{array} \right.}",
+    ),
+    ("piecewise", "x|x|", r"\boxed{\begin{cases} x^2 & x \ge 0 \\ x^2 & x < 0 \end{cases}}"),
+    (
+        "piecewise",
+        "|2x - 3|",
+        r"\boxed{\begin{cases} 2x - 3 & x \ge \frac{2}{3} \\ 3 - 2x & x < \frac{2}{3} \end{cases}}",
+    ),
+    (
+        "piecewise",
+        "|x|",
+        r"\boxed{\begin{cases} x & x \ge 0 \\ -x & x < 0 \\ 5 & x > 10 \end{cases}}",
+    ),  # overlapping cases that disagree
     # a jump: moving the boundary point to the other case is another function
     (
         "piecewise",
