@@ -50,6 +50,7 @@ class _Pending:
 
 
 _FAST = FastComparator()
+_HAS_LETTER = re.compile(r"[A-Za-z]")
 _LETTER = re.compile(r"(?<![A-Za-z\\])[A-J](?![A-Za-z])")
 
 
@@ -71,6 +72,8 @@ def _gold_node(gold: str) -> Node | str:
 @functools.lru_cache(maxsize=8192)
 def _gold_duration(gold: str) -> str | None:
     """Return the gold answer when it is a length of time with its unit ("90 minutes")."""
+    if not _HAS_LETTER.search(gold):
+        return None  # a plain number (most golds) names no unit: skip the extraction
     answer = gold_answer(gold)
     return answer if answer is not None and duration_seconds(answer) is not None else None
 
