@@ -120,6 +120,7 @@ from typing import TYPE_CHECKING, Protocol
 from grpo_envs.math.normalize import (
     MIN_ROUNDED_DIGITS,
     Alt,
+    AnswerRejected,
     Choice,
     Matrix,
     Node,
@@ -136,6 +137,7 @@ from grpo_envs.math.normalize import (
     latex_text_key,
     normalize_text,
     numbers_equal,
+    parse_answer,
     parse_number,
     relation_as_set,
     tower_log10,
@@ -296,6 +298,8 @@ def as_cases(node: Node) -> Cases | None:
 
 def _condition_region(cond: Node) -> tuple[str, Region] | None:
     r"""Read a case's condition (``x \ge 0``, ``0 \le x < 1``, ``x = 0``) as (variable, region)."""
+    if isinstance(cond, Scalar) and _OR.search(cond.text):
+        return _either_region(cond.text)
     if isinstance(cond, Relation):
         point = cond.op == "=" and _is_scalar_or_none(cond.rhs_node)
         if point and _SIMPLE_NAME.match(cond.lhs.text):
@@ -305,6 +309,25 @@ def _condition_region(cond: Node) -> tuple[str, Region] | None:
         return None
     region = _members_region(cond.members)
     return None if region is None else (re.sub(r"\s+", "", cond.var), region)
+
+
+_OR = re.compile(r"\s+(?:or|\\lor|\\vee)\s+")
+
+
+def _either_region(text: str) -> tuple[str, Region] | None:
+    """Read ``x < -1 or x > 1`` as the union of the parts' regions (one variable)."""
+    names: set[str] = set()
+    region: list[Interval | Points] = []
+    for part in _OR.split(text):
+        try:
+            read = _condition_region(parse_answer(part))
+        except AnswerRejected:
+            return None
+        if read is None:
+            return None
+        names.add(read[0])
+        region.extend(read[1])
+    return (names.pop(), tuple(region)) if len(names) == 1 else None
 
 
 def _is_scalar_or_none(node: Node | None) -> bool:

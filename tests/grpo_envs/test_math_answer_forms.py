@@ -22,6 +22,8 @@ from grpo_envs.math.normalize import number_from_words, unit_vectors_as_tuple
 _PW = r"\begin{cases} x^2 & x > 1 \\ 2x - 1 & x \le 1 \end{cases}"
 _ABS_CASES = r"\begin{cases} x & x \ge 0 \\ -x & x < 0 \end{cases}"
 _TWO_KINKS = r"\begin{cases} -2x & x < -1 \\ 2 & -1 \le x \le 1 \\ 2x & x > 1 \end{cases}"
+_OUTSIDE = r"\begin{cases} 1 & x < -1 \text{ or } x > 1 \\ 0 & -1 \le x \le 1 \end{cases}"
+_MAX_ABS_ONE = r"\begin{cases} |x| & x < -1 \text{ or } x > 1 \\ 1 & -1 \le x \le 1 \end{cases}"
 _OPTIONS = "The options are (A) 10 (B) 11 (C) 12 (D) 13."
 
 # (class, gold, completion)
@@ -115,6 +117,8 @@ RIGHT = [
         "|x^2 - 1|",
         r"\boxed{\begin{cases} x^2 - 1 & |x| \ge 1 \\ 1 - x^2 & |x| < 1 \end{cases}}",
     ),
+    ("piecewise", _OUTSIDE, r"\boxed{\begin{cases} 0 & |x| \le 1 \\ 1 & |x| > 1 \end{cases}}"),
+    ("piecewise", r"\max(|x|, 1)", rf"\boxed{{{_MAX_ABS_ONE}}}"),
     # cases split at another point where both values agree (continuous at the boundary)
     ("piecewise", _PW, r"\boxed{\begin{cases} x^2 & x \ge 1 \\ 2x - 1 & x < 1 \end{cases}}"),
     # durations: decimal hours, minutes, two units and clock forms (the gold has a unit of time)
@@ -253,6 +257,10 @@ WRONG = [
         "|x|",
         r"\boxed{\begin{cases} x & x \ge 0 \\ -x & x < 0 \\ 5 & x > 10 \end{cases}}",
     ),  # overlapping cases that disagree
+    ("piecewise", _OUTSIDE, r"\boxed{\begin{cases} 0 & |x| < 1 \\ 1 & |x| \ge 1 \end{cases}}"),
+    ("piecewise", _OUTSIDE, rf"\boxed{{{_OUTSIDE.replace('x > 1', 'x > 2')}}}"),
+    ("piecewise", r"\max(|x|, 1)", rf"\boxed{{{_MAX_ABS_ONE.replace('|x| &', 'x &')}}}"),
+    ("piecewise", r"\max(|x|, 1)", rf"\boxed{{{_MAX_ABS_ONE.replace('1 & -1', '0 & -1')}}}"),
     # a jump: moving the boundary point to the other case is another function
     (
         "piecewise",
