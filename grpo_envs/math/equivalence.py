@@ -72,6 +72,10 @@ they split, the one that cannot pay a wrong answer:
   ``3.50`` (dollars) and ``350`` (the question's unit). A quantity in two units is its value in
   either unit and never one of its numbers: "1 hour 30 minutes" equals ``1.5`` and ``90``, "5
   feet 3 inches" ``5.25`` and ``63``, "2 dollars and 50 cents" ``2.5`` and ``250``.
+* Durations (``verify``, rules in ``duration``): against a gold with a unit of time, an answer
+  with a unit of time is compared exactly in seconds ("90 minutes" equals "1.5 hours", "90
+  hours" does not equal "90 minutes"), and a bare ``h:mm`` is hours and minutes (``1:30`` equals
+  "1.5 hours", not "1.3 hours") unless the completion gives it as a time of day ("at 1:30").
 * Dates are (month, day[, year]) in any of "March 15, 2024", "15 March 2024", ``2024-03-15``
   and ``3/15/2024`` (month first); a date never equals its day or year.
 * Number words are numbers (``twenty-one`` is ``21``); an ordinal stated as the answer
@@ -81,8 +85,13 @@ they split, the one that cannot pay a wrong answer:
   ``(-\infty, -2) \cup (2, \infty)``, and ``x \ne 3``, ``\mathbb{R} \setminus \{3\}`` and "all
   real numbers except 3" are ``(-\infty, 3) \cup (3, \infty)``.
 * Piecewise functions compare case by case in any order (value and condition both equal);
-  "if"/"for" in a condition are words, and "otherwise" stands for the remaining case. A
-  piecewise gold against a closed form (``|x|``) is not compared (judged wrong).
+  "if"/"for" in a condition are words, and "otherwise" stands for the remaining case. Otherwise
+  they are compared as real functions of their one variable (``piecewise``): cases against a
+  closed form for the same function (``|x|``, ``\max(x, 0)``, ``\min``, sums of absolute
+  values), in either direction, or against cases split at other points, are equal only when
+  every case's value is proved equal to the other side on that case's region and both cover the
+  same points. A wrong sign in one case, a shifted boundary, a missing point and another value
+  at a boundary point are different functions.
 * Vectors and matrices: ``3\mathbf{i} + 4\mathbf{j}`` (also ``\hat``, ``\vec``) is ``(3, 4)``, with
   a k-term ``(a, b, c)``; a scalar times a matrix is that matrix scaled; ``2I`` is twice the
   identity of the other side's size. A bare ``i`` is the imaginary unit when it is the only
@@ -111,6 +120,7 @@ from typing import TYPE_CHECKING, Protocol
 from grpo_envs.math.normalize import (
     MIN_ROUNDED_DIGITS,
     Alt,
+    AnswerRejected,
     Choice,
     Matrix,
     Node,
@@ -127,10 +137,12 @@ from grpo_envs.math.normalize import (
     latex_text_key,
     normalize_text,
     numbers_equal,
+    parse_answer,
     parse_number,
     relation_as_set,
     tower_log10,
 )
+from grpo_envs.math.piecewise import MAX_CASES, Cases, Interval, Points, Region, same_function
 
 if TYPE_CHECKING:
     import sympy
@@ -149,6 +161,10 @@ class Comparator(Protocol):
 
     def relation(self, gold: Relation, pred: Relation) -> bool:
         """Tell whether two relations (equations, inequalities) are equivalent."""
+        ...
+
+    def function(self, gold: Cases, pred: Cases) -> bool:
+        """Tell whether two functions by cases (or a closed form) are the same real function."""
         ...
 
 
@@ -200,11 +216,15 @@ def compare(gold: Node, pred: Node, cmp: Comparator) -> bool:
             return False
         return _match_unordered(g_union.parts, p_union.parts, cmp)
     if isinstance(gold, Piecewise) or isinstance(pred, Piecewise):
-        return (
+        if (
             isinstance(gold, Piecewise)
             and isinstance(pred, Piecewise)
             and _compare_piecewise(gold, pred, cmp)
-        )
+        ):
+            return True
+        # |x| against its cases, or cases split at other points: the same real function.
+        g_cases, p_cases = as_cases(gold), as_cases(pred)
+        return g_cases is not None and p_cases is not None and cmp.function(g_cases, p_cases)
     if isinstance(gold, Matrix) or isinstance(pred, Matrix):
         size = len(gold.rows) if isinstance(gold, Matrix) else len(pred.rows)  # type: ignore[union-attr]
         # 2I against a 2 x 2 matrix: that multiple of the identity, cell by cell.
@@ -242,6 +262,93 @@ def _compare_piecewise(gold: Piecewise, pred: Piecewise, cmp: Comparator) -> boo
     (p_value, p_cond), g_value = unused[0], deferred[0]
     g_otherwise = any(c is None for _, c in gold.branches)
     return (g_otherwise or p_cond is None) and compare(g_value, p_value, cmp)
+
+
+def as_cases(node: Node) -> Cases | None:
+    r"""Read a piecewise answer, or a closed form of one variable, as ``Cases`` (else None).
+
+    >>> from grpo_envs.math.normalize import parse_answer
+    >>> cases = as_cases(parse_answer(r"\begin{cases} x & x \ge 0 \\ 0 & x < 0 \end{cases}"))
+    >>> cases.var, [value for value, _ in cases.branches]
+    ('x', ['x', '0'])
+    >>> cases.branches[0][1]
+    (Interval(lo='0', hi='\\infty', closed_lo=True, closed_hi=False),)
+    >>> as_cases(parse_answer(r"\max(x, 0)"))
+    Cases(var='', branches=(('\\max(x, 0)', None),))
+    """
+    if isinstance(node, Scalar):
+        return None if node.percent or node.degrees else Cases("", ((node.text, None),))
+    if not isinstance(node, Piecewise) or len(node.branches) > MAX_CASES:
+        return None
+    names: set[str] = set()
+    branches: list[tuple[str, Region | None]] = []
+    for value, cond in node.branches:
+        if not isinstance(value, Scalar) or value.percent or value.degrees:
+            return None
+        region: Region | None = None
+        if cond is not None:
+            read = _condition_region(cond)
+            if read is None:
+                return None
+            name, region = read
+            names.add(name)
+        branches.append((value.text, region))
+    return Cases(names.pop(), tuple(branches)) if len(names) == 1 else None
+
+
+def _condition_region(cond: Node) -> tuple[str, Region] | None:
+    r"""Read a case's condition (``x \ge 0``, ``0 \le x < 1``, ``x = 0``) as (variable, region)."""
+    if isinstance(cond, Scalar) and _OR.search(cond.text):
+        return _either_region(cond.text)
+    if isinstance(cond, Relation):
+        point = cond.op == "=" and _is_scalar_or_none(cond.rhs_node)
+        if point and _SIMPLE_NAME.match(cond.lhs.text):
+            return re.sub(r"\s+", "", cond.lhs.text), (Points((cond.rhs.text,)),)
+        cond = relation_as_set(cond)  # type: ignore[assignment]
+    if not isinstance(cond, SetOf):
+        return None
+    region = _members_region(cond.members)
+    return None if region is None else (re.sub(r"\s+", "", cond.var), region)
+
+
+_OR = re.compile(r"\s+(?:or|\\lor|\\vee)\s+")
+
+
+def _either_region(text: str) -> tuple[str, Region] | None:
+    """Read ``x < -1 or x > 1`` as the union of the parts' regions (one variable)."""
+    names: set[str] = set()
+    region: list[Interval | Points] = []
+    for part in _OR.split(text):
+        try:
+            read = _condition_region(parse_answer(part))
+        except AnswerRejected:
+            return None
+        if read is None:
+            return None
+        names.add(read[0])
+        region.extend(read[1])
+    return (names.pop(), tuple(region)) if len(names) == 1 else None
+
+
+def _is_scalar_or_none(node: Node | None) -> bool:
+    return node is None or isinstance(node, Scalar)
+
+
+def _members_region(members: Node) -> Region | None:
+    if isinstance(members, Union):
+        parts = [_members_region(p) for p in members.parts]
+        if any(p is None for p in parts):
+            return None
+        return tuple(i for p in parts if p is not None for i in p)
+    if not isinstance(members, Seq) or not all(isinstance(i, Scalar) for i in members.items):
+        return None
+    texts = tuple(i.text for i in members.items if isinstance(i, Scalar))
+    if members.kind == "set":
+        return (Points(texts),)
+    brackets = members.left in ("(", "[") and members.right in (")", "]")
+    if members.kind == "tuple" and len(texts) == 2 and brackets:
+        return (Interval(texts[0], texts[1], members.left == "[", members.right == "]"),)
+    return None
 
 
 def _as_union(node: Node) -> Union | None:
@@ -448,6 +555,10 @@ class FastComparator:
             return True
         if g.op in ("=", "!=") and (g.lhs.text, g.rhs.text) == (p.rhs.text, p.lhs.text):
             return True
+        raise NeedsSymbolic
+
+    def function(self, gold: Cases, pred: Cases) -> bool:
+        """Functions by cases need sympy: raise NeedsSymbolic."""
         raise NeedsSymbolic
 
 
@@ -745,6 +856,13 @@ class SymbolicComparator(FastComparator):
         if ratio.free_symbols or ratio == 0 or not ratio.is_number:
             return False
         return bool(ratio.is_positive) if g.op in ("<", "<=") else bool(ratio.is_nonzero)
+
+    def function(self, gold: Cases, pred: Cases) -> bool:
+        """Compare two functions piece by piece with sympy (``piecewise.same_function``)."""
+        if restates(" ".join(t for t, _ in gold.branches), " ".join(t for t, _ in pred.branches)):
+            return False
+        var = gold.var or pred.var
+        return same_function(Cases(var, gold.branches), Cases(var, pred.branches))
 
 
 def _percent_variants(

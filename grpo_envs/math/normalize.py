@@ -999,7 +999,12 @@ def _matrix_expression(s: str, level: int) -> Matrix | None:
     return Matrix(rows)
 
 
-_CASES = re.compile(r"^\\begin\{[dr]?cases\}(.*)\\end\{[dr]?cases\}$", re.DOTALL)
+_CASES = re.compile(
+    r"^(?:\\begin\{[dr]?cases\}(.*)\\end\{[dr]?cases\}"
+    # \left\{ \begin{array}{ll} ... \end{array} \right. (the \left/\right are cleaned away)
+    r"|\\\{\s*\\begin\{array\}\{\s*[lcr]\s*\|?\s*[lcr]\s*\}(.*)\\end\{array\})$",
+    re.DOTALL,
+)
 _CONDITION_WORDS = re.compile(r"^\s*(?:if|for|when|where|whenever)\b\s*|[\s,;.]+$", re.IGNORECASE)
 _OTHERWISE = re.compile(r"^(?:otherwise|else|elsewhere|in\s+all\s+other\s+cases)$", re.IGNORECASE)
 
@@ -1092,7 +1097,8 @@ def _cases(s: str, level: int) -> Piecewise | None:
     m = _CASES.match(s)
     if m is None:
         return None
-    rows = [r for r in re.split(r"\\\\", m.group(1)) if r.strip()]
+    body = m.group(1) if m.group(1) is not None else m.group(2)
+    rows = [r for r in re.split(r"\\\\", body) if r.strip()]
     if not rows or len(rows) > MAX_ITEMS:
         return None
     branches: list[tuple[Node, Node | None]] = []
@@ -1104,7 +1110,8 @@ def _cases(s: str, level: int) -> Piecewise | None:
             cond = _parse(condition, level + 1)
         elif not condition and row is not rows[-1]:
             return None  # a case without a condition before the last one: not a function
-        branches.append((_parse(value, level + 1), cond))
+        # "x, & x \ge 0": the comma ends the value (a common way to write cases).
+        branches.append((_parse(value.strip().rstrip(",;").strip(), level + 1), cond))
     return Piecewise(tuple(branches))
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from grpo_envs.math.duration import duration_seconds, same_duration
 from grpo_envs.math.equivalence import FastComparator, NeedsSymbolic, compare
 from grpo_envs.math.extract import extract_answer, gold_answer, listed_options
 from grpo_envs.math.normalize import AnswerRejected, Choice, Node, gold_choice, parse_answer
@@ -49,6 +50,7 @@ class _Pending:
 
 
 _FAST = FastComparator()
+_HAS_LETTER = re.compile(r"[A-Za-z]")
 _LETTER = re.compile(r"(?<![A-Za-z\\])[A-J](?![A-Za-z])")
 
 
@@ -67,6 +69,15 @@ def _gold_node(gold: str) -> Node | str:
         return f"the gold answer cannot be used: {exc}"
 
 
+@functools.lru_cache(maxsize=8192)
+def _gold_duration(gold: str) -> str | None:
+    """Return the gold answer when it is a length of time with its unit ("90 minutes")."""
+    if not _HAS_LETTER.search(gold):
+        return None  # a plain number (most golds) names no unit: skip the extraction
+    answer = gold_answer(gold)
+    return answer if answer is not None and duration_seconds(answer) is not None else None
+
+
 def _prepare(gold: str, completion: str, strict: bool) -> MathResult | _Pending:
     if not isinstance(gold, str) or not isinstance(completion, str):
         return MathResult(
@@ -82,6 +93,12 @@ def _prepare(gold: str, completion: str, strict: bool) -> MathResult | _Pending:
     extracted = extract_answer(completion, strict=strict)
     if extracted is None:
         return MathResult(False, None, Outcome.UNPARSABLE, "no final answer found")
+    duration_gold = _gold_duration(gold)
+    if duration_gold is not None:
+        # 1.5 hours against 1:30 or 90 minutes: compared as lengths of time (``duration``).
+        same = same_duration(duration_gold, extracted, completion)
+        if same is not None:
+            return _verdict(same, extracted, "duration")
     try:
         pred = parse_answer(extracted, choice=isinstance(gold_node, Choice))
         pred = _as_listed_option(gold_node, pred, extracted, completion)

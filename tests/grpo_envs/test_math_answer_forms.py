@@ -7,7 +7,8 @@ Classes: words (number words), sets (set-builder, relations, absolute values, "a
 except"), box (other framing, an approximation sign or a sentence in the box, chat models' box
 tokens), language (final-answer phrases in other languages), identity (what sympy does not prove
 by default), piecewise, vector (unit vectors, scalar multiples), everyday (clock times, dates,
-currency, cents, a quantity in two units), choice (a letter against the listed option's value).
+currency, cents, a quantity in two units), duration (decimal hours, minutes, clock forms),
+choice (a letter against the listed option's value).
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from grpo_envs.math.extract import listed_options
 from grpo_envs.math.normalize import number_from_words, unit_vectors_as_tuple
 
 _PW = r"\begin{cases} x^2 & x > 1 \\ 2x - 1 & x \le 1 \end{cases}"
+_ABS_CASES = r"\begin{cases} x & x \ge 0 \\ -x & x < 0 \end{cases}"
+_TWO_KINKS = r"\begin{cases} -2x & x < -1 \\ 2 & -1 \le x \le 1 \\ 2x & x > 1 \end{cases}"
+_OUTSIDE = r"\begin{cases} 1 & x < -1 \text{ or } x > 1 \\ 0 & -1 \le x \le 1 \end{cases}"
+_MAX_ABS_ONE = r"\begin{cases} |x| & x < -1 \text{ or } x > 1 \\ 1 & -1 \le x \le 1 \end{cases}"
 _OPTIONS = "The options are (A) 10 (B) 11 (C) 12 (D) 13."
 
 # (class, gold, completion)
@@ -73,6 +78,65 @@ RIGHT = [
         r"\boxed{\begin{cases} 2x-1 & \text{if } x \leq 1, \\ x^2 & \text{if } x > 1. \end{cases}}",
     ),
     ("piecewise", _PW, r"\boxed{\begin{cases} x^2 & x > 1 \\ 2x-1 & \text{otherwise} \end{cases}}"),
+    # cases against a closed form for the same function, in both directions
+    ("piecewise", "|x|", rf"\boxed{{{_ABS_CASES}}}"),
+    ("piecewise", _ABS_CASES, r"\boxed{|x|}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} -x & x \le 0 \\ x & x > 0 \end{cases}}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} x & x > 0 \\ 0 & x = 0 \\ -x & x < 0 \end{cases}}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} x & x \ge 0 \\ -x & x \le 0 \end{cases}}"),
+    ("piecewise", "|x - 2|", r"\boxed{\begin{cases} x - 2 & x \ge 2 \\ 2 - x & x < 2 \end{cases}}"),
+    ("piecewise", r"\max(x, 0)", r"\boxed{\begin{cases} x & x \geq 0 \\ 0 & x < 0 \end{cases}}"),
+    ("piecewise", r"\begin{cases} x & x \ge 0 \\ 0 & x < 0 \end{cases}", r"\boxed{\max(0, x)}"),
+    (
+        "piecewise",
+        r"\min(x, 0)",
+        r"\boxed{\begin{cases} 0 & x \ge 0 \\ x & \text{otherwise} \end{cases}}",
+    ),
+    (
+        "piecewise",
+        r"\frac{x + |x|}{2}",
+        r"\boxed{\begin{cases} x & x > 0 \\ 0 & x \le 0 \end{cases}}",
+    ),
+    ("piecewise", "|x - 1| + |x + 1|", rf"\boxed{{{_TWO_KINKS}}}"),
+    ("piecewise", r"f(x) = |x|", rf"The function is $f(x) = \boxed{{{_ABS_CASES}}}$."),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} x, & x \ge 0 \\ -x, & x < 0 \end{cases}}"),
+    (
+        "piecewise",
+        "|x|",
+        r"\boxed{\left\{ \begin{array}{ll} x & x \ge 0 \\ -x & x < 0 \end{array} \right.}",
+    ),
+    ("piecewise", r"\max\{x, 0\}", r"\boxed{\begin{cases} x & x \ge 0 \\ 0 & x < 0 \end{cases}}"),
+    ("piecewise", "x|x|", r"\boxed{\begin{cases} x^2 & x \ge 0 \\ -x^2 & x < 0 \end{cases}}"),
+    (
+        "piecewise",
+        "|2x - 3|",
+        r"\boxed{\begin{cases} 2x - 3 & x \ge \frac{3}{2} \\ 3 - 2x & x < \frac{3}{2} \end{cases}}",
+    ),
+    (
+        "piecewise",
+        "|x^2 - 1|",
+        r"\boxed{\begin{cases} x^2 - 1 & |x| \ge 1 \\ 1 - x^2 & |x| < 1 \end{cases}}",
+    ),
+    ("piecewise", _OUTSIDE, r"\boxed{\begin{cases} 0 & |x| \le 1 \\ 1 & |x| > 1 \end{cases}}"),
+    ("piecewise", r"\max(|x|, 1)", rf"\boxed{{{_MAX_ABS_ONE}}}"),
+    # cases split at another point where both values agree (continuous at the boundary)
+    ("piecewise", _PW, r"\boxed{\begin{cases} x^2 & x \ge 1 \\ 2x - 1 & x < 1 \end{cases}}"),
+    # durations: decimal hours, minutes, two units and clock forms (the gold has a unit of time)
+    ("duration", r"1.5 \text{ hours}", r"\boxed{1:30}"),
+    ("duration", "1.5 hours", "It takes her 1:30 to finish the course."),
+    ("duration", "90 minutes", r"The trip takes \boxed{1.5 \text{ hours}}."),
+    ("duration", "1.5 hours", r"The trip takes \boxed{90 \text{ minutes}}."),
+    ("duration", "2.25 hours", "It takes 2 hours 15 minutes."),
+    ("duration", "2 hours 15 minutes", r"\boxed{2.25 \text{ hours}}"),
+    ("duration", "2 hours 15 minutes", r"\boxed{2:15}"),
+    ("duration", "135 minutes", r"\boxed{2:15}"),
+    ("duration", "45 minutes", r"\boxed{0.75 \text{ hours}}"),
+    ("duration", "3 days", r"\boxed{72 \text{ hours}}"),
+    ("duration", "1 hour 30 minutes 20 seconds", r"\boxed{1:30:20}"),
+    ("duration", "1.5 hours", r"\boxed{1:30 \text{ hours}}"),
+    ("duration", "2.5 minutes", r"\boxed{2:30 \text{ min}}"),
+    ("duration", "1.5 hours", r"\boxed{1.5}"),
+    ("duration", "2 weeks", r"\boxed{14 \text{ days}}"),
     ("vector", r"\begin{pmatrix} 3 \\ 4 \end{pmatrix}", r"\boxed{3\mathbf{i} + 4\mathbf{j}}"),
     ("vector", "(1, -2, 3)", r"\boxed{\hat{i} - 2\hat{j} + 3\hat{k}}"),
     ("vector", "(0, 5, -1)", r"\boxed{5\vec{j} - \vec{k}}"),
@@ -156,6 +220,55 @@ WRONG = [
     ("piecewise", _PW, r"\boxed{\begin{cases} x^2 & x > 1 \\ 2x+1 & \text{otherwise} \end{cases}}"),
     ("piecewise", _PW, r"\boxed{\begin{cases} x^2 & x > 2 \\ 2x - 1 & x \le 1 \end{cases}}"),
     ("piecewise", _PW, r"\boxed{\begin{cases} x^2 & x > 1 \end{cases}}"),
+    # near misses of a closed form: a sign, a boundary, a missing point, a boundary value
+    ("piecewise", "|x|", r"\boxed{\begin{cases} x & x \ge 0 \\ x & x < 0 \end{cases}}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} -x & x \ge 0 \\ x & x < 0 \end{cases}}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} x & x \ge 1 \\ -x & x < 1 \end{cases}}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} x & x > 0 \\ -x & x < 0 \end{cases}}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} x & x > 0 \\ 1 & x = 0 \\ -x & x < 0 \end{cases}}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} x & x \ge 0 \end{cases}}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} y & y \ge 0 \\ -y & y < 0 \end{cases}}"),
+    ("piecewise", _ABS_CASES, r"\boxed{|x - 1|}"),
+    ("piecewise", _ABS_CASES, r"\boxed{-|x|}"),
+    ("piecewise", "|x - 2|", r"\boxed{\begin{cases} x - 2 & x \ge 1 \\ 2 - x & x < 1 \end{cases}}"),
+    ("piecewise", r"\max(x, 0)", rf"\boxed{{{_ABS_CASES}}}"),
+    ("piecewise", r"\max(x, 0)", r"\boxed{\min(x, 0)}"),
+    ("piecewise", r"\min(x, 0)", r"\boxed{\begin{cases} x & x \ge 0 \\ 0 & x < 0 \end{cases}}"),
+    (
+        "piecewise",
+        "|x - 1| + |x + 1|",
+        rf"\boxed{{{_TWO_KINKS.replace('2x & x > 1', '2x & x > 2')}}}",
+    ),
+    ("piecewise", "|x - 1| + |x + 1|", rf"\boxed{{{_TWO_KINKS.replace('2 &', '3 &')}}}"),
+    ("piecewise", "|x|", r"\boxed{\begin{cases} x, & x \ge 0 \\ x, & x < 0 \end{cases}}"),
+    (
+        "piecewise",
+        "|x|",
+        r"\boxed{\left\{ \begin{array}{ll} x & x \ge 1 \\ -x & x < 1 \end{array} \right.}",
+    ),
+    ("piecewise", "x|x|", r"\boxed{\begin{cases} x^2 & x \ge 0 \\ x^2 & x < 0 \end{cases}}"),
+    (
+        "piecewise",
+        "|2x - 3|",
+        r"\boxed{\begin{cases} 2x - 3 & x \ge \frac{2}{3} \\ 3 - 2x & x < \frac{2}{3} \end{cases}}",
+    ),
+    (
+        "piecewise",
+        "|x|",
+        r"\boxed{\begin{cases} x & x \ge 0 \\ -x & x < 0 \\ 5 & x > 10 \end{cases}}",
+    ),  # overlapping cases that disagree
+    ("piecewise", _OUTSIDE, r"\boxed{\begin{cases} 0 & |x| < 1 \\ 1 & |x| \ge 1 \end{cases}}"),
+    ("piecewise", _OUTSIDE, rf"\boxed{{{_OUTSIDE.replace('x > 1', 'x > 2')}}}"),
+    ("piecewise", r"\max(|x|, 1)", rf"\boxed{{{_MAX_ABS_ONE.replace('|x| &', 'x &')}}}"),
+    ("piecewise", r"\max(|x|, 1)", rf"\boxed{{{_MAX_ABS_ONE.replace('1 & -1', '0 & -1')}}}"),
+    # a jump: moving the boundary point to the other case is another function
+    (
+        "piecewise",
+        r"\begin{cases} 1 & x \ge 0 \\ 0 & x < 0 \end{cases}",
+        r"\boxed{\begin{cases} 1 & x > 0 \\ 0 & x \le 0 \end{cases}}",
+    ),
+    ("piecewise", _PW, r"\boxed{x^2}"),
+    ("piecewise", _PW, r"\boxed{5}"),
     ("vector", r"\begin{pmatrix} 3 \\ 4 \end{pmatrix}", r"\boxed{4\mathbf{i} + 3\mathbf{j}}"),
     ("vector", "(3, 4)", r"\boxed{3\hat{i} - 4\hat{j}}"),
     ("vector", "(1, -2, 3)", r"\boxed{\hat{i} - 2\hat{j}}"),
@@ -188,6 +301,23 @@ WRONG = [
     ("everyday", "March 15, 2024", "The date is 15/3/2024."),  # month 15: no date
     ("everyday", "15", "The date is March 15, 2024."),
     ("everyday", "Mayday 5", "The answer is May 5th."),
+    # a duration near miss: another length, a time of day, a gold with no unit of time
+    ("duration", "1.5 hours", r"\boxed{1:50}"),
+    ("duration", "1.3 hours", r"\boxed{1:30}"),
+    ("duration", "1.5 hours", r"\boxed{1.3 \text{ hours}}"),
+    ("duration", "90 minutes", r"\boxed{90 \text{ hours}}"),
+    ("duration", "90 minutes", r"\boxed{1.5 \text{ minutes}}"),
+    ("duration", "1.5 hours", "They meet at 1:30."),
+    ("duration", "1.5 hours", r"The train leaves at \boxed{1:30}."),
+    ("duration", "1.5 hours", r"\boxed{1:30 \text{ p.m.}}"),
+    ("duration", "0.33 hours", r"\boxed{20 \text{ minutes}}"),
+    ("duration", "2 hours 15 minutes", r"\boxed{2:25}"),
+    ("duration", "2 hours 15 minutes", r"\boxed{2.15 \text{ hours}}"),
+    ("duration", "1.5 hours", r"\boxed{1:30:01}"),
+    ("duration", "3 days", r"\boxed{3 \text{ hours}}"),
+    ("duration", "1.5", r"\boxed{1:30}"),  # no unit of time in the gold: no duration context
+    ("duration", "1:30", r"\boxed{1.5 \text{ hours}}"),  # the gold may be a time of day
+    ("duration", "4 minutes 5 seconds", r"\boxed{4:05}"),  # a clock form is hours:minutes
     ("choice", "B", _OPTIONS + r" The answer is \boxed{12}."),
     ("choice", "C", r"The answer is \boxed{12}."),  # no options listed: a value is no letter
     ("choice", "C", r"(A) 12 (B) 12 (C) 12. So \boxed{12}."),  # the value names no one option
