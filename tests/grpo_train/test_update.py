@@ -124,6 +124,6 @@ def test_clip_and_step_clips_steps_and_skips_a_non_finite_update_until_the_limit
     assert torch.allclose(weight.detach(), torch.tensor([-0.6, -0.8]))
     assert step.bad_in_a_row == 1 and weight.grad is None
     weight.grad = torch.tensor([float("inf"), 0.0])
-    with pytest.raises(TrainingAborted, match="2 updates in a row.*ckpt-1"):
+    with pytest.raises(TrainingAborted, match=r"2 updates in a row.*ckpt-1"):
         step(0.1)
     assert torch.allclose(weight.detach(), torch.tensor([-0.6, -0.8]))
