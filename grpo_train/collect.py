@@ -57,20 +57,21 @@ class Collector:
         self.rank, self.dp, self.run_dir = rank, dp, run_dir
 
     def sample_batch(
-        self, step: int, times: dict[str, float], low_signal: bool = False
+        self, step: int, times: dict[str, float], dynamic_sampling: bool = False
     ) -> tuple[RolloutBatch, list[Group], dict[str, float]]:
         """Collect this rank's rollout batch; return it, every group sampled, and batch metrics.
 
         DAPO dynamic sampling (arXiv:2503.14476, 3.2) drops groups whose rewards all agree and
         refills the batch from the next prompts, for at most ``dynamic_sampling_rounds`` extra
         rounds. Every rank draws the same prompts and keeps its share, so counts are global sums.
-        ``low_signal``: the learning-signal guard fired (``dynamic_sampling=auto`` turns on).
+        ``dynamic_sampling``: whether this step does (``learning_signal.AutoHeuristics`` decides:
+        ``dynamic_sampling=on``, or ``auto`` once the learning-signal guard fired).
         """
         cfg, a, m = self.cfg, self.cfg.algorithm, {}
         p_step = cfg.rollout.prompts_per_step
         sampled = self.collect(p_step, step, 0, times)
         groups, padding = sampled, False
-        if a.dynamic_sampling == "on" or (a.dynamic_sampling == "auto" and low_signal):
+        if dynamic_sampling:
             groups, rounds = [g for g in sampled if g.informative], 0
             kept = int(self.dp.total(len(groups)))
             while kept < p_step and rounds < a.dynamic_sampling_rounds:

@@ -47,7 +47,7 @@ from grpo_train.checkpoint import (
 from grpo_train.collect import Collector
 from grpo_train.config import ConfigError, TrainConfig
 from grpo_train.groups import Group
-from grpo_train.learning_signal import SignalGuard
+from grpo_train.learning_signal import AutoHeuristics, Switch
 from grpo_train.lora import reference_logprobs, save_merged
 from grpo_train.loss import MicroBatch, token_logprobs
 from grpo_train.metrics import step_metrics
@@ -95,6 +95,9 @@ class TrainResult:
     throughput: dict[str, float] = field(default_factory=dict)
     """The run's ``throughput/samples_per_s`` and ``throughput/completion_tokens_per_s`` over
     its step time (main rank only)."""
+    switches: tuple[Switch, ...] = ()
+    """What ``curriculum=auto`` / ``dynamic_sampling=auto`` and the curriculum changed, and
+    after which step (``learning_signal.AutoHeuristics``)."""
 
 
 class Trainer:
@@ -154,6 +157,8 @@ class Trainer:
             stage_envs, starts, self.env_names, weights, self.cfg.data, self.cfg.run.seed,
             sampler_state,
         )  # fmt: skip
+        # curriculum=auto and dynamic_sampling=auto: their state, decisions and record.
+        self.auto = AutoHeuristics(self.cfg, self.prompts, sampler_state, self.start_step)
         self.engine = engine if engine is not None else self._start_engine(model_path)
         if self.lora is not None and self.resume_from and not isinstance(self.engine, LostEngine):
             weight_export.sync_rollout_weights(self.engine, self.model)  # the resumed adapter
@@ -210,7 +215,6 @@ class Trainer:
         self.rank = distributed.rank_info()
         if self.rank.is_main:
             clear_run_dir(cfg)
-        self.signal_guard = SignalGuard()
         self.device = str(self.accelerator.device)
         if cfg.policy.use_qlora and torch.device(self.device).type != "cuda":
             raise ConfigError(
@@ -283,12 +287,6 @@ class Trainer:
         apply_schedule_changes(
             self.saved, self.cfg, self.optimizer, self.scheduler, self.start_step, self.rank.is_main
         )
-        # The guard's state decides whether dynamic_sampling=auto draws more: without it a
-        # resumed run would sample differently from the uninterrupted one.
-        saved = state.sampler
-        self.signal_guard = SignalGuard(
-            streak=saved.signal_streak, fired=saved.signal_fired, eased=saved.signal_eased
-        )
         return state.sampler
 
     def _build_learner(self) -> Policy:
@@ -346,7 +344,9 @@ class Trainer:
                     # For accuracy against wall time: seconds since this launch began training,
                     # evaluations included.
                     metrics["time/elapsed"] = time.perf_counter() - t0
-                    self._watch_signal(step, metrics, log)
+                    advice = self.auto.watch(step, metrics)
+                    if advice is not None:  # said once, in one line: what ran, what to try
+                        log.write(advice)
                     log.log_step(step, metrics)
                     if last or (run.save_every and step % run.save_every == 0):
                         last_ckpt = self.save(step)
@@ -390,6 +390,7 @@ class Trainer:
             last_ckpt,
             time_to_target(rows, run.target_accuracy) if main else None,
             run_throughput(rows),
+            tuple(self.auto.switches),
         )
 
     def _resumed_here(self) -> bool:
@@ -454,31 +455,11 @@ class Trainer:
             self._lose_engine(died)
             return {}
 
-    def _watch_signal(self, step: int, metrics: dict[str, float], log: RunLogger) -> None:
-        """Say once, in one line, when most groups keep having equal rewards (no gradient)."""
-        frac = metrics.get("group/frac_zero_std")
-        if self.cfg.algorithm.advantage_estimator is Estimator.EMA:
-            return  # equal-reward groups still learn against the EMA baseline: not a stall
-        if frac is None or not self.signal_guard.update(frac):
-            return
-        easier: list[str] = []
-        if self.cfg.data.curriculum == "auto" and not self.signal_guard.eased:
-            easier = self.prompts.ease()
-        if easier:
-            # The curriculum removes the cause (a task the policy is never right on), while
-            # redrawing prompts of that task (dynamic sampling) spends generation time for few
-            # kept groups. The guard re-arms: if the signal stalls again, it fires again, and
-            # then dynamic_sampling=auto turns on.
-            self.signal_guard.rearm()
-        # The guard stays fired (dynamic_sampling=auto draws more from now on) unless re-armed.
-        auto = self.cfg.algorithm.dynamic_sampling == "auto" and self.signal_guard.fired
-        log.write(self.signal_guard.advice(step, self.cfg, auto, easier))
-
     def train_step(self, step: int, log: RunLogger) -> dict[str, float]:
         """Run one GRPO step (arXiv:2402.03300): rollouts, advantages, update, sync, metrics."""
         times = defaultdict[str, float](float)
         # (1)-(3) Prompts -> a group of generated, scored completions each (this rank's share).
-        batch, sampled, m = self.collector.sample_batch(step, times, self.signal_guard.fired)
+        batch, sampled, m = self.collector.sample_batch(step, times, self.auto.dynamic_sampling)
         # (4) Advantages over the whole step's batch (every rank's groups).
         t = time.perf_counter()
         advantages = self.advantages(batch)
@@ -619,12 +600,7 @@ class Trainer:
             tokenizer=self.tokenizer,
             optimizer=self.optimizer,
             scheduler=self.scheduler,
-            sampler=replace(
-                self._undone or self.prompts.state(),
-                signal_streak=self.signal_guard.streak,
-                signal_fired=self.signal_guard.fired,
-                signal_eased=self.signal_guard.eased,
-            ),
+            sampler=self.auto.saved_into(self._undone or self.prompts.state()),
             config=self.cfg,
             keep_last=self.cfg.run.keep_last,
             state_dict=state,
