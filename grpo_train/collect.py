@@ -131,11 +131,11 @@ class Collector:
         """Draw ``n_prompts`` prompts, generate ``num_generations`` completions each, score them.
 
         Every rank draws the same ``n_prompts`` prompts (same sampler, same seed) and keeps its
-        contiguous share (``distributed.shard_prompts``); a group never spans two ranks.
+        contiguous share (``distributed.shard_bounds``); a group never spans two ranks.
         """
         drawn = self.prompts.draw(n_prompts)
-        start = distributed.shard_bounds(n_prompts, self.rank.rank, self.rank.world_size)[0]
-        mine = distributed.shard_prompts(drawn, self.rank.rank, self.rank.world_size)
+        start, stop = distributed.shard_bounds(n_prompts, self.rank.rank, self.rank.world_size)
+        mine = drawn[start:stop]
         prompts = [self._encode(sample) for sample, _ in mine]
         t = time.perf_counter()
         pause_point("generation", step)
