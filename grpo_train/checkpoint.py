@@ -364,8 +364,8 @@ class SamplerState:
     ``curriculum.CurriculumState.to_json()`` and ``filter_memory`` ``PassRateFilter.to_json()``
     (empty in checkpoints written before curricula existed: every environment at its start).
     ``signal_streak`` / ``signal_fired`` / ``signal_eased`` are the learning-signal guard's
-    (``SignalGuard``): with ``dynamic_sampling: auto`` and ``curriculum: auto`` they decide how
-    the next steps draw.
+    (``learning_signal.SignalGuard``, owned by ``AutoHeuristics``): with ``dynamic_sampling:
+    auto`` and ``curriculum: auto`` they decide how the next steps draw.
     """
 
     draws: int = 0

@@ -57,20 +57,21 @@ class Collector:
         self.rank, self.dp, self.run_dir = rank, dp, run_dir
 
     def sample_batch(
-        self, step: int, times: dict[str, float], low_signal: bool = False
+        self, step: int, times: dict[str, float], dynamic_sampling: bool = False
     ) -> tuple[RolloutBatch, list[Group], dict[str, float]]:
         """Collect this rank's rollout batch; return it, every group sampled, and batch metrics.
 
         DAPO dynamic sampling (arXiv:2503.14476, 3.2) drops groups whose rewards all agree and
         refills the batch from the next prompts, for at most ``dynamic_sampling_rounds`` extra
         rounds. Every rank draws the same prompts and keeps its share, so counts are global sums.
-        ``low_signal``: the learning-signal guard fired (``dynamic_sampling=auto`` turns on).
+        ``dynamic_sampling``: whether this step does (``learning_signal.AutoHeuristics`` decides:
+        ``dynamic_sampling=on``, or ``auto`` once the learning-signal guard fired).
         """
         cfg, a, m = self.cfg, self.cfg.algorithm, {}
         p_step = cfg.rollout.prompts_per_step
         sampled = self.collect(p_step, step, 0, times)
         groups, padding = sampled, False
-        if a.dynamic_sampling == "on" or (a.dynamic_sampling == "auto" and low_signal):
+        if dynamic_sampling:
             groups, rounds = [g for g in sampled if g.informative], 0
             kept = int(self.dp.total(len(groups)))
             while kept < p_step and rounds < a.dynamic_sampling_rounds:
@@ -130,11 +131,11 @@ class Collector:
         """Draw ``n_prompts`` prompts, generate ``num_generations`` completions each, score them.
 
         Every rank draws the same ``n_prompts`` prompts (same sampler, same seed) and keeps its
-        contiguous share (``distributed.shard_prompts``); a group never spans two ranks.
+        contiguous share (``distributed.shard_bounds``); a group never spans two ranks.
         """
         drawn = self.prompts.draw(n_prompts)
-        start = distributed.shard_bounds(n_prompts, self.rank.rank, self.rank.world_size)[0]
-        mine = distributed.shard_prompts(drawn, self.rank.rank, self.rank.world_size)
+        start, stop = distributed.shard_bounds(n_prompts, self.rank.rank, self.rank.world_size)
+        mine = drawn[start:stop]
         prompts = [self._encode(sample) for sample, _ in mine]
         t = time.perf_counter()
         pause_point("generation", step)

@@ -1,4 +1,10 @@
-"""The learning-signal guard: notice a run whose groups keep having equal rewards (no gradient).
+"""The learning-signal guard and the automatic choices it drives, with one owner.
+
+``SignalGuard`` notices a run whose groups keep having equal rewards (no gradient).
+``AutoHeuristics`` owns what a run does about it (``curriculum=auto``: the task drops to its
+easiest version, once; ``dynamic_sampling=auto``: DAPO dynamic sampling turns on for the rest
+of the run), the guard's state saved in checkpoints, and the record of every switch (``Switch``:
+those, and each curriculum stage change) that the run summary prints.
 
 "Signal" here is the learning signal (reward differences within a group), not an OS signal
 (Ctrl-C, SIGTERM: ``grpo_train.stop``).
@@ -6,12 +12,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from grpo_train.choices import Estimator
+
 if TYPE_CHECKING:
+    from grpo_train.checkpoint import SamplerState
     from grpo_train.config import TrainConfig
+    from grpo_train.training_prompts import TrainingPrompts
 
 
 @dataclass
@@ -88,3 +98,98 @@ class SignalGuard:
             f"rewards (no gradient) for {self.patience} steps in a row{now}. Try: "
             + "; ".join(tries)
         )
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One change of what a run samples, decided during the run: after ``step``, ``what``."""
+
+    step: int
+    what: str
+
+    def describe(self) -> str:
+        """Return 'after step 3: ...'.
+
+        >>> Switch(3, "dynamic_sampling=auto on").describe()
+        'after step 3: dynamic_sampling=auto on'
+        """
+        return f"after step {self.step}: {self.what}"
+
+
+class AutoHeuristics:
+    """The one owner of ``curriculum=auto`` and ``dynamic_sampling=auto`` in a run.
+
+    Its state is the ``SignalGuard`` (restored from and saved into the checkpoint's
+    ``SamplerState``, whose ``signal_*`` fields it is); ``dynamic_sampling`` says whether this
+    step's collection drops equal-reward groups and draws more; ``watch`` takes each step's
+    metrics, answers a stall (an easier curriculum first, then dynamic sampling) and returns the
+    line to print; ``switches`` lists what changed after which step in this launch (a resumed
+    launch starts with what its checkpoint had already switched on).
+    """
+
+    def __init__(
+        self, config: TrainConfig, prompts: TrainingPrompts, saved: SamplerState | None, step: int
+    ) -> None:
+        self.config, self.prompts = config, prompts
+        self.guard = SignalGuard()
+        self.switches: list[Switch] = []
+        if saved is not None:
+            # Without the guard's state a resumed run would sample differently from the
+            # uninterrupted one.
+            self.guard = SignalGuard(
+                streak=saved.signal_streak, fired=saved.signal_fired, eased=saved.signal_eased
+            )
+            if self.guard.eased:
+                self.switches.append(Switch(step, "curriculum=auto had eased (resumed)"))
+            if self.dynamic_sampling and config.algorithm.dynamic_sampling == "auto":
+                self.switches.append(Switch(step, "dynamic_sampling=auto was on (resumed)"))
+        self._stages = self._stage_metrics(prompts.stage_metrics())
+
+    @property
+    def dynamic_sampling(self) -> bool:
+        """Whether this step drops equal-reward groups and draws more (DAPO dynamic sampling)."""
+        mode = self.config.algorithm.dynamic_sampling
+        return mode == "on" or (mode == "auto" and self.guard.fired)
+
+    def watch(self, step: int, metrics: Mapping[str, float]) -> str | None:
+        """Take a step's metrics; return the line to print when the learning signal stalled."""
+        self._note_stage_changes(step, metrics)
+        frac = metrics.get("group/frac_zero_std")
+        if self.config.algorithm.advantage_estimator is Estimator.EMA:
+            return None  # equal-reward groups still learn against the EMA baseline: not a stall
+        if frac is None or not self.guard.update(frac):
+            return None
+        easier: list[str] = []
+        if self.config.data.curriculum == "auto" and not self.guard.eased:
+            easier = self.prompts.ease()
+        if easier:
+            # The curriculum removes the cause (a task the policy is never right on), while
+            # redrawing prompts of that task (dynamic sampling) spends generation time for few
+            # kept groups. The guard re-arms: if the signal stalls again, it fires again, and
+            # then dynamic_sampling=auto turns on.
+            self.guard.rearm()
+            self._stages = self._stage_metrics(self.prompts.stage_metrics())
+            self.switches += [Switch(step, f"curriculum=auto sent {e}") for e in easier]
+        # The guard stays fired (dynamic_sampling=auto draws more from now on) unless re-armed.
+        auto = self.config.algorithm.dynamic_sampling == "auto" and self.guard.fired
+        if auto:
+            self.switches.append(Switch(step, "dynamic_sampling=auto on for the rest of the run"))
+        return self.guard.advice(step, self.config, auto, easier)
+
+    def saved_into(self, state: SamplerState) -> SamplerState:
+        """Return the checkpoint's data state with the guard's state in it."""
+        g = self.guard
+        return replace(state, signal_streak=g.streak, signal_fired=g.fired, signal_eased=g.eased)
+
+    def _note_stage_changes(self, step: int, metrics: Mapping[str, float]) -> None:
+        stages = self._stage_metrics(metrics)
+        for name, stage in stages.items():
+            if name in self._stages and self._stages[name] != stage:
+                where = self.prompts.describe_stage(name)
+                self.switches.append(Switch(step, f"curriculum moved {where}"))
+        self._stages.update(stages)
+
+    @staticmethod
+    def _stage_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
+        prefix = "curriculum/stage/"
+        return {k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)}

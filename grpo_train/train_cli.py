@@ -258,6 +258,7 @@ def _train(config: TrainConfig, stop: StopRequest) -> int:
         f" -> after {fmt(result.accuracy_after)}"
         f"\nwall time: {result.wall_s:.0f} s for {result.steps} steps"
         f"{_speed_lines(result)}"
+        f"\n{_switches_line(result)}"
         f"\nrun folder: {run_dir}"
         f"\nmetrics: {run_dir / 'metrics.jsonl'} (tensorboard --logdir {run_dir / 'tensorboard'})"
         f"\ncheckpoints: {run_dir / 'checkpoints'} (last: {result.last_checkpoint})"
@@ -309,6 +310,13 @@ def _launcher_argv() -> list[str]:
     except OSError:
         return []
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def _switches_line(result: TrainResult) -> str:
+    """Return the summary's line of what the run switched automatically, and after which step."""
+    if not result.switches:
+        return "automatic switches: none (the configured algorithm ran every step)"
+    return "automatic switches: " + "; ".join(s.describe() for s in result.switches)
 
 
 def _speed_lines(result: TrainResult) -> str:

@@ -18,7 +18,6 @@ processes, metrics, the run log, policy loading) already lives elsewhere.
 from __future__ import annotations
 
 import contextlib
-import math
 import random
 import time
 from collections import defaultdict
@@ -47,7 +46,8 @@ from grpo_train.checkpoint import (
 )
 from grpo_train.collect import Collector
 from grpo_train.config import ConfigError, TrainConfig
-from grpo_train.learning_signal import SignalGuard
+from grpo_train.groups import Group
+from grpo_train.learning_signal import AutoHeuristics, Switch
 from grpo_train.lora import reference_logprobs, save_merged
 from grpo_train.loss import MicroBatch, token_logprobs
 from grpo_train.metrics import step_metrics
@@ -70,10 +70,10 @@ from grpo_train.run_setup import (
     resume_path,
     run_identity,
 )
-from grpo_train.stop import StopRequest, TrainingAborted, pause_point
+from grpo_train.stop import StopRequest, pause_point
 from grpo_train.throughput import TimeToTarget, run_throughput, time_to_target
 from grpo_train.training_prompts import TrainingPrompts
-from grpo_train.update import Policy, UpdateSettings, grpo_update
+from grpo_train.update import ClipAndStep, Policy, UpdateSettings, grpo_update
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -95,6 +95,9 @@ class TrainResult:
     throughput: dict[str, float] = field(default_factory=dict)
     """The run's ``throughput/samples_per_s`` and ``throughput/completion_tokens_per_s`` over
     its step time (main rank only)."""
+    switches: tuple[Switch, ...] = ()
+    """What ``curriculum=auto`` / ``dynamic_sampling=auto`` and the curriculum changed, and
+    after which step (``learning_signal.AutoHeuristics``)."""
 
 
 class Trainer:
@@ -154,16 +157,23 @@ class Trainer:
             stage_envs, starts, self.env_names, weights, self.cfg.data, self.cfg.run.seed,
             sampler_state,
         )  # fmt: skip
+        # curriculum=auto and dynamic_sampling=auto: their state, decisions and record.
+        self.auto = AutoHeuristics(self.cfg, self.prompts, sampler_state, self.start_step)
         self.engine = engine if engine is not None else self._start_engine(model_path)
         if self.lora is not None and self.resume_from and not isinstance(self.engine, LostEngine):
             weight_export.sync_rollout_weights(self.engine, self.model)  # the resumed adapter
         self.learner = self._build_learner()
         self.settings = UpdateSettings.from_config(self.cfg)
+        # Sharded models need accelerate's (collective) gradient norm.
+        clip = self.accelerator.clip_grad_norm_ if self.distributed else None
+        self.clip_and_step = ClipAndStep(
+            self.model, self.optimizer, self.scheduler, self.cfg.optim, self.cfg.run.max_bad_steps,
+            clip or torch.nn.utils.clip_grad_norm_, lambda: latest_checkpoint(self.run_dir),
+        )  # fmt: skip
         self.collector = Collector(
             self.cfg, self.prompts, self.engine, self.tokenizer, self.prompt_format, self.rank,
             self.dp, self.run_dir,
         )  # fmt: skip
-        self._bad_updates = 0
 
     def _start_engine(self, model_path: str) -> RolloutEngine:
         """Build the rollout engine; a ``LostEngine`` when a stop request came first or killed it.
@@ -205,7 +215,6 @@ class Trainer:
         self.rank = distributed.rank_info()
         if self.rank.is_main:
             clear_run_dir(cfg)
-        self.signal_guard = SignalGuard()
         self.device = str(self.accelerator.device)
         if cfg.policy.use_qlora and torch.device(self.device).type != "cuda":
             raise ConfigError(
@@ -278,12 +287,6 @@ class Trainer:
         apply_schedule_changes(
             self.saved, self.cfg, self.optimizer, self.scheduler, self.start_step, self.rank.is_main
         )
-        # The guard's state decides whether dynamic_sampling=auto draws more: without it a
-        # resumed run would sample differently from the uninterrupted one.
-        saved = state.sampler
-        self.signal_guard = SignalGuard(
-            streak=saved.signal_streak, fired=saved.signal_fired, eased=saved.signal_eased
-        )
         return state.sampler
 
     def _build_learner(self) -> Policy:
@@ -341,7 +344,9 @@ class Trainer:
                     # For accuracy against wall time: seconds since this launch began training,
                     # evaluations included.
                     metrics["time/elapsed"] = time.perf_counter() - t0
-                    self._watch_signal(step, metrics, log)
+                    advice = self.auto.watch(step, metrics)
+                    if advice is not None:  # said once, in one line: what ran, what to try
+                        log.write(advice)
                     log.log_step(step, metrics)
                     if last or (run.save_every and step % run.save_every == 0):
                         last_ckpt = self.save(step)
@@ -385,6 +390,7 @@ class Trainer:
             last_ckpt,
             time_to_target(rows, run.target_accuracy) if main else None,
             run_throughput(rows),
+            tuple(self.auto.switches),
         )
 
     def _resumed_here(self) -> bool:
@@ -449,66 +455,67 @@ class Trainer:
             self._lose_engine(died)
             return {}
 
-    def _watch_signal(self, step: int, metrics: dict[str, float], log: RunLogger) -> None:
-        """Say once, in one line, when most groups keep having equal rewards (no gradient)."""
-        frac = metrics.get("group/frac_zero_std")
-        if self.cfg.algorithm.advantage_estimator is Estimator.EMA:
-            return  # equal-reward groups still learn against the EMA baseline: not a stall
-        if frac is None or not self.signal_guard.update(frac):
-            return
-        easier: list[str] = []
-        if self.cfg.data.curriculum == "auto" and not self.signal_guard.eased:
-            easier = self.prompts.ease()
-        if easier:
-            # The curriculum removes the cause (a task the policy is never right on), while
-            # redrawing prompts of that task (dynamic sampling) spends generation time for few
-            # kept groups. The guard re-arms: if the signal stalls again, it fires again, and
-            # then dynamic_sampling=auto turns on.
-            self.signal_guard.rearm()
-        # The guard stays fired (dynamic_sampling=auto draws more from now on) unless re-armed.
-        auto = self.cfg.algorithm.dynamic_sampling == "auto" and self.signal_guard.fired
-        log.write(self.signal_guard.advice(step, self.cfg, auto, easier))
-
     def train_step(self, step: int, log: RunLogger) -> dict[str, float]:
         """Run one GRPO step (arXiv:2402.03300): rollouts, advantages, update, sync, metrics."""
         times = defaultdict[str, float](float)
-        # (1)-(3) Prompts -> a group of scored completions each (this rank's share).
-        batch, sampled, m = self.collector.sample_batch(step, times, self.signal_guard.fired)
+        # (1)-(3) Prompts -> a group of generated, scored completions each (this rank's share).
+        batch, sampled, m = self.collector.sample_batch(step, times, self.auto.dynamic_sampling)
         # (4) Advantages over the whole step's batch (every rank's groups).
         t = time.perf_counter()
         advantages = self.advantages(batch)
         # (5) Clipped policy-gradient updates (mu of them, micro-batched) on this rank's rows.
         pause_point("update", step)
-        if self.dp.any(batch.rewards.numel() > 0):
-            # vLLM sleep mode (GPU): the engine's memory is free while the trainer needs it.
-            with engine_asleep(self.engine):
-                m.update(
-                    grpo_update(
-                        self.learner, self.optimizer_step, batch, advantages, self.settings, self.dp
-                    )
-                )
-        else:
-            logger.warning("step %d: every group had equal rewards; no update", step)
+        m.update(self.update(step, batch, advantages))
         times["train"] = time.perf_counter() - t
         # (6) Push the new weights into the rollout engine (merged LoRA, gathered shards).
         t = time.perf_counter()
         pause_point("weight sync", step)
+        self.sync_weights()
+        times["sync"] = time.perf_counter() - t
+        # (7) Time split, throughput, memory; sample completions.
+        m.update(step_metrics(sampled, times, self.dp, self.scheduler.get_last_lr()[0]))
+        self._log_samples(step, batch, sampled, advantages, log)
+        return m
+
+    def update(self, step: int, batch: RolloutBatch, advantages: torch.Tensor) -> dict[str, float]:
+        """``update.grpo_update`` on this rank's rows, with the engine asleep; its metrics."""
+        if not self.dp.any(batch.rewards.numel() > 0):
+            logger.warning("step %d: every group had equal rewards; no update", step)
+            return {}
+        # vLLM sleep mode (GPU): the engine's memory is free while the trainer needs it.
+        with engine_asleep(self.engine):
+            return grpo_update(
+                self.learner, self.clip_and_step, batch, advantages, self.settings, self.dp
+            )
+
+    def sync_weights(self) -> None:
+        """Load the policy's new weights into the rollout engine.
+
+        An engine that dies here leaves the update standing: the step is complete without it.
+        """
         try:
             weight_export.sync_rollout_weights(self.engine, self.model)
-        except EngineDied as died:  # the update stands: the step is complete without the engine
+        except EngineDied as died:
             self._lose_engine(died)
-        times["sync"] = time.perf_counter() - t
-        # (7) Time split, throughput, memory, sample completions.
-        m.update(step_metrics(sampled, times, self.dp, self.scheduler.get_last_lr()[0]))
+
+    def _log_samples(
+        self,
+        step: int,
+        batch: RolloutBatch,
+        sampled: Sequence[Group],
+        advantages: torch.Tensor,
+        log: RunLogger,
+    ) -> None:
+        """Log one group's completions every ``log_every_samples`` steps."""
         every = self.cfg.run.log_every_samples
-        if every and step % every == 0 and sampled:
-            # The first trained group; when dynamic sampling dropped every group (no signal),
-            # the first sampled one with advantage 0, so that the log shows what the model wrote.
-            trained = bool(batch.samples) and not batch.padding
-            group = batch.samples[0] if trained else sampled[0]
-            values = advantages[0].tolist() if trained else [0.0] * len(group.completions)
-            log.log_samples(sample_records(step, group, self.env_names[group.env_index], values))
-        return m
+        if not (every and step % every == 0 and sampled):
+            return
+        # The first trained group; when dynamic sampling dropped every group (no signal), the
+        # first sampled one with advantage 0, so that the log shows what the model wrote.
+        trained = bool(batch.samples) and not batch.padding
+        group = batch.samples[0] if trained else sampled[0]
+        values = advantages[0].tolist() if trained else [0.0] * len(group.completions)
+        log.log_samples(sample_records(step, group, self.env_names[group.env_index], values))
 
     def advantages(self, batch: RolloutBatch) -> torch.Tensor:
         """Return the (P, G) advantages of this rank's groups, computed over every rank's.
@@ -546,35 +553,6 @@ class Trainer:
                 with memory.on_device(self.ref_model, self.device) as ref:
                     return token_logprobs(ref, mb, temperature, False, self.share_prompts)[0]
             return token_logprobs(self.ref_model, mb, temperature, False, self.share_prompts)[0]
-
-    def optimizer_step(self, loss: float) -> float:
-        """Clip and step; skip (and count) an update whose loss or gradient is not finite."""
-        max_norm = self.cfg.optim.max_grad_norm or float("inf")
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        if self.distributed:  # sharded models need accelerate's (collective) norm
-            grad_norm = float(self.accelerator.clip_grad_norm_(params, max_norm))
-        else:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-        if math.isfinite(loss) and math.isfinite(grad_norm):
-            self.optimizer.step()
-            self.scheduler.step()
-            self._bad_updates = 0
-        else:
-            self._bad_updates += 1
-            logger.warning(
-                "non-finite loss (%s) or grad norm (%s): update skipped (%d in a row)",
-                loss,
-                grad_norm,
-                self._bad_updates,
-            )
-        self.optimizer.zero_grad(set_to_none=True)
-        if self._bad_updates >= self.cfg.run.max_bad_steps:
-            raise TrainingAborted(
-                f"{self._bad_updates} updates in a row had a non-finite loss or gradient; stopped "
-                f"with the last good checkpoint {latest_checkpoint(self.run_dir)} intact. "
-                "Try a lower learning_rate, dtype=float32, or a smaller max_grad_norm."
-            )
-        return grad_norm
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -622,12 +600,7 @@ class Trainer:
             tokenizer=self.tokenizer,
             optimizer=self.optimizer,
             scheduler=self.scheduler,
-            sampler=replace(
-                self._undone or self.prompts.state(),
-                signal_streak=self.signal_guard.streak,
-                signal_fired=self.signal_guard.fired,
-                signal_eased=self.signal_guard.eased,
-            ),
+            sampler=self.auto.saved_into(self._undone or self.prompts.state()),
             config=self.cfg,
             keep_last=self.cfg.run.keep_last,
             state_dict=state,

@@ -134,15 +134,24 @@ class TrainingPrompts:
                 self.filter.record(self._key(g.env_index, g.sample), sum(hits) / len(hits))
         accuracies = [c / n if n else None for c, n in zip(correct, scored)]
         moved = [self._enter_stage(i) for i in self.curriculum.record(accuracies)]
-        metrics = {
-            f"curriculum/stage/{name}": float(self.curriculum.stage(i) + 1)
-            for i, name in enumerate(self.names)
-            if len(self.stage_envs[i]) > 1
-        }
+        metrics = self.stage_metrics()
         if self.data.online_filtering:
             metrics["curriculum/filtered_share"] = self._filtered / max(self._drawn, 1)
         self._filtered = self._drawn = 0
         return metrics, moved
+
+    def stage_metrics(self) -> dict[str, float]:
+        """Return ``curriculum/stage/<name>`` (1-based) of each environment with stages."""
+        return {
+            f"curriculum/stage/{name}": float(self.curriculum.stage(i) + 1)
+            for i, name in enumerate(self.names)
+            if len(self.stage_envs[i]) > 1
+        }
+
+    def describe_stage(self, name: str) -> str:
+        """Return 'name stage k/n' of the environment called ``name``."""
+        i = self.names.index(name)
+        return f"{name} stage {self.curriculum.stage(i) + 1}/{len(self.stage_envs[i])}"
 
     def ease(self) -> list[str]:
         """Send every environment at its last stage that has easier versions to its easiest."""

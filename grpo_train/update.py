@@ -9,6 +9,7 @@ compute what one process would). The trainer, the data-parallel tests and
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -29,6 +30,8 @@ from grpo_train.loss import (
     truncated_is_weights,
 )
 from grpo_train.metrics import MetricSums
+from grpo_train.run_log import logger
+from grpo_train.stop import TrainingAborted
 
 
 @dataclass(frozen=True)
@@ -86,47 +89,54 @@ def _token_mask(batch: RolloutBatch, rows: list[int], width: int) -> torch.Tenso
     return out
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """What an update runs: row weights, micro-batches, passes, normalisers, metric rule."""
+class ClipAndStep:
+    """The optimizer step the update calls once per pass over the batch: clip, step, zero.
 
-    keep: torch.Tensor
-    batches: list[MicroBatch]
-    schedule: list[tuple[int, float]]
-    silent: bool
-    total_tokens: int
-    total_sequences: int
+    An update whose loss or gradient norm is not finite is skipped and counted; after
+    ``max_bad_steps`` of them in a row the run stops (``TrainingAborted``) with its last good
+    checkpoint ``last_good()`` intact. ``clip(params, max_norm)`` returns the gradient norm:
+    ``torch.nn.utils.clip_grad_norm_``, or accelerate's collective one for sharded models.
+    """
 
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        optim: OptimConfig,
+        max_bad_steps: int,
+        clip: Callable[[list[torch.nn.Parameter], float], object] = torch.nn.utils.clip_grad_norm_,
+        last_good: Callable[[], object] = lambda: None,
+    ) -> None:
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.max_norm = optim.max_grad_norm or float("inf")
+        self.max_bad_steps, self.clip, self.last_good = max_bad_steps, clip, last_good
+        self.bad_in_a_row = 0
 
-def _plan(
-    policy: Policy,
-    batch: RolloutBatch,
-    adv: torch.Tensor,
-    s: UpdateSettings,
-    dp: SingleProcess,
-) -> _Plan:
-    """Decide which rows train and how they are split; collective (the ``dp`` calls)."""
-    # Items whose scoring failed (and groups left with too few scored ones) get no loss, and
-    # neither do truncated ones under DAPO overlong filtering (their reward is unreliable).
-    skip = ~batch.trainable.flatten() | (batch.truncated.flatten() & s.algorithm.mask_truncated)
-    keep = torch.where(skip | batch.padding, 0.0, 1.0)
-    # Only rows whose loss can have a gradient get a forward/backward pass (with beta = 0, not
-    # those with advantage 0); the normalisers still count every row. With none, one row still
-    # runs (every rank must run a backward).
-    select = rows_with_gradient(adv, keep, s.algorithm.beta)
-    silent = dp.metrics_silent(batch.padding, bool(live_rows(adv, keep, s.algorithm.beta)))
-    batches = make_micro_batches(
-        batch.row_prompts(),
-        batch.completion_ids,
-        s.optim.micro_batch_tokens,
-        policy.pad_id,
-        select=select,
-        group_prompts=policy.share_prompts,
-    )
-    sequences = 0 if batch.padding else int(batch.trainable.sum())
-    total_tokens, total_seqs = dp.normalizers(batch.trained_tokens(keep), sequences)
-    schedule = dp.schedule(len(batches))
-    return _Plan(keep, batches, schedule, silent, total_tokens, total_seqs)
+    def __call__(self, loss: float) -> float:
+        """Clip and step; skip (and count) an update whose loss or gradient is not finite."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = float(self.clip(params, self.max_norm))  # type: ignore[arg-type]
+        if math.isfinite(loss) and math.isfinite(grad_norm):
+            self.optimizer.step()
+            self.scheduler.step()
+            self.bad_in_a_row = 0
+        else:
+            self.bad_in_a_row += 1
+            logger.warning(
+                "non-finite loss (%s) or grad norm (%s): update skipped (%d in a row)",
+                loss,
+                grad_norm,
+                self.bad_in_a_row,
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.bad_in_a_row >= self.max_bad_steps:
+            raise TrainingAborted(
+                f"{self.bad_in_a_row} updates in a row had a non-finite loss or gradient; stopped "
+                f"with the last good checkpoint {self.last_good()} intact. "
+                "Try a lower learning_rate, dtype=float32, or a smaller max_grad_norm."
+            )
+        return grad_norm
 
 
 def grpo_update(
@@ -140,15 +150,32 @@ def grpo_update(
     """Run ``mu`` clipped policy-gradient updates on ``batch``; return the step's metrics.
 
     ``advantages``: (P, G), this batch's rows of the step's advantages. ``optimizer_step(loss)``
-    clips, steps and zeroes the gradients and returns the gradient norm. Losses are normalised by
-    the step's token / sequence counts over all ranks (``dp``), so accumulating micro-batches
-    gives the gradient of the whole batch.
+    clips, steps and zeroes the gradients and returns the gradient norm (``ClipAndStep``). Losses
+    are normalised by the step's token / sequence counts over all ranks (``dp``), so accumulating
+    micro-batches gives the gradient of the whole batch.
     """
     a, dp = settings.algorithm, dp or SingleProcess()
-    plan = _plan(policy, batch, advantages.flatten(), settings, dp)
-    keep, batches, schedule, silent = plan.keep, plan.batches, plan.schedule, plan.silent
-    total_tokens, total_seqs = plan.total_tokens, plan.total_sequences
-    adv = advantages.flatten().to(policy.device)
+    flat_adv = advantages.flatten()
+    # Items whose scoring failed (and groups left with too few scored ones) get no loss, and
+    # neither do truncated ones under DAPO overlong filtering (their reward is unreliable).
+    skip = ~batch.trainable.flatten() | (batch.truncated.flatten() & a.mask_truncated)
+    keep = torch.where(skip | batch.padding, 0.0, 1.0)
+    # Only rows whose loss can have a gradient get a forward/backward pass (with beta = 0, not
+    # those with advantage 0); the normalisers still count every row. With none, one row still
+    # runs (every rank must run a backward). The dp calls below are collectives.
+    silent = dp.metrics_silent(batch.padding, bool(live_rows(flat_adv, keep, a.beta)))
+    batches = make_micro_batches(
+        batch.row_prompts(),
+        batch.completion_ids,
+        settings.optim.micro_batch_tokens,
+        policy.pad_id,
+        select=rows_with_gradient(flat_adv, keep, a.beta),
+        group_prompts=policy.share_prompts,
+    )
+    sequences = 0 if batch.padding else int(batch.trainable.sum())
+    total_tokens, total_seqs = dp.normalizers(batch.trained_tokens(keep), sequences)
+    schedule = dp.schedule(len(batches))
+    adv = flat_adv.to(policy.device)
     old: dict[int, torch.Tensor] = {}  # micro-batch -> logprobs before any update
     sums, loss_total, grad_norm = MetricSums(), 0.0, 0.0
     policy.model.train()
@@ -172,33 +199,10 @@ def grpo_update(
                     old[i] = logprobs.detach()
                 if entropy is not None and tokens:
                     sums.add({"entropy": float((entropy * mask).sum() / max(tokens, 1.0))}, tokens)
-                ref = None
-                if a.beta > 0:
-                    if policy.reference is None:
-                        raise ValueError("beta > 0 needs Policy.reference (the KL reference)")
-                    ref = policy.reference(mb)
-                weights = None
-                if a.is_correction:
-                    sampled = pad_rows([batch.sampling_logprobs[r] for r in rows], width)
-                    weights, is_metrics = truncated_is_weights(
-                        old[i], sampled.to(policy.device), mask, a.is_cap
-                    )
-                    if first and tokens:
-                        sums.add(is_metrics, tokens)
-                loss, metrics = grpo_loss(
-                    logprobs,
-                    old[i],
-                    adv[rows],
-                    mask,
-                    ref_logprobs=ref,
-                    beta=a.beta,
-                    epsilon_low=a.epsilon_low,
-                    epsilon_high=a.epsilon_high,
-                    loss_type=a.loss_type,
-                    max_completion_length=settings.rollout.max_completion_length,
-                    importance_weights=weights,
-                    importance_sampling_level=a.importance_sampling_level,
-                )
+                loss, metrics = _micro_batch_loss(
+                    policy, batch, mb, logprobs, old[i], adv[rows], mask, settings,
+                    sums if first and tokens else None, tokens,
+                )  # fmt: skip
                 # Each micro-batch's loss is a mean over its own tokens / sequences; weighting by
                 # its share of the global batch makes the accumulated gradient the whole batch's.
                 share = loss_share(a.loss_type, mask, total_tokens, total_seqs) * weight
@@ -211,3 +215,50 @@ def grpo_update(
         loss_total = dp.total(loss_total)
         grad_norm = optimizer_step(loss_total)
     return {**dp.merged(sums).result(), "loss": loss_total, "grad_norm": grad_norm}
+
+
+def _micro_batch_loss(
+    policy: Policy,
+    batch: RolloutBatch,
+    mb: MicroBatch,
+    logprobs: torch.Tensor,
+    old: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    settings: UpdateSettings,
+    is_sums: MetricSums | None,
+    tokens: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Return the clipped GRPO loss of one micro-batch (``loss.grpo_loss``) and its metrics.
+
+    With ``beta > 0`` it reads the KL reference's logprobs; with truncated importance sampling
+    (``is_correction``) it weights tokens by old / sampling probabilities, adding their metrics
+    to ``is_sums`` when given (the first pass over the micro-batch).
+    """
+    a = settings.algorithm
+    ref = None
+    if a.beta > 0:
+        if policy.reference is None:
+            raise ValueError("beta > 0 needs Policy.reference (the KL reference)")
+        ref = policy.reference(mb)
+    weights = None
+    if a.is_correction:
+        rows = list(mb.rows)
+        sampled = pad_rows([batch.sampling_logprobs[r] for r in rows], mask.shape[1])
+        weights, is_metrics = truncated_is_weights(old, sampled.to(policy.device), mask, a.is_cap)
+        if is_sums is not None:
+            is_sums.add(is_metrics, tokens)
+    return grpo_loss(
+        logprobs,
+        old,
+        adv,
+        mask,
+        ref_logprobs=ref,
+        beta=a.beta,
+        epsilon_low=a.epsilon_low,
+        epsilon_high=a.epsilon_high,
+        loss_type=a.loss_type,
+        max_completion_length=settings.rollout.max_completion_length,
+        importance_weights=weights,
+        importance_sampling_level=a.importance_sampling_level,
+    )

@@ -193,7 +193,7 @@ def test_curriculum_auto_eases_a_task_without_signal_and_climbs_back(
     config = _config(
         tiny_model_path, tmp_path, curriculum="auto", max_steps=7, dynamic_sampling_rounds=1
     )
-    _run(config, hard)
+    _, result = _run(config, hard)
     rows = read_metrics(tmp_path)
     # Steps 1-3: no signal at all; the guard fires after step 3 and the task drops to its easy
     # version (steps 4-5: reward 1), which it passes within the window: back to the task.
@@ -207,14 +207,24 @@ def test_curriculum_auto_eases_a_task_without_signal_and_climbs_back(
     # a second time, and now dynamic_sampling=auto draws more instead of easing again.
     assert out.count("learning signal:") == 2 and "dynamic_sampling=auto is now on" in out
     assert rows[6]["dynamic/rounds"] == 1.0 and rows[6][STAGE] == 2.0
+    # The run's result (and summary) says what switched, and after which step.
+    assert [s.describe() for s in result.switches] == [
+        "after step 3: curriculum=auto sent test/digit-v0 stage 1/2",
+        "after step 5: curriculum moved test/digit-v0 stage 2/2",
+        "after step 6: dynamic_sampling=auto on for the rest of the run",
+    ]
 
 
 def test_curriculum_off_never_changes_the_task(tiny_model_path, tmp_path, capsys):
     hard = ConstantEnv(0.0, easier=(ConstantEnv(1.0),))
-    _run(_config(tiny_model_path, tmp_path, curriculum="off", max_steps=4), hard)
+    _, result = _run(_config(tiny_model_path, tmp_path, curriculum="off", max_steps=4), hard)
     rows = read_metrics(tmp_path)
     assert [r["reward/mean"] for r in rows] == [0.0] * 4 and STAGE not in rows[0]
     assert "curriculum=auto" not in capsys.readouterr().out
+    # dynamic_sampling=auto (the default) turned on after step 3, when the guard fired.
+    assert [s.describe() for s in result.switches] == [
+        "after step 3: dynamic_sampling=auto on for the rest of the run"
+    ]
 
 
 def test_online_filtering_skips_decided_prompts_and_resumes_exactly(tiny_model_path, tmp_path):

@@ -99,3 +99,31 @@ def test_rollout_batch_names_the_field_that_does_not_fit() -> None:
     assert batch.group_size == 2 and batch.row_prompts()[2] == PROMPTS[1]
     with pytest.raises(AttributeError):
         batch.padding = True  # type: ignore[misc]  # immutable
+
+
+def test_clip_and_step_clips_steps_and_skips_a_non_finite_update_until_the_limit() -> None:
+    """A finite update is clipped to max_grad_norm and stepped; a NaN one is skipped and counted."""
+    from grpo_train.config import OptimConfig
+    from grpo_train.stop import TrainingAborted
+    from grpo_train.update import ClipAndStep
+
+    weight = torch.nn.Parameter(torch.zeros(2))
+    model = torch.nn.Module()
+    model.weight = weight
+    optimizer = torch.optim.SGD([weight], lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    step = ClipAndStep(
+        model, optimizer, scheduler, OptimConfig(max_grad_norm=1.0), 2, last_good=lambda: "ckpt-1"
+    )
+    weight.grad = torch.tensor([3.0, 4.0])  # norm 5, clipped to norm 1: (0.6, 0.8)
+    assert step(0.5) == pytest.approx(5.0)
+    assert torch.allclose(weight.detach(), torch.tensor([-0.6, -0.8]))
+    assert weight.grad is None and step.bad_in_a_row == 0
+    weight.grad = torch.tensor([1.0, 1.0])
+    step(float("nan"))  # skipped: the weights stay, the gradient is cleared
+    assert torch.allclose(weight.detach(), torch.tensor([-0.6, -0.8]))
+    assert step.bad_in_a_row == 1 and weight.grad is None
+    weight.grad = torch.tensor([float("inf"), 0.0])
+    with pytest.raises(TrainingAborted, match=r"2 updates in a row.*ckpt-1"):
+        step(0.1)
+    assert torch.allclose(weight.detach(), torch.tensor([-0.6, -0.8]))
