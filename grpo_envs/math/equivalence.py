@@ -862,7 +862,7 @@ class SymbolicComparator(FastComparator):
         if restates(" ".join(t for t, _ in gold.branches), " ".join(t for t, _ in pred.branches)):
             return False
         var = gold.var or pred.var
-        return same_function(Cases(var, gold.branches), Cases(var, pred.branches))
+        return same_function(Cases(var, gold.branches), Cases(var, pred.branches), to_sympy)
 
 
 def _percent_variants(

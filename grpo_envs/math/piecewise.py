@@ -24,6 +24,7 @@ Runs in sympy worker processes only (see ``equivalence``).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -68,14 +69,19 @@ class Cases:
     branches: tuple[tuple[str, Region | None], ...]
 
 
-def same_function(gold: Cases, pred: Cases) -> bool:
+LatexParser = Callable[[str], "tuple[sympy.Expr, object] | None"]
+"""LaTeX -> (sympy expression, anything) or None: the verifier's own parser, passed in so that
+this module does not import ``equivalence`` (which imports it)."""
+
+
+def same_function(gold: Cases, pred: Cases, parse: LatexParser) -> bool:
     """Tell whether two functions by cases (or closed forms) are the same real function."""
     import sympy
 
     if gold.var != pred.var or len(gold.branches) + len(pred.branches) > 2 * MAX_CASES:
         return False
     x = sympy.Symbol(gold.var, real=True)
-    g_pieces, p_pieces = _pieces(gold, x), _pieces(pred, x)
+    g_pieces, p_pieces = _pieces(gold, x, parse), _pieces(pred, x, parse)
     if g_pieces is None or p_pieces is None:
         return False
     g_cover = sympy.Union(*(s for _, s in g_pieces))
@@ -92,15 +98,15 @@ def same_function(gold: Cases, pred: Cases) -> bool:
     return True
 
 
-def _pieces(cases: Cases, x: sympy.Symbol) -> list[tuple[sympy.Expr, sympy.Set]] | None:
+def _pieces(
+    cases: Cases, x: sympy.Symbol, to_sympy: LatexParser
+) -> list[tuple[sympy.Expr, sympy.Set]] | None:
     """Split a function into (expression, set) pieces free of Abs/Max/Min; None if unreadable."""
     import sympy
 
-    from grpo_envs.math.equivalence import to_sympy
-
     regions: list[sympy.Set | None] = []
     for _, region in cases.branches:
-        regions.append(None if region is None else _region_set(region))
+        regions.append(None if region is None else _region_set(region, to_sympy))
         if region is not None and regions[-1] is None:
             return None
     named = sympy.Union(*(r for r in regions if r is not None))
@@ -135,10 +141,8 @@ def _split(expr: sympy.Expr, where: sympy.Set) -> list[tuple[sympy.Expr, sympy.S
     return out
 
 
-def _region_set(region: Region) -> sympy.Set | None:
+def _region_set(region: Region, to_sympy: LatexParser) -> sympy.Set | None:
     import sympy
-
-    from grpo_envs.math.equivalence import to_sympy
 
     parts: list[sympy.Set] = []
     for part in region:
