@@ -18,6 +18,14 @@ Scalar: TypeAlias = str | int | float | bool | None
 JSONValue: TypeAlias = Scalar | list["JSONValue"] | dict[str, "JSONValue"]
 
 
+class DataUnavailableError(RuntimeError):
+    """An environment's data cannot be loaded (an offline hub, a missing local copy).
+
+    The message says what to download and where to put it; command-line tools print it as one
+    line instead of a traceback.
+    """
+
+
 class Outcome(StrEnum):
     """Why a completion got the reward it got. One enum for all environments."""
 

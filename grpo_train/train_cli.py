@@ -187,6 +187,7 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _train(config: TrainConfig, stop: StopRequest) -> int:
+    from grpo_envs.types import DataUnavailableError
     from grpo_train.checkpoint import CheckpointError, latest_checkpoint
     from grpo_train.models import ModelNotAvailableError
     from grpo_train.rollout.base import EngineDied
@@ -204,7 +205,14 @@ def _train(config: TrainConfig, stop: StopRequest) -> int:
         # The run folder is checked there, on the resolved config (dtype auto -> what the saved
         # config.yaml of an earlier run of the same settings holds), before anything loads.
         trainer = Trainer(config, stop=stop)
-    except (ModelNotAvailableError, CheckpointError, ConfigError, KeyError, ValueError) as err:
+    except (
+        ModelNotAvailableError,
+        CheckpointError,
+        ConfigError,
+        DataUnavailableError,
+        KeyError,
+        ValueError,
+    ) as err:
         print(f"grpo train: {_one_line(err)}", file=sys.stderr)
         return 2
     except OSError as err:  # FileNotFoundError, PermissionError on the run folder or a model

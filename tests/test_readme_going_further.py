@@ -21,6 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 GRPO = str(Path(sys.executable).with_name("grpo"))
 HUB_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+LCB_V2 = {"version_tag": "release_v2"}
 GSM8K = ROOT / "tests" / "grpo_envs" / "fixtures" / "gsm8k"
 
 
@@ -61,7 +62,20 @@ def test_going_further_commands_run_as_written(tiny_model_path, tmp_path, monkey
     (work / "data" / "questions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (work / "run.yaml").write_text(run_yaml())
     shutil.copytree(ROOT / "benchmarks" / "configs", work / "benchmarks" / "configs")
-    env = {**os.environ, "GRPO_GSM8K_DIR": str(GSM8K), "TOKENIZERS_PARALLELISM": "false"}
+    bench = ROOT / "tests" / "grpo_envs" / "fixtures" / "benchmarks"
+    shutil.copytree(bench / "aime24", work / "data" / "aime24")  # the README's --data_dir
+    suites = {  # the benchmark suites' fixtures (a few rows each, in each dataset's schema)
+        f"GRPO_{name.upper()}_DIR": str(bench / name)
+        for name in ("aime24", "aime25", "amc23", "livecodebench", "humaneval_plus", "mbpp_plus")
+    }
+    env = {
+        **os.environ,
+        **suites,
+        "GRPO_GPQA_DIR": str(bench / "gpqa_diamond"),
+        "GRPO_MATH500_DIR": str(ROOT / "tests" / "grpo_envs" / "fixtures" / "math500"),
+        "GRPO_GSM8K_DIR": str(GSM8K),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     tiny = str(tiny_model_path)
     train_limits = [
         "--model", tiny, "--engine", "hf", "--max_steps", "1", "--num_generations", "2",
@@ -73,17 +87,24 @@ def test_going_further_commands_run_as_written(tiny_model_path, tmp_path, monkey
     eval_runs: list[str] = []
     checkpoint = None
     for words in commands():
-        argv = [tiny if w == HUB_MODEL else w for w in words[1:]]
+        # Hub models and the README's placeholder checkpoint become the tiny local model.
+        argv = [tiny if w in (HUB_MODEL, "./ckpt") or w.startswith("deepseek-ai/") else w
+                for w in words[1:]]  # fmt: skip
         if argv[0] == "train":
             argv += train_limits
         elif argv[:2] == ["eval", "compare"]:
             assert len(eval_runs) >= 2, "the compare line needs two evaluations before it"
+            # The README's two evaluations differ in protocol (greedy vs n 8), which compare
+            # refuses unless told so; the refusal itself is tested with the protocols.
             argv = ["eval", "compare", eval_runs[-2], eval_runs[-1], "--resamples", "200"]
+            argv.append("--allow_mismatch")
         elif argv[0] == "eval":
             argv = [checkpoint if "step-000030" in w else w for w in argv]
             if "--model" not in argv:
                 argv += ["--model", tiny]
             argv += eval_limits
+            if "reasoning" in argv:  # the LiveCodeBench fixture holds release_v2's two files
+                argv += ["--env_kwargs", json.dumps({"code/livecodebench-v0": LCB_V2})]
         if argv[0] == "envs" and argv[1] == "show":
             dataset_kwargs = argv[argv.index("--kwargs") + 1]
         argv = [w.replace("{...}", dataset_kwargs or "{...}") for w in argv]

@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 from grpo_envs.format import answer_tag, format_components, last_boxed
 from grpo_envs.math.extract import MAX_SCAN_CHARS, final_statement
 from grpo_envs.rubric import Judgement, RewardComponent, ScoringContext
-from grpo_envs.types import JSONValue, Message, Outcome, Sample
+from grpo_envs.types import DataUnavailableError, JSONValue, Message, Outcome, Sample
 
 if TYPE_CHECKING:
     from grpo_envs.math import MathResult
@@ -303,12 +303,12 @@ def load_records(
         loaded = datasets.load_dataset(hub_id, hub_config, split=split)
     except Exception as exc:
         if offline:
-            raise RuntimeError(
+            raise DataUnavailableError(
                 f"the Hugging Face hub is not reachable (offline?) and {hub_id!r} split "
                 f"{split!r} is not in the local cache; point ${env_var} or data_path= at a "
                 f"folder holding {split}.jsonl"
             ) from None
-        raise RuntimeError(
+        raise DataUnavailableError(
             f"could not load {hub_id!r} split {split!r} from the Hugging Face hub "
             f"({type(exc).__name__}: {exc}); offline, point ${env_var} or data_path= at a folder "
             f"holding {split}.jsonl"

@@ -33,7 +33,7 @@ from grpo_envs.envs._common import (
     user_prompt,
 )
 from grpo_envs.rubric import Rubric
-from grpo_envs.types import Sample
+from grpo_envs.types import DataUnavailableError, Sample
 
 #: DeepSeek-R1's recommended math prompt (its model card's usage recommendations).
 R1_MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -136,7 +136,7 @@ def load_benchmark_rows(
             if offline
             else f"loading it failed ({type(exc).__name__}: {str(exc)[:200]})"
         )
-        raise RuntimeError(
+        raise DataUnavailableError(
             f"{src.name}: cannot load {src.hub_id}"
             f"{f' ({src.config})' if src.config else ''}: {why}. To run offline, "
             f"{download_hint(src, split)}"

@@ -43,7 +43,7 @@ from grpo_envs.code.scoring import CodeEnvironment, CodeTask
 from grpo_envs.envs._common import extra_components, math_correctness, reference_answer
 from grpo_envs.format import FORMATS
 from grpo_envs.rubric import Rubric
-from grpo_envs.types import JSONValue, Sample
+from grpo_envs.types import DataUnavailableError, JSONValue, Sample
 
 MATH_TEMPLATE = "{question}\n\nPut your final answer within \\boxed{}."
 CODE_TEMPLATE = (
@@ -254,7 +254,7 @@ class Table:
         try:
             loaded = datasets.load_dataset(self.path, self.config, split=source_split)
         except Exception as exc:
-            raise RuntimeError(
+            raise DataUnavailableError(
                 f"could not load {self.path!r} (config {self.config!r}, split {source_split!r}) "
                 f"from the Hugging Face hub ({type(exc).__name__}: {exc}); offline, pass a local "
                 ".jsonl/.parquet/.csv file as path"

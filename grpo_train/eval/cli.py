@@ -611,6 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``grpo eval``; returns the exit status (2 on bad input)."""
     args = list(sys.argv[1:] if argv is None else argv)
     from grpo_envs.registration import RegistryError
+    from grpo_envs.types import DataUnavailableError
     from grpo_train.console import setup_logging
     from grpo_train.models import ModelNotAvailableError
 
@@ -621,7 +622,13 @@ def main(argv: list[str] | None = None) -> int:
         parsed = parse_eval_args(args)
         setup_logging(parsed.log_level)
         return run_eval(parsed)
-    except (ValueError, FileNotFoundError, RegistryError, ModelNotAvailableError) as err:
+    except (
+        ValueError,
+        FileNotFoundError,
+        RegistryError,
+        ModelNotAvailableError,
+        DataUnavailableError,
+    ) as err:
         # Bad input (unknown env, missing model or data, settings that conflict): one line that
         # says what to fix, not a traceback.
         message = err.args[0] if isinstance(err, KeyError) and err.args else err

@@ -285,3 +285,16 @@ def test_eval_suites_during_training_log_avg_at_n_apart_from_eval_accuracy(monke
     assert metrics["eval/suites/macro_avg"] == pytest.approx(0.25)
     with pytest.raises(ConfigError, match="eval_suite_samples"):
         TrainConfig.from_flat({"eval_suite_samples": 0})
+
+
+def test_a_suite_whose_data_is_missing_offline_is_one_line_and_exit_2(monkeypatch, capsys):
+    from grpo_train.eval.cli import main
+
+    monkeypatch.delenv("GRPO_AIME24_DIR", raising=False)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["--suite", "aime24", "--model", "/nonexistent", "--engine", "hf"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    assert err.startswith("grpo eval: error: aime24: cannot load HuggingFaceH4/aime_2024")
+    assert "GRPO_AIME24_DIR" in err
