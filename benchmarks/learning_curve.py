@@ -555,7 +555,7 @@ class MeanSE:
     n: int
 
     def percent(self) -> str:
-        """``mean ± se`` in percentage points, with the count when asked for."""
+        """``mean ± se`` in percentage points (the mean alone when there is no standard error)."""
         se = "" if self.se is None else f" ± {100 * self.se:.1f}"
         return f"{100 * self.mean:.1f}{se}"
 
