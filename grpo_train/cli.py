@@ -21,6 +21,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "grpo_train.train_cli",
         "train a model with GRPO (no arguments: the embedded default)",
     ),
+    "launch": (
+        "grpo_train.launch",
+        "run grpo train on several processes: `grpo launch --num_processes N train ...`",
+    ),
     "eval": (
         "grpo_train.eval.cli",
         "evaluate a model on benchmark suites; `grpo eval compare A B`",

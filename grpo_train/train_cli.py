@@ -298,8 +298,8 @@ def resume_command(config_path: Path, launcher: Sequence[str] | None = None) -> 
     """
     own = ["--config", str(config_path), "--resume"]
     parent = list(_launcher_argv() if launcher is None else launcher)
-    if "train" in parent:
-        cut = len(parent) - 1 - parent[::-1].index("train")
+    cut = _train_position(parent)
+    if cut is not None:
         prefix = parent[:cut]
         if prefix and Path(prefix[0]).name.startswith("python") and len(prefix) > 1:
             prefix = prefix[1:]  # `python .../accelerate launch` is `accelerate launch`
@@ -307,6 +307,26 @@ def resume_command(config_path: Path, launcher: Sequence[str] | None = None) -> 
             prefix[0] = Path(prefix[0]).name if "/" in prefix[0] else prefix[0]
             return shlex.join([*prefix, "train", *own])
     return shlex.join(["grpo", "train", *own])
+
+
+def _train_position(argv: Sequence[str]) -> int | None:
+    """Where ``train`` (the sub-command) stands in a launcher's command line; None if nowhere.
+
+    The first ``train`` after ``grpo launch`` or after ``-m grpo_train.cli`` (a later one may be
+    an option's value). Other launchers (``torchrun ... -m grpo_train.cli train``) have the module.
+
+    >>> _train_position(["grpo", "launch", "--num_processes", "2", "train", "--split", "train"])
+    4
+    >>> _train_position(["torchrun", "-m", "grpo_train.cli", "train", "--split", "train"])
+    3
+    """
+    for anchor in ("grpo_train.cli", "launch"):
+        if anchor in argv:
+            start = argv.index(anchor)
+            rest = list(argv[start + 1 :])
+            if "train" in rest:
+                return start + 1 + rest.index("train")
+    return None
 
 
 def _launcher_argv() -> list[str]:
