@@ -150,15 +150,18 @@ def _wait_for_ranks(grace_s: float) -> None:
 
 
 def _failure_code(err: BaseException) -> int:
-    """The exit code for ranks that failed on their own (``ChildFailedError``), after one line."""
+    """Return the exit code for ranks that failed on their own (``ChildFailedError``)."""
     failures = getattr(err, "failures", {}) or {}
     codes = {rank: failure.exitcode for rank, failure in sorted(failures.items())}
+    # A rank that exited on its own said why; the agent then stopped the others with SIGTERM.
+    own = [code for code in codes.values() if code in (2, 130, 143)]
+    if any(code > 0 for code in codes.values()):
+        return own[0] if own else 1
     for rank, code in codes.items():
         if code < 0:
             name = signal.Signals(-code).name if -code in signal.valid_signals() else -code
             print(f"grpo launch: rank {rank} was killed by {name}", file=sys.stderr)
-    own = [code for code in codes.values() if code in (2, 130, 143)]
-    return own[0] if own else 1
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ monitor thread shuts the client down and the output thread exits without waking 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -289,3 +290,55 @@ def pid_exitcodes(processes: Iterable[object]) -> dict[int, int]:
         if isinstance(pid, int) and isinstance(code, int):
             codes[pid] = code
     return codes
+
+
+# ------------------------------------------------ folders that must not outlive their process
+#
+# The CPU weight sync writes each step's weights into a folder under /dev/shm (RAM). A trainer
+# killed with SIGKILL cannot remove it, and nothing else would: it would hold RAM until reboot.
+# So the folder's name says who owns it (pid and the process's start time, which tells a reused
+# pid apart), and every new one first removes those whose owner is gone.
+
+
+def _start_ticks(pid: int) -> int | None:
+    """Return a process's start time (clock ticks since boot, /proc/PID/stat field 22)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def owned_dir(prefix: str, root: Path | None = None) -> Path:
+    """Create a temp folder named after this process; first remove stale ones of ``prefix``.
+
+    >>> import os, shutil
+    >>> folder = owned_dir("grpo-kit-doctest-")
+    >>> folder.name.startswith(f"grpo-kit-doctest-{os.getpid()}.") and folder.is_dir()
+    True
+    >>> shutil.rmtree(folder)
+    """
+    import tempfile
+
+    base = Path(root) if root is not None else Path(tempfile.gettempdir())
+    remove_stale_dirs(base, prefix)
+    owner = f"{prefix}{os.getpid()}.{_start_ticks(os.getpid()) or 0}-"
+    return Path(tempfile.mkdtemp(prefix=owner, dir=base))
+
+
+def remove_stale_dirs(root: Path, prefix: str) -> list[Path]:
+    """Remove the folders ``owned_dir`` made under ``root`` whose owner process is gone."""
+    import shutil
+
+    removed = []
+    for folder in root.glob(f"{prefix}*"):
+        owner = folder.name.removeprefix(prefix).split("-", 1)[0]
+        pid_text, _, ticks_text = owner.partition(".")
+        if not (pid_text.isdigit() and ticks_text.isdigit()) or not folder.is_dir():
+            continue  # not one of owned_dir's
+        ticks = _start_ticks(int(pid_text))
+        if ticks is not None and (ticks == int(ticks_text) or int(ticks_text) == 0):
+            continue  # its owner still runs
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed

@@ -24,7 +24,6 @@ import contextlib
 import logging
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -32,13 +31,21 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from grpo_train.rollout.base import Completion, EngineDied, SamplingConfig, check_prompts
 from grpo_train.rollout.child_output import ChildOutput
-from grpo_train.rollout.processes import EngineProcesses, pid_exitcodes, watched_start
+from grpo_train.rollout.processes import (
+    EngineProcesses,
+    owned_dir,
+    pid_exitcodes,
+    watched_start,
+)
 from grpo_train.rollout.vllm_worker import GrpoWorkerExtension
 
 if TYPE_CHECKING:
     import torch
 
 logger = logging.getLogger(__name__)
+
+#: The CPU weight-sync folders' names (``/dev/shm/grpo-kit-sync-PID.START-XXXX``).
+SYNC_DIR_PREFIX = "grpo-kit-sync-"
 
 
 def vllm_available() -> bool:
@@ -301,7 +308,8 @@ class VLLMEngine:
         if self._sync_dir is None:
             shm = Path("/dev/shm")
             root = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
-            self._sync_dir = Path(tempfile.mkdtemp(prefix="grpo-kit-sync-", dir=root))
+            # Named after this process: a later run removes it if this one is SIGKILLed.
+            self._sync_dir = owned_dir(SYNC_DIR_PREFIX, root)
         self._sync_dir.mkdir(parents=True, exist_ok=True)
         return self._sync_dir
 
