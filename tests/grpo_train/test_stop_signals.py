@@ -196,6 +196,8 @@ class Link:
     phase: str
     signum: int
     ranks_paused: tuple[int, ...] = (0,)
+    engine_in_rank: bool = False
+    """The engine runs inside each rank's process (vLLM under a launch): no VLLM:: process."""
 
 
 def _interrupt(
@@ -217,6 +219,8 @@ def _interrupt(
                 break
             time.sleep(0.05)
         assert proc.poll() is None, f"ended before {link.phase}:\n{proc.communicate()[0][-3000:]}"
+        if link.engine_in_rank:
+            assert not [p for p in _session(proc.pid) if "VLLM::" in p], _session(proc.pid)
         os.killpg(proc.pid, link.signum)
         output, _ = proc.communicate(timeout=240)
     finally:
@@ -324,6 +328,17 @@ def test_vllm_engine_start_generation_and_weight_sync(tiny_model_path, tmp_path)
         Link("weight sync@3", TERM),
     ]
     _run_chain(tiny_model_path, tmp_path, "vllm", 1, links, max_steps=3)
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.timeout(900)
+def test_vllm_on_two_ranks_generation(tiny_model_path, tmp_path):
+    # Under a launch each rank's vLLM joins the job (external_launcher), which runs the engine
+    # inside the rank's process: the group's signal reaches no engine process, so, as with the
+    # HF engine, the step in progress finishes and is saved.
+    links = [Link("generation@2", INT, (0, 1), engine_in_rank=True)]
+    _run_chain(tiny_model_path, tmp_path, "vllm", 2, links, max_steps=2)
 
 
 # ------------------------------------------------------------------------------- grpo eval
