@@ -41,6 +41,17 @@ EXPECTED_NOISE: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("vllm", re.compile(r"Enforce eager set, disabling torch\.compile.*")),
     ("vllm", re.compile(r"Inductor compilation was disabled by user settings.*")),
     ("vllm", re.compile(r"This model does not officially support disabling chunked prefill\..*")),
+    # vLLM's CPU worker calling its own guard of torch.set_num_threads (the engine inside a
+    # launched rank; grpo-kit's num_threads is restored after start-up), and a cache setting
+    # for Mamba-style layers that a model without them never uses.
+    (
+        "vllm",
+        re.compile(
+            r"CPU backend doesn't allow to use `torch\.set_num_threads` after the thread "
+            r"binding, skip it\."
+        ),
+    ),
+    ("vllm", re.compile(r"Reset SSM cache type to float32 for accelerated GDN mamba .*")),
 )
 
 
