@@ -34,7 +34,7 @@ def test_readme_quick_start_has_exactly_two_commands():
     commands = [line for block in blocks for line in block.splitlines() if line.strip()]
     assert commands == [
         "bash scripts/setup.sh && .venv/bin/grpo train",
-        "bash scripts/setup.sh --dev && .venv/bin/python -m pytest",
+        "bash scripts/setup.sh --dev && .venv/bin/python -m pytest -n 2 --dist worksteal",
     ]
 
 
