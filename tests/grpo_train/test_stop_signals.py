@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_console import check_quiet_vllm_run, quiet_vllm_env
 
 from grpo_train.checkpoint import MODEL_DIR, checkpoint_path, latest_checkpoint
 from grpo_train.rollout.base import EngineDied
@@ -136,7 +137,7 @@ def _args(model: Path, out: Path, engine: str, *extra: str) -> list[str]:
 
 
 def _env(**more: str) -> dict[str, str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**quiet_vllm_env(), "OMP_NUM_THREADS": "1"}
     env.pop(PAUSE_AT_ENV, None)
     return {**env, **more}
 
@@ -251,17 +252,18 @@ def _same_weights(a: Path, b: Path) -> bool:
 
 def _run_chain(
     model: Path, tmp: Path, engine: str, ranks: int, links: list[Link], max_steps: int
-) -> None:
+) -> str:
     """Interrupt one run at each link in turn, resume it, and compare with an uninterrupted run.
 
     The last link stops in the last step: every link after the first resumes the previous one's
-    checkpoint, and each saved checkpoint must hold the uninterrupted run's weights.
+    checkpoint, and each saved checkpoint must hold the uninterrupted run's weights. Returns the
+    uninterrupted run's output.
     """
     full, cut = tmp / "full", tmp / "cut"
     every = ("--max_steps", str(max_steps))
     reference = _launch([*_args(model, full, engine, *every, "--save_every", "1")], ranks, _env())
-    out, _ = reference.communicate(timeout=900)
-    assert reference.returncode == 0, out[-3000:]
+    reference_output, _ = reference.communicate(timeout=900)
+    assert reference.returncode == 0, reference_output[-3000:]
     cmd = _args(model, cut, engine, *every)
     for link in links:
         code, output = _interrupt(cmd, link, ranks, tmp)
@@ -287,6 +289,7 @@ def _run_chain(
     assert latest_checkpoint(cut) == checkpoint_path(cut, max_steps)
     rows = [json.loads(line) for line in (cut / "metrics.jsonl").read_text().splitlines()]
     assert sorted({r["step"] for r in rows if r["step"] > 0}) == list(range(1, max_steps + 1))
+    return reference_output
 
 
 INT, TERM = signal.SIGINT, signal.SIGTERM
@@ -332,7 +335,8 @@ def test_vllm_engine_start_generation_and_weight_sync(tiny_model_path, tmp_path)
         Link("generation@2", INT),
         Link("weight sync@3", TERM),
     ]
-    _run_chain(tiny_model_path, tmp_path, "vllm", 1, links, max_steps=3)
+    reference_output = _run_chain(tiny_model_path, tmp_path, "vllm", 1, links, max_steps=3)
+    check_quiet_vllm_run(reference_output)  # test_console's check, without an engine start more
 
 
 @pytest.mark.slow
