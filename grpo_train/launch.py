@@ -166,7 +166,15 @@ def _failure_code(err: BaseException) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``grpo launch``; its exit code is the run's (0, 1, 2, 130, 143)."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:  # Ctrl-C while starting, before torch elastic's handlers
+        print("grpo launch: interrupted while starting the ranks", file=sys.stderr)
+        _wait_for_ranks(grace_s=30)
+        return 128 + signal.SIGINT
+
+
+def _main(args: list[str]) -> int:
     if "train" not in args or args[0] in ("-h", "--help"):
         print(USAGE, file=sys.stdout if args[:1] in (["-h"], ["--help"]) else sys.stderr)
         return 0 if args[:1] in (["-h"], ["--help"]) else 2
@@ -194,8 +202,6 @@ def main(argv: list[str] | None = None) -> int:
             code = 128 + int(err.sigval)
         except ChildFailedError as err:
             code = _failure_code(err)
-        except KeyboardInterrupt:  # before the agent's handlers were installed
-            code = 128 + signal.SIGINT
     _wait_for_ranks(grace_s=float(os.environ["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]))
     if log.killed:
         print(
