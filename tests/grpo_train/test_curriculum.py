@@ -250,5 +250,5 @@ def test_online_filtering_skips_decided_prompts_and_resumes_exactly(tiny_model_p
     )
     a, b = _deterministic(read_metrics(tmp_path / "cut")), _deterministic(rows)
     assert a == b
-    state = full.model.state_dict()
-    assert all(torch.equal(resumed.model.state_dict()[k], v) for k, v in state.items())
+    state = full.setup.model.state_dict()
+    assert all(torch.equal(resumed.setup.model.state_dict()[k], v) for k, v in state.items())

@@ -15,7 +15,6 @@ from grpo_envs.episode import episodic
 from grpo_envs.types import Sample
 from grpo_train.batch import RolloutBatch
 from grpo_train.config import TrainConfig
-from grpo_train.data_parallel import SingleProcess
 from grpo_train.episode_tokens import Extension
 from grpo_train.groups import Group
 from grpo_train.rollout.base import SamplingConfig
@@ -28,7 +27,7 @@ from grpo_train.rollout.episodes import (
 )
 from grpo_train.run_log import read_metrics
 from grpo_train.trainer import Trainer
-from grpo_train.update import Policy, UpdateSettings, grpo_update
+from grpo_train.update import Learner, UpdateSettings, grpo_update
 
 EPISODE_METRICS = (
     "episodes/turns_mean",
@@ -71,7 +70,7 @@ def test_the_gradient_with_environment_tokens_masked_is_the_textbook_one(
         model.zero_grad(set_to_none=True)
         return 0.0
 
-    grpo_update(Policy(model, pad_id=0), capture, batch, advantages, settings, SingleProcess())
+    grpo_update(Learner(model, pad_id=0), capture, batch, advantages, settings)
 
     # By hand: each episode's whole sequence in one plain forward (the environment's ids are
     # context), the log-probabilities of the sampled ids only, DAPO's token-mean over them.
@@ -129,7 +128,7 @@ def test_a_multi_turn_run_trains_each_episodes_exact_ids_and_logs_episode_metric
         trainer.train()
     finally:
         trainer.close()
-    tok = trainer.tokenizer
+    tok = trainer.setup.tokenizer
     multi_turn = reencoded_differs = 0
     for batch in batches:
         for p, group in enumerate(batch.samples):
@@ -179,7 +178,7 @@ def test_a_multi_turn_run_resumed_after_sigterm_reproduces_the_uninterrupted_run
         full.train()
     finally:
         full.close()
-    full_state = full.model.state_dict()
+    full_state = full.setup.model.state_dict()
 
     cut = Trainer(make_config(tiny_model_path, cut_dir, max_steps=3), env=digit_retry_env())
     original = cut.train_step
@@ -200,11 +199,11 @@ def test_a_multi_turn_run_resumed_after_sigterm_reproduces_the_uninterrupted_run
     config = make_config(tiny_model_path, cut_dir, max_steps=3, resume="latest")
     resumed = Trainer(config, env=digit_retry_env())
     try:
-        assert resumed.train().steps == 3 and resumed.start_step == 2
+        assert resumed.train().steps == 3 and resumed.setup.start_step == 2
     finally:
         resumed.close()
     rows = _deterministic(read_metrics(cut_dir))
     assert rows == _deterministic(read_metrics(full_dir))
     assert any(r.get("episodes/turns_mean", 1.0) > 1.0 for r in rows)
     for name, tensor in full_state.items():
-        assert torch.equal(resumed.model.state_dict()[name], tensor), name
+        assert torch.equal(resumed.setup.model.state_dict()[name], tensor), name
