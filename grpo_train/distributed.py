@@ -6,7 +6,8 @@ DDP, or sharded by FSDP / DeepSpeed ZeRO) and its own rollout engine. Per step:
 1. ``shard_prompts``: each rank takes a contiguous share of the step's prompts. A prompt is a GRPO
    group (the engine samples its ``G`` completions), so a group never spans two ranks.
 2. Each rank generates and scores its share.
-3. ``global_advantages``: rewards are gathered from every rank, advantages computed on the whole
+3. ``global_advantages`` / ``global_ema_advantages``: rewards are gathered from every rank
+   (``gather_step_rewards``, the one gather of every estimator), advantages computed on the whole
    (P, G) batch (batch-level reward scaling and logged statistics then equal a single-process
    run), and each rank keeps its own rows.
 4. The loss of each micro-batch is normalised by *global* token / sequence counts
@@ -22,8 +23,10 @@ DDP, or sharded by FSDP / DeepSpeed ZeRO) and its own rollout engine. Per step:
    ``shards_training_state`` (FSDP, DeepSpeed) the optimizer goes through accelerate's
    ``save_state`` / ``load_state``.
 
-Every function works single-process (no process group: world size 1, nothing to communicate)
-and on CPU with the gloo backend, which is how the tests run them.
+These are the whole data-parallel protocol: ``update.grpo_update``, ``collect.Collector`` and the
+trainer call them directly, on one process as on many. Every function works single-process (no
+process group, or world size 1: a fast path that communicates nothing and returns its input) and
+on CPU with the gloo backend, which is how the tests run them.
 """
 
 from __future__ import annotations

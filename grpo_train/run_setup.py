@@ -170,14 +170,14 @@ def setup_run(
     wrapped: torch.nn.Module = model
     if is_distributed:  # DDP / FSDP / ZeRO wrappers; gradients reduced by them
         wrapped, optimizer = accelerator.prepare(model, optimizer)
-    start_step, baselines, sampler = _restore_training_state(
+    start_step, baselines, sampler, switches = _restore_training_state(
         cfg, resume_from, saved, optimizer, scheduler, accelerator if is_distributed else None
     )
     stage_envs, starts = curriculum_stages(cfg, envs)
     prompts = TrainingPrompts(
         stage_envs, starts, env_names, weights, cfg.data, cfg.run.seed, sampler
     )
-    auto = AutoHeuristics(cfg, prompts, sampler, start_step)
+    auto = AutoHeuristics(cfg, prompts, sampler, start_step, switches)
     if engine is None:
         engine = _start_engine(cfg, model_path, model, tokenizer, stop, is_distributed)
     if lora is not None and resume_from and not isinstance(engine, LostEngine):
@@ -272,14 +272,15 @@ def _restore_training_state(
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     accelerator: Any,
-) -> tuple[int, EmaBaselines, SamplerState | None]:
+) -> tuple[int, EmaBaselines, SamplerState | None, tuple[tuple[int, str], ...] | None]:
     """Restore optimizer, scheduler and data position from the resumed checkpoint.
 
-    Return the start step, the EMA baselines and the sampler state (None: a fresh start). After
+    Return the start step, the EMA baselines, the sampler state (None: a fresh start) and the
+    automatic switches of the earlier launches (None: none recorded). After
     ``accelerator.prepare``: FSDP / DeepSpeed restore into the sharded state.
     """
     if not resume_from:
-        return 0, EmaBaselines(), None
+        return 0, EmaBaselines(), None, None
     state = load_checkpoint(
         resume_from, optimizer=optimizer, scheduler=scheduler, accelerator=accelerator
     )
@@ -287,7 +288,7 @@ def _restore_training_state(
     if is_main:
         logger.info("resuming from %s (step %d)", resume_from, state.step)
     apply_schedule_changes(saved, cfg, optimizer, scheduler, state.step, is_main)
-    return state.step, EmaBaselines.from_state(state.baselines), state.sampler
+    return state.step, EmaBaselines.from_state(state.baselines), state.sampler, state.switches
 
 
 def _start_engine(

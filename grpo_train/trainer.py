@@ -414,6 +414,7 @@ class Trainer:
             identity=s.identity,
             launch=s.launch,
             baselines=self.baselines.to_state(),
+            switches=s.auto.record(),
         )
 
     def close(self) -> None:
