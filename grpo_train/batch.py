@@ -89,7 +89,11 @@ class RolloutBatch:
     def from_groups(
         cls, groups: Sequence[Group], group_size: int, padding: bool = False
     ) -> RolloutBatch:
-        """Return the batch of scored groups; every sampled token is trained."""
+        """Return the batch of scored groups; every sampled token is trained.
+
+        A group of episodes (``Group.episodes``) trains its sampled ids only: the ids its
+        environment inserted stay in the row for the forward pass with loss mask 0.
+        """
         completions = [c for g in groups for c in g.completions]
 
         def table(values: list[list[bool]] | list[list[float]], dtype: torch.dtype) -> torch.Tensor:
@@ -98,7 +102,7 @@ class RolloutBatch:
         return cls(
             prompt_ids=tuple(tuple(g.prompt_ids) for g in groups),
             completion_ids=tuple(c.token_ids for c in completions),
-            loss_mask=tuple(torch.ones(len(c.token_ids), dtype=torch.bool) for c in completions),
+            loss_mask=tuple(_loss_masks(groups)),
             sampling_logprobs=tuple(c.logprobs for c in completions),
             rewards=table([g.rewards for g in groups], torch.float64),
             scored=table([g.scored for g in groups], torch.bool),
@@ -121,3 +125,14 @@ class RolloutBatch:
     def trained_tokens(self, keep: torch.Tensor) -> int:
         """Count the tokens the loss trains: masked-in tokens of rows with ``keep`` 1."""
         return int(sum(float(m.sum()) * float(k) for m, k in zip(self.loss_mask, keep)))
+
+
+def _loss_masks(groups: Sequence[Group]) -> list[torch.Tensor]:
+    """Per row: True on every sampled token (an episode's inserted ids are False)."""
+    masks: list[torch.Tensor] = []
+    for g in groups:
+        if g.episodes:
+            masks.extend(torch.tensor(e.loss_mask, dtype=torch.bool) for e in g.episodes)
+        else:
+            masks.extend(torch.ones(len(c.token_ids), dtype=torch.bool) for c in g.completions)
+    return masks

@@ -22,6 +22,7 @@ from grpo_envs.wrappers import guarded_scores
 from grpo_train import distributed
 from grpo_train.batch import RolloutBatch
 from grpo_train.checkpoint import latest_checkpoint
+from grpo_train.collect_episodes import collect_episode_groups, episode_metrics, is_multi_turn
 from grpo_train.config import TrainConfig
 from grpo_train.data_parallel import SingleProcess
 from grpo_train.groups import MIN_SCORED, Group
@@ -87,6 +88,7 @@ class Collector:
         # Statistics describe the whole step's batch: every rank's groups, as one process.
         everything = self.dp.gather(sampled)
         m.update(rollout_metrics(everything, self.env_names))
+        m.update(episode_metrics(everything))
         self._check_scores(step, everything)
         curriculum, moved = self.prompts.record(everything)
         m.update(curriculum)
@@ -137,6 +139,13 @@ class Collector:
         start, stop = distributed.shard_bounds(n_prompts, self.rank.rank, self.rank.world_size)
         mine = drawn[start:stop]
         prompts = [self._encode(sample) for sample, _ in mine]
+        if any(is_multi_turn(env) for env in self.prompts.envs):  # groups of episodes
+            pause_point("generation", step)
+            return collect_episode_groups(
+                self.engine, self.tokenizer, self.prompt_format, self.prompts.envs, mine,
+                prompts, self._samplings(len(prompts), step, round_, start, episodes=True),
+                self.cfg.rollout.max_completion_length, times,
+            )  # fmt: skip
         t = time.perf_counter()
         pause_point("generation", step)
         results = self._generate(prompts, step, round_, start)
@@ -162,13 +171,16 @@ class Collector:
         limit = self.cfg.data.max_prompt_length
         return encode_prompt(self.tokenizer, sample, self.prompt_format, limit).ids
 
-    def _generate(
-        self, prompts: list[list[int]], step: int, round_: int, start: int
-    ) -> list[list[Completion]]:
-        """``num_generations`` completions per prompt, seeded by step, round and prompt index."""
+    def _samplings(
+        self, n_prompts: int, step: int, round_: int, start: int, episodes: bool = False
+    ) -> list[SamplingConfig]:
+        """Return the step's sampling: one for the call, or one per prompt (``seed_per_prompt``).
+
+        A seed per (step, round) makes sampling independent of the past: resume is exact. Ranks
+        offset it by their first prompt's global index so they sample differently; with
+        ``seed_per_prompt`` the seed is base + global prompt index: split-independent.
+        """
         cfg, n = self.cfg, self.cfg.rollout.num_generations
-        # A seed per (step, round) makes sampling independent of the past: resume is exact.
-        # Ranks offset it by their first prompt's global index so they sample differently.
         seed = cfg.run.seed * 1_000_003 + step * 101 + round_ + start * n
         sampling = SamplingConfig(
             n=n,
@@ -177,10 +189,19 @@ class Collector:
             top_p=cfg.rollout.top_p,
             seed=seed,
         )
-        if cfg.rollout.seed_per_prompt:  # seed = base + global prompt index: split-independent
-            base = seed - start * n
-            return [
-                self.engine.generate([p], replace(sampling, seed=base + (start + i) * n))[0]
-                for i, p in enumerate(prompts)
-            ]
-        return self.engine.generate(prompts, sampling) if prompts else []
+        if episodes and cfg.rollout.max_turn_tokens:  # a turn's cap within the episode's
+            turn = min(cfg.rollout.max_turn_tokens, cfg.rollout.max_completion_length)
+            sampling = replace(sampling, max_new_tokens=turn)
+        if not cfg.rollout.seed_per_prompt:
+            return [sampling]
+        base = seed - start * n
+        return [replace(sampling, seed=base + (start + i) * n) for i in range(n_prompts)]
+
+    def _generate(
+        self, prompts: list[list[int]], step: int, round_: int, start: int
+    ) -> list[list[Completion]]:
+        """``num_generations`` completions per prompt, seeded by step, round and prompt index."""
+        samplings = self._samplings(len(prompts), step, round_, start)
+        if self.cfg.rollout.seed_per_prompt:  # seed = base + global prompt index: split-independent
+            return [self.engine.generate([p], s)[0] for p, s in zip(prompts, samplings)]
+        return self.engine.generate(prompts, samplings[0]) if prompts else []

@@ -204,6 +204,9 @@ class RolloutConfig:
     max_completion_length: Fixed[int] = 1024
     """Maximum tokens per completion; longer ones are cut (finish reason 'length'). Reasoning
     needs room: 1024 fits GSM8K-style chains of thought; raise it for competition math."""
+    max_turn_tokens: Fixed[int] = 0
+    """Multi-turn environments: tokens one model turn may sample (0: max_completion_length).
+    A whole episode (every turn and the environment's replies) fits in max_completion_length."""
     temperature: Fixed[float] = 1.0
     """Sampling temperature for training rollouts (> 0); evaluation is greedy."""
     top_p: Fixed[float] = 1.0
@@ -907,6 +910,10 @@ def _rollout_problems(r: RolloutConfig) -> list[str]:
     p.need(
         r.max_completion_length >= 1,
         f"max_completion_length: {r.max_completion_length}; must be >= 1",
+    )
+    p.need(
+        r.max_turn_tokens >= 0,
+        f"max_turn_tokens: {r.max_turn_tokens}; must be >= 0 (0: max_completion_length)",
     )
     p.need(r.temperature > 0, f"temperature: {r.temperature}; training samples need > 0 (try 1.0)")
     p.need(0 < r.top_p <= 1, f"top_p: {r.top_p}; must be in (0, 1]")

@@ -8,6 +8,7 @@ their group (``Group.scored``); a group with fewer than ``MIN_SCORED`` scored it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -15,6 +16,9 @@ from grpo_envs.types import Sample, Score
 from grpo_train.advantages import MIN_SCORED, informative_groups
 from grpo_train.rollout.base import Completion
 from grpo_train.score_failures import scoring_failed
+
+if TYPE_CHECKING:
+    from grpo_train.rollout.episodes import EpisodeRollout
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,9 @@ class Group:
     prompt_ids: list[int]
     completions: list[Completion] = field(default_factory=list)
     scores: list[Score] = field(default_factory=list)
+    episodes: tuple[EpisodeRollout, ...] = ()
+    """Multi-turn steps: the episode behind each completion (its ``completions`` are the
+    episodes' rows: ids after the prompt, sampled and inserted); empty for single-turn."""
 
     @property
     def rewards(self) -> list[float]:

@@ -47,3 +47,38 @@ class DigitEnv(Environment):
             outcome=Outcome.CORRECT if ok else Outcome.WRONG,
             components=(Component("digit", 1.0 if ok else 0.0),),
         )
+
+
+def digit_retry_env(size: int = 64, max_turns: int = 3):
+    """``DigitEnv`` as episodes: a turn that does not start with a digit is answered "Say a digit."
+
+    The rubric scores the last turn as ``DigitEnv`` does; each turn after the first costs 0.1.
+    """
+    from grpo_envs.episode import EpisodeBudget, MultiTurnEnv, Step, turn_penalty
+    from grpo_envs.rubric import RewardComponent, Rubric
+
+    def digit(ctx) -> float:
+        text = ctx.completion.lstrip()
+        return 1.0 if text and text[0].isdigit() else 0.0
+
+    def step(state, turn: str) -> Step:
+        text = turn.lstrip()
+        if text and text[0].isdigit():
+            return Step.end()
+        return Step.reply("Say a digit.")
+
+    def rows(offset: int, n: int) -> list[dict[str, str]]:
+        return [
+            {"question": f"Question {offset + i}: say a digit.", "answer": "7"} for i in range(n)
+        ]
+
+    env = MultiTurnEnv(
+        {"train": rows(0, size), "test": rows(10_000, 16)},
+        Rubric([RewardComponent("digit", 1.0, digit)]),
+        step,
+        budget=EpisodeBudget(max_turns=max_turns),
+        episode_components=[turn_penalty(-0.1)],
+        prompt_template="{question}",
+    )
+    env.env_id = "test/digit-retry-v0"
+    return env

@@ -1,0 +1,132 @@
+"""Multi-turn collection: a step's GRPO groups as groups of episodes per prompt.
+
+When any training environment runs episodes of more than one turn (``grpo_envs.episode``), the
+step's prompts are played as episodes with ``rollout.episodes.generate_episodes`` (every live
+episode advances together, one engine call per turn) and each episode becomes one GRPO row:
+its token-exact training sequence (``Group.episodes``), the environment's ids masked out of the
+loss, the sampled ids with their sampling logprobs, the episode's score as the reward.
+Single-turn environments in the same step are one-turn episodes (``OneTurn``: the same score).
+A run whose environments are all single-turn never comes here, so it computes what it always did.
+
+A template break ends the episode (``BreakPolicy.END``): a GRPO row is one sequence, and a split
+episode would be two rows with different prompts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from grpo_envs.base import Environment
+from grpo_envs.episode import Episodic, OneTurn, episodic
+from grpo_envs.types import Sample
+from grpo_train.episode_tokens import BreakPolicy
+from grpo_train.groups import Group
+from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
+from grpo_train.rollout.episodes import (
+    EpisodeRenderer,
+    EpisodeRollout,
+    EpisodeSettings,
+    EpisodeStats,
+    generate_episodes,
+    score_episodes,
+)
+
+if TYPE_CHECKING:
+    from grpo_train.prompts import PromptFormat
+
+#: Threads stepping one turn's environments: tool calls of different episodes overlap in the
+#: sandbox. Step functions are pure in the episode state (the episode contract), so thread-safe.
+STEP_WORKERS = 4
+
+
+def is_multi_turn(env: Environment) -> bool:
+    """Whether ``env`` runs episodes of its own (not the one-turn view of a single-turn env)."""
+    return not isinstance(episodic(env), OneTurn)
+
+
+def episode_row(rollout: EpisodeRollout) -> Completion:
+    """Return the episode as one row of the step: its ids after the prompt, sampled logprobs.
+
+    ``text`` is the transcript after the prompt (turns and replies, for the samples log); the
+    finish reason is the last turn's, or ``length`` when a budget cut the episode.
+    """
+    parts = []
+    for i, turn in enumerate(rollout.state.turns):
+        parts.append(turn)
+        if i < len(rollout.state.observations):
+            parts.append(
+                "\n".join(f"[{m.role}] {m.content}" for m in rollout.state.observations[i].messages)
+            )
+    return Completion(
+        prompt_index=rollout.prompt_index,
+        text="\n".join(parts),
+        token_ids=rollout.completion_ids,
+        logprobs=rollout.sampling_logprobs,
+        finish_reason="length" if rollout.truncated else "stop",
+    )
+
+
+def collect_episode_groups(
+    engine: RolloutEngine,
+    tokenizer: object,
+    prompt_format: PromptFormat,
+    envs: Sequence[Environment],
+    drawn: Sequence[tuple[Sample, int]],
+    prompts: Sequence[Sequence[int]],
+    samplings: Sequence[SamplingConfig],
+    max_episode_tokens: int,
+    times: dict[str, float],
+) -> list[Group]:
+    """Play and score the episodes of ``drawn`` (sample, env index) prompts, one group each.
+
+    ``samplings``: one ``SamplingConfig`` for all prompts (one batched call per turn), or one
+    per prompt (``seed_per_prompt``: each group's episodes batched on their own, so that its
+    samples do not depend on how the step's prompts were split between ranks).
+    """
+    episodes: list[Episodic] = [episodic(env) for env in envs]
+    renderer = EpisodeRenderer(tokenizer, prompt_format)
+    settings = EpisodeSettings(max_episode_tokens, BreakPolicy.END, STEP_WORKERS)
+    per_prompt = [episodes[env_index] for _, env_index in drawn]
+    samples = [sample for sample, _ in drawn]
+    t = time.perf_counter()
+    if len(samplings) == 1:
+        rollouts = generate_episodes(
+            engine, renderer, per_prompt, samples, prompts, samplings[0], settings
+        )
+    else:
+        rollouts = [
+            generate_episodes(engine, renderer, [e], [s], [p], sampling, settings)[0]
+            for e, s, p, sampling in zip(per_prompt, samples, prompts, samplings)
+        ]
+    times["generate"] += time.perf_counter() - t
+    t = time.perf_counter()
+    scores = score_episodes(per_prompt, rollouts)
+    times["score"] += time.perf_counter() - t
+    return [
+        Group(
+            sample,
+            env_index,
+            list(ids),
+            [episode_row(r) for r in group],
+            scores[k],
+            episodes=tuple(group),
+        )
+        for k, ((sample, env_index), ids, group) in enumerate(zip(drawn, prompts, rollouts))
+    ]
+
+
+def episode_metrics(groups: Sequence[Group]) -> dict[str, float]:
+    """Return the step's episode metrics (``episodes/turns_mean``...); none single-turn."""
+    rollouts = [r for g in groups for r in g.episodes]
+    return EpisodeStats.of(rollouts).metrics() if rollouts else {}
+
+
+__all__ = [
+    "STEP_WORKERS",
+    "collect_episode_groups",
+    "episode_metrics",
+    "episode_row",
+    "is_multi_turn",
+]

@@ -1,0 +1,462 @@
+"""Batched multi-turn rollouts: every live episode of a step advances together, token-exactly.
+
+``generate_episodes`` plays a group of episodes per prompt with a rollout engine. Turn 0 is one
+``engine.generate`` call over the prompts (exactly the single-turn call: same ids, same sampling);
+each later turn is one call over every live episode, whose prompt is the episode's token history
+so far: the prompt's ids, the ids the engine sampled, the ids the environment's replies inserted.
+Text is never re-tokenized into the history: decoding and re-encoding can merge or split tokens
+differently (``grpo_train.episode_tokens``). The environment's replies are stepped together
+(``grpo_envs.episode.step_many``, so tool calls of different episodes overlap) and rendered once
+through the chat template as a checked extension of the history (``render_continuation``); a
+``TemplateBreak`` ends the episode there (``BreakPolicy.END``) or continues it from the
+re-rendered history (``BreakPolicy.SPLIT``). The cost of a step is then about the cost of the
+tokens it samples, not of ``turns x episodes`` sequential passes.
+
+Budgets: ``EpisodeSettings.max_episode_tokens`` caps everything after the prompt (sampled and
+inserted ids), so a history always fits the engine's context (prompt + completion length);
+each turn samples at most ``min(sampling.max_new_tokens, what is left)`` tokens. An episode with
+nothing left is cut (``EpisodeEnd.MAX_TOKENS``). The environment's own budgets
+(``EpisodeBudget``) apply as in ``step_many``.
+
+Models without a chat template (``chat_template: plain``): the observation's raw ``text`` is
+encoded and appended; there is no template to check the extension against.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from grpo_envs.episode import (
+    EpisodeEnd,
+    EpisodeState,
+    Episodic,
+    ToolStatus,
+    step_many,
+)
+from grpo_envs.types import Sample, Score
+from grpo_train.episode_tokens import (
+    AssembledEpisode,
+    BreakPolicy,
+    Continuation,
+    Extension,
+    SampledTurn,
+    TemplateBreak,
+    TrainingSequence,
+    assemble_episode,
+    render_continuation,
+)
+from grpo_train.prompts import PLAIN, PromptFormat, encode_prompt
+from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
+
+#: Seed offset between turns: turn ``t`` samples with ``sampling.seed + t * TURN_SEED_STRIDE``.
+TURN_SEED_STRIDE = 1_000_033
+
+
+@dataclass(frozen=True)
+class EpisodeRenderer:
+    """How an episode's history becomes ids: the tokenizer and the run's ``PromptFormat``.
+
+    ``tools``: tool schemas for templates with tool calling (``apply_chat_template(tools=)``).
+    """
+
+    tokenizer: Any
+    prompt_format: PromptFormat = field(default_factory=PromptFormat)
+    tools: tuple[Mapping[str, object], ...] | None = None
+
+    @property
+    def chat(self) -> bool:
+        """Whether histories go through a chat template (False: plain text)."""
+        fmt = self.prompt_format
+        if fmt.chat_template.strip() == PLAIN:
+            return False
+        return bool(fmt.template_text() or getattr(self.tokenizer, "chat_template", None))
+
+    def prompt_ids(self, sample: Sample, max_tokens: int | None = None) -> list[int]:
+        """Return the prompt's ids, as single-turn training and ``grpo eval`` encode them."""
+        return encode_prompt(self.tokenizer, sample, self.prompt_format, max_tokens).ids
+
+    def apply_chat_template(self, conversation: object, **kwargs: object) -> object:
+        """Call the tokenizer's ``apply_chat_template`` with the run's template and kwargs."""
+        fmt = self.prompt_format
+        template = fmt.template_text()
+        extra: dict[str, object] = dict(fmt.chat_template_kwargs)
+        if template is not None:
+            extra["chat_template"] = template
+        return self.tokenizer.apply_chat_template(conversation, **extra, **kwargs)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Text -> ids (no special tokens added: the template writes them)."""
+        return [int(i) for i in self.tokenizer.encode(text, add_special_tokens=add_special_tokens)]
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """Ids -> text."""
+        return str(self.tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens))
+
+    def continuation(self, state: EpisodeState, completions: Sequence[Completion]) -> Continuation:
+        """Return the ids the latest observation of ``state`` inserts after the last turn."""
+        observation = state.observations[-1]
+        if not self.chat:
+            return Extension(tuple(self.encode(observation.text)))
+        history = self.prompt_format.messages(state.sample)
+        for i, completion in enumerate(completions):
+            history.append({"role": "assistant", "content": self.turn_content(completion)})
+            if i < len(completions) - 1:
+                history.extend(_dicts(state.observations[i].messages))
+        reply = _dicts(observation.messages)
+        return render_continuation(
+            self, history, completions[-1].token_ids, reply, tools=self.tools
+        )
+
+    def turn_content(self, completion: Completion) -> str:
+        """Return the sampled turn as the template must render it (ids decoded, specials kept).
+
+        The engine's ``text`` drops special tokens; a turn that sampled one mid-way would then
+        be rendered as something it did not sample. Only a final EOS is left out: the template
+        writes the closing (``render_continuation`` checks the sampled tail against it).
+        """
+        ids = completion.token_ids
+        if completion.finish_reason == "stop" and ids:
+            ids = ids[:-1]
+        return self.decode(ids, skip_special_tokens=False)
+
+
+def _dicts(messages: Iterable[Any]) -> list[dict[str, str]]:
+    return [{"role": m.role, "content": m.content} for m in messages]
+
+
+@dataclass(frozen=True)
+class EpisodeSettings:
+    """How ``generate_episodes`` bounds and assembles episodes."""
+
+    max_episode_tokens: int
+    """Cap on the ids after the prompt (sampled + inserted); keeps histories in the context."""
+    on_break: BreakPolicy = BreakPolicy.END
+    """At a ``TemplateBreak``: END stops the episode; SPLIT continues from the re-rendering."""
+    workers: int = 1
+    """Threads stepping the environments of one turn (tool calls overlap)."""
+
+    def left(self, prompt_len: int, history_len: int) -> int:
+        """Ids a history may still grow by: the prompt plus ``max_episode_tokens`` in all.
+
+        >>> EpisodeSettings(max_episode_tokens=10).left(4, 9)
+        5
+        """
+        return prompt_len + self.max_episode_tokens - history_len
+
+    def __post_init__(self) -> None:
+        if self.max_episode_tokens < 1:
+            raise ValueError(f"max_episode_tokens must be >= 1, got {self.max_episode_tokens}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+
+
+@dataclass(frozen=True)
+class EpisodeRollout:
+    """One finished episode of one prompt: its state, the engine's turns, its training ids."""
+
+    prompt_index: int
+    prompt_ids: tuple[int, ...]
+    state: EpisodeState
+    completions: tuple[Completion, ...]
+    continuations: tuple[Continuation, ...]
+    """What followed each turn but the last (``Extension`` or, under SPLIT, ``TemplateBreak``)."""
+    assembled: AssembledEpisode
+    end_break: TemplateBreak | None = None
+    """The break that ended the episode under ``BreakPolicy.END`` (``TEMPLATE_BREAK``)."""
+
+    @property
+    def sequence(self) -> TrainingSequence:
+        """The training sequence a GRPO row holds (the first; the only one unless SPLIT broke)."""
+        return self.assembled.sequences[0]
+
+    @property
+    def completion_ids(self) -> tuple[int, ...]:
+        """The sequence after the prompt: sampled and inserted ids."""
+        return self.sequence.input_ids[self.sequence.prompt_len :]
+
+    @property
+    def loss_mask(self) -> tuple[int, ...]:
+        """1 on sampled ids, 0 on the environment's, aligned with ``completion_ids``."""
+        return self.sequence.loss_mask[self.sequence.prompt_len :]
+
+    @property
+    def sampling_logprobs(self) -> tuple[float, ...]:
+        """The engine's logprob of each sampled id (0.0 on inserted ids)."""
+        return self.sequence.logprobs[self.sequence.prompt_len :]
+
+    @property
+    def turns(self) -> int:
+        """Model turns played."""
+        return len(self.completions)
+
+    @property
+    def sampled_tokens(self) -> int:
+        """Ids the engine sampled, over every turn."""
+        return sum(len(c.token_ids) for c in self.completions)
+
+    @property
+    def environment_tokens(self) -> int:
+        """Ids the environment's replies inserted (in every training sequence)."""
+        return sum(s.environment_tokens for s in self.assembled.sequences)
+
+    @property
+    def tool_calls(self) -> int:
+        """Tool calls the episode made."""
+        return len(self.state.tools)
+
+    @property
+    def tool_errors(self) -> int:
+        """Tool calls that did not end OK (errors, malformed calls, timeouts, sandbox faults)."""
+        return sum(t.status is not ToolStatus.OK for t in self.state.tools)
+
+    @property
+    def template_breaks(self) -> int:
+        """Continuations the chat template could not render as an extension."""
+        split = sum(isinstance(c, TemplateBreak) for c in self.continuations)
+        return split + (self.end_break is not None)
+
+    @property
+    def truncated(self) -> bool:
+        """True when a budget cut the episode or its last turn ran out of tokens."""
+        end = self.state.end
+        cut = end is not None and end.truncated
+        return cut or self.completions[-1].truncated
+
+    @property
+    def text(self) -> str:
+        """The final turn's text (what the rubric scores)."""
+        return self.state.last_turn
+
+
+@dataclass
+class _Live:
+    """One episode while it runs (private: mutated as its turns come in)."""
+
+    prompt_index: int
+    prompt_ids: tuple[int, ...]
+    env: Episodic
+    state: EpisodeState
+    history: list[int]
+    """The ids the next turn is sampled from."""
+    completions: list[Completion] = field(default_factory=list)
+    continuations: list[Continuation] = field(default_factory=list)
+    end_break: TemplateBreak | None = None
+
+
+def generate_episodes(
+    engine: RolloutEngine,
+    renderer: EpisodeRenderer,
+    envs: Sequence[Episodic],
+    samples: Sequence[Sample],
+    prompt_ids: Sequence[Sequence[int]],
+    sampling: SamplingConfig,
+    settings: EpisodeSettings,
+) -> list[list[EpisodeRollout]]:
+    """Play ``sampling.n`` episodes per prompt to their end; ``[prompt][episode]``.
+
+    Turn 0: one ``engine.generate(prompt_ids, sampling)``. Turn ``t``: one call (per distinct
+    per-turn token budget) over every live episode's history, ``n=1``, seed ``sampling.seed +
+    t * TURN_SEED_STRIDE``. The environments then step together; each reply is rendered once.
+    """
+    if not (len(envs) == len(samples) == len(prompt_ids)):
+        raise ValueError(
+            f"{len(envs)} envs, {len(samples)} samples, {len(prompt_ids)} prompts: one each"
+        )
+    if not samples:
+        return []
+    if sampling.max_new_tokens > settings.max_episode_tokens:
+        sampling = replace(sampling, max_new_tokens=settings.max_episode_tokens)
+    first = engine.generate([list(p) for p in prompt_ids], sampling)
+    live = [
+        _Live(p, tuple(prompt_ids[p]), envs[p], envs[p].start(samples[p]), list(prompt_ids[p]))
+        for p in range(len(samples))
+        for _ in range(sampling.n)
+    ]
+    flat = [c for group in first for c in group]
+    if len(flat) != len(live):
+        raise RuntimeError(f"the engine returned {len(flat)} completions for {len(live)} asked")
+    _take_turn(live, flat, renderer, settings)
+    turn = 1
+    while running := [e for e in live if not e.state.done]:
+        results = _sample_turn(engine, running, sampling, settings, turn)
+        _take_turn(running, results, renderer, settings)
+        turn += 1
+    groups: list[list[EpisodeRollout]] = [[] for _ in samples]
+    for e in live:
+        assembled = assemble_episode(
+            e.prompt_ids,
+            [SampledTurn(c.token_ids, c.logprobs) for c in e.completions],
+            e.continuations,
+            on_break=settings.on_break,
+        )
+        if e.end_break is not None:
+            why = f"after turn {len(e.completions) - 1}: {e.end_break.reason}"
+            assembled = replace(assembled, breaks=(*assembled.breaks, why))
+        groups[e.prompt_index].append(
+            EpisodeRollout(
+                e.prompt_index,
+                e.prompt_ids,
+                e.state,
+                tuple(e.completions),
+                tuple(e.continuations),
+                assembled,
+                e.end_break,
+            )
+        )
+    return groups
+
+
+def _sample_turn(
+    engine: RolloutEngine,
+    running: Sequence[_Live],
+    sampling: SamplingConfig,
+    settings: EpisodeSettings,
+    turn: int,
+) -> list[Completion]:
+    """One engine call per distinct token budget over the running episodes; in their order.
+
+    Episodes whose budget is below ``max_new_tokens`` get their own call: the engine's context
+    is sized for the prompt plus the completion budget, and a history near the end of its budget
+    must not be allowed ``max_new_tokens`` more.
+    """
+    seed = None if sampling.seed is None else sampling.seed + turn * TURN_SEED_STRIDE
+    by_budget: dict[int, list[int]] = defaultdict(list)
+    for i, e in enumerate(running):
+        left = settings.left(len(e.prompt_ids), len(e.history))
+        by_budget[min(sampling.max_new_tokens, left)].append(i)
+    out: list[Completion | None] = [None] * len(running)
+    for budget, members in sorted(by_budget.items(), reverse=True):
+        asked = replace(
+            sampling,
+            n=1,
+            max_new_tokens=budget,
+            seed=None if seed is None else seed + members[0],
+        )
+        results = engine.generate([running[i].history for i in members], asked)
+        for i, group in zip(members, results):
+            out[i] = group[0]
+    assert all(c is not None for c in out)
+    return [c for c in out if c is not None]
+
+
+def _take_turn(
+    live: Sequence[_Live],
+    completions: Sequence[Completion],
+    renderer: EpisodeRenderer,
+    settings: EpisodeSettings,
+) -> None:
+    """Record each episode's sampled turn, step the environments, render their replies."""
+    by_env: dict[int, list[int]] = defaultdict(list)
+    for i, e in enumerate(live):
+        e.completions.append(completions[i])
+        e.history.extend(completions[i].token_ids)
+        by_env[id(e.env)].append(i)
+    for members in by_env.values():
+        env = live[members[0]].env
+        states = step_many(
+            env,
+            [live[i].state for i in members],
+            [completions[i].text for i in members],
+            [len(completions[i].token_ids) for i in members],
+            workers=settings.workers,
+        )
+        for i, state in zip(members, states):
+            live[i].state = state
+    for e in live:
+        if not e.state.done:
+            _extend(e, renderer, settings)
+
+
+def _extend(e: _Live, renderer: EpisodeRenderer, settings: EpisodeSettings) -> None:
+    """Append the environment's reply to a live episode's history, or end the episode.
+
+    A reply that leaves no room for another turn ends the episode (``MAX_TOKENS``) without
+    entering the history: no sampled turn would follow it.
+    """
+    continuation = renderer.continuation(e.state, e.completions)
+    if isinstance(continuation, TemplateBreak):
+        if settings.on_break is BreakPolicy.END:
+            e.end_break = continuation
+            e.state = replace(e.state, end=EpisodeEnd.TEMPLATE_BREAK)
+            return
+        history = list(continuation.restart_ids)
+    else:
+        history = [*e.history, *continuation.ids]
+    if settings.left(len(e.prompt_ids), len(history)) <= 0:
+        e.state = replace(e.state, end=EpisodeEnd.MAX_TOKENS)
+        return
+    e.history = history
+    e.continuations.append(continuation)
+
+
+def score_episodes(
+    envs: Sequence[Episodic], rollouts: Sequence[Sequence[EpisodeRollout]]
+) -> list[list[Score]]:
+    """Score each finished episode with its prompt's environment (``score_episode``)."""
+    return [[envs[p].score_episode(r.state) for r in group] for p, group in enumerate(rollouts)]
+
+
+@dataclass(frozen=True)
+class EpisodeStats:
+    """What a step's episodes did: turns, tool use, environment tokens, cuts, template breaks."""
+
+    episodes: int = 0
+    turns_mean: float = 0.0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    environment_token_share: float = 0.0
+    """Inserted ids / (inserted + sampled ids), over every episode."""
+    truncated: int = 0
+    template_breaks: int = 0
+
+    @classmethod
+    def of(cls, rollouts: Iterable[EpisodeRollout]) -> EpisodeStats:
+        """Aggregate finished episodes.
+
+        >>> EpisodeStats.of([])
+        EpisodeStats(episodes=0, turns_mean=0.0, tool_calls=0, tool_errors=0, \
+environment_token_share=0.0, truncated=0, template_breaks=0)
+        """
+        items = list(rollouts)
+        if not items:
+            return cls()
+        env = sum(r.environment_tokens for r in items)
+        sampled = sum(r.sampled_tokens for r in items)
+        return cls(
+            episodes=len(items),
+            turns_mean=sum(r.turns for r in items) / len(items),
+            tool_calls=sum(r.tool_calls for r in items),
+            tool_errors=sum(r.tool_errors for r in items),
+            environment_token_share=env / (env + sampled) if env + sampled else 0.0,
+            truncated=sum(r.truncated for r in items),
+            template_breaks=sum(r.template_breaks for r in items),
+        )
+
+    def metrics(self, prefix: str = "episodes") -> dict[str, float]:
+        """Return the stats as run-log metrics (``episodes/turns_mean``...).
+
+        >>> EpisodeStats(episodes=2, turns_mean=1.5).metrics()["episodes/turns_mean"]
+        1.5
+        """
+        return {
+            f"{prefix}/turns_mean": self.turns_mean,
+            f"{prefix}/tool_calls": float(self.tool_calls),
+            f"{prefix}/tool_errors": float(self.tool_errors),
+            f"{prefix}/environment_token_share": self.environment_token_share,
+            f"{prefix}/truncated": float(self.truncated),
+            f"{prefix}/template_breaks": float(self.template_breaks),
+        }
+
+
+__all__ = [
+    "TURN_SEED_STRIDE",
+    "EpisodeRenderer",
+    "EpisodeRollout",
+    "EpisodeSettings",
+    "EpisodeStats",
+    "generate_episodes",
+    "score_episodes",
+]

@@ -1,0 +1,160 @@
+"""Training on multi-turn episodes: the rows trained are the episodes' exact ids, env ids masked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from test_rollout_episodes import ScriptedEngine
+from toy_env import digit_retry_env
+
+from grpo_envs.episode import episodic
+from grpo_envs.types import Sample
+from grpo_train.batch import RolloutBatch
+from grpo_train.collect_episodes import episode_row
+from grpo_train.config import TrainConfig
+from grpo_train.data_parallel import SingleProcess
+from grpo_train.episode_tokens import Extension
+from grpo_train.groups import Group
+from grpo_train.rollout.base import SamplingConfig
+from grpo_train.rollout.episodes import (
+    EpisodeRenderer,
+    EpisodeSettings,
+    generate_episodes,
+    score_episodes,
+)
+from grpo_train.run_log import read_metrics
+from grpo_train.trainer import Trainer
+from grpo_train.update import Policy, UpdateSettings, grpo_update
+
+EPISODE_METRICS = (
+    "episodes/turns_mean",
+    "episodes/tool_calls",
+    "episodes/tool_errors",
+    "episodes/environment_token_share",
+    "episodes/truncated",
+    "episodes/template_breaks",
+)
+
+
+def test_the_gradient_with_environment_tokens_masked_is_the_textbook_one(
+    tiny_model_path: Path,
+) -> None:
+    """DAPO loss, first pass (ratio 1): grad = -(1/N) sum_i A_i sum_{t sampled} grad log p(t)."""
+    from grpo_train.models import load_policy
+
+    model, tok = load_policy(str(tiny_model_path))
+    env = digit_retry_env(size=4)
+    samples = [Sample.from_row(env.dataset("train")[0])]
+    renderer = EpisodeRenderer(tok)
+    prompt_ids = [renderer.prompt_ids(samples[0])]
+    # Episode 0 answers at once; episode 1 takes a second turn after the environment's reply.
+    engine = ScriptedEngine(tok, lambda turn, r, _h: ["5" if r == 0 else "hmm", "3"][turn])
+    (group,) = generate_episodes(
+        engine, renderer, [episodic(env)], samples, prompt_ids,
+        SamplingConfig(n=2, max_new_tokens=16), EpisodeSettings(max_episode_tokens=64),
+    )  # fmt: skip
+    assert group[1].turns == 2 and isinstance(group[1].continuations[0], Extension)
+    scores = score_episodes([episodic(env)], [group])[0]
+    rows = [Group(samples[0], 0, prompt_ids[0], [episode_row(r) for r in group], scores,
+                  episodes=tuple(group))]  # fmt: skip
+    batch = RolloutBatch.from_groups(rows, 2)
+    advantages = torch.tensor([[0.75, -0.75]])
+    settings = UpdateSettings.of(loss_type="dapo", is_correction=False, micro_batch_tokens=10**6)
+    captured: dict[str, dict[str, torch.Tensor]] = {}
+
+    def capture(loss: float) -> float:
+        captured["grads"] = {n: p.grad.clone() for n, p in model.named_parameters()}
+        model.zero_grad(set_to_none=True)
+        return 0.0
+
+    grpo_update(Policy(model, pad_id=0), capture, batch, advantages, settings, SingleProcess())
+
+    # By hand: each episode's whole sequence in one plain forward (the environment's ids are
+    # context), the log-probabilities of the sampled ids only, DAPO's token-mean over them.
+    model.zero_grad(set_to_none=True)
+    sampled_total = sum(r.sampled_tokens for r in group)
+    loss = torch.zeros(())
+    for i, rollout in enumerate(group):
+        seq = rollout.sequence
+        ids = torch.tensor([seq.input_ids])
+        logits = model(input_ids=ids).logits[0, :-1].float()
+        logp = torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])[:, 0]
+        sampled = torch.tensor(seq.loss_mask[1:], dtype=torch.bool)
+        assert int(sampled.sum()) == rollout.sampled_tokens
+        loss = loss - advantages[0, i] * logp[sampled].sum() / sampled_total
+    loss.backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(captured["grads"][name], p.grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def make_config(model_path: Path, out: Path, **overrides: object) -> TrainConfig:
+    values: dict[str, object] = {
+        "model": str(model_path),
+        "engine": "hf",
+        "num_generations": 4,
+        "prompts_per_step": 2,
+        "max_prompt_length": 64,
+        "max_completion_length": 48,
+        "max_turn_tokens": 6,
+        "learning_rate": 1e-2,
+        "max_steps": 2,
+        "output_dir": str(out),
+        "eval_size": 0,
+        "save_every": 0,
+        "progress": False,
+        "log_every_samples": 1,
+        "seed": 3,
+    }
+    values.update(overrides)
+    return TrainConfig.from_flat(values)
+
+
+def test_a_multi_turn_run_trains_each_episodes_exact_ids_and_logs_episode_metrics(
+    tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches: list[RolloutBatch] = []
+    original = Trainer.update
+
+    def spy(self: Trainer, step: int, batch: RolloutBatch, advantages: torch.Tensor):
+        batches.append(batch)
+        return original(self, step, batch, advantages)
+
+    monkeypatch.setattr(Trainer, "update", spy)
+    trainer = Trainer(make_config(tiny_model_path, tmp_path), env=digit_retry_env())
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    tok = trainer.tokenizer
+    multi_turn = reencoded_differs = 0
+    for batch in batches:
+        for p, group in enumerate(batch.samples):
+            assert len(group.episodes) == batch.group_size
+            for g, episode in enumerate(group.episodes):
+                row = p * batch.group_size + g
+                # The row is the prompt's ids, each turn's sampled ids, the replies' ids.
+                expected = list(episode.prompt_ids)
+                mask: list[bool] = []
+                for i, turn in enumerate(episode.completions):
+                    expected += turn.token_ids
+                    mask += [True] * len(turn.token_ids)
+                    if i < len(episode.continuations):
+                        inserted = episode.continuations[i].ids  # type: ignore[union-attr]
+                        expected += inserted
+                        mask += [False] * len(inserted)
+                assert list(batch.prompt_ids[p]) + list(batch.completion_ids[row]) == expected
+                assert batch.loss_mask[row].tolist() == mask
+                sampled = [lp for t in episode.completions for lp in t.logprobs]
+                lps = [lp for lp, m in zip(batch.sampling_logprobs[row], mask) if m]
+                assert lps == sampled
+                multi_turn += episode.turns > 1
+                text = tok.decode(expected)
+                reencoded_differs += tok.encode(text, add_special_tokens=False) != expected
+    assert multi_turn > 0 and reencoded_differs > 0
+    rows = read_metrics(tmp_path)
+    for key in EPISODE_METRICS:
+        assert all(key in r for r in rows if r.get("step", 0) > 0), key
+    assert max(r["episodes/turns_mean"] for r in rows if r.get("step", 0) > 0) > 1.0
+    assert all(0 < r["episodes/environment_token_share"] < 1 for r in rows if r.get("step", 0))
