@@ -279,7 +279,7 @@ def answer_feedback(
 
     >>> answer_feedback("85", "95", [])
     '85 is not right: it is too low. Try again, with the final answer in \\boxed{}.'
-    >>> answer_feedback("85", "95", ["85"], hint="none")[:48]
+    >>> answer_feedback("85", "95", ["85"], hint="none")[:47]
     '85 is still not right (you answered 85 before).'
     >>> answer_feedback(None, "95", [])
     'I found no final answer. Try again, with the final answer in \\boxed{}.'
