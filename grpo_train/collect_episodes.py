@@ -19,17 +19,18 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from grpo_envs.base import Environment
-from grpo_envs.episode import Episodic, OneTurn, episodic
+from grpo_envs.episode import Episodic, episodic
 from grpo_envs.types import Sample
 from grpo_train.episode_tokens import BreakPolicy
 from grpo_train.groups import Group
-from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
+from grpo_train.rollout.base import RolloutEngine, SamplingConfig
 from grpo_train.rollout.episodes import (
     EpisodeRenderer,
-    EpisodeRollout,
     EpisodeSettings,
     EpisodeStats,
+    episode_row,
     generate_episodes,
+    is_multi_turn,
     score_episodes,
 )
 
@@ -39,33 +40,6 @@ if TYPE_CHECKING:
 #: Threads stepping one turn's environments: tool calls of different episodes overlap in the
 #: sandbox. Step functions are pure in the episode state (the episode contract), so thread-safe.
 STEP_WORKERS = 4
-
-
-def is_multi_turn(env: Environment) -> bool:
-    """Whether ``env`` runs episodes of its own (not the one-turn view of a single-turn env)."""
-    return not isinstance(episodic(env), OneTurn)
-
-
-def episode_row(rollout: EpisodeRollout) -> Completion:
-    """Return the episode as one row of the step: its ids after the prompt, sampled logprobs.
-
-    ``text`` is the transcript after the prompt (turns and replies, for the samples log); the
-    finish reason is the last turn's, or ``length`` when a budget cut the episode.
-    """
-    parts = []
-    for i, turn in enumerate(rollout.state.turns):
-        parts.append(turn)
-        if i < len(rollout.state.observations):
-            parts.append(
-                "\n".join(f"[{m.role}] {m.content}" for m in rollout.state.observations[i].messages)
-            )
-    return Completion(
-        prompt_index=rollout.prompt_index,
-        text="\n".join(parts),
-        token_ids=rollout.completion_ids,
-        logprobs=rollout.sampling_logprobs,
-        finish_reason="length" if rollout.truncated else "stop",
-    )
 
 
 def collect_episode_groups(
@@ -123,10 +97,4 @@ def episode_metrics(groups: Sequence[Group]) -> dict[str, float]:
     return EpisodeStats.of(rollouts).metrics() if rollouts else {}
 
 
-__all__ = [
-    "STEP_WORKERS",
-    "collect_episode_groups",
-    "episode_metrics",
-    "episode_row",
-    "is_multi_turn",
-]
+__all__ = ["STEP_WORKERS", "collect_episode_groups", "episode_metrics", "is_multi_turn"]

@@ -561,7 +561,9 @@ class Trainer:
         Runs ``grpo_train.eval.evaluate`` with the running engine: ``eval/accuracy`` over all
         environments plus ``eval/<env id>/accuracy`` and ``pass@1`` per environment.
         """
+        from grpo_train.collect_episodes import STEP_WORKERS
         from grpo_train.eval import GREEDY, evaluate
+        from grpo_train.rollout.episodes import EpisodeSettings
 
         cfg = self.cfg
         summary = evaluate(
@@ -574,6 +576,11 @@ class Trainer:
             max_prompt_tokens=cfg.data.max_prompt_length,
             progress=False,
             prompt_format=self.prompt_format,
+            episodes=EpisodeSettings(  # multi-turn envs: bounded as the training episodes are
+                cfg.rollout.max_completion_length,
+                workers=STEP_WORKERS,
+                max_turn_tokens=cfg.rollout.max_turn_tokens or None,
+            ),
         )
         metrics = summary.metrics("eval")
         if cfg.data.eval_suites:  # benchmark suites: eval/<suite>/avg@n, kept out of eval/accuracy

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 from tqdm.auto import tqdm
 
 from grpo_envs.base import Environment
+from grpo_envs.episode import episodic
 from grpo_envs.types import Outcome, Sample, Score
 from grpo_envs.wrappers import guarded_scores
 from grpo_train import prompts
@@ -34,6 +35,13 @@ from grpo_train.eval.records import SampleRecord, SampleStore
 from grpo_train.eval.report import SuiteResult, markdown_table, overall, summarize_task
 from grpo_train.prompts import PromptFormat
 from grpo_train.rollout.base import Completion, EngineDied, RolloutEngine, SamplingConfig
+from grpo_train.rollout.episodes import (
+    EpisodeRenderer,
+    EpisodeSettings,
+    episode_row,
+    generate_episodes,
+    is_multi_turn,
+)
 from grpo_train.score_failures import ScoreErrors
 from grpo_train.stop import pause_point
 
@@ -302,6 +310,7 @@ def evaluate(
     metadata: Mapping[str, object] | None = None,
     prompt_format: PromptFormat | None = None,
     stop_requested: Callable[[], bool] | None = None,
+    episodes: EpisodeSettings | None = None,
 ) -> EvalSummary:
     """Evaluate ``engine`` on environments and return per-task results.
 
@@ -327,6 +336,10 @@ def evaluate(
         stop_requested: checked after each saved batch; when it says True (a Ctrl-C or
             SIGTERM), ``EvalStopped`` is raised with the finished samples kept. An engine that
             died after a stop request (its processes got the signal too) counts as stopped.
+        episodes: multi-turn environments: how their episodes are bounded (default: each
+            whole episode within ``sampling.max_new_tokens``). Such a task's ``n`` samples of
+            a prompt are ``n`` episodes, played together (``rollout.episodes``); one succeeds
+            when its episode's score does, and pass@k is over episodes.
     """
     start = time.perf_counter()
     tasks = _as_tasks(envs)
@@ -338,6 +351,8 @@ def evaluate(
     if out is not None:
         config = _run_config(model, split, sampling, template, max_prompt_tokens)
         config.update(_task_settings(tasks))
+        if any(is_multi_turn(t.env) for t in tasks):  # only then: earlier folders still resume
+            config["episodes"] = asdict(_episode_settings(episodes, sampling))
         _check_run_config(out, config)
         store = SampleStore(out / SAMPLES_FILE)
     records: dict[tuple[str, str, int], SampleRecord] = {}  # in memory when nothing is stored
@@ -348,8 +363,12 @@ def evaluate(
     )
 
     # 2. Generate and score batch by batch; each batch is saved before the next starts.
+    multi_turn = _MultiTurn(
+        EpisodeRenderer(tokenizer, prompt_format or PromptFormat()),
+        _episode_settings(episodes, sampling),
+    )
     generated = _generate_missing(
-        engine, plan, sampling, batch_size, progress, store, records, stop_requested
+        engine, plan, sampling, batch_size, progress, store, records, stop_requested, multi_turn
     )
 
     # 3. Aggregate over the selected samples only (a folder may hold more from a larger --limit).
@@ -405,6 +424,7 @@ def _generate_missing(
     store: SampleStore | None,
     records: dict[tuple[str, str, int], SampleRecord],
     stop_requested: Callable[[], bool] | None = None,
+    multi_turn: _MultiTurn | None = None,
 ) -> int:
     """Generate and score the plan's missing completions batch by batch; count them.
 
@@ -420,7 +440,10 @@ def _generate_missing(
                 raise EvalStopped(generated, total)
             pause_point("eval generation", index + 1)
             try:
-                done = _run_batch(engine, batch, sampling)
+                if multi_turn is not None and is_multi_turn(batch[0].task.env):
+                    done = _run_episode_batch(engine, batch, sampling, multi_turn)
+                else:
+                    done = _run_batch(engine, batch, sampling)
             except EngineDied:
                 if not stopped():
                     raise
@@ -620,6 +643,61 @@ def _graded_texts(task: EvalTask, items: Sequence[tuple[str, str]]) -> list[str 
     return [
         strip_reasoning(c, tags, opened_in_prompt=p.rstrip().endswith(tags.open)) for p, c in items
     ]
+
+
+@dataclass(frozen=True)
+class _MultiTurn:
+    """How a multi-turn task's episodes are rendered and bounded."""
+
+    renderer: EpisodeRenderer
+    settings: EpisodeSettings
+
+
+def _episode_settings(given: EpisodeSettings | None, sampling: SamplingConfig) -> EpisodeSettings:
+    return given if given is not None else EpisodeSettings(sampling.max_new_tokens, workers=4)
+
+
+def _run_episode_batch(
+    engine: RolloutEngine, batch: list[_Pending], sampling: SamplingConfig, multi_turn: _MultiTurn
+) -> list[SampleRecord]:
+    """Play a multi-turn task's missing episodes (all of a batch together) and record them.
+
+    A record is an episode: its completion is the transcript after the prompt (turns and the
+    environment's replies), its tokens the training row's, its score the episode's score.
+    """
+    task = batch[0].task
+    env = episodic(task.env)
+    by_count: dict[int, list[_Pending]] = defaultdict(list)
+    for p in batch:
+        by_count[len(p.missing)].append(p)
+    records = []
+    for count, group in by_count.items():
+        rollouts = generate_episodes(
+            engine, multi_turn.renderer, [env] * len(group), [p.sample for p in group],
+            [p.prompt_ids for p in group], replace(sampling, n=count), multi_turn.settings,
+        )  # fmt: skip
+        for p, episodes in zip(group, rollouts):
+            for g, rollout in zip(p.missing, episodes):
+                score = env.score_episode(rollout.state)
+                row = episode_row(rollout)
+                records.append(
+                    SampleRecord(
+                        task=task.label,
+                        env_id=task.env.env_id,
+                        sample_id=p.sample.id,
+                        gen_index=g,
+                        prompt=p.prompt_text,
+                        completion=row.text,
+                        num_tokens=len(row.token_ids),
+                        truncated=rollout.truncated,
+                        reward=float(score.reward),
+                        outcome=score.outcome.value,
+                        success=score.outcome.is_success,
+                        extracted=_extracted(score),
+                        score=score.to_json(),
+                    )
+                )
+    return records
 
 
 def _run_batch(

@@ -29,11 +29,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from grpo_envs.base import Environment
 from grpo_envs.episode import (
     EpisodeEnd,
     EpisodeState,
     Episodic,
+    OneTurn,
     ToolStatus,
+    episodic,
     step_many,
 )
 from grpo_envs.types import Sample, Score
@@ -137,20 +140,42 @@ class EpisodeSettings:
     """At a ``TemplateBreak``: END stops the episode; SPLIT continues from the re-rendering."""
     workers: int = 1
     """Threads stepping the environments of one turn (tool calls overlap)."""
+    max_turn_tokens: int | None = None
+    """Cap on one turn's sampled ids (None: ``sampling.max_new_tokens``)."""
+    max_sequence_tokens: int | None = None
+    """Cap on a whole history, prompt included (an engine's context length; None: no cap)."""
 
     def left(self, prompt_len: int, history_len: int) -> int:
         """Ids a history may still grow by: the prompt plus ``max_episode_tokens`` in all.
 
         >>> EpisodeSettings(max_episode_tokens=10).left(4, 9)
         5
+        >>> EpisodeSettings(max_episode_tokens=10, max_sequence_tokens=12).left(4, 9)
+        3
         """
-        return prompt_len + self.max_episode_tokens - history_len
+        cap = prompt_len + self.max_episode_tokens
+        if self.max_sequence_tokens is not None:
+            cap = min(cap, self.max_sequence_tokens)
+        return cap - history_len
+
+    def turn_cap(self, sampling: SamplingConfig) -> int:
+        """Ids one turn may sample at most (before the episode's own budget).
+
+        >>> EpisodeSettings(max_episode_tokens=10, max_turn_tokens=4).turn_cap(SamplingConfig())
+        4
+        """
+        cap = min(sampling.max_new_tokens, self.max_episode_tokens)
+        return cap if self.max_turn_tokens is None else min(cap, self.max_turn_tokens)
 
     def __post_init__(self) -> None:
         if self.max_episode_tokens < 1:
             raise ValueError(f"max_episode_tokens must be >= 1, got {self.max_episode_tokens}")
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
+        for name in ("max_turn_tokens", "max_sequence_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {value}")
 
 
 @dataclass(frozen=True)
@@ -267,8 +292,17 @@ def generate_episodes(
         )
     if not samples:
         return []
-    if sampling.max_new_tokens > settings.max_episode_tokens:
-        sampling = replace(sampling, max_new_tokens=settings.max_episode_tokens)
+    if settings.turn_cap(sampling) != sampling.max_new_tokens:
+        sampling = replace(sampling, max_new_tokens=settings.turn_cap(sampling))
+    left = min(settings.left(len(p), len(p)) for p in prompt_ids)
+    if left < sampling.max_new_tokens:
+        # A prompt near the context's end: the first turn gets only what every prompt can.
+        if left < 1:
+            raise ValueError(
+                f"a prompt of {max(len(p) for p in prompt_ids)} tokens leaves no room in the "
+                f"context of {settings.max_sequence_tokens} tokens"
+            )
+        sampling = replace(sampling, max_new_tokens=left)
     first = engine.generate([list(p) for p in prompt_ids], sampling)
     live = [
         _Live(p, tuple(prompt_ids[p]), envs[p], envs[p].start(samples[p]), list(prompt_ids[p]))
@@ -326,7 +360,7 @@ def _sample_turn(
     by_budget: dict[int, list[int]] = defaultdict(list)
     for i, e in enumerate(running):
         left = settings.left(len(e.prompt_ids), len(e.history))
-        by_budget[min(sampling.max_new_tokens, left)].append(i)
+        by_budget[min(settings.turn_cap(sampling), left)].append(i)
     out: list[Completion | None] = [None] * len(running)
     for budget, members in sorted(by_budget.items(), reverse=True):
         asked = replace(
@@ -390,6 +424,33 @@ def _extend(e: _Live, renderer: EpisodeRenderer, settings: EpisodeSettings) -> N
         return
     e.history = history
     e.continuations.append(continuation)
+
+
+def is_multi_turn(env: Environment) -> bool:
+    """Whether ``env`` runs episodes of its own (not the one-turn view of a single-turn env)."""
+    return not isinstance(episodic(env), OneTurn)
+
+
+def episode_row(rollout: EpisodeRollout) -> Completion:
+    """Return the episode as one row of the step: its ids after the prompt, sampled logprobs.
+
+    ``text`` is the transcript after the prompt (turns and replies, for the samples log); the
+    finish reason is the last turn's, or ``length`` when a budget cut the episode.
+    """
+    parts = []
+    for i, turn in enumerate(rollout.state.turns):
+        parts.append(turn)
+        if i < len(rollout.state.observations):
+            parts.append(
+                "\n".join(f"[{m.role}] {m.content}" for m in rollout.state.observations[i].messages)
+            )
+    return Completion(
+        prompt_index=rollout.prompt_index,
+        text="\n".join(parts),
+        token_ids=rollout.completion_ids,
+        logprobs=rollout.sampling_logprobs,
+        finish_reason="length" if rollout.truncated else "stop",
+    )
 
 
 def score_episodes(
@@ -457,6 +518,8 @@ __all__ = [
     "EpisodeRollout",
     "EpisodeSettings",
     "EpisodeStats",
+    "episode_row",
     "generate_episodes",
+    "is_multi_turn",
     "score_episodes",
 ]

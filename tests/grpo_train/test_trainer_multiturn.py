@@ -12,7 +12,6 @@ from toy_env import digit_retry_env
 from grpo_envs.episode import episodic
 from grpo_envs.types import Sample
 from grpo_train.batch import RolloutBatch
-from grpo_train.collect_episodes import episode_row
 from grpo_train.config import TrainConfig
 from grpo_train.data_parallel import SingleProcess
 from grpo_train.episode_tokens import Extension
@@ -21,6 +20,7 @@ from grpo_train.rollout.base import SamplingConfig
 from grpo_train.rollout.episodes import (
     EpisodeRenderer,
     EpisodeSettings,
+    episode_row,
     generate_episodes,
     score_episodes,
 )
