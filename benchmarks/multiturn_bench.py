@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -219,6 +218,8 @@ def bench_engine(name: str, folder: Path, args: argparse.Namespace) -> list[Run]
                             engine, tokenizer, env, samples, prompt_ids, seeded_turn, args.turns
                         )
                     )
+                done = runs[-1]
+                print(f"{name} {done.kind}: {done.wall_s:.2f} s", file=sys.stderr, flush=True)
         return runs
     finally:
         engine.close()
