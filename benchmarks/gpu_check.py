@@ -139,7 +139,7 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
     from grpo_train.memory import enable_gradient_checkpointing
     from grpo_train.metrics import reset_peak_memory
     from grpo_train.models import load_policy, resolve_model
-    from grpo_train.update import Policy, UpdateSettings
+    from grpo_train.update import Learner, UpdateSettings
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     path = resolve_model(model_name)
@@ -156,7 +156,7 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
         optimizer.zero_grad(set_to_none=True)
         return norm
 
-    policy = Policy(model, pad_id=tokenizer.pad_token_id, device=device)
+    learner = Learner(model, pad_id=tokenizer.pad_token_id, device=device)
     settings = UpdateSettings.of(
         max_completion_length=args.max_new_tokens, micro_batch_tokens=args.micro_batch_tokens
     )
@@ -165,7 +165,7 @@ def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> 
     try:
         for step in range(args.steps):
             records.append(
-                _minimal_step(step, engine, env, tokenizer, policy, adamw_step, settings, args)
+                _minimal_step(step, engine, env, tokenizer, learner, adamw_step, settings, args)
             )
     finally:
         engine.close()
@@ -196,7 +196,7 @@ def _minimal_step(
     engine: Any,
     env: Any,
     tokenizer: Any,
-    policy: Any,
+    learner: Any,
     adamw_step: Any,
     settings: Any,
     args: argparse.Namespace,
@@ -238,13 +238,13 @@ def _minimal_step(
 
     t = time.perf_counter()
     adv = compute_advantages(batch.rewards, valid=batch.scored).float()  # (P, G)
-    grpo_update(policy, adamw_step, batch, adv, settings)
+    grpo_update(learner, adamw_step, batch, adv, settings)
     total_tokens = sum(len(c) for c in batch.completion_ids)
     _sync_cuda()
     times["train"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    sync_rollout_weights(engine, policy.model)
+    sync_rollout_weights(engine, learner.model)
     _sync_cuda()
     times["sync"] = time.perf_counter() - t
     step_s = sum(times.values())

@@ -67,6 +67,8 @@ STATE_FILE = "trainer_state.pt"
 MODEL_DIR = "model"
 ACCELERATE_DIR = "accelerate"
 MANIFEST_FILE = "manifest.json"
+SWITCHES_FILE = "switches.json"
+"""What the automatic heuristics switched, after which step, over every launch up to this one."""
 LINEAGE_FILE = "lineage.json"
 ABANDONED_DIR = "abandoned"
 _MANIFEST_FORMAT = 1
@@ -394,6 +396,9 @@ class ResumeState:
     path: Path
     baselines: Mapping[str, Mapping[str, float]] | None = None
     """The EMA reward baselines (``baselines.EmaBaselines.to_state``); None when not saved."""
+    switches: tuple[tuple[int, str], ...] | None = None
+    """``(step, what)`` of every automatic switch of the run so far (``learning_signal.Switch``);
+    None for a checkpoint written before they were recorded."""
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
@@ -466,11 +471,14 @@ def save_checkpoint(
     identity: RunIdentity | None = None,
     launch: str | None = None,
     baselines: Mapping[str, Mapping[str, float]] | None = None,
+    switches: Sequence[tuple[int, str]] = (),
 ) -> Path:
     """Write a checkpoint of ``step`` atomically and delete all but the newest ``keep_last``.
 
     ``baselines``: the EMA reward baselines' plain-dictionary state (training state like the
     optimizer's: a resumed run computes the same advantages as an uninterrupted one).
+    ``switches``: ``(step, what)`` of every automatic switch so far (``switches.json``), so that a
+    resumed run's summary still says what switched in its earlier launches.
 
     ``identity`` / ``launch``: what goes into ``manifest.json`` (None: no manifest, as before);
     the checkpoint then becomes the lineage head of ``launch``. A full disk or an unwritable
@@ -503,6 +511,8 @@ def save_checkpoint(
             _write_files(tmp, step, model=model, tokenizer=tokenizer, optimizer=optimizer_file,
                          scheduler=scheduler, sampler=sampler, config=config,
                          state_dict=state_dict, baselines=baselines)  # fmt: skip
+            records = [{"step": int(step_), "what": str(what)} for step_, what in switches]
+            (tmp / SWITCHES_FILE).write_text(json.dumps(records, indent=1) + "\n")
         barrier()  # every rank's files are in tmp before it is renamed
         if main and identity is not None and launch is not None:
             parent_name = parent.checkpoint if parent is not None else None
@@ -715,5 +725,28 @@ def load_checkpoint(
         *_signal_state(saved.get("signal")),
     )
     return ResumeState(
-        step=int(state["step"]), sampler=sampler, path=path, baselines=state.get("baselines")
+        step=int(state["step"]),
+        sampler=sampler,
+        path=path,
+        baselines=state.get("baselines"),
+        switches=read_switches(path),
     )
+
+
+def read_switches(path: str | Path) -> tuple[tuple[int, str], ...] | None:
+    """Return checkpoint ``path``'s recorded automatic switches; None when it has none recorded.
+
+    Checkpoints written before switches were recorded have no ``switches.json``. A file that
+    cannot be read raises ``CheckpointError`` naming it.
+    """
+    file = Path(path) / SWITCHES_FILE
+    if not file.is_file():
+        return None
+    try:
+        records = json.loads(file.read_text())
+        return tuple((int(r["step"]), str(r["what"])) for r in records)
+    except (OSError, ValueError, TypeError, KeyError) as err:
+        raise CheckpointError(
+            f"checkpoint {path} is damaged: {SWITCHES_FILE} cannot be read "
+            f"({type(err).__name__}: {err}). {offer_previous(Path(path))}"
+        ) from None

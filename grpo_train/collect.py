@@ -24,7 +24,6 @@ from grpo_train.batch import RolloutBatch
 from grpo_train.checkpoint import latest_checkpoint
 from grpo_train.collect_episodes import collect_episode_groups, episode_metrics, is_multi_turn
 from grpo_train.config import TrainConfig
-from grpo_train.data_parallel import SingleProcess
 from grpo_train.groups import MIN_SCORED, Group
 from grpo_train.metrics import rollout_metrics
 from grpo_train.prompts import PromptFormat, encode_prompt
@@ -39,7 +38,9 @@ class Collector:
     """Draws, generates and scores a step's rollouts (this rank's share of them).
 
     Every rank holds the same sampler and draws the same prompts; ``rank`` picks this rank's
-    contiguous share, ``dp`` sums counts and gathers statistics over ranks.
+    contiguous share; counts are summed and statistics gathered over ranks
+    (``distributed.global_sum`` / ``gather_objects``, collectives that cost nothing on one
+    process).
     """
 
     def __init__(
@@ -50,12 +51,11 @@ class Collector:
         tokenizer: Any,
         prompt_format: PromptFormat,
         rank: distributed.RankInfo,
-        dp: SingleProcess,
         run_dir: Path,
     ) -> None:
         self.cfg, self.prompts, self.env_names, self.engine = cfg, prompts, prompts.names, engine
         self.tokenizer, self.prompt_format = tokenizer, prompt_format
-        self.rank, self.dp, self.run_dir = rank, dp, run_dir
+        self.rank, self.run_dir = rank, run_dir
 
     def sample_batch(
         self, step: int, times: dict[str, float], dynamic_sampling: bool = False
@@ -74,19 +74,19 @@ class Collector:
         groups, padding = sampled, False
         if dynamic_sampling:
             groups, rounds = [g for g in sampled if g.informative], 0
-            kept = int(self.dp.total(len(groups)))
+            kept = int(distributed.global_sum(len(groups))[0])
             while kept < p_step and rounds < a.dynamic_sampling_rounds:
                 rounds += 1
                 more = self.collect(p_step - kept, step, rounds, times)
                 sampled, groups = sampled + more, groups + [g for g in more if g.informative]
-                kept = int(self.dp.total(len(groups)))
+                kept = int(distributed.global_sum(len(groups))[0])
             m.update({"dynamic/groups_kept": float(kept), "dynamic/rounds": float(rounds)})
             if not groups and kept > 0 and sampled:
                 # Every rank must run the same number of backward passes (DDP collectives):
                 # a rank with nothing left trains on one dropped group with zero loss weight.
                 groups, padding = [sampled[0]], True
         # Statistics describe the whole step's batch: every rank's groups, as one process.
-        everything = self.dp.gather(sampled)
+        everything = distributed.gather_objects(sampled)
         m.update(rollout_metrics(everything, self.env_names))
         m.update(episode_metrics(everything))
         self._check_scores(step, everything)

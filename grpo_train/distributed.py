@@ -6,7 +6,8 @@ DDP, or sharded by FSDP / DeepSpeed ZeRO) and its own rollout engine. Per step:
 1. ``shard_prompts``: each rank takes a contiguous share of the step's prompts. A prompt is a GRPO
    group (the engine samples its ``G`` completions), so a group never spans two ranks.
 2. Each rank generates and scores its share.
-3. ``global_advantages``: rewards are gathered from every rank, advantages computed on the whole
+3. ``global_advantages`` / ``global_ema_advantages``: rewards are gathered from every rank
+   (``gather_step_rewards``, the one gather of every estimator), advantages computed on the whole
    (P, G) batch (batch-level reward scaling and logged statistics then equal a single-process
    run), and each rank keeps its own rows.
 4. The loss of each micro-batch is normalised by *global* token / sequence counts
@@ -22,8 +23,10 @@ DDP, or sharded by FSDP / DeepSpeed ZeRO) and its own rollout engine. Per step:
    ``shards_training_state`` (FSDP, DeepSpeed) the optimizer goes through accelerate's
    ``save_state`` / ``load_state``.
 
-Every function works single-process (no process group: world size 1, nothing to communicate)
-and on CPU with the gloo backend, which is how the tests run them.
+These are the whole data-parallel protocol: ``update.grpo_update``, ``collect.Collector`` and the
+trainer call them directly, on one process as on many. Every function works single-process (no
+process group, or world size 1: a fast path that communicates nothing and returns its input) and
+on CPU with the gloo backend, which is how the tests run them.
 """
 
 from __future__ import annotations
@@ -33,15 +36,13 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from grpo_train.advantages import Estimator, ScaleRewards, compute_advantages
-
-if TYPE_CHECKING:
-    pass
+from grpo_train.baselines import EmaBaselines, GroupKey, ema_advantages
 
 T = TypeVar("T")
 
@@ -226,13 +227,50 @@ def gather_rows(local: torch.Tensor) -> torch.Tensor:
     return torch.cat([part[:size] for part, size in zip(parts, sizes)], dim=0).to(local.device)
 
 
-def gather_rewards(local_rewards: torch.Tensor) -> torch.Tensor:
-    """Gather the step's full (P, G) rewards from each rank's (P_rank, G) rows, in rank order."""
+@dataclass(frozen=True)
+class StepRewards:
+    """The whole step's (P, G) rewards, gathered from every rank, and where this rank's rows are.
+
+    The one gather behind every advantage estimator (``global_advantages``,
+    ``global_ema_advantages``): each computes on the whole batch, as one process would, and each
+    rank keeps ``local`` of the result.
+    """
+
+    rewards: torch.Tensor
+    """(P, G) rewards of all ranks, in rank order."""
+    valid: torch.Tensor | None
+    """(P, G) bool mask of the scored rewards of all ranks; None: all of them."""
+    offset: int
+    """Row of this rank's first group in ``rewards``."""
+    rows: int
+    """Number of this rank's groups."""
+
+    def local(self, values: torch.Tensor) -> torch.Tensor:
+        """Return this rank's rows of a (P, ...) tensor computed on the whole step."""
+        return values[self.offset : self.offset + self.rows]
+
+
+def gather_step_rewards(
+    local_rewards: torch.Tensor, local_valid: torch.Tensor | None = None
+) -> StepRewards:
+    """Gather every rank's (P_rank, G) rewards (and validity mask) in rank order (collective).
+
+    World size 1: the local tensors as they are, nothing communicated.
+    """
     if local_rewards.ndim != 2:
         raise ValueError(
             f"rewards must have shape (prompts, group), got {tuple(local_rewards.shape)}"
         )
-    return gather_rows(local_rewards)
+    rows = int(local_rewards.shape[0])
+    if not _active():
+        return StepRewards(local_rewards, local_valid, 0, rows)
+    rewards = gather_rows(local_rewards)
+    counts = gather_rows(torch.tensor([rows], device=local_rewards.device))
+    offset = int(counts[: dist.get_rank()].sum())
+    valid = None
+    if local_valid is not None:
+        valid = gather_rows(local_valid.to(local_rewards.dtype)) > 0.5
+    return StepRewards(rewards, valid, offset, rows)
 
 
 @dataclass(frozen=True)
@@ -264,16 +302,44 @@ def global_advantages(
     gathered tensor has; computing everything globally keeps a multi-rank run identical to a
     single-process one whatever the options.
     """
-    rewards = gather_rewards(local_rewards)
-    counts = gather_rows(torch.tensor([local_rewards.shape[0]], device=local_rewards.device))
-    rank = dist.get_rank() if _active() else 0
-    offset = int(counts[:rank].sum())
-    valid = None
-    if local_valid is not None:
-        valid = gather_rows(local_valid.to(local_rewards.dtype)) > 0.5
-    advantages = compute_advantages(rewards, estimator, scale_rewards, eps, valid=valid)
-    local = advantages[offset : offset + local_rewards.shape[0]]
-    return GlobalAdvantages(local=local, rewards=rewards, offset=offset)
+    step = gather_step_rewards(local_rewards, local_valid)
+    advantages = compute_advantages(step.rewards, estimator, scale_rewards, eps, valid=step.valid)
+    return GlobalAdvantages(local=step.local(advantages), rewards=step.rewards, offset=step.offset)
+
+
+def global_ema_advantages(
+    local_rewards: torch.Tensor,
+    keys: Sequence[GroupKey],
+    baselines: EmaBaselines,
+    alpha: float,
+    scale_rewards: ScaleRewards | str,
+    local_valid: torch.Tensor,
+) -> tuple[torch.Tensor, EmaBaselines]:
+    """Return this rank's rows of the EMA advantages over every rank's groups, and the baselines.
+
+    ``baselines.ema_advantages`` on the gathered batch (collective). Every rank computes from
+    the same gathered rewards and keys, in rank order, so every rank's baselines stay identical
+    (each saves and restores the same state).
+    """
+    step = gather_step_rewards(local_rewards, local_valid)
+    assert step.valid is not None  # given above
+    every_key = gather_objects(list(keys))
+    advantages, new = ema_advantages(
+        step.rewards, every_key, baselines, alpha, scale_rewards, valid=step.valid
+    )
+    return step.local(advantages), new
+
+
+def gather_objects(items: list[T]) -> list[T]:
+    """Return every rank's picklable ``items`` concatenated in rank order (collective).
+
+    World size 1: ``items`` itself.
+    """
+    if not _active():
+        return items
+    parts: list[list[T] | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, items)
+    return [item for part in parts for item in (part or [])]
 
 
 def _all_reduce(values: Sequence[float], op: Any) -> list[float]:
@@ -292,6 +358,13 @@ def global_sum(*values: float) -> list[float]:
 def global_max(*values: float) -> list[float]:
     """Maximum of each value over all ranks."""
     return _all_reduce(values, dist.ReduceOp.MAX if dist.is_available() else None)
+
+
+def any_rank(flag: bool) -> bool:
+    """Tell whether ``flag`` holds on some rank (collective; world size 1: ``flag``)."""
+    if not _active():
+        return flag
+    return global_sum(float(flag))[0] > 0
 
 
 def global_loss_normalizers(local_tokens: int, local_sequences: int) -> tuple[int, int]:

@@ -123,22 +123,30 @@ class AutoHeuristics:
     ``SamplerState``, whose ``signal_*`` fields it is); ``dynamic_sampling`` says whether this
     step's collection drops equal-reward groups and draws more; ``watch`` takes each step's
     metrics, answers a stall (an easier curriculum first, then dynamic sampling) and returns the
-    line to print; ``switches`` lists what changed after which step in this launch (a resumed
-    launch starts with what its checkpoint had already switched on).
+    line to print; ``switches`` lists what changed after which step over the whole run: a
+    resumed launch starts with its checkpoint's record (``earlier``; the checkpoint's
+    ``switches.json``), and the checkpoints it writes carry the list on.
     """
 
     def __init__(
-        self, config: TrainConfig, prompts: TrainingPrompts, saved: SamplerState | None, step: int
+        self,
+        config: TrainConfig,
+        prompts: TrainingPrompts,
+        saved: SamplerState | None,
+        step: int,
+        earlier: Sequence[tuple[int, str]] | None = None,
     ) -> None:
         self.config, self.prompts = config, prompts
         self.guard = SignalGuard()
-        self.switches: list[Switch] = []
+        self.switches: list[Switch] = [Switch(s, what) for s, what in earlier or ()]
         if saved is not None:
             # Without the guard's state a resumed run would sample differently from the
             # uninterrupted one.
             self.guard = SignalGuard(
                 streak=saved.signal_streak, fired=saved.signal_fired, eased=saved.signal_eased
             )
+        if saved is not None and earlier is None:
+            # A checkpoint written before switches were recorded: say what was already on.
             if self.guard.eased:
                 self.switches.append(Switch(step, "curriculum=auto had eased (resumed)"))
             if self.dynamic_sampling and config.algorithm.dynamic_sampling == "auto":
@@ -175,6 +183,18 @@ class AutoHeuristics:
         if auto:
             self.switches.append(Switch(step, "dynamic_sampling=auto on for the rest of the run"))
         return self.guard.advice(step, self.config, auto, easier)
+
+    def record(self) -> list[tuple[int, str]]:
+        """Return ``(step, what)`` of every switch so far, as checkpoints store them.
+
+        >>> from grpo_train.config import TrainConfig
+        >>> class NoPrompts:
+        ...     def stage_metrics(self): return {}
+        >>> auto = AutoHeuristics(TrainConfig(), NoPrompts(), None, 0, [(3, "a"), (5, "b")])
+        >>> auto.record(), auto.switches[1].describe()
+        ([(3, 'a'), (5, 'b')], 'after step 5: b')
+        """
+        return [(switch.step, switch.what) for switch in self.switches]
 
     def saved_into(self, state: SamplerState) -> SamplerState:
         """Return the checkpoint's data state with the guard's state in it."""

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from grpo_envs.types import Outcome
+from grpo_train import distributed
 from grpo_train.advantages import group_stats
 from grpo_train.score_failures import scoring_failed
 from grpo_train.throughput import step_throughput
 
 if TYPE_CHECKING:
-    from grpo_train.data_parallel import SingleProcess
     from grpo_train.groups import Group
 
 
@@ -52,6 +52,15 @@ class MetricSums:
         for key, value in other._extremes.items():
             pick = min if key.endswith("_min") else max
             self._extremes[key] = pick(self._extremes.get(key, value), value)
+
+    def merged_over_ranks(self) -> MetricSums:
+        """Fold every other rank's sums into these and return them (collective).
+
+        Exact on the main rank, which logs. World size 1: these sums as they are.
+        """
+        for other in distributed.gather_objects([self])[1:]:
+            self.merge(other)
+        return self
 
     def result(self) -> dict[str, float]:
         """Return the averages and extremes."""
@@ -129,7 +138,7 @@ def peak_memory_mb() -> float:
 
 
 def step_metrics(
-    sampled: Sequence[Group], times: Mapping[str, float], dp: SingleProcess, lr: float
+    sampled: Sequence[Group], times: Mapping[str, float], lr: float
 ) -> dict[str, float]:
     """Time split, throughput, peak memory, learning rate of one step.
 
@@ -142,7 +151,7 @@ def step_metrics(
     samples = sum(len(g.completions) for g in sampled)
     m = {f"time/{k}": v for k, v in times.items()}
     m.update({"time/step": total, "tokens_per_s": new_tokens / max(total, 1e-9)})
-    every_samples, every_tokens = dp.total(samples), dp.total(new_tokens)
+    every_samples, every_tokens = distributed.global_sum(samples, new_tokens)
     m.update(step_throughput(int(every_samples), int(every_tokens), total))
     m.update({"memory/peak_mb": peak_memory_mb(), "lr": lr})
     return m

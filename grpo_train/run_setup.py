@@ -1,21 +1,35 @@
-"""Building a training run: configuration choices, the run folder, resume checks, optimizer.
+"""Building a training run: ``setup_run`` returns a frozen ``RunSetup`` of what it built.
 
-The ``Trainer`` (``trainer.py``) calls these while it starts; each is a plain function of the
-configuration (and of the checkpoint being resumed), so each is tested and read on its own.
+``Trainer(config)`` (``trainer.py``) calls ``setup_run`` once; read top to bottom, it follows the
+configuration through the whole start of a run: resolved choices and the run folder, the process,
+environments, resume checks, the policy and its optimizer, the training state, the prompt order,
+the rollout engine and what the update calls. Every step it takes is a plain function of the
+configuration (and of the checkpoint being resumed) defined below it, tested and read on its own.
+
+Why over 500 lines: the whole start of a run is one file, so that following the configuration
+through it never leaves this module (but for the run folder's naming and checks, ``run_dir.py``,
+which ``grpo train`` uses too).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
+import random
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
 import torch
 
 from grpo_envs.base import Environment, easier_versions
+from grpo_train import distributed, memory, weight_export
+from grpo_train.baselines import EmaBaselines
 from grpo_train.checkpoint import (
     MANIFEST_FILE,
     MODEL_DIR,
@@ -23,20 +37,352 @@ from grpo_train.checkpoint import (
     CheckpointError,
     Manifest,
     RunIdentity,
+    SamplerState,
     latest_checkpoint,
+    load_checkpoint,
     model_identity,
+    new_launch_id,
     offer_previous,
+    read_manifest,
     resume_differences,
     verify_files,
 )
-from grpo_train.config import RESUME_FIXED, ConfigError, DataConfig, TrainConfig
-from grpo_train.lora import LoraSettings
+from grpo_train.config import RESUME_FIXED, ConfigError, DataConfig, PolicyConfig, TrainConfig
+from grpo_train.distributed import RankInfo
+from grpo_train.learning_signal import AutoHeuristics
+from grpo_train.lora import LoraSettings, reference_logprobs
+from grpo_train.loss import MicroBatch, token_logprobs
+from grpo_train.prompts import PromptFormat
+from grpo_train.rollout import build_engine
+from grpo_train.rollout.base import LostEngine, RolloutEngine
+from grpo_train.run_dir import check_run_dir, clear_run_dir, with_output_dir
+from grpo_train.run_log import logger
+from grpo_train.stop import StopRequest, pause_point
+from grpo_train.training_prompts import TrainingPrompts
+from grpo_train.update import ClipAndStep, Learner, UpdateSettings
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
-from grpo_train.run_log import logger
 
 _FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """Everything ``setup_run`` built for a run, before its first step; nothing here is replaced.
+
+    What changes while the run trains (the rollout engine, when it dies; the EMA baselines; the
+    data position inside ``prompts``; the heuristics' state inside ``auto``) is the trainer's to
+    track: ``engine`` and ``baselines`` are their values at the start.
+    """
+
+    cfg: TrainConfig
+    """The configuration as it runs: ``auto`` choices concrete, ``output_dir`` set."""
+    run_dir: Path
+    prompt_format: PromptFormat
+    """One prompt format for training and evaluation (``grpo_train.prompts``)."""
+    accelerator: Any
+    """accelerate's ``Accelerator``: the device, the ranks, the DDP / FSDP / ZeRO wrappers."""
+    distributed: bool
+    """Launched on several processes (``accelerate launch``, ``torchrun``)."""
+    rank: RankInfo
+    device: str
+    envs: tuple[Environment, ...]
+    env_names: tuple[str, ...]
+    launch: str
+    """This launch's id, recorded in the checkpoints it writes."""
+    identity: RunIdentity
+    """What the run trains (model, environments, settings), as a checkpoint manifest records it."""
+    resume_from: Path | None
+    saved: Manifest | None
+    """The resumed checkpoint's manifest (None: a fresh start, or a checkpoint without one)."""
+    start_step: int
+    lora: LoraSettings | None
+    model: PreTrainedModel
+    """The policy's unwrapped module: what engines, checkpoints and evaluation read."""
+    wrapped_model: torch.nn.Module
+    """What forward and backward go through: the DDP / FSDP wrapper of ``model``, or ``model``."""
+    tokenizer: Any
+    ref_model: PreTrainedModel | None
+    """The KL reference's own copy (``beta > 0`` without LoRA), else None."""
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    baselines: EmaBaselines
+    """``advantage_estimator=ema``: the running reward baselines at the start."""
+    prompts: TrainingPrompts
+    """What training draws: each environment's current curriculum stage, in a resumable order."""
+    auto: AutoHeuristics
+    """``curriculum=auto`` and ``dynamic_sampling=auto``: their state, decisions and record."""
+    engine: RolloutEngine
+    """The rollout engine at the start (a ``LostEngine`` when a stop came first)."""
+    learner: Learner
+    """``model`` as ``update.grpo_update`` runs it."""
+    settings: UpdateSettings
+    clip_and_step: ClipAndStep
+
+
+def setup_run(
+    config: TrainConfig,
+    env: Environment | Sequence[Environment] | None,
+    engine: RolloutEngine | None,
+    stop: StopRequest,
+) -> RunSetup:
+    """Build a run from its configuration, in order; ``env`` / ``engine`` may be injected.
+
+    Resolve the configuration and check the run folder (before anything loads), start the
+    process (device, ranks), build the environments, find the checkpoint to resume and check it,
+    load the policy, its KL reference and optimizer, restore the training state, order the
+    prompts, start the engine, and put together what the update calls.
+    """
+    from grpo_train.models import resolve_model
+
+    cfg, run_dir, prompt_format = _checked_config(config)
+    accelerator, is_distributed, rank, device = _start_process(cfg)
+    envs = [env] if isinstance(env, Environment) else list(env or make_envs(cfg))
+    env_names = [e.env_id or type(e).__name__ for e in envs]
+    check_splits(envs, env_names, cfg.data)
+    same = len(cfg.data.env) == len(envs)
+    weights = [e.weight for e in cfg.data.env] if same else [1.0] * len(envs)
+    launch = new_launch_id()
+    resume_from = resume_path(cfg, run_dir)
+    init_from = init_path(cfg)
+    torch.manual_seed(cfg.run.seed)
+    random.seed(cfg.run.seed)
+    np.random.seed(cfg.run.seed)
+    base_model = resolve_model(cfg.policy.model)
+    lora = lora_settings(cfg)
+    identity = run_identity(cfg, base_model)
+    saved = read_manifest(resume_from) if resume_from else None
+    if resume_from is not None:
+        check_resume(resume_from, saved, identity)
+    model, tokenizer, model_path, base_model = load_run_policy(
+        cfg, lora, device, base_model, resume_from, init_from
+    )
+    # A template given by the run is also set on the tokenizer, so checkpoints carry it to
+    # `grpo eval`.
+    template = prompt_format.template_text()
+    if template is not None:
+        tokenizer.chat_template = template
+    if cfg.policy.gradient_checkpointing:
+        memory.enable_gradient_checkpointing(model)
+    ref_model = _load_reference(cfg, lora, device, base_model)
+    optimizer, scheduler = build_optimizer(cfg, model)
+    wrapped: torch.nn.Module = model
+    if is_distributed:  # DDP / FSDP / ZeRO wrappers; gradients reduced by them
+        wrapped, optimizer = accelerator.prepare(model, optimizer)
+    start_step, baselines, sampler, switches = _restore_training_state(
+        cfg, resume_from, saved, optimizer, scheduler, accelerator if is_distributed else None
+    )
+    stage_envs, starts = curriculum_stages(cfg, envs)
+    prompts = TrainingPrompts(
+        stage_envs, starts, env_names, weights, cfg.data, cfg.run.seed, sampler
+    )
+    auto = AutoHeuristics(cfg, prompts, sampler, start_step, switches)
+    if engine is None:
+        engine = _start_engine(cfg, model_path, model, tokenizer, stop, is_distributed)
+    if lora is not None and resume_from and not isinstance(engine, LostEngine):
+        weight_export.sync_rollout_weights(engine, wrapped)  # the resumed adapter
+    learner = _learner(
+        cfg, wrapped, ref_model, tokenizer, device, lora, accelerator, is_distributed
+    )
+    # Sharded models need accelerate's (collective) gradient norm.
+    clip = accelerator.clip_grad_norm_ if is_distributed else torch.nn.utils.clip_grad_norm_
+    clip_and_step = ClipAndStep(
+        wrapped, optimizer, scheduler, cfg.optim, cfg.run.max_bad_steps, clip,
+        lambda: latest_checkpoint(run_dir),
+    )  # fmt: skip
+    return RunSetup(
+        cfg=cfg, run_dir=run_dir, prompt_format=prompt_format, accelerator=accelerator,
+        distributed=is_distributed, rank=rank, device=device, envs=tuple(envs),
+        env_names=tuple(env_names), launch=launch, identity=identity, resume_from=resume_from,
+        saved=saved, start_step=start_step, lora=lora, model=model, wrapped_model=wrapped,
+        tokenizer=tokenizer, ref_model=ref_model, optimizer=optimizer, scheduler=scheduler,
+        baselines=baselines, prompts=prompts, auto=auto, engine=engine, learner=learner,
+        settings=UpdateSettings.from_config(cfg), clip_and_step=clip_and_step,
+    )  # fmt: skip
+
+
+def _checked_config(config: TrainConfig) -> tuple[TrainConfig, Path, PromptFormat]:
+    """Resolve ``auto`` choices (so the run's config.yaml says what ran) and check the run folder.
+
+    Another run's folder, an unwritable one or a missing template file fails here, before
+    anything loads.
+    """
+    cfg = with_output_dir(resolve_auto(config))
+    check_run_dir(cfg)
+    prompt_format = PromptFormat.from_config(cfg.data)
+    prompt_format.template_text()
+    run_dir = Path(cfg.run.output_dir)
+    check_output_dir(run_dir)
+    return cfg, run_dir, prompt_format
+
+
+def _start_process(cfg: TrainConfig) -> tuple[Any, bool, RankInfo, str]:
+    """Start accelerate; return it, whether launched on several ranks, this rank and the device.
+
+    accelerate reads ``accelerate launch``'s settings (DDP / FSDP / DeepSpeed, the device); a plain
+    ``python`` run is one process on cuda:0 or the CPU. The main rank clears the run folder (an
+    ``overwrite`` run).
+    """
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedType, InitProcessGroupKwargs
+
+    distributed.check_launch()
+    # The process group's timeout bounds every collective: a hung or stopped rank fails the
+    # others in that time.
+    timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=cfg.run.collective_timeout_s))
+    accelerator = Accelerator(kwargs_handlers=[timeout])
+    is_distributed = accelerator.distributed_type != DistributedType.NO
+    rank = distributed.rank_info()
+    if rank.is_main:
+        clear_run_dir(cfg)
+    device = str(accelerator.device)
+    if cfg.policy.use_qlora and torch.device(device).type != "cuda":
+        raise ConfigError(
+            f"use_qlora: QLoRA loads the base in 4-bit with bitsandbytes, which needs a CUDA "
+            f"GPU, and this run is on {device}; drop --use_qlora (plain LoRA: --lora_r 16)"
+        )
+    if cfg.policy.num_threads:
+        torch.set_num_threads(cfg.policy.num_threads)
+    return accelerator, is_distributed, rank, device
+
+
+def _load_reference(
+    cfg: TrainConfig, lora: LoraSettings | None, device: str, base_model: str
+) -> PreTrainedModel | None:
+    """Load the KL reference: the initial policy, only when used (beta > 0).
+
+    With LoRA it is the same module with the adapter switched off: no second copy.
+    """
+    from grpo_train.models import load_policy
+
+    if cfg.algorithm.beta <= 0 or lora is not None:
+        return None
+    ref_device = "cpu" if cfg.policy.offload_reference else device
+    with distributed.every_rank_loads_weights():  # never prepared: needs real weights
+        ref_model = load_policy(base_model, cfg.policy.dtype, ref_device)[0]
+    ref_model.eval().requires_grad_(False)
+    return ref_model
+
+
+def _restore_training_state(
+    cfg: TrainConfig,
+    resume_from: Path | None,
+    saved: Manifest | None,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    accelerator: Any,
+) -> tuple[int, EmaBaselines, SamplerState | None, tuple[tuple[int, str], ...] | None]:
+    """Restore optimizer, scheduler and data position from the resumed checkpoint.
+
+    Return the start step, the EMA baselines, the sampler state (None: a fresh start) and the
+    automatic switches of the earlier launches (None: none recorded). After
+    ``accelerator.prepare``: FSDP / DeepSpeed restore into the sharded state.
+    """
+    if not resume_from:
+        return 0, EmaBaselines(), None, None
+    state = load_checkpoint(
+        resume_from, optimizer=optimizer, scheduler=scheduler, accelerator=accelerator
+    )
+    is_main = distributed.rank_info().is_main
+    if is_main:
+        logger.info("resuming from %s (step %d)", resume_from, state.step)
+    apply_schedule_changes(saved, cfg, optimizer, scheduler, state.step, is_main)
+    return state.step, EmaBaselines.from_state(state.baselines), state.sampler, state.switches
+
+
+def _start_engine(
+    cfg: TrainConfig,
+    model_path: str,
+    model: PreTrainedModel,
+    tokenizer: Any,
+    stop: StopRequest,
+    is_distributed: bool,
+) -> RolloutEngine:
+    """Build the rollout engine; a ``LostEngine`` when a stop request came first or killed it.
+
+    A single process stopped while loading does not start an engine only to close it (under
+    a launch every rank starts its engine: vLLM's start is collective there).
+    """
+    pause_point("engine start")
+    if stop.signum is not None and not is_distributed:
+        return LostEngine("the run was stopped before its rollout engine started")
+    try:
+        return build_engine(cfg, model_path, model, tokenizer)
+    except Exception as err:
+        if stop.signum is None:
+            raise
+        return LostEngine(f"the rollout engine stopped while starting ({type(err).__name__})")
+
+
+def _learner(
+    cfg: TrainConfig,
+    wrapped: torch.nn.Module,
+    ref_model: PreTrainedModel | None,
+    tokenizer: Any,
+    device: str,
+    lora: LoraSettings | None,
+    accelerator: Any,
+    is_distributed: bool,
+) -> Learner:
+    """Return the policy as ``grpo_update`` runs it (module, pad id, autocast, KL reference)."""
+    # The update runs each group's prompt once (loss.token_logprobs, share_prompts): not
+    # under DDP/FSDP wrappers (two forwards per backward) or gradient checkpointing (no cache).
+    share_prompts = (
+        cfg.optim.share_prompt_forward
+        and not is_distributed
+        and not cfg.policy.gradient_checkpointing
+    )
+    reference = None
+    if cfg.algorithm.beta > 0:
+        reference = KLReference(
+            wrapped, ref_model, device, cfg.rollout.temperature, lora is not None,
+            cfg.policy.offload_reference, share_prompts,
+        )  # fmt: skip
+    return Learner(
+        model=wrapped,
+        pad_id=tokenizer.pad_token_id,
+        device=device,
+        share_prompts=share_prompts,
+        autocast=functools.partial(training_autocast, cfg.policy, device),
+        reference=reference,
+        accelerator=accelerator,
+    )
+
+
+def training_autocast(
+    policy: PolicyConfig, device: str
+) -> contextlib.AbstractContextManager[object]:
+    """bf16 autocast: on CUDA for a bfloat16 run; on CPU only with ``cpu_autocast_bf16``."""
+    if policy.cpu_autocast_bf16 and torch.device(device).type == "cpu":
+        return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
+    return memory.autocast(device, policy.dtype)
+
+
+@dataclass(frozen=True)
+class KLReference:
+    """Per-token logprobs under the KL reference: the adapter switched off, or the copy."""
+
+    model: torch.nn.Module
+    """The trained (possibly wrapped) module; with LoRA, run with its adapter switched off."""
+    copy: PreTrainedModel | None
+    """The reference's own weights (no LoRA); on the CPU between uses with ``offload``."""
+    device: str
+    temperature: float
+    lora: bool
+    offload: bool
+    share_prompts: bool
+
+    def __call__(self, mb: MicroBatch) -> torch.Tensor:
+        """Return the reference's (B, T) per-token logprobs of micro-batch ``mb``."""
+        if self.lora:
+            return reference_logprobs(self.model, mb, self.temperature).float()
+        assert self.copy is not None  # loaded whenever beta > 0 without LoRA
+        with torch.no_grad():
+            if self.offload:
+                with memory.on_device(self.copy, self.device) as ref:
+                    return token_logprobs(ref, mb, self.temperature, False, self.share_prompts)[0]
+            return token_logprobs(self.copy, mb, self.temperature, False, self.share_prompts)[0]
 
 
 def lora_settings(cfg: TrainConfig) -> LoraSettings | None:

@@ -224,12 +224,12 @@ def _train(config: TrainConfig, stop: StopRequest) -> int:
         print(f"grpo train: aborted: {err}", file=sys.stderr)
         return 1
     except EngineDied as err:
-        last = latest_checkpoint(trainer.run_dir)
+        last = latest_checkpoint(trainer.setup.run_dir)
         saved = f"last checkpoint {last}; resume with {resume}" if last else "no checkpoint yet"
         print(f"grpo train: aborted: {err}; {saved}", file=sys.stderr)
         return 1
     except SecondSignal:
-        last = latest_checkpoint(trainer.run_dir)
+        last = latest_checkpoint(trainer.setup.run_dir)
         print(
             "grpo train: stopped at once by a second signal, without saving the step in "
             + (f"progress; last checkpoint {last}; resume with {resume}" if last else "progress")
@@ -241,10 +241,10 @@ def _train(config: TrainConfig, stop: StopRequest) -> int:
         print(f"grpo train: aborted: {_io_message(err)}", file=sys.stderr)
         return 1
     except RuntimeError as err:
-        if not (trainer.distributed and _is_timeout(err)):
+        if not (trainer.setup.distributed and _is_timeout(err)):
             raise
         print(
-            f"grpo train: rank {trainer.rank.rank}: a collective operation timed out after "
+            f"grpo train: rank {trainer.setup.rank.rank}: a collective operation timed out after "
             f"collective_timeout_s={config.run.collective_timeout_s:g} s: another rank stopped "
             "responding (hung, stopped or killed); resume with --resume once all ranks run",
             file=sys.stderr,
@@ -252,7 +252,7 @@ def _train(config: TrainConfig, stop: StopRequest) -> int:
         return 1
     finally:
         trainer.close()
-    if not trainer.rank.is_main:
+    if not trainer.setup.rank.is_main:
         # Under `accelerate launch` only the main rank reports, and its exit status carries an
         # interruption: the launcher stops every rank as soon as one exits non-zero, so a
         # non-main rank exiting 130 first could kill the main rank in the middle of its report.

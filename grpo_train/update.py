@@ -1,9 +1,11 @@
 """The GRPO policy update: ``mu`` clipped policy-gradient steps on one rollout batch.
 
-``grpo_update(policy, optimizer_step, batch, advantages, settings, dp)`` is the whole update, for
-one process or one rank of many (the ``dp`` strategy, ``grpo_train.data_parallel``, makes N ranks
-compute what one process would). The trainer, the data-parallel tests and
-``benchmarks/gpu_check.py`` all call it. The per-token loss is ``loss.grpo_loss``.
+``grpo_update(learner, optimizer_step, batch, advantages, settings)`` is the whole update, for
+one process or one rank of many: its collectives (``grpo_train.distributed``: global loss
+normalisers, the world-size loss scale, padding passes, ``no_sync`` until the last micro-batch,
+metrics merged over ranks) make N ranks compute what one process would, and cost nothing at world
+size 1. The trainer, the data-parallel tests and ``benchmarks/gpu_check.py`` all call it. The
+per-token loss is ``loss.grpo_loss``.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from grpo_train import distributed
 from grpo_train.batch import RolloutBatch
 from grpo_train.config import AlgorithmConfig, OptimConfig, RolloutConfig, TrainConfig
-from grpo_train.data_parallel import SingleProcess
 from grpo_train.loss import (
     MicroBatch,
     grpo_loss,
@@ -66,8 +69,12 @@ def _no_autocast() -> contextlib.AbstractContextManager[object]:
 
 
 @dataclass(frozen=True)
-class Policy:
-    """The model being trained, as the update sees it."""
+class Learner:
+    """The policy model being trained, as the update runs it.
+
+    The module whose forward and backward the update calls, and how: padding id, device,
+    autocast, KL reference, accelerate's backward and ``no_sync``.
+    """
 
     model: torch.nn.Module
     """The (possibly DDP / FSDP-wrapped) module whose forward and backward the update runs."""
@@ -78,6 +85,16 @@ class Policy:
     autocast: Callable[[], contextlib.AbstractContextManager[object]] = _no_autocast
     reference: Callable[[MicroBatch], torch.Tensor] | None = None
     """Per-token logprobs under the KL reference; needed when ``beta > 0``."""
+    accelerator: Any = None
+    """accelerate's ``Accelerator``: its ``backward`` (the fp16 loss scaler, when one is set up)
+    and ``no_sync`` (one gradient all-reduce per optimizer step). None: ``loss.backward()``."""
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backpropagate ``loss`` (through accelerate, and the wrapper's hooks, when given)."""
+        if self.accelerator is None:
+            loss.backward()
+        else:
+            self.accelerator.backward(loss)
 
 
 def _token_mask(batch: RolloutBatch, rows: list[int], width: int) -> torch.Tensor:
@@ -140,21 +157,20 @@ class ClipAndStep:
 
 
 def grpo_update(
-    policy: Policy,
+    learner: Learner,
     optimizer_step: Callable[[float], float],
     batch: RolloutBatch,
     advantages: torch.Tensor,
     settings: UpdateSettings,
-    dp: SingleProcess | None = None,
 ) -> dict[str, float]:
     """Run ``mu`` clipped policy-gradient updates on ``batch``; return the step's metrics.
 
     ``advantages``: (P, G), this batch's rows of the step's advantages. ``optimizer_step(loss)``
     clips, steps and zeroes the gradients and returns the gradient norm (``ClipAndStep``). Losses
-    are normalised by the step's token / sequence counts over all ranks (``dp``), so accumulating
-    micro-batches gives the gradient of the whole batch.
+    are normalised by the step's token / sequence counts over all ranks, so accumulating
+    micro-batches gives the gradient of the whole batch. Every rank calls it (collectives).
     """
-    a, dp = settings.algorithm, dp or SingleProcess()
+    a = settings.algorithm
     flat_adv = advantages.flatten()
     # Items whose scoring failed (and groups left with too few scored ones) get no loss, and
     # neither do truncated ones under DAPO overlong filtering (their reward is unreliable).
@@ -162,37 +178,48 @@ def grpo_update(
     keep = torch.where(skip | batch.padding, 0.0, 1.0)
     # Only rows whose loss can have a gradient get a forward/backward pass (with beta = 0, not
     # those with advantage 0); the normalisers still count every row. With none, one row still
-    # runs (every rank must run a backward). The dp calls below are collectives.
-    silent = dp.metrics_silent(batch.padding, bool(live_rows(flat_adv, keep, a.beta)))
+    # runs (every rank must run a backward). The distributed.* calls below are collectives.
+    # A padding rank's metrics stay out of the step's averages (its rows only keep the
+    # collectives in step), and so do an idle rank's while another rank learns (they would skew
+    # the trained rows' metrics, and differ from a single process's).
+    learns = bool(live_rows(flat_adv, keep, a.beta))
+    anyone_learns = distributed.any_rank(learns)  # every rank calls it, padding or not
+    silent = batch.padding or (anyone_learns and not learns)
     batches = make_micro_batches(
         batch.row_prompts(),
         batch.completion_ids,
         settings.optim.micro_batch_tokens,
-        policy.pad_id,
+        learner.pad_id,
         select=rows_with_gradient(flat_adv, keep, a.beta),
-        group_prompts=policy.share_prompts,
+        group_prompts=learner.share_prompts,
     )
     sequences = 0 if batch.padding else int(batch.trainable.sum())
-    total_tokens, total_seqs = dp.normalizers(batch.trained_tokens(keep), sequences)
-    schedule = dp.schedule(len(batches))
-    adv = flat_adv.to(policy.device)
+    total_tokens, total_seqs = distributed.global_loss_normalizers(
+        batch.trained_tokens(keep), sequences
+    )
+    # As many passes as the busiest rank has micro-batches: FSDP / ZeRO-3 all-gather parameters
+    # inside each forward, so a rank with fewer repeats its last one with weight 0.
+    schedule = distributed.micro_batch_schedule(len(batches))
+    loss_scale = distributed.data_parallel_loss_scale()
+    adv = flat_adv.to(learner.device)
     old: dict[int, torch.Tensor] = {}  # micro-batch -> logprobs before any update
     sums, loss_total, grad_norm = MetricSums(), 0.0, 0.0
-    policy.model.train()
+    learner.model.train()
     for iteration in range(a.mu):
         loss_total = 0.0
         done: set[int] = set()
         for k, (i, weight) in enumerate(schedule):
-            mb = batches[i].to(policy.device)
+            mb = batches[i].to(learner.device)
             rows = list(mb.rows)
             width = mb.completion_mask.shape[1]
-            token_mask = _token_mask(batch, rows, width).to(policy.device)
-            mask = mb.completion_mask.float() * token_mask * keep[rows].to(policy.device)[:, None]
+            token_mask = _token_mask(batch, rows, width).to(learner.device)
+            mask = mb.completion_mask.float() * token_mask * keep[rows].to(learner.device)[:, None]
             tokens = 0.0 if silent else float(mask.sum()) * weight  # metric weight
             first = iteration == 0 and i not in old
-            with dp.sync(k, len(schedule)), policy.autocast():
+            sync = distributed.gradient_sync(learner.accelerator, learner.model, k, len(schedule))
+            with sync, learner.autocast():
                 logprobs, entropy = token_logprobs(
-                    policy.model, mb, settings.rollout.temperature, first, policy.share_prompts
+                    learner.model, mb, settings.rollout.temperature, first, learner.share_prompts
                 )
                 logprobs = logprobs.float()
                 if first:  # before the first update the current policy is the "old" one
@@ -200,25 +227,25 @@ def grpo_update(
                 if entropy is not None and tokens:
                     sums.add({"entropy": float((entropy * mask).sum() / max(tokens, 1.0))}, tokens)
                 loss, metrics = _micro_batch_loss(
-                    policy, batch, mb, logprobs, old[i], adv[rows], mask, settings,
+                    learner, batch, mb, logprobs, old[i], adv[rows], mask, settings,
                     sums if first and tokens else None, tokens,
                 )  # fmt: skip
                 # Each micro-batch's loss is a mean over its own tokens / sequences; weighting by
                 # its share of the global batch makes the accumulated gradient the whole batch's.
                 share = loss_share(a.loss_type, mask, total_tokens, total_seqs) * weight
                 share = 0.0 if batch.padding else share
-                dp.backward(loss * (share * dp.loss_scale))
+                learner.backward(loss * (share * loss_scale))
             loss_total += float(loss.detach()) * share
             if iteration == a.mu - 1 and tokens and i not in done:
                 sums.add(metrics, tokens)
                 done.add(i)
-        loss_total = dp.total(loss_total)
+        loss_total = distributed.global_sum(loss_total)[0]
         grad_norm = optimizer_step(loss_total)
-    return {**dp.merged(sums).result(), "loss": loss_total, "grad_norm": grad_norm}
+    return {**sums.merged_over_ranks().result(), "loss": loss_total, "grad_norm": grad_norm}
 
 
 def _micro_batch_loss(
-    policy: Policy,
+    learner: Learner,
     batch: RolloutBatch,
     mb: MicroBatch,
     logprobs: torch.Tensor,
@@ -238,14 +265,14 @@ def _micro_batch_loss(
     a = settings.algorithm
     ref = None
     if a.beta > 0:
-        if policy.reference is None:
-            raise ValueError("beta > 0 needs Policy.reference (the KL reference)")
-        ref = policy.reference(mb)
+        if learner.reference is None:
+            raise ValueError("beta > 0 needs Learner.reference (the KL reference)")
+        ref = learner.reference(mb)
     weights = None
     if a.is_correction:
         rows = list(mb.rows)
         sampled = pad_rows([batch.sampling_logprobs[r] for r in rows], mask.shape[1])
-        weights, is_metrics = truncated_is_weights(old, sampled.to(policy.device), mask, a.is_cap)
+        weights, is_metrics = truncated_is_weights(old, sampled.to(learner.device), mask, a.is_cap)
         if is_sums is not None:
             is_sums.add(is_metrics, tokens)
     return grpo_loss(

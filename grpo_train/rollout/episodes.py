@@ -20,6 +20,10 @@ nothing left is cut (``EpisodeEnd.MAX_TOKENS``). The environment's own budgets
 
 Models without a chat template (``chat_template: plain``): the observation's raw ``text`` is
 encoded and appended; there is no template to check the extension against.
+
+Why one module over 500 lines: the renderer, the settings, the rollout record, the batched loop
+and the step statistics are one contract (what a multi-turn rollout is and how it is bounded),
+used as a whole by the trainer, ``grpo eval`` and the benchmarks; about half is docstrings.
 """
 
 from __future__ import annotations

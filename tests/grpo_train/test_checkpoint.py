@@ -1,3 +1,4 @@
+import json
 import random
 from pathlib import Path
 
@@ -6,6 +7,7 @@ import pytest
 import torch
 
 from grpo_train.checkpoint import (
+    CheckpointError,
     SamplerState,
     latest_checkpoint,
     list_checkpoints,
@@ -247,3 +249,26 @@ def test_the_learning_signal_guard_state_survives_a_resume_and_old_files_still_l
     torch.save(state, path / "trainer_state.pt")
     old = load_checkpoint(path, optimizer=opt, scheduler=sched).sampler
     assert (old.signal_streak, old.signal_fired, old.signal_eased) == (3, True, False)
+
+
+def test_the_automatic_switches_survive_a_resume_and_old_checkpoints_have_none(parts, tmp_path):
+    model, tokenizer = parts
+    opt, sched = _optim(model)
+    switches = [(3, "curriculum=auto sent x stage 1/2"), (6, "dynamic_sampling=auto on")]
+    path = save_checkpoint(
+        tmp_path, 6, model=model, tokenizer=tokenizer, optimizer=opt, scheduler=sched,
+        sampler=SamplerState(), config=TrainConfig(), keep_last=2, switches=switches,
+    )  # fmt: skip
+    assert load_checkpoint(path, optimizer=opt, scheduler=sched).switches == tuple(switches)
+    assert json.loads((path / "switches.json").read_text())[1] == {
+        "step": 6,
+        "what": "dynamic_sampling=auto on",
+    }
+    (path / "switches.json").write_text("[{'step': 3}")
+    with pytest.raises(CheckpointError, match=r"switches\.json cannot be read"):
+        load_checkpoint(path, optimizer=opt, scheduler=sched)
+    # A checkpoint written before switches were recorded: None (not "no switches").
+    (path / "switches.json").unlink()
+    assert load_checkpoint(path, optimizer=opt, scheduler=sched).switches is None
+    empty = _save(tmp_path, 7, model, tokenizer, opt, sched)
+    assert load_checkpoint(empty, optimizer=opt, scheduler=sched).switches == ()

@@ -215,6 +215,34 @@ def test_curriculum_auto_eases_a_task_without_signal_and_climbs_back(
     ]
 
 
+def test_a_resumed_run_reports_the_switches_of_its_earlier_launches(tiny_model_path, tmp_path):
+    import json
+
+    from test_trainer import _stop_after
+
+    from grpo_train.checkpoint import latest_checkpoint
+
+    hard = ConstantEnv(0.0, easier=(ConstantEnv(1.0),))
+    settings = {"curriculum": "auto", "max_steps": 7, "dynamic_sampling_rounds": 1}
+    cut = Trainer(_config(tiny_model_path, tmp_path, **settings), env=hard)
+    _stop_after(cut, 4)  # after the first launch's switch (after step 3)
+    try:
+        assert cut.train().interrupted
+    finally:
+        cut.close()
+    saved = latest_checkpoint(tmp_path)
+    assert saved is not None and saved.name == "step-000004"
+    manifest = json.loads((saved / "manifest.json").read_text())
+    assert "switches.json" in manifest["files"]  # verified on resume like every other file
+    _, result = _run(_config(tiny_model_path, tmp_path, resume="latest", **settings), hard)
+    # The same list as the uninterrupted run's: the first launch's switch, then this one's.
+    assert [s.describe() for s in result.switches] == [
+        "after step 3: curriculum=auto sent test/digit-v0 stage 1/2",
+        "after step 5: curriculum moved test/digit-v0 stage 2/2",
+        "after step 6: dynamic_sampling=auto on for the rest of the run",
+    ]
+
+
 def test_curriculum_off_never_changes_the_task(tiny_model_path, tmp_path, capsys):
     hard = ConstantEnv(0.0, easier=(ConstantEnv(1.0),))
     _, result = _run(_config(tiny_model_path, tmp_path, curriculum="off", max_steps=4), hard)
@@ -250,5 +278,5 @@ def test_online_filtering_skips_decided_prompts_and_resumes_exactly(tiny_model_p
     )
     a, b = _deterministic(read_metrics(tmp_path / "cut")), _deterministic(rows)
     assert a == b
-    state = full.model.state_dict()
-    assert all(torch.equal(resumed.model.state_dict()[k], v) for k, v in state.items())
+    state = full.setup.model.state_dict()
+    assert all(torch.equal(resumed.setup.model.state_dict()[k], v) for k, v in state.items())

@@ -17,20 +17,22 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
 from collective_guard.nccl_guard import GUARD_BANNER, guarded_env
 
+from grpo_train import distributed
 from grpo_train.advantages import compute_advantages
 from grpo_train.baselines import EmaBaselines, ema_advantages, group_key
 from grpo_train.batch import RolloutBatch
-from grpo_train.data_parallel import DataParallel, SingleProcess
 from grpo_train.distributed import (
     common_count,
     data_parallel_loss_scale,
-    gather_rewards,
+    gather_step_rewards,
     global_advantages,
+    global_ema_advantages,
     global_loss_normalizers,
     max_rank_difference,
     micro_batch_schedule,
@@ -40,7 +42,7 @@ from grpo_train.distributed import (
     vllm_colocate_kwargs,
 )
 from grpo_train.lora import LoraSettings, reference_logprobs
-from grpo_train.update import Policy, UpdateSettings, grpo_update
+from grpo_train.update import Learner, UpdateSettings, grpo_update
 from grpo_train.weight_export import (
     export_state_dict,
     full_state_dict,
@@ -125,10 +127,21 @@ def test_collective_guard_rejects_a_tensor_the_backend_was_not_given() -> None:
 
 def test_single_process_helpers_are_identities() -> None:
     rewards = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 1.0]])
-    assert torch.equal(gather_rewards(rewards), rewards)
+    gathered = gather_step_rewards(rewards)
+    assert gathered.rewards is rewards and gathered.valid is None and gathered.offset == 0
+    with pytest.raises(ValueError, match="prompts, group"):
+        gather_step_rewards(rewards.flatten())
     result = global_advantages(rewards, scale_rewards="batch")
     torch.testing.assert_close(result.local, compute_advantages(rewards, scale_rewards="batch"))
     assert result.offset == 0
+    valid = torch.tensor([[True, True, False], [True, True, True]])
+    keys = [group_key(0, "a"), group_key(0, "b")]
+    ema, ema_state = global_ema_advantages(rewards, keys, EMA_START, 0.9, "batch", valid)
+    want, want_state = ema_advantages(rewards, keys, EMA_START, 0.9, "batch", valid=valid)
+    assert torch.equal(ema, want) and ema_state == want_state
+    assert distributed.any_rank(True) and not distributed.any_rank(False)
+    items = ["x", "y"]
+    assert distributed.gather_objects(items) is items
     assert global_loss_normalizers(17, 4) == (17, 4)
     assert common_count(3) == 3 and data_parallel_loss_scale() == 1.0
     assert micro_batch_schedule(3) == [(0, 1.0), (1, 1.0), (2, 1.0)]
@@ -256,21 +269,33 @@ def grpo_updates(
 
     inner: Any = getattr(model, "module", model)  # through the DDP wrapper
     vocab = int(inner.config.vocab_size)
-    dp = DataParallel(accelerator, model) if accelerator else SingleProcess()
-    policy = Policy(
-        model, pad_id=0, reference=(lambda mb: reference_logprobs(model, mb)) if beta else None
+    learner = Learner(
+        model,
+        pad_id=0,
+        reference=(lambda mb: reference_logprobs(model, mb)) if beta else None,
+        accelerator=accelerator,
     )
+    padded = 0
+    schedule = distributed.micro_batch_schedule
+
+    def counted_schedule(count: int) -> list[tuple[int, float]]:
+        nonlocal padded
+        plan = schedule(count)
+        padded += sum(weight == 0.0 for _, weight in plan)
+        return plan
+
     # A small budget gives each rank several micro-batches, and different counts per rank.
     settings = UpdateSettings.of(
         beta=beta, loss_type="dapo", is_correction=False, micro_batch_tokens=24
     )
     losses = []
-    for step in range(STEPS):
-        batch = synthetic_batch(step, vocab, shard_prompts(list(range(PROMPTS)), rank, world))
-        advantages = dp.advantages(batch.rewards, "grpo", "batch", batch.scored).float()
-        metrics = grpo_update(policy, sgd_step, batch, advantages, settings, dp)
-        losses.append(metrics["loss"])
-    return losses, dp.padding_passes
+    with mock.patch.object(distributed, "micro_batch_schedule", counted_schedule):
+        for step in range(STEPS):
+            batch = synthetic_batch(step, vocab, shard_prompts(list(range(PROMPTS)), rank, world))
+            advantages = global_advantages(batch.rewards, "grpo", "batch", local_valid=batch.scored)
+            metrics = grpo_update(learner, sgd_step, batch, advantages.local.float(), settings)
+            losses.append(metrics["loss"])
+    return losses, padded
 
 
 # ------------------------------------------------------------------------------ worker (2 ranks)
@@ -317,10 +342,10 @@ def _worker(model_path: str, out: Path) -> None:
 
     # 3. Uneven gathers: rank r holds r + 1 reward rows.
     local = torch.tensor([[10.0 * info.rank + i, 0.0] for i in range(info.rank + 1)])
-    report["gathered"] = gather_rewards(local).tolist()
+    report["gathered"] = gather_step_rewards(local).rewards.tolist()
     report["batch_adv"] = global_advantages(local, scale_rewards="batch").local.tolist()
     # EMA baselines: every rank's advantages from every rank's groups, the same new state.
-    ema_adv, ema_state = DataParallel(accelerator, ddp).ema_advantages(
+    ema_adv, ema_state = global_ema_advantages(
         local,
         EMA_KEYS[info.rank],
         EMA_START,

@@ -4,6 +4,7 @@ broken scorers, signals. Each test drives the real CLI (``train_cli.main``) on t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -448,7 +449,9 @@ def test_an_interrupted_rank_other_than_the_main_one_exits_0(
 
     def then_seen_from_rank_1(self):
         result = train(self)
-        self.rank = RankInfo(rank=1, world_size=2, local_rank=1)
+        self.setup = dataclasses.replace(
+            self.setup, rank=RankInfo(rank=1, world_size=2, local_rank=1)
+        )
         return result
 
     monkeypatch.setattr(Trainer, "train_step", signalled)

@@ -57,9 +57,9 @@ def test_few_steps_change_every_parameter_and_write_metrics_and_checkpoint(
 
     before = AutoModelForCausalLM.from_pretrained(tiny_model_path).state_dict()
     trainer, result = run(make_config(tiny_model_path, tmp_path))
-    after = trainer.model.state_dict()
+    after = trainer.setup.model.state_dict()
     unchanged = [
-        k for k, v in trainer.model.named_parameters() if torch.equal(v.detach(), before[k])
+        k for k, v in trainer.setup.model.named_parameters() if torch.equal(v.detach(), before[k])
     ]
     assert unchanged == []
 
@@ -116,7 +116,7 @@ def _deterministic(rows):
 def test_resume_after_sigterm_reproduces_the_uninterrupted_run(tiny_model_path, tmp_path):
     full_dir, cut_dir = tmp_path / "full", tmp_path / "cut"
     trainer, _ = run(make_config(tiny_model_path, full_dir, max_steps=4))
-    full_state = trainer.model.state_dict()
+    full_state = trainer.setup.model.state_dict()
 
     cut = Trainer(make_config(tiny_model_path, cut_dir, max_steps=4), env=DigitEnv())
     _stop_after(cut, 2)
@@ -128,9 +128,9 @@ def test_resume_after_sigterm_reproduces_the_uninterrupted_run(tiny_model_path, 
     assert latest_checkpoint(cut_dir).name == "step-000002"
 
     resumed, result = run(make_config(tiny_model_path, cut_dir, max_steps=4, resume="latest"))
-    assert resumed.start_step == 2 and result.steps == 4
+    assert resumed.setup.start_step == 2 and result.steps == 4
     assert _deterministic(read_metrics(cut_dir)) == _deterministic(read_metrics(full_dir))
-    assert all(torch.equal(resumed.model.state_dict()[k], v) for k, v in full_state.items())
+    assert all(torch.equal(resumed.setup.model.state_dict()[k], v) for k, v in full_state.items())
 
 
 def test_toy_reward_rises_within_a_bounded_number_of_steps(tiny_model_path, tmp_path):
@@ -156,11 +156,11 @@ def test_nan_loss_skips_updates_then_aborts_keeping_weights(tiny_model_path, tmp
         make_config(tiny_model_path, tmp_path, max_steps=5, max_bad_steps=2, eval_size=0),
         env=DigitEnv(),
     )
-    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    before = {k: v.clone() for k, v in trainer.setup.model.state_dict().items()}
     with pytest.raises(TrainingAborted, match="2 updates in a row"):
         trainer.train()
     trainer.close()
-    assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
+    assert all(torch.equal(before[k], v) for k, v in trainer.setup.model.state_dict().items())
     rows = read_metrics(tmp_path)
     assert len(rows) == 1 and rows[0]["loss"] is None  # step 1 logged (skipped), step 2 aborted
 
@@ -196,9 +196,9 @@ def test_scoring_failures_are_counted_warned_and_left_out_of_training(
     seen = []
     original = trainer_module.grpo_update
 
-    def update(policy, step, batch, advantages, settings, dp):
+    def update(learner, step, batch, advantages, settings):
         seen.append((batch, advantages.flatten().clone()))
-        return original(policy, step, batch, advantages, settings, dp)
+        return original(learner, step, batch, advantages, settings)
 
     monkeypatch.setattr(trainer_module, "grpo_update", update)
     with caplog.at_level("WARNING", logger="grpo_train"):
@@ -227,11 +227,11 @@ def test_scoring_failures_are_counted_warned_and_left_out_of_training(
 
 def test_a_broken_scorer_stops_the_run_before_training_on_it(tiny_model_path, tmp_path):
     trainer = Trainer(make_config(tiny_model_path, tmp_path, eval_size=0), env=RaisingEnv())
-    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    before = {k: v.clone() for k, v in trainer.setup.model.state_dict().items()}
     with pytest.raises(TrainingAborted, match=r"32 of 32 .*reward server.*max_reward_errors=0.5"):
         trainer.train()
     trainer.close()
-    assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
+    assert all(torch.equal(before[k], v) for k, v in trainer.setup.model.state_dict().items())
 
 
 def test_dynamic_sampling_refills_groups_with_a_signal(tiny_model_path, tmp_path):
@@ -250,13 +250,13 @@ def test_dynamic_sampling_refills_groups_with_a_signal(tiny_model_path, tmp_path
     assert row["group/frac_zero_std"] > 0
     assert row["dynamic/rounds"] >= 1
     assert row["dynamic/groups_kept"] <= 4
-    assert trainer.prompts.sampler.draws > 4  # refill prompts were drawn
+    assert trainer.setup.prompts.sampler.draws > 4  # refill prompts were drawn
 
 
 def test_kl_and_multiple_updates_per_batch(tiny_model_path, tmp_path):
     cfg = make_config(tiny_model_path, tmp_path, beta=0.1, mu=2, loss_type="grpo", eval_size=0)
     trainer, _ = run(cfg)
-    assert trainer.ref_model is not None
+    assert trainer.setup.ref_model is not None
     rows = read_metrics(tmp_path)
     assert rows[1]["kl"] > 0  # the policy moved away from the reference in step 1
     assert rows[0]["ratio_max"] != 1.0  # the second update saw a ratio != 1
@@ -265,7 +265,7 @@ def test_kl_and_multiple_updates_per_batch(tiny_model_path, tmp_path):
 
 def test_no_reference_model_without_kl(tiny_model_path, tmp_path):
     trainer = Trainer(make_config(tiny_model_path, tmp_path), env=DigitEnv())
-    assert trainer.ref_model is None
+    assert trainer.setup.ref_model is None
     trainer.close()
 
 
@@ -303,7 +303,7 @@ def test_vllm_engine_few_steps_with_weight_sync(tiny_model_path, tmp_path):
 def _check_vllm_run(trainer, before, tmp_path):
     assert trainer.engine.name == "vllm"
     unchanged = [
-        k for k, v in trainer.model.named_parameters() if torch.equal(v.detach(), before[k])
+        k for k, v in trainer.setup.model.named_parameters() if torch.equal(v.detach(), before[k])
     ]
     assert unchanged == []
     rows = read_metrics(tmp_path)
@@ -313,13 +313,13 @@ def _check_vllm_run(trainer, before, tmp_path):
         assert abs(r["is_ratio_mean"] - 1.0) < 0.05, r
     # Direct check: the engine's logprobs of its own greedy tokens match the trained policy's.
     sample = Sample.from_row(DigitEnv().dataset("test")[0])
-    prompt = encode_prompt(trainer.tokenizer, sample, max_tokens=64).ids
+    prompt = encode_prompt(trainer.setup.tokenizer, sample, max_tokens=64).ids
     (completion,) = trainer.engine.generate(
         [prompt], SamplingConfig(n=1, max_new_tokens=4, temperature=0.0)
     )[0]
     (batch,) = make_micro_batches([prompt], [list(completion.token_ids)], 1000, 0)
     with torch.no_grad():
-        ours, _ = token_logprobs(trainer.model.eval(), batch)
+        ours, _ = token_logprobs(trainer.setup.model.eval(), batch)
     torch.testing.assert_close(ours[0], torch.tensor(completion.logprobs), atol=2e-2, rtol=0)
     assert latest_checkpoint(tmp_path) is not None
 
@@ -346,7 +346,7 @@ def test_lora_run_trains_adapters_only_saves_them_resumes_and_syncs_merged(
     initial = load_file(tiny_model_path / "model.safetensors")
     lora = {"lora_r": 4, "lora_alpha": 8, "beta": 0.05, "save_every": 1, "save_merged": True}
     trainer, result = run(make_config(tiny_model_path, tmp_path, **lora))
-    params = dict(trainer.policy.named_parameters())
+    params = dict(trainer.setup.model.named_parameters())
     trained = {k for k, p in params.items() if p.requires_grad}
     assert trained and all(".lora_" in k for k in trained)
     base_names = [k for k in params if ".lora_" not in k]
@@ -366,10 +366,10 @@ def test_lora_run_trains_adapters_only_saves_them_resumes_and_syncs_merged(
     # A separate engine (its own weights, as vLLM) receives the merged policy: same logprobs.
     mb = make_micro_batches([[5, 6, 7], [8, 9]], [[10, 11, 12], [13]], 10_000, 0)[0]
     with torch.no_grad():
-        want = token_logprobs(trainer.policy, mb)[0]
+        want = token_logprobs(trainer.setup.model, mb)[0]
         engine = make_engine("hf", str(tiny_model_path), dtype="float32")
         before = token_logprobs(engine.model, mb)[0]
-        sync_rollout_weights(engine, trainer.model)
+        sync_rollout_weights(engine, trainer.setup.model)
         got = token_logprobs(engine.model, mb)[0]
         merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
         from_disk = token_logprobs(merged, mb)[0]
@@ -383,8 +383,8 @@ def test_lora_run_trains_adapters_only_saves_them_resumes_and_syncs_merged(
         env=DigitEnv(),
     )
     try:
-        assert resumed.start_step == 2
-        for name, p in resumed.policy.named_parameters():
+        assert resumed.setup.start_step == 2
+        for name, p in resumed.setup.model.named_parameters():
             torch.testing.assert_close(p.detach(), params[name].detach(), rtol=0, atol=0)
         assert resumed.train().steps == 3
     finally:
@@ -403,21 +403,21 @@ def test_vllm_engine_serves_the_merged_lora_policy(tiny_model_path, tmp_path):
         from grpo_train.lora import reference_logprobs
         from grpo_train.weight_export import sync_rollout_weights
 
-        lora_b = [p for k, p in trainer.policy.named_parameters() if "lora_B" in k]
+        lora_b = [p for k, p in trainer.setup.model.named_parameters() if "lora_B" in k]
         assert max(float(p.detach().abs().max()) for p in lora_b) > 1e-4
         # Make the adapter's effect large, then sync as the trainer does after an update.
         with torch.no_grad():
             for p in lora_b:
                 p.add_(0.05 * torch.randn_like(p))
-        sync_rollout_weights(trainer.engine, trainer.model)
+        sync_rollout_weights(trainer.engine, trainer.setup.model)
         sample = Sample.from_row(DigitEnv().dataset("test")[0])
-        prompt = encode_prompt(trainer.tokenizer, sample, max_tokens=64).ids
+        prompt = encode_prompt(trainer.setup.tokenizer, sample, max_tokens=64).ids
         greedy = SamplingConfig(n=1, max_new_tokens=4, temperature=0.0)
         (completion,) = trainer.engine.generate([prompt], greedy)[0]
         (batch,) = make_micro_batches([prompt], [list(completion.token_ids)], 1000, 0)
         with torch.no_grad():
-            ours, _ = token_logprobs(trainer.model.eval(), batch)
-            base = reference_logprobs(trainer.model, batch)
+            ours, _ = token_logprobs(trainer.setup.model.eval(), batch)
+            base = reference_logprobs(trainer.setup.model, batch)
         torch.testing.assert_close(ours[0], torch.tensor(completion.logprobs), atol=2e-2, rtol=0)
         assert float((base[0] - ours[0]).abs().max()) > 0.1  # the engine has the adapter
     finally:
@@ -467,18 +467,18 @@ def test_update_gradient_equals_the_plain_full_batch_computation(
 
     def capture(loss):
         captured["loss"] = loss
-        captured["grads"] = {n: p.grad.clone() for n, p in trainer.model.named_parameters()}
-        trainer.optimizer.zero_grad(set_to_none=True)
+        captured["grads"] = {n: p.grad.clone() for n, p in trainer.setup.model.named_parameters()}
+        trainer.setup.optimizer.zero_grad(set_to_none=True)
         return 0.0
 
     batch = RolloutBatch.from_groups(groups, 8)
-    grpo_update(trainer.learner, capture, batch, adv.view(4, 8), trainer.settings, trainer.dp)
+    grpo_update(trainer.setup.learner, capture, batch, adv.view(4, 8), trainer.setup.settings)
     assert sorted(seen) == [i for i in range(32) if adv[i] != 0]  # zero rows: no forward
     assert len(seen) > 0 and len(set(seen)) == len(seen)
 
     rows = [(g.prompt_ids, c) for g in groups for c in g.completions]
     (mb,) = make_micro_batches([p for p, _ in rows], [list(c.token_ids) for _, c in rows], 10**9, 0)
-    model = trainer.model
+    model = trainer.setup.model
     model.train()
     c_len = mb.completion_ids.shape[1]
     logits = model(

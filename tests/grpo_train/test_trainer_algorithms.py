@@ -39,11 +39,12 @@ def test_ema_baselines_are_saved_and_a_resumed_run_matches_the_uninterrupted_one
     resumed, _ = run(
         make_config(tiny_model_path, cut_dir, **EMA, resume="latest"), DigitEnv(size=4)
     )
-    assert resumed.start_step == 1
+    assert resumed.setup.start_step == 1
     assert resumed.baselines == full.baselines
     assert _deterministic(read_metrics(cut_dir)) == _deterministic(read_metrics(full_dir))
     assert all(
-        torch.equal(resumed.model.state_dict()[k], v) for k, v in full.model.state_dict().items()
+        torch.equal(resumed.setup.model.state_dict()[k], v)
+        for k, v in full.setup.model.state_dict().items()
     )
 
 
@@ -95,7 +96,7 @@ def test_gspo_run_uses_sequence_ratios(tiny_model_path, tmp_path):
             tiny_model_path, tmp_path / "seq", importance_sampling_level="sequence", **common
         )
     )
-    assert seq.settings.algorithm.importance_sampling_level == "sequence"
+    assert seq.setup.settings.algorithm.importance_sampling_level == "sequence"
     t_row, s_row = read_metrics(tmp_path / "token")[0], read_metrics(tmp_path / "seq")[0]
     assert t_row["reward/mean"] == s_row["reward/mean"] > 0  # the same rollouts
     # The first update is on-policy (ratio 1), the same at both levels, so the second update
@@ -105,8 +106,8 @@ def test_gspo_run_uses_sequence_ratios(tiny_model_path, tmp_path):
     assert s_row["clip_frac"] > 0 and s_row["clip_frac"] != t_row["clip_frac"]
     changed = [
         k
-        for k, v in seq.model.state_dict().items()
-        if not torch.equal(v, token.model.state_dict()[k])
+        for k, v in seq.setup.model.state_dict().items()
+        if not torch.equal(v, token.setup.model.state_dict()[k])
     ]
     assert changed  # the second update differs
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,6 @@ from grpo_envs.episode import episodic
 from grpo_envs.types import Sample
 from grpo_train.batch import RolloutBatch
 from grpo_train.config import TrainConfig
-from grpo_train.data_parallel import SingleProcess
 from grpo_train.episode_tokens import Extension
 from grpo_train.groups import Group
 from grpo_train.rollout.base import SamplingConfig
@@ -26,7 +27,7 @@ from grpo_train.rollout.episodes import (
 )
 from grpo_train.run_log import read_metrics
 from grpo_train.trainer import Trainer
-from grpo_train.update import Policy, UpdateSettings, grpo_update
+from grpo_train.update import Learner, UpdateSettings, grpo_update
 
 EPISODE_METRICS = (
     "episodes/turns_mean",
@@ -69,7 +70,7 @@ def test_the_gradient_with_environment_tokens_masked_is_the_textbook_one(
         model.zero_grad(set_to_none=True)
         return 0.0
 
-    grpo_update(Policy(model, pad_id=0), capture, batch, advantages, settings, SingleProcess())
+    grpo_update(Learner(model, pad_id=0), capture, batch, advantages, settings)
 
     # By hand: each episode's whole sequence in one plain forward (the environment's ids are
     # context), the log-probabilities of the sampled ids only, DAPO's token-mean over them.
@@ -127,7 +128,7 @@ def test_a_multi_turn_run_trains_each_episodes_exact_ids_and_logs_episode_metric
         trainer.train()
     finally:
         trainer.close()
-    tok = trainer.tokenizer
+    tok = trainer.setup.tokenizer
     multi_turn = reencoded_differs = 0
     for batch in batches:
         for p, group in enumerate(batch.samples):
@@ -158,3 +159,51 @@ def test_a_multi_turn_run_trains_each_episodes_exact_ids_and_logs_episode_metric
         assert all(key in r for r in rows if r.get("step", 0) > 0), key
     assert max(r["episodes/turns_mean"] for r in rows if r.get("step", 0) > 0) > 1.0
     assert all(0 < r["episodes/environment_token_share"] < 1 for r in rows if r.get("step", 0))
+
+
+NON_DETERMINISTIC = ("time/", "tokens_per_s", "throughput/", "memory/")
+
+
+def _deterministic(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.startswith(NON_DETERMINISTIC)} for r in rows]
+
+
+@pytest.mark.slow
+def test_a_multi_turn_run_resumed_after_sigterm_reproduces_the_uninterrupted_run(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    full_dir, cut_dir = tmp_path / "full", tmp_path / "cut"
+    full = Trainer(make_config(tiny_model_path, full_dir, max_steps=3), env=digit_retry_env())
+    try:
+        full.train()
+    finally:
+        full.close()
+    full_state = full.setup.model.state_dict()
+
+    cut = Trainer(make_config(tiny_model_path, cut_dir, max_steps=3), env=digit_retry_env())
+    original = cut.train_step
+
+    def stop_after_two(step: int, log):  # a SIGTERM during step 2: saved, then stopped
+        metrics = original(step, log)
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return metrics
+
+    cut.train_step = stop_after_two  # type: ignore[method-assign]
+    try:
+        result = cut.train()
+    finally:
+        cut.close()
+    assert result.interrupted and result.steps == 2
+
+    config = make_config(tiny_model_path, cut_dir, max_steps=3, resume="latest")
+    resumed = Trainer(config, env=digit_retry_env())
+    try:
+        assert resumed.train().steps == 3 and resumed.setup.start_step == 2
+    finally:
+        resumed.close()
+    rows = _deterministic(read_metrics(cut_dir))
+    assert rows == _deterministic(read_metrics(full_dir))
+    assert any(r.get("episodes/turns_mean", 1.0) > 1.0 for r in rows)
+    for name, tensor in full_state.items():
+        assert torch.equal(resumed.setup.model.state_dict()[name], tensor), name

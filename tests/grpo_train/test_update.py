@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from grpo_train.batch import RolloutBatch
-from grpo_train.data_parallel import SingleProcess
 from grpo_train.loss import grpo_loss, make_micro_batches, token_logprobs
-from grpo_train.update import Policy, UpdateSettings, grpo_update
+from grpo_train.update import Learner, UpdateSettings, grpo_update
 
 PROMPTS = ((11, 12, 13), (14, 15))
 COMPLETIONS = ((20, 21, 22, 23, 24), (25, 26), (27, 28, 29, 30), (31, 32, 33))
@@ -46,7 +45,7 @@ def gradients(model: torch.nn.Module, batch: RolloutBatch, settings: UpdateSetti
         return 0.0
 
     advantages = torch.tensor([[1.0, -1.0], [-0.5, 0.5]])
-    grpo_update(Policy(model, pad_id=0), capture, batch, advantages, settings, SingleProcess())
+    grpo_update(Learner(model, pad_id=0), capture, batch, advantages, settings)
     return captured
 
 
