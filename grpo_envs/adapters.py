@@ -28,6 +28,9 @@ environment in verl's worker: ``data_source`` is the id (``module:id`` for an en
 module registers), and ``extra_info`` holds the entry point and the ``make`` arguments, so the
 environment is scored exactly as it was built. Every result has the same keys (``VERL_KEYS``), so
 environments of a mixture can share one batch (verl stacks each key into one array).
+
+Multi-turn environments (episodes): ``grpo_envs.episode_adapters`` (TRL's ``rollout_func``,
+verl's agent loop).
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@
 | ``math/dataset-v0``, ``code/dataset-v0`` | your own data file or hub dataset, no code |
 | ``code/feedback-v0`` | multi-turn: failing visible tests come back, hidden tests reward |
 | ``math/python-tool-v0`` | multi-turn: math with a sandboxed Python tool |
+| ``math/feedback-v0`` | multi-turn: a wrong answer is told what was wrong and tries again |
+| ``math/add2-feedback-v0`` | the same over two-digit additions (learnable by the default model) |
 """
 
 from __future__ import annotations
@@ -134,6 +136,18 @@ _BUILTIN: tuple[tuple[str, str, str, dict[str, object]], ...] = (
         "grpo_envs.envs.multiturn:math_python_env",
         "multi-turn math with a sandboxed Python tool (base=math env id, tool_format=)",
         {},
+    ),
+    (
+        "math/feedback-v0",
+        "grpo_envs.envs.multiturn:math_feedback_env",
+        "multi-turn math: a wrong answer gets feedback and another try (base=math env id)",
+        {},
+    ),
+    (
+        "math/add2-feedback-v0",
+        "grpo_envs.envs.multiturn:math_feedback_env",
+        "What is 37 + 58?, with too high / too low feedback and 3 tries",
+        {"task": "add2", "answer": "loose"},
     ),
 )
 

@@ -8,6 +8,14 @@ r"""Built-in multi-turn environments over the existing ones.
   reasoning, ToRA: arXiv:2309.17452): the model calls ``python`` (Hermes ``<tool_call>`` JSON or
   fenced blocks); the first turn without a call is the final answer, verified by the base
   environment exactly as its single-turn form is.
+- ``math/feedback-v0``: answer, be told what was wrong, try again (``math/add2-feedback-v0`` is
+  its two-digit-addition form, the multi-turn task the embedded default model learns on a CPU).
+  A wrong final answer gets feedback that never contains the answer: no answer found, the same
+  answer again, or (``hint="direction"``, for numeric answers) too high / too low. Success is the
+  right answer within ``max_turns`` turns; the reward is the base environment's score of the
+  final turn only (so a right answer on turn 3 scores as on turn 1, unless ``turn_cost`` > 0).
+  With ``max_turns=1`` it is the base task itself, which is what makes the single-turn
+  comparison the same task.
 
 The test split (``split_tests``): the first ``visible_tests`` tests (default 1) are visible and the
 rest hidden, keeping at least one hidden; a task with a single test has no visible test (its
@@ -21,7 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from grpo_envs.base import Environment, SplitSource
@@ -32,10 +41,11 @@ from grpo_envs.episode import (
     Step,
     ToolRecord,
     ToolStatus,
+    turn_penalty,
 )
 from grpo_envs.rubric import Judgement, RewardComponent, Rubric, ScoringContext
 from grpo_envs.tools import PythonTool, ToolFormat, python_tool_step, truncate_output
-from grpo_envs.types import Message, Outcome, Sample
+from grpo_envs.types import Message, Outcome, Sample, Score
 
 if TYPE_CHECKING:
     from grpo_envs.code.scoring import CodeEnvironment, CodeTask
@@ -216,15 +226,9 @@ def math_python_env(
     """Math with a Python tool over the math environment ``base`` (built with its kwargs)."""
     fmt = ToolFormat(tool_format)
     made = _base(base, base_kwargs)
-
-    def verified(ctx: ScoringContext) -> Judgement:
-        score = made.score(ctx.completion, ctx.sample)
-        return Judgement(score.reward, score.outcome, dict(score.details))
-
     return MultiTurnEnv(
         _rows(made, system=TOOL_SYSTEM_PROMPT.format(how=_HOW[fmt])),
-        # Bounded: ``made`` is wrapped by ``make``, which bounds its scoring time itself.
-        Rubric([RewardComponent("verified", 1.0, verified, bounded=True)]),
+        _verified_rubric(made),
         python_tool_step(PythonTool(timeout_s=tool_timeout_s), fmt),
         budget=EpisodeBudget(max_turns=max_turns, max_tool_s=max_tool_s),
         reference=made.reference_completion,
@@ -232,4 +236,127 @@ def math_python_env(
     )
 
 
-__all__ = ["CodeFeedbackEnv", "code_feedback_env", "math_python_env", "split_tests"]
+def _verified_rubric(made: Environment) -> Rubric:
+    """Return the base environment's own score of the final turn as the one reward component."""
+
+    def verified(ctx: ScoringContext) -> Judgement:
+        score = made.score(ctx.completion, ctx.sample)
+        return Judgement(score.reward, score.outcome, dict(score.details))
+
+    # Bounded: ``made`` is wrapped by ``make``, which bounds its scoring time itself.
+    return Rubric([RewardComponent("verified", 1.0, verified, bounded=True)])
+
+
+#: ``math/feedback-v0``'s hints: ``direction`` adds too high / too low for numeric answers.
+HINTS = ("direction", "none")
+_RETRY = "Try again, with the final answer in \\boxed{}."
+#: Answers longer than this are not compared as numbers (bounded work on junk).
+_MAX_NUMBER_CHARS = 40
+
+
+def as_number(text: str) -> Fraction | None:
+    """``text`` as an exact number (integer, decimal or ``a/b``; ``$``, commas tolerated), or None.
+
+    >>> as_number("1,024"), as_number("-0.5"), as_number("3/4"), as_number("x + 1")
+    (Fraction(1024, 1), Fraction(-1, 2), Fraction(3, 4), None)
+    """
+    cleaned = text.strip().strip("$").replace(",", "").replace(" ", "").rstrip(".")
+    if not cleaned or len(cleaned) > _MAX_NUMBER_CHARS:
+        return None
+    try:
+        return Fraction(cleaned)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def answer_feedback(
+    extracted: str | None, gold: str, earlier: Sequence[str], hint: str = "direction"
+) -> str:
+    r"""Return what the model is told after a wrong final answer; never the answer itself.
+
+    ``extracted`` is the final answer the verifier read (None: none found), ``earlier`` the answers
+    of the episode's earlier turns.
+
+    >>> answer_feedback("85", "95", [])
+    '85 is not right: it is too low. Try again, with the final answer in \\boxed{}.'
+    >>> answer_feedback("85", "95", ["85"], hint="none")[:47]
+    '85 is still not right (you answered 85 before).'
+    >>> answer_feedback(None, "95", [])
+    'I found no final answer. Try again, with the final answer in \\boxed{}.'
+    """
+    if hint not in HINTS:
+        raise ValueError(f"hint must be one of {HINTS}, got {hint!r}")
+    if extracted is None:
+        return f"I found no final answer. {_RETRY}"
+    shown = extracted.strip()[:_MAX_NUMBER_CHARS]
+    if any(shown == e.strip()[:_MAX_NUMBER_CHARS] for e in earlier):
+        return f"{shown} is still not right (you answered {shown} before). {_RETRY}"
+    value, target = as_number(extracted), as_number(gold)
+    if hint == "direction" and value is not None and target is not None and value != target:
+        side = "too high" if value > target else "too low"
+        return f"{shown} is not right: it is {side}. {_RETRY}"
+    return f"{shown} is not right. {_RETRY}"
+
+
+def _extracted(score: Score) -> str | None:
+    """Return the final answer the base environment's verifier read, if it read one."""
+    if score.outcome is Outcome.UNPARSABLE:
+        return None
+    value = score.details.get("extracted")
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def math_feedback_env(
+    base: str = "math/arithmetic-v0",
+    max_turns: int = 3,
+    hint: str = "direction",
+    turn_cost: float = 0.0,
+    max_tokens: int | None = None,
+    **base_kwargs: object,
+) -> MultiTurnEnv:
+    """Answer, get feedback on a wrong answer, try again, over the math environment ``base``.
+
+    Args:
+        base: any math environment id (its kwargs pass through, e.g. ``task="add2"``).
+        max_turns: attempts per episode (1 = the base task, single-turn).
+        hint: ``direction`` (too high / too low for numeric answers) or ``none``.
+        turn_cost: reward subtracted per turn after the first (0: success is success).
+        max_tokens: the episode's budget of sampled tokens over all turns (None: no cap).
+        **base_kwargs: the base environment's own arguments.
+    """
+    if hint not in HINTS:
+        raise ValueError(f"hint must be one of {HINTS}, got {hint!r}")
+    if turn_cost < 0:
+        raise ValueError(f"turn_cost must be >= 0, got {turn_cost}")
+    made = _base(base, base_kwargs)
+
+    def step(state: EpisodeState, turn: str) -> Step:
+        score = made.score(turn, state.sample)
+        if score.outcome.is_success:
+            return Step.end()
+        # The earlier answers are re-read rather than kept: the state stays the transcript only.
+        earlier = [_extracted(made.score(t, state.sample)) for t in state.turns[:-1]]
+        answers = [e for e in earlier if e is not None]
+        return Step.reply(answer_feedback(_extracted(score), state.sample.answer, answers, hint))
+
+    return MultiTurnEnv(
+        _rows(made),
+        _verified_rubric(made),
+        step,
+        budget=EpisodeBudget(max_turns=max_turns, max_tokens=max_tokens),
+        episode_components=[turn_penalty(-turn_cost)] if turn_cost else (),
+        reference=made.reference_completion,
+        splits=made.splits,
+    )
+
+
+__all__ = [
+    "HINTS",
+    "CodeFeedbackEnv",
+    "answer_feedback",
+    "as_number",
+    "code_feedback_env",
+    "math_feedback_env",
+    "math_python_env",
+    "split_tests",
+]
