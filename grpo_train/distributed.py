@@ -27,6 +27,9 @@ These are the whole data-parallel protocol: ``update.grpo_update``, ``collect.Co
 trainer call them directly, on one process as on many. Every function works single-process (no
 process group, or world size 1: a fast path that communicates nothing and returns its input) and
 on CPU with the gloo backend, which is how the tests run them.
+
+Why over 500 lines: the data-parallel protocol is one concept, in one place (the collectives,
+their world-size-1 fast paths, and the wrapped-model helpers the trainer needs under a launcher).
 """
 
 from __future__ import annotations
