@@ -279,6 +279,14 @@ class ServerEngine:
         self._group = group
         return group
 
+    def sync_metrics(self) -> dict[str, float]:
+        """Return the latest sync's size, duration and version, for the step's metrics."""
+        return {
+            "sync/bytes": float(self.last_sync_bytes),
+            "sync/seconds": self.last_sync_seconds,
+            "sync/version": float(self.version),
+        }
+
     def sleep(self, level: Literal[1, 2] = 1) -> bool:
         """Return False: the servers' memory is theirs."""
         return False
