@@ -227,6 +227,10 @@ class RolloutConfig:
     vllm_server_timeout_s: Free[float] = 600.0
     """Server mode: the longest one request (a step's generation, a weight load) may take; a
     server that stalls past it ends the run with its last step saved."""
+    vllm_sync_backend: Free[Literal["auto", "nccl", "gloo"]] = "auto"
+    """Server mode: the weight broadcast's transport: ``nccl`` (GPU to GPU), ``gloo`` (through
+    host memory; also for a server on the trainer's own GPU, which NCCL refuses); ``auto``:
+    nccl when the trainer has CUDA, else gloo."""
     vllm_sync_address: Free[str] = ""
     """Server mode: ``HOST`` or ``HOST:PORT`` the servers reach this trainer at for the weight
     broadcast; empty: this machine's address towards the first server, a free port."""

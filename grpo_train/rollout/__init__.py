@@ -155,6 +155,7 @@ def build_server_engine(config: TrainConfig, model: PreTrainedModel) -> RolloutE
         parse_server_urls(config.rollout.vllm_server_urls),
         timeout_s=config.rollout.vllm_server_timeout_s,
         sync_address=config.rollout.vllm_sync_address,
+        sync_backend=config.rollout.vllm_sync_backend,
         is_main=main,
     )
     sync_rollout_weights(engine, model)

@@ -69,6 +69,7 @@ class ServerEngine:
         *,
         timeout_s: float = 600.0,
         sync_address: str = "",
+        sync_backend: str = "auto",
         is_main: bool = True,
     ) -> None:
         """Connect to the replicas at ``urls`` and check that they answer.
@@ -79,6 +80,7 @@ class ServerEngine:
             sync_address: ``host`` or ``host:port`` the replicas reach this trainer at for the
                 weight broadcast; empty: the address on the route to the first replica, a free
                 port.
+            sync_backend: ``nccl``, ``gloo`` or ``auto`` (nccl when this process has CUDA).
             is_main: the trainer rank that sends the weights (others only generate).
         """
         self.urls = list(urls)
@@ -88,9 +90,11 @@ class ServerEngine:
         self.last_sync_seconds = 0.0
         self.last_sync_bytes = 0
         self._sync_address = sync_address
+        self._sync_backend = sync_backend
         self._group: WeightGroup | None = None
         self._pool = ThreadPoolExecutor(max_workers=len(self.urls), thread_name_prefix="serve")
-        infos = [self._request(url, "/health", None, "connect", timeout_s=30.0) for url in urls]
+        connect_s = min(30.0, timeout_s)
+        infos = [self._request(url, "/health", None, "connect", connect_s) for url in urls]
         first = infos[0]
         for url, info in zip(self.urls, infos):
             for key in ("vocab_size", "dtype", "max_model_len"):
@@ -255,7 +259,11 @@ class ServerEngine:
             host=host,
             port=int(port) if port else free_port(),
             world_size=len(self.urls) + 1,
-            backend="nccl" if torch.cuda.is_available() else "gloo",
+            backend=(
+                self._sync_backend
+                if self._sync_backend != "auto"
+                else ("nccl" if torch.cuda.is_available() else "gloo")
+            ),
             timeout_s=self.timeout_s,
         )
         joins = [
