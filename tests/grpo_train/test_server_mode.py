@@ -166,8 +166,9 @@ def test_server_mode_trains_exactly_as_colocate_mode(servers, tiny_model_path, t
     assert served[0] == colocate[0]
     assert served[1] == colocate[1]
     assert torch.equal(served[2], colocate[2])
-    rows = read_metrics(tmp_path / "server")
-    assert all(r["sync/bytes"] > 0 for r in rows)
+    steps = [r for r in read_metrics(tmp_path / "server") if "time/step" in r]
+    assert len(steps) == 3 and all(r["sync/bytes"] > 0 for r in steps)
+    assert [r["sync/version"] for r in steps] == [2.0, 3.0, 4.0]  # 1: the sync at connection
 
 
 def test_two_replicas_share_the_prompts_and_sample_what_one_does(
