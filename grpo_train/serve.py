@@ -29,6 +29,7 @@ inside one call, and a generate during a weight load would mix two policies.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -227,11 +228,16 @@ def serve_replicas(args: argparse.Namespace, argv: list[str]) -> int:
             env["CUDA_VISIBLE_DEVICES"] = gpus[i]
         command = [sys.executable, "-m", "grpo_train.serve", *argv]
         command += ["--data_parallel_size", "1", "--port", str(args.port + i)]
-        children.append(subprocess.Popen(command, env=env))
+        # A session each: when a replica is killed (SIGKILL, the OOM killer) its vLLM engine
+        # processes live on as orphans; its process group still names them, to end them.
+        children.append(subprocess.Popen(command, env=env, start_new_session=True))
     urls = ",".join(f"http://{args.host}:{args.port + i}" for i in range(len(children)))
     print(f"grpo serve: {len(children)} replicas; trainer: --vllm_server_urls {urls}", flush=True)
 
+    stopping: list[int] = []
+
     def forward(signum: int, frame: object) -> None:
+        stopping.append(signum)
         for child in children:
             if child.poll() is None:
                 child.send_signal(signum)
@@ -241,12 +247,20 @@ def serve_replicas(args: argparse.Namespace, argv: list[str]) -> int:
     code = 0
     while any(child.poll() is None for child in children):
         ended = [c for c in children if c.poll() is not None]
-        if ended and code == 0:
-            code = ended[0].returncode or 1
-            print(f"grpo serve: a replica ended (code {code}); stopping the others", flush=True)
+        if ended and code == 0 and not stopping:
+            code = 1
+            print(
+                f"grpo serve: a replica ended (exit code {ended[0].returncode}); "
+                "stopping the others",
+                flush=True,
+            )
             forward(signal.SIGTERM, None)
         time.sleep(0.2)
-    return code or max((c.returncode or 0 for c in children), default=0)
+    time.sleep(1.0)  # a replica's own shutdown ends its engine; then leftovers are killed
+    for child in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)
+    return code
 
 
 def _gpu_slices(replicas: int, per_replica: int) -> list[str] | None:

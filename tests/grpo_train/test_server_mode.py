@@ -7,6 +7,7 @@ kills the server runs last.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -66,6 +67,19 @@ def servers(tiny_model_path: Path) -> Iterator[tuple[subprocess.Popen[str], list
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def _alive(pids: set[int]) -> list[str]:
+    """Processes still alive among ``pids`` (not zombies): 'pid name' each."""
+    import psutil
+
+    alive = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            p = psutil.Process(pid)
+            if p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(f"{pid} {p.name()}")
+    return alive
 
 
 def _wait_ready(proc: subprocess.Popen[str], url: str, limit_s: float = 600) -> None:
@@ -263,8 +277,11 @@ def test_a_killed_server_ends_the_run_with_one_line_and_its_checkpoint(
     servers, tiny_model_path, tmp_path
 ):
     # Last in the module: the killed replica's parent stops the other one too.
+    import psutil
+
     server, urls = servers
     proc, marker, out = _paused_run(tiny_model_path, tmp_path, urls[0])
+    tree = {p.pid for p in psutil.Process(server.pid).children(recursive=True)}
     try:
         os.kill(_replica_pid(server, urls[0]), signal.SIGKILL)
         marker.unlink()
@@ -276,6 +293,8 @@ def test_a_killed_server_ends_the_run_with_one_line_and_its_checkpoint(
     assert f"the server {urls[0]} is unreachable" in line
     assert f"last checkpoint {checkpoint_path(out, 1)}; resume with" in line
     assert server.wait(timeout=60) != 0  # grpo serve ends when a replica dies
+    # ...and leaves none of its replicas' processes behind (the killed one's engine included).
+    assert _alive(tree) == []
 
 
 def _replica_pid(server: subprocess.Popen[str], url: str) -> int:
