@@ -1,7 +1,8 @@
 """Benchmark: ``vllm_mode: server`` against the colocated vLLM engine, same task and seeds.
 
-Each variant trains the same float32 tiny model on ``math/add2-v0`` for ``--steps`` steps with
-the same prompts, seeds, group size and completion cap, in its own process tree:
+Each variant trains the same float32 model (the embedded SmolLM2-135M by default) on
+``math/add2-v0`` for ``--steps`` steps with the same prompts, seeds, group size and completion
+cap, in its own process tree:
 
 * ``colocate``: ``grpo train --engine vllm`` (the engine in a child process of the trainer);
 * ``server``: ``grpo serve`` started first (its start-up is not part of the run), then
@@ -40,7 +41,7 @@ def _train_args(model: Path, out: Path, args: argparse.Namespace) -> list[str]:
     return [
         "--model", str(model), "--env", "math/add2-v0", "--engine", "vllm",
         "--num_generations", str(args.group), "--prompts_per_step", str(args.prompts),
-        "--max_prompt_length", "64", "--max_completion_length", str(args.max_new_tokens),
+        "--max_prompt_length", "128", "--max_completion_length", str(args.max_new_tokens),
         "--max_steps", str(args.steps), "--eval_size", "0", "--save_every", "0",
         "--learning_rate", "1e-3", "--progress", "false", "--log_every_samples", "0",
         "--seed", "1", "--num_threads", str(args.threads), "--vllm_cpu_kv_cache_gib", "0.25",
@@ -86,7 +87,7 @@ def run_server(model: Path, tmp: Path, args: argparse.Namespace) -> dict[str, fl
     port = free_port()
     serve = [
         str(BIN / "grpo"), "serve", "--model", str(model), "--port", str(port), "--host",
-        "127.0.0.1", "--dtype", "float32", "--max_model_len", str(64 + args.max_new_tokens),
+        "127.0.0.1", "--dtype", "float32", "--max_model_len", str(128 + args.max_new_tokens),
         "--cpu_kv_cache_gib", "0.25",
     ]  # fmt: skip
     server = subprocess.Popen(serve, env=_env(args), start_new_session=True)
@@ -117,12 +118,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--model",
+        default="default",
+        help="model (default: the embedded SmolLM2-135M-Instruct, which gets some add2 "
+        "questions right, so steps have an update; 'tiny': a random model, generation only)",
+    )
     args = parser.parse_args(argv)
     from grpo_train.models import build_tiny_model
 
     with tempfile.TemporaryDirectory(prefix="server-bench-") as name:
         tmp = Path(name)
-        model = build_tiny_model(tmp / "tiny", seed=0)
+        model = build_tiny_model(tmp / "tiny", seed=0) if args.model == "tiny" else Path(args.model)
+        if args.model == "default":
+            from grpo_train.models import resolve_model
+
+            model = Path(resolve_model("default"))
         reports = [run_colocate(model, tmp, args), run_server(model, tmp, args)]
     keys = list(reports[0])
     print(" | ".join(f"{k:>14}" for k in keys))
