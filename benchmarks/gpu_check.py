@@ -2,7 +2,9 @@
 
 For each model it prints generated tokens per second, the split of a step's time (generate /
 score / train / sync) and peak GPU memory, for the hf engine and, where vLLM is installed, the
-vllm engine. On a machine without CUDA it says so and exits 0 (no test may need a GPU).
+vllm engine (colocated) and ``vllm-server`` (``vllm_mode: server``: a ``grpo serve`` replica
+in a process of its own, weights broadcast over NCCL, or gloo on a single GPU). On a machine
+without CUDA it says so and exits 0 (no test may need a GPU).
 
 Two modes:
 
@@ -17,19 +19,21 @@ medians. Run from the repository root:
 
     python benchmarks/gpu_check.py                       # tiny + SmolLM2-135M, hf (+ vllm)
     python benchmarks/gpu_check.py --model Qwen/Qwen2.5-0.5B-Instruct --engines vllm
+    python benchmarks/gpu_check.py --engines vllm,vllm-server   # colocate vs server mode
     python benchmarks/gpu_check.py --allow-cpu --skip-mid --steps 2   # smoke run without a GPU
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -99,7 +103,7 @@ def run_trainer(model: str, engine: str, args: argparse.Namespace, out: Path) ->
     from grpo_train.run_log import read_metrics
     from grpo_train.trainer import Trainer
 
-    config = TrainConfig.from_flat(
+    values: dict[str, object] = dict(
         {
             "model": model,
             "dtype": args.dtype,
@@ -121,13 +125,70 @@ def run_trainer(model: str, engine: str, args: argparse.Namespace, out: Path) ->
         }
     )
     reset_peak_memory()
-    trainer = Trainer(config)
-    try:
-        trainer.train()
-    finally:
-        trainer.close()
+    with _served(model, engine, args) as server_settings:
+        config = TrainConfig.from_flat({**values, **server_settings})
+        trainer = Trainer(config)
+        try:
+            trainer.train()
+        finally:
+            trainer.close()
     rows = [r for r in read_metrics(out) if "time/step" in r][1:]  # drop the warm-up step
     return _report(model, engine, "trainer", rows)
+
+
+@contextlib.contextmanager
+def _served(model: str, engine: str, args: argparse.Namespace) -> Iterator[dict[str, object]]:
+    """For ``vllm-server``: a ``grpo serve`` replica and the trainer settings that reach it.
+
+    With two GPUs or more the replica gets the last one and the weights go over NCCL; on one GPU
+    it shares the trainer's (NCCL refuses two ranks on one device: the broadcast goes through
+    host memory, gloo). Other engines: nothing is started.
+    """
+    if engine != "vllm-server":
+        yield {}
+        return
+    import json
+    import os
+    import subprocess
+    import urllib.request
+
+    from grpo_train.rollout.weight_channel import free_port
+
+    port = free_port()
+    gpus = torch.cuda.device_count()
+    env = dict(os.environ)
+    if gpus >= 2:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpus - 1)
+    command = [
+        sys.executable, "-m", "grpo_train.serve", "--model", model, "--port", str(port),
+        "--host", "127.0.0.1", "--dtype", args.dtype, "--max_model_len", "1024",
+        "--gpu_memory_utilization", str(args.vllm_memory_fraction),
+    ]  # fmt: skip
+    proc = subprocess.Popen(command, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"grpo serve did not come up (exit code {proc.poll()})")
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=5) as reply:
+                    print(f"  server ready: {json.loads(reply.read())}", flush=True)
+                    break
+            except OSError:
+                time.sleep(2)
+        yield {
+            "vllm_mode": "server",
+            "vllm_server_urls": url,
+            "vllm_sync_backend": "nccl" if gpus >= 2 else "gloo",
+            "engine": "vllm",
+        }
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 # ------------------------------------------------------------------------------- minimal mode
@@ -293,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-mid", action="store_true", help="only the tiny model")
     parser.add_argument("--skip-tiny", action="store_true", help="only the mid-size model")
     parser.add_argument(
-        "--engines", default="auto", help="comma list of hf,vllm; auto: hf (+ vllm if installed)"
+        "--engines",
+        default="auto",
+        help="comma list of hf,vllm,vllm-server; auto: hf (+ vllm, vllm-server if installed)",
     )
     parser.add_argument("--mode", choices=("trainer", "minimal"), default="trainer")
     parser.add_argument(
@@ -328,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
 
     engines = [e.strip() for e in args.engines.split(",")] if args.engines != "auto" else ["hf"]
     if args.engines == "auto" and importlib.util.find_spec("vllm") is not None:
-        engines.append("vllm")
+        engines += ["vllm", "vllm-server"]
 
     from grpo_train.models import ModelNotAvailableError, build_tiny_model
 

@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "envs": ("grpo_envs.cli", "list, show and score registered environments"),
     "plot": ("grpo_train.plot", "draw PNG curves of a run folder"),
+    "serve": ("grpo_train.serve", "run vLLM generation servers for `--vllm_mode server`"),
 }
 
 

@@ -220,6 +220,23 @@ class RolloutConfig:
     faster generation for small models (no inter-process hop per decode step), less RSS."""
     vllm_sleep_mode: Free[bool] = False
     """GPU only: put the colocated vLLM engine to sleep during the update (frees its memory)."""
+    vllm_mode: Free[Literal["colocate", "server"]] = "colocate"
+    """``colocate``: each trainer rank runs its own vLLM engine; ``server``: generation runs in
+    ``grpo serve`` replicas on GPUs or machines of their own, reached at vllm_server_urls (new
+    weights go to them in one broadcast per step)."""
+    vllm_server_urls: Free[str] = ""
+    """Server mode: comma-separated ``http://HOST:PORT`` of the ``grpo serve`` replicas (all
+    of them share each step's prompts)."""
+    vllm_server_timeout_s: Free[float] = 600.0
+    """Server mode: the longest one request (a step's generation, a weight load) may take; a
+    server that stalls past it ends the run with its last step saved."""
+    vllm_sync_backend: Free[Literal["auto", "nccl", "gloo"]] = "auto"
+    """Server mode: the weight broadcast's transport: ``nccl`` (GPU to GPU), ``gloo`` (through
+    host memory; also for a server on the trainer's own GPU, which NCCL refuses); ``auto``:
+    nccl when the trainer has CUDA, else gloo."""
+    vllm_sync_address: Free[str] = ""
+    """Server mode: ``HOST`` or ``HOST:PORT`` the servers reach this trainer at for the weight
+    broadcast; empty: this machine's address towards the first server, a free port."""
     seed_per_prompt: Fixed[bool] = False
     """Sample each prompt's group with its own seed (run seed + global prompt index): rollouts do
     not depend on how prompts are split over ranks or batches (a multi-rank run then matches a
@@ -924,6 +941,44 @@ def _rollout_problems(r: RolloutConfig) -> list[str]:
     p.need(
         r.vllm_cpu_kv_cache_gib > 0,
         f"vllm_cpu_kv_cache_gib: {r.vllm_cpu_kv_cache_gib}; must be > 0",
+    )
+    p.extend(_server_problems(r))
+    return p
+
+
+def _server_problems(r: RolloutConfig) -> list[str]:
+    """List the problems of the ``vllm_mode: server`` settings."""
+    from grpo_train.server_address import parse_server_urls
+
+    p = _Problems()
+    p.need(
+        r.vllm_mode in ("colocate", "server"),
+        f"vllm_mode: {r.vllm_mode!r}; one of colocate, server",
+    )
+    if r.vllm_mode != "server":
+        p.need(
+            not r.vllm_server_urls,
+            f"vllm_server_urls: {r.vllm_server_urls!r} given with vllm_mode colocate; "
+            "add --vllm_mode server to use those servers, or drop the addresses",
+        )
+        return p
+    p.need(
+        r.engine != "hf",
+        "engine: hf cannot run in vllm_mode server; use --engine vllm (or auto)",
+    )
+    if not r.vllm_server_urls:
+        p.append(
+            "vllm_server_urls: empty with vllm_mode server; start `grpo serve --model M` and "
+            "pass its address, e.g. --vllm_server_urls http://localhost:8000"
+        )
+    else:
+        try:
+            parse_server_urls(r.vllm_server_urls)
+        except ValueError as err:
+            p.append(f"vllm_server_urls: {err}; e.g. http://gen1:8000,http://gen1:8001")
+    p.need(
+        r.vllm_server_timeout_s > 0,
+        f"vllm_server_timeout_s: {r.vllm_server_timeout_s}; must be > 0 (seconds, e.g. 600)",
     )
     return p
 

@@ -288,6 +288,7 @@ class Trainer:
         pause_point("weight sync", step)
         self.sync_weights()
         times["sync"] = time.perf_counter() - t
+        m.update(getattr(self.engine, "sync_metrics", dict)())  # server mode: bytes, version
         # (7) Time split, throughput, memory; sample completions.
         m.update(step_metrics(sampled, times, self.setup.scheduler.get_last_lr()[0]))
         self._log_samples(step, batch, sampled, advantages, log)

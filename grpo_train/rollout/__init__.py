@@ -28,6 +28,7 @@ __all__ = [
     "RolloutEngine",
     "SamplingConfig",
     "build_engine",
+    "build_server_engine",
     "make_engine",
     "resolve_engine_name",
     "vllm_available",
@@ -114,6 +115,8 @@ def build_engine(
         # evaluates). The engine then keeps its own full copy, refreshed by the weight sync.
         with every_rank_loads_weights():
             return make_engine("hf", model_path, tokenizer=tokenizer, dtype=dtype)
+    if config.rollout.vllm_mode == "server":
+        return build_server_engine(config, model)
     from grpo_train.distributed import vllm_colocate_kwargs
 
     # Under `accelerate launch` each rank's engine joins the job (external_launcher) with its
@@ -132,3 +135,28 @@ def build_engine(
         cpu_kv_cache_gib=config.rollout.vllm_cpu_kv_cache_gib,
         **extra,
     )
+
+
+def build_server_engine(config: TrainConfig, model: PreTrainedModel) -> RolloutEngine:
+    """Connect to the ``grpo serve`` replicas of ``vllm_mode: server`` and load the policy.
+
+    The replicas started from a model path of their own (the base model, or an older run's
+    weights): the first sync, here, makes them serve this trainer's weights before the first
+    step, which is also what resume needs. Collective when the policy is sharded.
+    """
+    import torch.distributed as dist
+
+    from grpo_train.rollout.server_engine import ServerEngine
+    from grpo_train.server_address import parse_server_urls
+    from grpo_train.weight_export import sync_rollout_weights
+
+    main = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+    engine = ServerEngine(
+        parse_server_urls(config.rollout.vllm_server_urls),
+        timeout_s=config.rollout.vllm_server_timeout_s,
+        sync_address=config.rollout.vllm_sync_address,
+        sync_backend=config.rollout.vllm_sync_backend,
+        is_main=main,
+    )
+    sync_rollout_weights(engine, model)
+    return engine

@@ -1,0 +1,320 @@
+"""The rollout engine of ``vllm_mode: server``: ``grpo serve`` replicas reached by address.
+
+Same contract as the colocated engines (``base.RolloutEngine``: token ids in, completions with
+sampling logprobs out, ``sync_weights`` after each update), so the trainer does not know where
+generation runs.
+
+- Generate: a call's prompts are cut into contiguous shares, one per replica, sent at once; each
+  share's seed is the one the colocated engine would give its first prompt (``seed + start *
+  n``), so with one replica (or a batch-independent engine) the samples equal colocate mode's.
+- Weight sync: one broadcast of one flat buffer to every replica (``weight_channel``), then
+  every replica must answer with the version just sent; every generate reply carries the
+  version too, and a mismatch (a server restarted, or fed by someone else) ends the run.
+- Failure: every request has a timeout (``timeout_s``), and the broadcast has the group's. A
+  replica that refuses connections, answers with an error, or does not answer in time raises
+  ``EngineDied`` naming it: the trainer saves its last step and ends with that one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, replace
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from urllib.parse import urlsplit
+
+from grpo_train.rollout.base import Completion, EngineDied, SamplingConfig, check_prompts
+from grpo_train.server_address import parse_server_urls  # noqa: F401  (re-exported)
+
+if TYPE_CHECKING:
+    import torch
+
+    from grpo_train.rollout.weight_channel import WeightGroup
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def shard_starts(count: int, parts: int) -> list[tuple[int, int]]:
+    """Contiguous ``[start, end)`` shares of ``count`` items over ``parts`` (first ones larger).
+
+    >>> shard_starts(5, 2), shard_starts(1, 3)
+    ([(0, 3), (3, 5)], [(0, 1)])
+    """
+    size, extra = divmod(count, parts)
+    bounds, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        if end > start:
+            bounds.append((start, end))
+        start = end
+    return bounds
+
+
+class ServerEngine:
+    """A rollout engine whose generation runs in ``grpo serve`` replicas (module doc)."""
+
+    name = "vllm-server"
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        *,
+        timeout_s: float = 600.0,
+        sync_address: str = "",
+        sync_backend: str = "auto",
+        is_main: bool = True,
+    ) -> None:
+        """Connect to the replicas at ``urls`` and check that they answer.
+
+        Args:
+            urls: base URLs of the replicas (``parse_server_urls``).
+            timeout_s: the longest any request (a step's generation, a weight load) may take.
+            sync_address: ``host`` or ``host:port`` the replicas reach this trainer at for the
+                weight broadcast; empty: the address on the route to the first replica, a free
+                port.
+            sync_backend: ``nccl``, ``gloo`` or ``auto`` (nccl when this process has CUDA).
+            is_main: the trainer rank that sends the weights (others only generate).
+        """
+        self.urls = list(urls)
+        self.timeout_s = timeout_s
+        self.is_main = is_main
+        self.version = 0
+        self.last_sync_seconds = 0.0
+        self.last_sync_bytes = 0
+        self._sync_address = sync_address
+        self._sync_backend = sync_backend
+        self._group: WeightGroup | None = None
+        self._pool = ThreadPoolExecutor(max_workers=len(self.urls), thread_name_prefix="serve")
+        connect_s = min(30.0, timeout_s)
+        infos = [self._request(url, "/health", None, "connect", connect_s) for url in urls]
+        first = infos[0]
+        for url, info in zip(self.urls, infos):
+            for key in ("vocab_size", "dtype", "max_model_len"):
+                if info[key] != first[key]:
+                    raise ValueError(
+                        f"replicas differ: {url} has {key}={info[key]}, "
+                        f"{self.urls[0]} has {first[key]}; start them with the same options"
+                    )
+        self.vocab_size = int(first["vocab_size"])
+        self.max_model_len = int(first["max_model_len"])
+        self.dtype_name = str(first["dtype"])
+        self._busy_s = [float(i["busy_s"]) for i in infos]
+        logger.info("connected to %d generation server(s): %s", len(urls), ", ".join(urls))
+
+    # ------------------------------------------------------------------ requests
+
+    def _request(
+        self,
+        url: str,
+        path: str,
+        body: Mapping[str, Any] | None,
+        what: str,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        """One HTTP request with a timeout; any failure is ``EngineDied`` naming the server."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            url + path, data=data, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as reply:
+                return dict(json.loads(reply.read()))
+        except urllib.error.HTTPError as err:
+            detail = err.read().decode(errors="replace")
+            with contextlib.suppress(ValueError):
+                detail = json.loads(detail).get("error", detail)
+            raise EngineDied(
+                f"the server {url} answered {path} with {err.code}: {detail}", what
+            ) from None
+        except TimeoutError:
+            raise EngineDied(
+                f"the server {url} did not answer {path} within {timeout:g} s "
+                "(stalled or overloaded; raise vllm_server_timeout_s for slow steps)",
+                what,
+            ) from None
+        except (urllib.error.URLError, ConnectionError, OSError) as err:
+            reason = getattr(err, "reason", err)
+            raise EngineDied(f"the server {url} is unreachable ({reason})", what) from None
+
+    def _on_all(self, calls: Sequence[Callable[[], T]]) -> list[T]:
+        """Run ``calls`` at once (one per replica); the first failure is raised."""
+        futures = [self._pool.submit(call) for call in calls]
+        return [f.result() for f in futures]
+
+    def _check_version(self, url: str, reply: Mapping[str, Any], what: str) -> None:
+        """Raise ``EngineDied`` unless the replica serves the weights this trainer sent last."""
+        if int(reply["version"]) != self.version:
+            raise EngineDied(
+                f"the server {url} serves weights version {reply['version']}, the trainer sent "
+                f"version {self.version} (was it restarted, or does another trainer use it?)",
+                what,
+            )
+
+    # ------------------------------------------------------------------ the engine contract
+
+    def generate(
+        self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig
+    ) -> list[list[Completion]]:
+        """Sample on the replicas, each a contiguous share of the prompts (module doc)."""
+        prompts = check_prompts(
+            prompt_token_ids, self.vocab_size, self.max_model_len - sampling.max_new_tokens
+        )
+        shares = shard_starts(len(prompts), len(self.urls))
+
+        def share(url: str, start: int, end: int) -> list[list[Completion]]:
+            seed = None if sampling.seed is None else sampling.seed + start * sampling.n
+            fields = asdict(replace(sampling, seed=seed))
+            body = {"prompts": prompts[start:end], "sampling": fields}
+            reply = self._request(url, "/generate", body, "generate")
+            self._check_version(url, reply, "generate")
+            return [
+                [
+                    Completion(
+                        prompt_index=start + i,
+                        text=str(c["text"]),
+                        token_ids=tuple(int(t) for t in c["token_ids"]),
+                        logprobs=tuple(float(x) for x in c["logprobs"]),
+                        finish_reason="stop" if c["finish_reason"] == "stop" else "length",
+                    )
+                    for c in group
+                ]
+                for i, group in enumerate(reply["completions"])
+            ]
+
+        parts = self._on_all(
+            [functools.partial(share, url, s, e) for url, (s, e) in zip(self.urls, shares)]
+        )
+        return [group for part in parts for group in part]
+
+    def shares_weights(self, model: torch.nn.Module) -> bool:
+        """Return False: the servers hold their own copies."""
+        return False
+
+    def sync_weights(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Broadcast ``state`` to every replica in one collective; check the version they load.
+
+        Only the main trainer rank sends; the others (``is_main=False``) just count the version,
+        after the trainer's ranks have synchronised (the caller's barrier).
+        """
+        start = time.perf_counter()
+        self.version += 1
+        try:
+            if self.is_main:
+                self._send(state)
+        finally:
+            _trainer_barrier()  # no rank generates before the replicas hold the new weights
+        self.last_sync_seconds = time.perf_counter() - start
+
+    def _send(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Send ``state`` to the replicas (the main rank's part of ``sync_weights``)."""
+        from grpo_train.rollout.weight_channel import DTYPES, flatten
+
+        group = self._open_group() if self._group is None else self._group
+        device = "cuda" if group.address.backend == "nccl" else "cpu"
+        buffer, specs = flatten(state, DTYPES[self.dtype_name], device)
+        body = {
+            "version": self.version,
+            "dtype": self.dtype_name,
+            "specs": [s.to_json() for s in specs],
+        }
+        pending = [
+            self._pool.submit(self._request, url, "/weights/update", body, "weight sync")
+            for url in self.urls
+        ]
+        try:
+            group.broadcast(buffer)
+        except RuntimeError as err:  # gloo/NCCL: a peer died or the group timed out
+            failed = [f.exception() for f in pending if f.done() and f.exception()]
+            cause = str(failed[0]) if failed else f"the weight broadcast failed ({err})"
+            raise EngineDied(cause, "weight sync") from None
+        for url, future in zip(self.urls, pending):
+            self._check_version(url, future.result(), "weight sync")
+        self.last_sync_bytes = buffer.numel() * buffer.element_size()
+
+    def _open_group(self) -> WeightGroup:
+        """Host the weight group's store and have every replica join it (ranks 1..D)."""
+        import torch
+
+        from grpo_train.rollout.weight_channel import (
+            GroupAddress,
+            WeightGroup,
+            free_port,
+            local_address_towards,
+        )
+
+        first = urlsplit(self.urls[0])
+        host, _, port = self._sync_address.partition(":")
+        if not host:
+            host = local_address_towards(first.hostname or "127.0.0.1", first.port or 80)
+        address = GroupAddress(
+            host=host,
+            port=int(port) if port else free_port(),
+            world_size=len(self.urls) + 1,
+            backend=(
+                self._sync_backend
+                if self._sync_backend != "auto"
+                else ("nccl" if torch.cuda.is_available() else "gloo")
+            ),
+            timeout_s=self.timeout_s,
+        )
+        joins = [
+            self._pool.submit(
+                self._request,
+                url,
+                "/weights/open",
+                {"address": address.to_json(), "rank": rank},
+                "weight sync",
+            )
+            for rank, url in enumerate(self.urls, start=1)
+        ]
+        try:
+            group = WeightGroup(address, 0)
+        except RuntimeError as err:
+            failed = [f.exception() for f in joins if f.done() and f.exception()]
+            cause = str(failed[0]) if failed else f"the weight group did not form ({err})"
+            raise EngineDied(cause, "weight sync") from None
+        for future in joins:
+            future.result()
+        self._group = group
+        return group
+
+    def sync_metrics(self) -> dict[str, float]:
+        """Return the latest sync's size, duration and version, for the step's metrics."""
+        return {
+            "sync/bytes": float(self.last_sync_bytes),
+            "sync/seconds": self.last_sync_seconds,
+            "sync/version": float(self.version),
+        }
+
+    def sleep(self, level: Literal[1, 2] = 1) -> bool:
+        """Return False: the servers' memory is theirs."""
+        return False
+
+    def wake_up(self) -> None:
+        """Do nothing."""
+
+    def close(self) -> None:
+        """Leave the replicas running for the next trainer: close the weight group only."""
+        if self._group is not None and self.is_main:
+            for url in self.urls:
+                with contextlib.suppress(EngineDied):  # a dead server has nothing to close
+                    self._request(url, "/weights/close", {}, "close", timeout_s=10.0)
+        self._group = None
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _trainer_barrier() -> None:
+    """Wait for every trainer rank (a no-op in a single process)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()

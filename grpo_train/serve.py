@@ -1,0 +1,318 @@
+"""``grpo serve``: the generation side of a run, on GPUs or machines of its own.
+
+::
+
+    grpo serve --model Qwen/Qwen2.5-7B-Instruct --tensor_parallel_size 2 --data_parallel_size 4
+
+starts ``data_parallel_size`` replicas on ports ``port``, ``port + 1``...; each is a vLLM engine
+(``VLLMEngine``: ``vllm.LLM`` with grpo-kit's worker extension, ``tensor_parallel_size`` GPUs
+each) behind a small HTTP API. ``grpo train --vllm_mode server --vllm_server_urls
+http://gen1:8000,http://gen1:8001,...`` connects to them; several replicas share a step's prompts.
+
+Why our own server around ``vllm.LLM`` rather than ``vllm serve`` (vLLM's OpenAI server, which
+TRL's ``trl vllm-serve`` now runs): the weight-transfer backends of vLLM's server (vLLM 0.32:
+NCCL, CUDA IPC and their variants) all need CUDA, so a CPU machine could not run, test or
+check a sync; its completions API speaks text and per-token top-logprob dictionaries, where
+the trainer's engine contract is token ids and the sampled token's logprob; and this server
+runs exactly the colocated engine's generate and reload code, so the two modes sample the same
+tokens for the same seeds and prompts (checked by the tests). Weights arrive in one collective
+per sync (``weight_channel``: gloo on CPU, NCCL on GPU) and every sync bumps a version number
+that every reply carries, so the trainer can tell that the engine serves what it sent.
+
+Endpoints (JSON bodies): ``GET /health``; ``POST /generate`` (token ids in, completions with
+sampling logprobs out); ``POST /weights/open`` (join the trainer's weight group),
+``POST /weights/update`` (receive one broadcast, load it, take the version),
+``POST /weights/close``. Requests run one at a time on the engine (a lock): the engine batches
+inside one call, and a generate during a weight load would mix two policies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from grpo_train.rollout.vllm_engine import VLLMEngine
+    from grpo_train.rollout.weight_channel import WeightGroup
+
+logger = logging.getLogger("grpo_train.serve")
+
+
+@dataclass
+class ReplicaState:
+    """What one replica knows between requests."""
+
+    engine: VLLMEngine
+    model: str
+    version: int = 0
+    """Weights version: 0 is the model it started with; each sync sets the trainer's number."""
+    group: WeightGroup | None = None
+    busy_s: float = 0.0
+    """Seconds spent generating or loading weights since start (the trainer reads idle time)."""
+    started: float = field(default_factory=time.monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def info(self) -> dict[str, Any]:
+        """Return the ``/health`` reply."""
+        from grpo_train.rollout.weight_channel import dtype_name
+
+        return {
+            "version": self.version,
+            "model": self.model,
+            "dtype": dtype_name(self.engine.dtype),
+            "vocab_size": self.engine.vocab_size,
+            "max_model_len": self.engine.max_model_len,
+            "busy_s": self.busy_s,
+            "uptime_s": time.monotonic() - self.started,
+        }
+
+    def generate(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``/generate``: sample with the engine's current weights; reply with their version."""
+        from grpo_train.rollout.base import SamplingConfig
+
+        sampling = SamplingConfig(**body["sampling"])
+        with self.lock:
+            start = time.perf_counter()
+            groups = self.engine.generate(body["prompts"], sampling)
+            self.busy_s += time.perf_counter() - start
+            version = self.version
+        completions = [
+            [
+                {
+                    "text": c.text,
+                    "token_ids": list(c.token_ids),
+                    "logprobs": list(c.logprobs),
+                    "finish_reason": c.finish_reason,
+                }
+                for c in group
+            ]
+            for group in groups
+        ]
+        return {"version": version, "completions": completions}
+
+    def open_group(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``/weights/open``: join the trainer's weight group as ``rank`` (replaces an old one)."""
+        from grpo_train.rollout.weight_channel import GroupAddress, WeightGroup
+
+        address = GroupAddress.from_json(body["address"])
+        # Blocks until every member joined; the trainer joins after sending this request.
+        group = WeightGroup(address, int(body["rank"]))
+        with self.lock:
+            self.group = group
+        return {"version": self.version}
+
+    def update(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``/weights/update``: receive the broadcast, load it, take the trainer's version."""
+        import torch
+
+        from grpo_train.rollout.weight_channel import DTYPES, TensorSpec, unflatten
+
+        specs = [TensorSpec.from_json(s) for s in body["specs"]]
+        dtype = DTYPES[body["dtype"]]
+        with self.lock:
+            if self.group is None:
+                raise RuntimeError("no weight group is open; the trainer opens one first")
+            start = time.perf_counter()
+            device = "cuda" if self.group.address.backend == "nccl" else "cpu"
+            buffer = torch.empty(sum(s.numel for s in specs), dtype=dtype, device=device)
+            self.group.broadcast(buffer)
+            self.engine.sync_weights(unflatten(buffer, specs))
+            self.version = int(body["version"])
+            self.busy_s += time.perf_counter() - start
+        return {"version": self.version}
+
+    def close_group(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``/weights/close``: forget the trainer's group (a new trainer may open another)."""
+        with self.lock:
+            self.group = None
+        return {"version": self.version}
+
+
+def _handler(state: ReplicaState) -> type[BaseHTTPRequestHandler]:
+    """Return the request handler class bound to one replica's state."""
+    routes = {
+        "/generate": state.generate,
+        "/weights/open": state.open_group,
+        "/weights/update": state.update,
+        "/weights/close": state.close_group,
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self._reply(200, state.info())
+            else:
+                self._reply(404, {"error": f"no such endpoint {self.path}"})
+
+        def do_POST(self) -> None:
+            route = routes.get(self.path)
+            if route is None:
+                self._reply(404, {"error": f"no such endpoint {self.path}"})
+                return
+            try:
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                self._reply(200, route(body))
+            except Exception as err:  # the trainer gets the reason, the server keeps serving
+                logger.exception("%s failed", self.path)
+                self._reply(500, {"error": f"{type(err).__name__}: {err}"})
+
+        def _reply(self, code: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            logger.debug(format, *args)
+
+    return Handler
+
+
+def serve_replica(args: argparse.Namespace) -> int:
+    """Start one engine and answer requests until SIGTERM / Ctrl-C."""
+    from grpo_train.rollout.vllm_engine import VLLMEngine
+
+    extra: dict[str, Any] = {}
+    if args.tensor_parallel_size > 1:
+        extra["tensor_parallel_size"] = args.tensor_parallel_size
+    engine = VLLMEngine(
+        args.model,
+        dtype=args.dtype,
+        seed=args.seed,
+        max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        cpu_kv_cache_gib=args.cpu_kv_cache_gib,
+        in_process=args.in_process,
+        **extra,
+    )
+    state = ReplicaState(engine, args.model)
+    server = ThreadingHTTPServer((args.host, args.port), _handler(state))
+    server.daemon_threads = True
+
+    def stop(signum: int, frame: object) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"grpo serve: {args.model} ready at http://{args.host}:{args.port}", flush=True)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+        engine.close()
+    print(f"grpo serve: replica on port {args.port} stopped", flush=True)
+    return 0
+
+
+def serve_replicas(args: argparse.Namespace, argv: list[str]) -> int:
+    """Start ``data_parallel_size`` replica processes; stop all of them when one ends."""
+    children = []
+    gpus = _gpu_slices(args.data_parallel_size, args.tensor_parallel_size)
+    for i in range(args.data_parallel_size):
+        env = dict(os.environ)
+        if gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpus[i]
+        command = [sys.executable, "-m", "grpo_train.serve", *argv]
+        command += ["--data_parallel_size", "1", "--port", str(args.port + i)]
+        # A session each: when a replica is killed (SIGKILL, the OOM killer) its vLLM engine
+        # processes live on as orphans; its process group still names them, to end them.
+        children.append(subprocess.Popen(command, env=env, start_new_session=True))
+    urls = ",".join(f"http://{args.host}:{args.port + i}" for i in range(len(children)))
+    print(f"grpo serve: {len(children)} replicas; trainer: --vllm_server_urls {urls}", flush=True)
+
+    stopping: list[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        stopping.append(signum)
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    code = 0
+    while any(child.poll() is None for child in children):
+        ended = [c for c in children if c.poll() is not None]
+        if ended and code == 0 and not stopping:
+            code = 1
+            print(
+                f"grpo serve: a replica ended (exit code {ended[0].returncode}); "
+                "stopping the others",
+                flush=True,
+            )
+            forward(signal.SIGTERM, None)
+        time.sleep(0.2)
+    time.sleep(1.0)  # a replica's own shutdown ends its engine; then leftovers are killed
+    for child in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)
+    return code
+
+
+def _gpu_slices(replicas: int, per_replica: int) -> list[str] | None:
+    """CUDA_VISIBLE_DEVICES for each replica (None without CUDA): consecutive GPUs each."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    count = torch.cuda.device_count()
+    if replicas * per_replica > count:
+        raise SystemExit(
+            f"grpo serve: {replicas} replicas x {per_replica} GPUs need {replicas * per_replica} "
+            f"GPUs; this machine has {count}"
+        )
+    return [
+        ",".join(str(g) for g in range(i * per_replica, (i + 1) * per_replica))
+        for i in range(replicas)
+    ]
+
+
+def parser() -> argparse.ArgumentParser:
+    """Return the ``grpo serve`` option parser."""
+    p = argparse.ArgumentParser(prog="grpo serve", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, help="HF folder or hub id the engines start from")
+    p.add_argument("--tensor_parallel_size", type=int, default=1, help="GPUs per replica")
+    p.add_argument("--data_parallel_size", type=int, default=1, help="replicas (one port each)")
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    p.add_argument("--port", type=int, default=8000, help="first replica's port")
+    p.add_argument("--dtype", default="auto", help="engine weights: auto, float32, bfloat16")
+    p.add_argument("--max_model_len", type=int, default=2048, help="prompt + completion tokens")
+    p.add_argument("--seed", type=int, default=0, help="sampler seed for unseeded requests")
+    p.add_argument("--gpu_memory_utilization", type=float, default=0.9, help="GPU share")
+    p.add_argument("--cpu_kv_cache_gib", type=float, default=1.0, help="CPU: KV cache GiB")
+    p.add_argument("--in_process", action="store_true", help="CPU: engine core in-process")
+    p.add_argument("--log_level", default="warning", help="debug, info, warning")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``grpo serve``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    for name, value in (("tensor_parallel_size", args.tensor_parallel_size),
+                        ("data_parallel_size", args.data_parallel_size)):  # fmt: skip
+        if value < 1:
+            print(f"grpo serve: --{name} must be >= 1, got {value}", file=sys.stderr)
+            return 2
+    if args.data_parallel_size > 1:
+        return serve_replicas(args, argv)
+    return serve_replica(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
