@@ -112,7 +112,7 @@ def _train(config: TrainConfig) -> tuple[list[dict[str, float]], list[str], torc
     trainer = Trainer(config, env=DigitEnv())
     try:
         trainer.train()
-        weights = torch.cat([p.detach().reshape(-1) for p in trainer.model.parameters()])
+        weights = torch.cat([p.detach().reshape(-1) for p in trainer.setup.model.parameters()])
     finally:
         trainer.close()
     out = Path(config.run.output_dir)
