@@ -184,21 +184,26 @@ def _handler(state: ReplicaState) -> type[BaseHTTPRequestHandler]:
 
 def serve_replica(args: argparse.Namespace) -> int:
     """Start one engine and answer requests until SIGTERM / Ctrl-C."""
+    from grpo_train.rollout.base import EngineDied
     from grpo_train.rollout.vllm_engine import VLLMEngine
 
     extra: dict[str, Any] = {}
     if args.tensor_parallel_size > 1:
         extra["tensor_parallel_size"] = args.tensor_parallel_size
-    engine = VLLMEngine(
-        args.model,
-        dtype=args.dtype,
-        seed=args.seed,
-        max_model_len=args.max_model_len,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        cpu_kv_cache_gib=args.cpu_kv_cache_gib,
-        in_process=args.in_process,
-        **extra,
-    )
+    try:
+        engine = VLLMEngine(
+            args.model,
+            dtype=args.dtype,
+            seed=args.seed,
+            max_model_len=args.max_model_len,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            cpu_kv_cache_gib=args.cpu_kv_cache_gib,
+            in_process=args.in_process,
+            **extra,
+        )
+    except EngineDied as died:
+        print(f"grpo serve: error: replica on port {args.port}: {died}", file=sys.stderr)
+        return 1
     state = ReplicaState(engine, args.model)
     server = ThreadingHTTPServer((args.host, args.port), _handler(state))
     server.daemon_threads = True
@@ -220,20 +225,7 @@ def serve_replica(args: argparse.Namespace) -> int:
 
 def serve_replicas(args: argparse.Namespace, argv: list[str]) -> int:
     """Start ``data_parallel_size`` replica processes; stop all of them when one ends."""
-    children = []
-    gpus = _gpu_slices(args.data_parallel_size, args.tensor_parallel_size)
-    for i in range(args.data_parallel_size):
-        env = dict(os.environ)
-        if gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = gpus[i]
-        command = [sys.executable, "-m", "grpo_train.serve", *argv]
-        command += ["--data_parallel_size", "1", "--port", str(args.port + i)]
-        # A session each: when a replica is killed (SIGKILL, the OOM killer) its vLLM engine
-        # processes live on as orphans; its process group still names them, to end them.
-        children.append(subprocess.Popen(command, env=env, start_new_session=True))
-    urls = ",".join(f"http://{args.host}:{args.port + i}" for i in range(len(children)))
-    print(f"grpo serve: {len(children)} replicas; trainer: --vllm_server_urls {urls}", flush=True)
-
+    children: list[subprocess.Popen[bytes]] = []
     stopping: list[int] = []
 
     def forward(signum: int, frame: object) -> None:
@@ -242,8 +234,28 @@ def serve_replicas(args: argparse.Namespace, argv: list[str]) -> int:
             if child.poll() is None:
                 child.send_signal(signum)
 
+    # Installed before the first replica starts: a signal while replicas start reaches them too.
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    gpus = _gpu_slices(args.data_parallel_size, args.tensor_parallel_size)
+    for i in range(args.data_parallel_size):
+        if stopping:
+            break
+        env = dict(os.environ)
+        if gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpus[i]
+        command = [sys.executable, "-m", "grpo_train.serve", *argv]
+        command += ["--data_parallel_size", "1", "--port", str(args.port + i)]
+        # A session each: when a replica is killed (SIGKILL, the OOM killer) its vLLM engine
+        # processes live on as orphans; its process group still names them, to end them.
+        children.append(subprocess.Popen(command, env=env, start_new_session=True))
+        # One replica at a time: a vLLM engine picks free ports for its own processes while it
+        # starts, and two engines starting at once on one machine can pick the same one.
+        if not _ready(children[-1], f"http://{args.host}:{args.port + i}"):
+            break
+    urls = ",".join(f"http://{args.host}:{args.port + i}" for i in range(len(children)))
+    print(f"grpo serve: {len(children)} replicas; trainer: --vllm_server_urls {urls}", flush=True)
+
     code = 0
     while any(child.poll() is None for child in children):
         ended = [c for c in children if c.poll() is not None]
@@ -256,11 +268,28 @@ def serve_replicas(args: argparse.Namespace, argv: list[str]) -> int:
             )
             forward(signal.SIGTERM, None)
         time.sleep(0.2)
+    if code == 0 and not stopping and any(child.returncode != 0 for child in children):
+        code = 1  # a replica that failed while starting: the loop above never saw it running
+        print("grpo serve: a replica failed to start; the others are stopped", flush=True)
     time.sleep(1.0)  # a replica's own shutdown ends its engine; then leftovers are killed
     for child in children:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, signal.SIGKILL)
     return code
+
+
+def _ready(child: subprocess.Popen[bytes], url: str, poll_s: float = 0.5) -> bool:
+    """Wait until the replica at ``url`` answers ``/health`` (True) or its process ends (False)."""
+    import urllib.error
+    import urllib.request
+
+    while child.poll() is None:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5):
+                return True
+        except (urllib.error.URLError, OSError):
+            time.sleep(poll_s)
+    return False
 
 
 def _gpu_slices(replicas: int, per_replica: int) -> list[str] | None:
