@@ -303,7 +303,7 @@ def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
             clock["train_s"] += step_s[-1]
             if state.global_step % shared.eval_every == 0 or state.global_step == spec.steps:
                 path = out / f"step-{state.global_step:06d}"
-                trainer.setup.model.save_pretrained(path)  # type: ignore[union-attr,operator]
+                trainer.model.save_pretrained(path)  # type: ignore[union-attr,operator]
                 tokenizer.save_pretrained(path)
                 points.append(Point(state.global_step, clock["train_s"], str(path)))
 

@@ -170,7 +170,8 @@ def run_ours(config: str, w: Workload, m: Measure) -> None:
     m.models = "policy" + (" + LoRA" if lora else "") + (" + reference" if beta > 0 else "")
     if beta > 0 and lora:
         m.models = "policy + LoRA (reference: adapter off)"
-    m.trainable_m = sum(p.numel() for p in trainer.setup.model.parameters() if p.requires_grad) / 1e6
+    policy_params = trainer.setup.model.parameters()
+    m.trainable_m = sum(p.numel() for p in policy_params if p.requires_grad) / 1e6
     m.setup_rss_mb = maxrss_mb()
     original = trainer.train_step
 
@@ -392,7 +393,7 @@ def run_trl_ppo(config: str, w: Workload, m: Measure, trl_dir: Path) -> None:
         if lora
         else "policy + reference + value model"
     )
-    m.trainable_m = sum(p.numel() for p in trainer.setup.model.parameters() if p.requires_grad) / 1e6
+    m.trainable_m = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad) / 1e6
     m.setup_rss_mb = maxrss_mb()
     trainer.add_callback(step_clock(m))
     trainer.train()
