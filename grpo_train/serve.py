@@ -257,7 +257,12 @@ def serve_replicas(args: argparse.Namespace, argv: list[str]) -> int:
     print(f"grpo serve: {len(children)} replicas; trainer: --vllm_server_urls {urls}", flush=True)
 
     code = 0
+    segments: set[str] = set()
+    last_look = 0.0
     while any(child.poll() is None for child in children):
+        if time.monotonic() - last_look > 2.0:
+            segments |= _replicas_shm(children)
+            last_look = time.monotonic()
         ended = [c for c in children if c.poll() is not None]
         if ended and code == 0 and not stopping:
             code = 1
@@ -275,7 +280,43 @@ def serve_replicas(args: argparse.Namespace, argv: list[str]) -> int:
     for child in children:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, signal.SIGKILL)
+    _remove_leftovers(segments)
     return code
+
+
+def _replicas_shm(children: list[subprocess.Popen[bytes]]) -> set[str]:
+    """Return the ``/dev/shm`` segments the replicas' processes (engines included) map now."""
+    import psutil
+
+    from grpo_train.rollout.processes import mapped_shm
+
+    names: set[str] = set()
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            tree = [child.pid] + [p.pid for p in psutil.Process(child.pid).children(recursive=True)]
+            for pid in tree:
+                names |= mapped_shm(pid)
+    return names
+
+
+def _remove_leftovers(segments: set[str]) -> None:
+    """Unlink what a replica killed with SIGKILL (the OOM killer, ``kill -9``) left in RAM.
+
+    vLLM's engine processes share memory through ``/dev/shm`` segments that their own shutdown
+    unlinks; a replica killed outright never runs it, and the segments (hundreds of MB) would
+    hold RAM until reboot. Every replica has ended here, so nothing maps them any more. The
+    weight-sync folders of dead replicas go the same way.
+    """
+    from pathlib import Path
+
+    from grpo_train.rollout.processes import remove_stale_dirs
+    from grpo_train.rollout.vllm_engine import SYNC_DIR_PREFIX
+
+    for name in segments:
+        with contextlib.suppress(OSError):
+            (Path("/dev/shm") / name).unlink()
+    with contextlib.suppress(OSError):
+        remove_stale_dirs(Path("/dev/shm"), SYNC_DIR_PREFIX)
 
 
 def _ready(child: subprocess.Popen[bytes], url: str, poll_s: float = 0.5) -> bool:

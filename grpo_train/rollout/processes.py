@@ -87,7 +87,7 @@ class EngineProcesses:
                     continue
                 found.pids[proc.pid] = proc.name()
                 found.start_times[proc.pid] = proc.create_time()
-                found.shm |= _mapped_shm(proc.pid)
+                found.shm |= mapped_shm(proc.pid)
             except psutil.Error:
                 continue
         return found
@@ -249,7 +249,7 @@ def _is_resource_tracker(proc: object) -> bool:
     return any("resource_tracker" in part for part in proc.cmdline())
 
 
-def _mapped_shm(pid: int) -> set[str]:
+def mapped_shm(pid: int) -> set[str]:
     """Return the ``/dev/shm`` files a process has mapped (POSIX shared memory segments)."""
     try:
         maps = Path(f"/proc/{pid}/maps").read_text()

@@ -281,7 +281,11 @@ def test_a_killed_server_ends_the_run_with_one_line_and_its_checkpoint(
 
     server, urls = servers
     proc, marker, out = _paused_run(tiny_model_path, tmp_path, urls[0])
+    from grpo_train.rollout.processes import mapped_shm
+
     tree = {p.pid for p in psutil.Process(server.pid).children(recursive=True)}
+    segments = set().union(*(mapped_shm(pid) for pid in tree))
+    assert segments, "the replicas' engines share memory through /dev/shm"
     try:
         os.kill(_replica_pid(server, urls[0]), signal.SIGKILL)
         marker.unlink()
@@ -295,6 +299,8 @@ def test_a_killed_server_ends_the_run_with_one_line_and_its_checkpoint(
     assert server.wait(timeout=60) != 0  # grpo serve ends when a replica dies
     # ...and leaves none of its replicas' processes behind (the killed one's engine included).
     assert _alive(tree) == []
+    # ...nor the shared memory their engines mapped (the killed replica never unlinked its own).
+    assert sorted(name for name in segments if (Path("/dev/shm") / name).exists()) == []
 
 
 def _replica_pid(server: subprocess.Popen[str], url: str) -> int:
