@@ -25,6 +25,7 @@ from grpo_train.episode_tokens import BreakPolicy
 from grpo_train.groups import Group
 from grpo_train.rollout.base import RolloutEngine, SamplingConfig
 from grpo_train.rollout.episodes import (
+    STEP_WORKERS,
     EpisodeRenderer,
     EpisodeSettings,
     EpisodeStats,
@@ -36,10 +37,6 @@ from grpo_train.rollout.episodes import (
 
 if TYPE_CHECKING:
     from grpo_train.prompts import PromptFormat
-
-#: Threads stepping one turn's environments: tool calls of different episodes overlap in the
-#: sandbox. Step functions are pure in the episode state (the episode contract), so thread-safe.
-STEP_WORKERS = 4
 
 
 def collect_episode_groups(

@@ -360,9 +360,8 @@ class Trainer:
         Runs ``grpo_train.eval.evaluate`` with the running engine: ``eval/accuracy`` over all
         environments plus ``eval/<env id>/accuracy`` and ``pass@1`` per environment.
         """
-        from grpo_train.collect_episodes import STEP_WORKERS
         from grpo_train.eval import GREEDY, evaluate
-        from grpo_train.rollout.episodes import EpisodeSettings
+        from grpo_train.rollout.episodes import STEP_WORKERS, EpisodeSettings
 
         s, cfg = self.setup, self.setup.cfg
         summary = evaluate(

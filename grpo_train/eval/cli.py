@@ -438,7 +438,7 @@ def _generate(
     from grpo_train.eval.runner import EvalStopped, evaluate
     from grpo_train.rollout import make_engine
     from grpo_train.rollout.base import EngineDied
-    from grpo_train.rollout.episodes import EpisodeSettings
+    from grpo_train.rollout.episodes import STEP_WORKERS, EpisodeSettings
     from grpo_train.stop import pause_point
 
     again = shlex.join(["grpo", "eval", *args.argv])
@@ -476,7 +476,7 @@ def _generate(
             # Multi-turn environments: each turn gets --max_tokens; an episode runs until the
             # environment or its budgets end it, or the history fills --max_model_len.
             episodes=EpisodeSettings(
-                args.max_model_len, workers=4, max_sequence_tokens=args.max_model_len
+                args.max_model_len, workers=STEP_WORKERS, max_sequence_tokens=args.max_model_len
             ),
         )
     except EvalStopped as stopped:

@@ -36,6 +36,7 @@ from grpo_train.eval.report import SuiteResult, markdown_table, overall, summari
 from grpo_train.prompts import PromptFormat
 from grpo_train.rollout.base import Completion, EngineDied, RolloutEngine, SamplingConfig
 from grpo_train.rollout.episodes import (
+    STEP_WORKERS,
     EpisodeRenderer,
     EpisodeSettings,
     episode_row,
@@ -654,7 +655,11 @@ class _MultiTurn:
 
 
 def _episode_settings(given: EpisodeSettings | None, sampling: SamplingConfig) -> EpisodeSettings:
-    return given if given is not None else EpisodeSettings(sampling.max_new_tokens, workers=4)
+    return (
+        given
+        if given is not None
+        else EpisodeSettings(sampling.max_new_tokens, workers=STEP_WORKERS)
+    )
 
 
 def _run_episode_batch(

@@ -134,6 +134,11 @@ def _dicts(messages: Iterable[Any]) -> list[dict[str, str]]:
     return [{"role": m.role, "content": m.content} for m in messages]
 
 
+#: Threads stepping one turn's environments: tool calls of different episodes overlap in the
+#: sandbox. Step functions are pure in the episode state (the episode contract), so thread-safe.
+STEP_WORKERS = 4
+
+
 @dataclass(frozen=True)
 class EpisodeSettings:
     """How ``generate_episodes`` bounds and assembles episodes."""
@@ -517,6 +522,7 @@ environment_token_share=0.0, truncated=0, template_breaks=0)
 
 
 __all__ = [
+    "STEP_WORKERS",
     "TURN_SEED_STRIDE",
     "EpisodeRenderer",
     "EpisodeRollout",
