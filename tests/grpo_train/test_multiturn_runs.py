@@ -8,18 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from grpo_train.rollout.weight_channel import free_port
 
 
 def _cli_args(model: Path, out: Path, *extra: str) -> list[str]:
@@ -79,7 +74,7 @@ def test_a_multi_turn_run_on_two_cpu_ranks_matches_one_process(
     launch = [
         str(bindir / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(_free_port()), __file__,
+        "--main_process_port", str(free_port()), __file__,
     ]  # fmt: skip
     same = ("--seed_per_prompt", "true")
     two = subprocess.Popen(
