@@ -35,6 +35,17 @@ class Group:
     episodes' rows: ids after the prompt, sampled and inserted); empty for single-turn."""
 
     @property
+    def sampled_lengths(self) -> list[int]:
+        """Per completion: the ids the engine sampled.
+
+        An episode's turns only: the environment's inserted replies are not sampled (their
+        share is ``episodes/environment_token_share``).
+        """
+        if self.episodes:
+            return [r.sampled_tokens for r in self.episodes]
+        return [len(c.token_ids) for c in self.completions]
+
+    @property
     def rewards(self) -> list[float]:
         """Return the reward of each completion (a failed score's is 0)."""
         return [s.reward for s in self.scores]

@@ -73,7 +73,7 @@ def rollout_metrics(groups: Sequence[Group], env_names: Sequence[str]) -> dict[s
     stats = group_stats(torch.tensor([g.rewards for g in groups], dtype=torch.float64))
     scores = [s for g in groups for s in g.scores]
     completions = [c for g in groups for c in g.completions]
-    lengths = [len(c.token_ids) for c in completions]
+    lengths = [n for g in groups for n in g.sampled_lengths]  # sampled ids only
     m = {
         "reward/mean": stats.reward_mean,
         "reward/std": stats.reward_std,
@@ -143,11 +143,11 @@ def step_metrics(
     """Time split, throughput, peak memory, learning rate of one step.
 
     ``tokens_per_s``: this rank's sampled tokens per second; ``throughput/samples_per_s``
-    and ``throughput/completion_tokens_per_s``: every rank's completions and their tokens
-    (collective: every rank calls it).
+    and ``throughput/completion_tokens_per_s``: every rank's completions and their sampled
+    tokens (an episode's environment ids are not counted; collective: every rank calls it).
     """
     total = sum(times.values())
-    new_tokens = sum(len(c.token_ids) for g in sampled for c in g.completions)
+    new_tokens = sum(sum(g.sampled_lengths) for g in sampled)
     samples = sum(len(g.completions) for g in sampled)
     m = {f"time/{k}": v for k, v in times.items()}
     m.update({"time/step": total, "tokens_per_s": new_tokens / max(total, 1e-9)})

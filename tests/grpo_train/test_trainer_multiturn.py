@@ -17,6 +17,7 @@ from grpo_train.batch import RolloutBatch
 from grpo_train.config import TrainConfig
 from grpo_train.episode_tokens import Extension
 from grpo_train.groups import Group
+from grpo_train.metrics import rollout_metrics, step_metrics
 from grpo_train.rollout.base import SamplingConfig
 from grpo_train.rollout.episodes import (
     EpisodeRenderer,
@@ -88,6 +89,35 @@ def test_the_gradient_with_environment_tokens_masked_is_the_textbook_one(
     loss.backward()
     for name, p in model.named_parameters():
         torch.testing.assert_close(captured["grads"][name], p.grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_length_and_throughput_metrics_count_sampled_ids_not_the_environments(
+    tiny_model_path: Path,
+) -> None:
+    """Hand count (one id per character, then EOS): episode 0 samples "5" (2 ids); episode 1
+    "hmm" (4), the reply "Say a digit." (inserted, not counted), then "3" (2): 2 and 6."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_path))
+    env = digit_retry_env(size=4)
+    samples = [Sample.from_row(env.dataset("train")[0])]
+    renderer = EpisodeRenderer(tok)
+    prompt_ids = [renderer.prompt_ids(samples[0])]
+    engine = ScriptedEngine(tok, lambda turn, r, _h: ["5" if r == 0 else "hmm", "3"][turn])
+    (episodes,) = generate_episodes(
+        engine, renderer, [episodic(env)], samples, prompt_ids,
+        SamplingConfig(n=2, max_new_tokens=16), EpisodeSettings(max_episode_tokens=64),
+    )  # fmt: skip
+    rows = [episode_row(r) for r in episodes]
+    assert len(rows[1].token_ids) > 6  # the row holds the reply's ids too
+    scores = score_episodes([episodic(env)], [episodes])[0]
+    group = Group(samples[0], 0, prompt_ids[0], rows, scores, episodes=tuple(episodes))
+    m = rollout_metrics([group], ["digits"])
+    assert (m["length/mean"], m["length/max"]) == (4.0, 6.0)
+    m = step_metrics([group], {"generate": 2.0, "train": 2.0}, lr=1e-3)
+    assert m["tokens_per_s"] == 2.0  # 8 sampled ids over 4 s
+    assert m["throughput/completion_tokens_per_s"] == 2.0
+    assert m["throughput/samples_per_s"] == 0.5
 
 
 def make_config(model_path: Path, out: Path, **overrides: object) -> TrainConfig:
