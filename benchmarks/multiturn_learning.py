@@ -29,6 +29,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,6 +52,8 @@ class Outcome:
     steps: int
     train_s: float
     wall_s: float
+    cpu_s: float
+    """CPU seconds of the run's whole process tree (user + system): what the load cannot stretch."""
     turns_mean: float | None
     env_token_share: float | None
 
@@ -63,7 +66,9 @@ def read_rows(run_dir: Path) -> list[dict[str, float]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def outcome_of(name: str, rows: Sequence[dict[str, float]], wall_s: float) -> Outcome:
+def outcome_of(
+    name: str, rows: Sequence[dict[str, float]], wall_s: float, cpu_s: float = 0.0
+) -> Outcome:
     """Summarise a run from its metric rows.
 
     >>> rows = [{"step": 0, "eval/accuracy": 0.1}, {"step": 1, "time/step": 5.0},
@@ -84,21 +89,63 @@ def outcome_of(name: str, rows: Sequence[dict[str, float]], wall_s: float) -> Ou
         len(steps),
         sum(r["time/step"] for r in steps),
         wall_s,
+        cpu_s,
         turns[-1] if turns else None,
         share[-1] if share else None,
     )
 
 
-def train(config: Path, out: Path, extra: Sequence[str]) -> float:
-    """Run ``grpo train`` on ``config`` into ``out``; return its wall time (log in ``out.log``)."""
-    grpo = Path(sys.executable).parent / "grpo"
-    cmd = [str(grpo), "train", "--config", str(config), "--output_dir", str(out), "--overwrite"]
-    start = time.perf_counter()
+def start(config: Path, out: Path, extra: Sequence[str]) -> subprocess.Popen[bytes]:
+    """Start ``grpo train`` on ``config`` into ``out`` (log in ``out.log``)."""
+    cmd = [sys.executable, "-m", "grpo_train.cli", "train", "--config", str(config)]
+    cmd += ["--output_dir", str(out), "--overwrite", *extra]
     with open(f"{out}.log", "w") as log:
-        code = subprocess.run([*cmd, *extra], stdout=log, stderr=subprocess.STDOUT).returncode
-    if code != 0:
-        print(f"{config.name}: grpo train exited {code}; see {out}.log", file=sys.stderr)
-    return time.perf_counter() - start
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+
+
+def finish(run: subprocess.Popen[bytes], started: float) -> tuple[float, float]:
+    """Wait for a run; return its wall and CPU seconds (user + system).
+
+    ``os.wait4`` gives this child's own usage, its waited-for descendants included (vLLM's
+    engine core and worker), also while another run goes at the same time.
+    """
+    _, status, usage = os.wait4(run.pid, 0)
+    run.returncode = os.waitstatus_to_exitcode(status)
+    if run.returncode != 0:
+        print(f"{run.args[4]}: grpo train exited {run.returncode}; see its log", file=sys.stderr)
+    return time.perf_counter() - started, usage.ru_utime + usage.ru_stime
+
+
+def wait_for_engine(run_dir: Path, timeout_s: float = 300.0) -> None:
+    """Wait until the run's log says its engine is up (or ``timeout_s``)."""
+    log, end = Path(f"{run_dir}.log"), time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        if "engine ready" in text or "Traceback" in text:
+            return
+        time.sleep(5)
+
+
+class LoadWatch:
+    """The 1-minute load average, read every ``every`` seconds while the runs go."""
+
+    def __init__(self, every: float = 30.0) -> None:
+        self.samples = [os.getloadavg()[0]]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, args=(every,), daemon=True)
+        self._thread.start()
+
+    def _watch(self, every: float) -> None:
+        while not self._stop.wait(every):
+            self.samples.append(os.getloadavg()[0])
+
+    def stop(self) -> str:
+        """Stop watching; return "start S, min A, max B, end E"."""
+        self._stop.set()
+        self._thread.join()
+        self.samples.append(os.getloadavg()[0])
+        s = self.samples
+        return f"start {s[0]:.1f}, min {min(s):.1f}, max {max(s):.1f}, end {s[-1]:.1f}"
 
 
 def pct(value: float | None) -> str:
@@ -110,14 +157,14 @@ def table(outcomes: Sequence[Outcome]) -> str:
     """The side-by-side table of the runs."""
     lines = [
         "| task | held-out success before | after | steps | training s | whole run s "
-        "| turns / episode (last step) | environment tokens |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| CPU s | turns / episode (last step) | environment tokens |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for o in outcomes:
         turns = "-" if o.turns_mean is None else f"{o.turns_mean:.2f}"
         lines.append(
             f"| {o.name} | {pct(o.before)} | {pct(o.after)} | {o.steps} | {o.train_s:.0f} "
-            f"| {o.wall_s:.0f} | {turns} | {pct(o.env_token_share)} |"
+            f"| {o.wall_s:.0f} | {o.cpu_s:.0f} | {turns} | {pct(o.env_token_share)} |"
         )
     return "\n".join(lines)
 
@@ -129,17 +176,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--table-only", action="store_true")
     parser.add_argument("--max_steps", type=int, default=None)
+    parser.add_argument(
+        "--parallel",
+        action="store_true",
+        help="start both runs at once (each then has about half the machine; CPU s stay apart)",
+    )
     args = parser.parse_args(argv)
     extra = [] if args.max_steps is None else ["--max_steps", str(args.max_steps)]
     args.out.mkdir(parents=True, exist_ok=True)
-    before = os.getloadavg()
-    outcomes = []
-    for name in args.runs:
-        run_dir = args.out / name.replace(" ", "-")
-        wall = 0.0 if args.table_only else train(CONFIGS[name], run_dir, extra)
-        outcomes.append(outcome_of(name, read_rows(run_dir), wall))
-    after = os.getloadavg()
-    print(f"\nload average at start {before[0]:.1f}, at the end {after[0]:.1f} (1 minute)\n")
+    load = LoadWatch()
+    dirs = {name: args.out / name.replace(" ", "-") for name in args.runs}
+    used = dict.fromkeys(args.runs, (0.0, 0.0))
+    if not args.table_only and args.parallel:
+        runs: dict[int, tuple[str, float]] = {}
+        for name in args.runs:
+            if runs:  # two vLLM engines starting at once can pick the same port
+                wait_for_engine(dirs[runs[max(runs)][0]])
+            runs[start(CONFIGS[name], dirs[name], extra).pid] = (name, time.perf_counter())
+        while runs:
+            pid, status, usage = os.wait4(-1, 0)
+            if pid not in runs:
+                continue
+            name, t = runs.pop(pid)
+            code = os.waitstatus_to_exitcode(status)
+            if code != 0:
+                print(f"{name}: grpo train exited {code}; see {dirs[name]}.log", file=sys.stderr)
+            used[name] = (time.perf_counter() - t, usage.ru_utime + usage.ru_stime)
+    elif not args.table_only:
+        for name in args.runs:
+            t = time.perf_counter()
+            used[name] = finish(start(CONFIGS[name], dirs[name], extra), t)
+    outcomes = [outcome_of(n, read_rows(dirs[n]), *used[n]) for n in args.runs]
+    print(f"\nload average (1 minute, every 30 s): {load.stop()}\n")
     print(table(outcomes))
     return 0
 
