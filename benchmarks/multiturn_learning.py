@@ -15,11 +15,14 @@ is the sum of the steps' wall time (``time/step``: generation, scoring, update, 
 without the engine's start and the two evaluations, which are shown apart::
 
     python benchmarks/multiturn_learning.py                  # both runs, then the table
+    python benchmarks/multiturn_learning.py --parallel       # both at once (half the machine each)
     python benchmarks/multiturn_learning.py --max_steps 2    # smoke
     python benchmarks/multiturn_learning.py --table-only     # the table of runs already made
 
-The issue's budget is 15 minutes of training on 2 CPU cores: say the load (printed) beside the
-numbers; on a shared machine the wall time measures the scheduler's share.
+The budget is 15 minutes of training on 2 CPU cores: say the load (sampled every 30 s and
+printed) beside the numbers; on a shared machine the wall time measures the scheduler's share,
+and each run's CPU seconds (its whole process tree, engine included) are what the load cannot
+stretch.
 """
 
 from __future__ import annotations
