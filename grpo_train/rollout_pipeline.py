@@ -103,17 +103,17 @@ def too_stale(step: int, version: int, max_staleness: int) -> bool:
 
 
 def engine_idle(metrics: Mapping[str, float]) -> dict[str, float]:
-    """``async/engine_idle_s``: the step's wall time (``time/step``) the producer did not work.
+    """``time/engine_idle``: the step's wall time (``time/step``) the producer did not work.
 
     Nothing is in flight between steps, so the producer's busy seconds of the step
-    (``async/engine_busy_s``) all fall inside it. None without a producer.
+    (``time/engine_busy``) all fall inside it. None without a producer.
 
-    >>> engine_idle({"time/step": 5.0, "async/engine_busy_s": 3.5}), engine_idle({"time/step": 1.0})
-    ({'async/engine_idle_s': 1.5}, {})
+    >>> engine_idle({"time/step": 5.0, "time/engine_busy": 3.5}), engine_idle({"time/step": 1.0})
+    ({'time/engine_idle': 1.5}, {})
     """
-    if "async/engine_busy_s" not in metrics:
+    if "time/engine_busy" not in metrics:
         return {}
-    return {"async/engine_idle_s": max(0.0, metrics["time/step"] - metrics["async/engine_busy_s"])}
+    return {"time/engine_idle": max(0.0, metrics["time/step"] - metrics["time/engine_busy"])}
 
 
 @dataclass(frozen=True)
@@ -221,13 +221,13 @@ class RolloutPipeline:
             m["async/staleness"] = float(staleness(step, rollouts.version))
             m["async/policy_version"] = float(rollouts.version)
             m["async/dropped_groups"] = float(dropped)
-            m.update({f"async/{k}_s": v for k, v in rollouts.times.items()})
+            m.update({f"time/producer_{k}": v for k, v in rollouts.times.items()})
         return rollouts.batch, rollouts.sampled, m
 
     def before_sync(self, version: int, times: dict[str, float]) -> dict[str, float]:
         """Wait for the last batch the engine's weights generate, before it loads ``version``.
 
-        Returns the step's producer metrics: ``async/engine_busy_s``, the producer's generation
+        Returns the step's producer metrics: ``time/engine_busy``, the producer's generation
         and scoring seconds during the step (nothing is in flight once this returns).
         """
         if not self.is_async:
@@ -237,7 +237,7 @@ class RolloutPipeline:
             self._wait(k, times)
         with self._busy_lock:
             busy, self._busy = self._busy, 0.0
-        return {"async/engine_busy_s": busy}
+        return {"time/engine_busy": busy}
 
     def pending(self) -> list[Rollouts]:
         """Return the finished batches not trained yet, in step order (what a checkpoint saves)."""
