@@ -167,7 +167,7 @@ def _own_copy(model_path):
 
 
 def _run(config, engine):
-    trainer = Trainer(config, env=DigitEnv(), engine=engine)
+    trainer = Trainer(config, env=DigitEnv(), engine=engine)  # engine None: built from config
     try:
         return trainer, trainer.train()
     finally:
@@ -215,3 +215,29 @@ def test_max_staleness_0_is_the_synchronous_loop(tiny_model_path, tmp_path):
     assert not any(k.startswith("async/") for r in read_metrics(zero) for k in r)
     assert all(torch.equal(b.setup.model.state_dict()[k], v) for k, v in
                a.setup.model.state_dict().items())  # fmt: skip
+
+
+@pytest.mark.slow
+def test_vllm_async_run_trains_within_the_staleness_bound(tiny_model_path, tmp_path):
+    pytest.importorskip("vllm")
+    from transformers import AutoModelForCausalLM
+
+    before = AutoModelForCausalLM.from_pretrained(tiny_model_path).state_dict()
+    config = make_config(
+        tiny_model_path, tmp_path, engine="vllm", max_steps=3, eval_size=4, async_generation=True
+    )
+    trainer, result = _run(config, None)
+    assert result.steps == 3 and result.accuracy_after is not None  # evaluated after the syncs
+    changed = [
+        k for k, v in trainer.setup.model.state_dict().items() if not torch.equal(v, before[k])
+    ]
+    assert changed  # it trained
+    rows = [r for r in read_metrics(tmp_path) if r["step"] > 0]
+    assert [r["async/staleness"] for r in rows] == [0, 1, 1]  # never above max_staleness=1
+    assert [r["async/policy_version"] for r in rows] == [0, 0, 1]
+    # colocated vLLM: every sync sends the full float32 weights
+    n_bytes = sum(v.numel() * v.element_size() for v in before.values())
+    assert all(0 < r["sync/bytes"] <= n_bytes for r in rows)
+    assert all(r["time/engine_idle"] >= 0 and r["time/wait"] >= 0 for r in rows)
+    # the update's importance-sampling correction sees the lag: ratios off 1 once stale
+    assert rows[0]["is_ratio_mean"] == pytest.approx(1.0, abs=0.05)
