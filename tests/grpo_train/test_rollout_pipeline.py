@@ -241,3 +241,41 @@ def test_vllm_async_run_trains_within_the_staleness_bound(tiny_model_path, tmp_p
     assert all(r["time/engine_idle"] >= 0 and r["time/wait"] >= 0 for r in rows)
     # the update's importance-sampling correction sees the lag: ratios off 1 once stale
     assert rows[0]["is_ratio_mean"] == pytest.approx(1.0, abs=0.05)
+
+
+class DiesAt:
+    """An hf engine with its own weights whose ``n``-th generate call dies as a killed one does."""
+
+    def __init__(self, engine, n):
+        self.inner, self.n, self.calls = engine, n, 0
+
+    def generate(self, prompts, sampling):
+        self.calls += 1
+        if self.calls == self.n:
+            raise EngineDied("engine core killed by SIGKILL", "generate")
+        return self.inner.generate(prompts, sampling)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_an_engine_dying_in_the_producer_ends_the_run_with_the_last_step_saved(
+    tiny_model_path, tmp_path
+):
+    # Batch 3 (generated while step 2 trains) dies: step 2 is complete and saved, with the data
+    # position before batch 3's prompts; the run ends with the engine's error, nothing hangs.
+    config = make_config(
+        tiny_model_path, tmp_path, async_generation=True, max_steps=4, eval_size=0,
+        dynamic_sampling="off",
+    )  # fmt: skip
+    trainer = Trainer(config, env=DigitEnv(), engine=DiesAt(_own_copy(tiny_model_path), 3))
+    try:
+        with pytest.raises(EngineDied, match="SIGKILL"):
+            trainer.train()
+    finally:
+        trainer.close()
+    assert not any(t.name == "rollouts" and t.is_alive() for t in threading.enumerate())
+    ckpt = latest_checkpoint(tmp_path)
+    assert ckpt.name == "step-000002" and read_rollouts(ckpt) == []
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
+    assert state["sampler"]["draws"] == 2 * config.rollout.prompts_per_step
