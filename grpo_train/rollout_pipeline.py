@@ -291,7 +291,8 @@ class RolloutPipeline:
         """Generate and score the queued batches, one at a time, in order (the producer thread)."""
         while (job := self._queue.get()) is not None:
             if self._failed is not None or self._closing:  # after a failure nothing is drawn
-                job.error = RuntimeError("rollout producer stopped")
+                failed = self._failed
+                job.error = failed.error if failed else RuntimeError("rollout producer closed")
                 job.done.set()
                 continue
             t = time.perf_counter()
