@@ -1,7 +1,8 @@
 """Benchmark: ``vllm_mode: server`` and ``async_generation`` against the colocated vLLM engine.
 
 Each variant trains the same float32 model (the embedded SmolLM2-135M by default) on
-``math/add2-v0`` for ``--steps`` steps with the same prompts, seeds, group size and completion
+the quick start's task (``math/arithmetic-v0``, ``task=add2``, ``answer=loose``; learning
+rate 2e-5) for ``--steps`` steps with the same prompts, seeds, group size and completion
 cap, in its own process tree:
 
 * ``colocate``: ``grpo train --engine vllm`` (the engine in a child process of the trainer);
@@ -50,12 +51,13 @@ BIN = Path(sys.executable).parent
 
 def _train_args(model: Path, out: Path, args: argparse.Namespace) -> list[str]:
     return [
-        "--model", str(model), "--env", "math/add2-v0", "--engine", "vllm",
+        "--model", str(model), "--env", args.env, "--engine", "vllm",
         "--num_generations", str(args.group), "--prompts_per_step", str(args.prompts),
         "--max_prompt_length", "128", "--max_completion_length", str(args.max_new_tokens),
         "--max_steps", str(args.steps), "--eval_size", str(args.eval_size),
         "--eval_every", str(args.eval_every), "--save_every", "0",
-        "--learning_rate", "1e-3", "--progress", "false", "--log_every_samples", "0",
+        "--learning_rate", str(args.learning_rate), "--progress", "false",
+        "--log_every_samples", "0",
         "--seed", "1", "--num_threads", str(args.threads), "--vllm_cpu_kv_cache_gib", "0.25",
         "--output_dir", str(out),
     ]  # fmt: skip
@@ -151,6 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--env",
+        default="{id: math/arithmetic-v0, kwargs: {task: add2, answer: loose}}",
+        help="the environment (default: the quick start's, so time-to-target is the default run's)",
+    )
+    parser.add_argument("--learning-rate", type=float, default=2e-5, help="the quick start's")
     parser.add_argument(
         "--variants",
         default="colocate,server",
