@@ -6,6 +6,15 @@ vllm engine (colocated) and ``vllm-server`` (``vllm_mode: server``: a ``grpo ser
 in a process of its own, weights broadcast over NCCL, or gloo on a single GPU). On a machine
 without CUDA it says so and exits 0 (no test may need a GPU).
 
+``hf-async`` / ``vllm-async`` / ``vllm-server-async``: the same with ``async_generation`` and
+``max_staleness: 1`` (step t+1's rollouts generated while step t trains; trainer mode only).
+``hf-async`` needs no vLLM: the hf engine gets its own copy of the weights on the GPU (the
+shared module cannot generate while the update changes it), synced after every step, so it
+exercises the producer thread, the staleness schedule and the weight sync on CUDA; its overlap is
+bounded, as both threads queue kernels on the same device and Python holds the GIL between
+launches. The table's ``wait`` column is the time the trainer waited for rollouts (for
+synchronous engines: generation + scoring), ``idle`` the engine's idle time per step.
+
 Two modes:
 
 * ``--mode trainer`` (default): the real ``grpo_train.trainer.Trainer`` on ``math/add2-v0``, with
@@ -20,6 +29,7 @@ medians. Run from the repository root:
     python benchmarks/gpu_check.py                       # tiny + SmolLM2-135M, hf (+ vllm)
     python benchmarks/gpu_check.py --model Qwen/Qwen2.5-0.5B-Instruct --engines vllm
     python benchmarks/gpu_check.py --engines vllm,vllm-server   # colocate vs server mode
+    python benchmarks/gpu_check.py --engines hf,hf-async --skip-mid    # async against sync
     python benchmarks/gpu_check.py --allow-cpu --skip-mid --steps 2   # smoke run without a GPU
 """
 
@@ -65,6 +75,8 @@ class Report:
     sync_s: float
     peak_allocated_mb: float | None
     peak_reserved_mb: float | None
+    wait_s: float = float("nan")
+    idle_s: float = float("nan")
 
 
 def _median(rows: Sequence[dict[str, float]], key: str) -> float:
@@ -77,6 +89,7 @@ def _report(model: str, engine: str, mode: str, rows: Sequence[dict[str, float]]
     from grpo_train.metrics import peak_memory  # lazy, like every grpo_train import here
 
     peak = peak_memory()
+    producer = "producer_" if engine.endswith("-async") else ""  # async: the producer's seconds
     return Report(
         model=model,
         engine=engine,
@@ -84,12 +97,16 @@ def _report(model: str, engine: str, mode: str, rows: Sequence[dict[str, float]]
         steps=len(rows),
         tokens_per_s=_median(rows, "tokens_per_s"),
         step_s=_median(rows, "time/step"),
-        generate_s=_median(rows, "time/generate"),
-        score_s=_median(rows, "time/score"),
+        generate_s=_median(rows, f"time/{producer}generate"),
+        score_s=_median(rows, f"time/{producer}score"),
         train_s=_median(rows, "time/train"),
         sync_s=_median(rows, "time/sync"),
         peak_allocated_mb=peak.cuda_allocated_mb,
         peak_reserved_mb=peak.cuda_reserved_mb,
+        wait_s=_median(rows, "time/wait")
+        if engine.endswith("-async")
+        else _median(rows, "time/generate") + _median(rows, "time/score"),
+        idle_s=_median(rows, "time/engine_idle"),
     )
 
 
@@ -103,12 +120,15 @@ def run_trainer(model: str, engine: str, args: argparse.Namespace, out: Path) ->
     from grpo_train.run_log import read_metrics
     from grpo_train.trainer import Trainer
 
+    base = engine.removesuffix("-async")
     values: dict[str, object] = dict(
         {
             "model": model,
             "dtype": args.dtype,
             "env": [{"id": ENV_ID}],
-            "engine": engine,
+            "engine": base,
+            "async_generation": base != engine,
+            "max_staleness": 1,
             "num_generations": args.group,
             "prompts_per_step": args.prompts,
             "max_completion_length": args.max_new_tokens,
@@ -125,9 +145,14 @@ def run_trainer(model: str, engine: str, args: argparse.Namespace, out: Path) ->
         }
     )
     reset_peak_memory()
-    with _served(model, engine, args) as server_settings:
+    with _served(model, base, args) as server_settings:
         config = TrainConfig.from_flat({**values, **server_settings})
-        trainer = Trainer(config)
+        own = None
+        if engine == "hf-async":  # its own weights: the shared module changes while it samples
+            from grpo_train.rollout import make_engine
+
+            own = make_engine("hf", model, dtype=args.dtype, device="auto")
+        trainer = Trainer(config, engine=own)
         try:
             trainer.train()
         finally:
@@ -330,8 +355,8 @@ def _print_table(reports: Sequence[Report]) -> None:
         return "-" if v is None else f"{v:,.0f}"
 
     header = (
-        f"{'model':<34} {'engine':<6} {'mode':<8} {'steps':>5} {'tok/s':>8} {'step s':>7} "
-        f"{'gen':>6} {'score':>6} {'train':>6} {'sync':>6} "
+        f"{'model':<34} {'engine':<17} {'mode':<8} {'steps':>5} {'tok/s':>8} {'step s':>7} "
+        f"{'gen':>6} {'score':>6} {'train':>6} {'sync':>6} {'wait':>6} {'idle':>6} "
         f"{'peak alloc MB':>14} {'peak resv MB':>13}"
     )
     print("\n" + header + "\n" + "-" * len(header))
@@ -339,9 +364,10 @@ def _print_table(reports: Sequence[Report]) -> None:
         name = Path(r.model).name if Path(r.model).is_absolute() else r.model
         name = name if len(name) <= 34 else "..." + name[-31:]
         print(
-            f"{name:<34} {r.engine:<6} {r.mode:<8} {r.steps:>5} {r.tokens_per_s:>8.0f} "
+            f"{name:<34} {r.engine:<17} {r.mode:<8} {r.steps:>5} {r.tokens_per_s:>8.0f} "
             f"{r.step_s:>7.2f} "
             f"{r.generate_s:>6.2f} {r.score_s:>6.2f} {r.train_s:>6.2f} {r.sync_s:>6.2f} "
+            f"{r.wait_s:>6.2f} {r.idle_s:>6.2f} "
             f"{mb(r.peak_allocated_mb):>14} {mb(r.peak_reserved_mb):>13}"
         )
 
@@ -356,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--engines",
         default="auto",
-        help="comma list of hf,vllm,vllm-server; auto: hf (+ vllm, vllm-server if installed)",
+        help="comma list of hf,vllm,vllm-server, each also as NAME-async; auto: hf, hf-async "
+        "(+ vllm, vllm-async, vllm-server if installed)",
     )
     parser.add_argument("--mode", choices=("trainer", "minimal"), default="trainer")
     parser.add_argument(
@@ -389,9 +416,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.dtype == "bfloat16":
         args.dtype = "float32"  # bf16 matmuls on CPU are slow and not what this checks
 
-    engines = [e.strip() for e in args.engines.split(",")] if args.engines != "auto" else ["hf"]
+    auto = ["hf", "hf-async"]
+    engines = [e.strip() for e in args.engines.split(",")] if args.engines != "auto" else auto
     if args.engines == "auto" and importlib.util.find_spec("vllm") is not None:
-        engines += ["vllm", "vllm-server"]
+        engines += ["vllm", "vllm-async", "vllm-server"]
 
     from grpo_train.models import ModelNotAvailableError, build_tiny_model
 
@@ -421,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(model: str, engine: str, args: argparse.Namespace, out: Path) -> Report:
     """Trainer mode, falling back to minimal mode when the trainer cannot be set up."""
+    if engine.endswith("-async"):  # the pipeline lives in the Trainer: no minimal fallback
+        return run_trainer(model, engine, args, out)
     if args.mode == "trainer":
         try:
             report = run_trainer(model, engine, args, out)

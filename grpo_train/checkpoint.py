@@ -68,6 +68,8 @@ MODEL_DIR = "model"
 ACCELERATE_DIR = "accelerate"
 MANIFEST_FILE = "manifest.json"
 SWITCHES_FILE = "switches.json"
+#: ``async_generation``: the finished batches of the steps after the checkpoint (pickled).
+ROLLOUTS_FILE = "rollouts.pt"
 """What the automatic heuristics switched, after which step, over every launch up to this one."""
 LINEAGE_FILE = "lineage.json"
 ABANDONED_DIR = "abandoned"
@@ -472,6 +474,7 @@ def save_checkpoint(
     launch: str | None = None,
     baselines: Mapping[str, Mapping[str, float]] | None = None,
     switches: Sequence[tuple[int, str]] = (),
+    rollouts: Sequence[object] = (),
 ) -> Path:
     """Write a checkpoint of ``step`` atomically and delete all but the newest ``keep_last``.
 
@@ -479,6 +482,8 @@ def save_checkpoint(
     optimizer's: a resumed run computes the same advantages as an uninterrupted one).
     ``switches``: ``(step, what)`` of every automatic switch so far (``switches.json``), so that a
     resumed run's summary still says what switched in its earlier launches.
+    ``rollouts``: ``async_generation``'s finished batches of the next steps
+    (``rollout_pipeline.Rollouts``), into ``rollouts.pt``; ``read_rollouts`` loads them.
 
     ``identity`` / ``launch``: what goes into ``manifest.json`` (None: no manifest, as before);
     the checkpoint then becomes the lineage head of ``launch``. A full disk or an unwritable
@@ -513,6 +518,8 @@ def save_checkpoint(
                          state_dict=state_dict, baselines=baselines)  # fmt: skip
             records = [{"step": int(step_), "what": str(what)} for step_, what in switches]
             (tmp / SWITCHES_FILE).write_text(json.dumps(records, indent=1) + "\n")
+            if rollouts:
+                torch.save(list(rollouts), tmp / ROLLOUTS_FILE)
         barrier()  # every rank's files are in tmp before it is renamed
         if main and identity is not None and launch is not None:
             parent_name = parent.checkpoint if parent is not None else None
@@ -731,6 +738,24 @@ def load_checkpoint(
         baselines=state.get("baselines"),
         switches=read_switches(path),
     )
+
+
+def read_rollouts(path: str | Path) -> list[Any]:
+    """Return the future batches an ``async_generation`` checkpoint saved (or an empty list).
+
+    A pickle of the run's own ``rollout_pipeline.Rollouts`` (groups, token ids, tensors), so it
+    is read with ``weights_only=False``: resume only checkpoints you wrote.
+    """
+    file = Path(path) / ROLLOUTS_FILE
+    if not file.is_file():
+        return []
+    try:
+        return list(torch.load(file, map_location="cpu", weights_only=False))
+    except Exception as err:
+        raise CheckpointError(
+            f"checkpoint {path} is damaged: {ROLLOUTS_FILE} cannot be read "
+            f"({type(err).__name__}). {offer_previous(Path(path))}"
+        ) from None
 
 
 def read_switches(path: str | Path) -> tuple[tuple[int, str], ...] | None:

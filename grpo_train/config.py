@@ -241,6 +241,14 @@ class RolloutConfig:
     """Sample each prompt's group with its own seed (run seed + global prompt index): rollouts do
     not depend on how prompts are split over ranks or batches (a multi-rank run then matches a
     single-process one); costs batching with the hf engine."""
+    async_generation: Free[bool] = False
+    """Generate the next steps' rollouts while this step trains (``rollout_pipeline.py``), with
+    weights at most max_staleness updates old; needs an engine with its own weights (vllm, or
+    vllm_mode server) in one process. Off: generate, then train, as always."""
+    max_staleness: Free[int] = 1
+    """async_generation: the most updates a trained sample's weights may lag the policy (0: the
+    synchronous loop); batch k is generated with version k-1-max_staleness, older ones are
+    dropped (async/dropped_groups) and generated again."""
 
 
 @dataclass(frozen=True)
@@ -943,6 +951,13 @@ def _rollout_problems(r: RolloutConfig) -> list[str]:
         f"vllm_cpu_kv_cache_gib: {r.vllm_cpu_kv_cache_gib}; must be > 0",
     )
     p.extend(_server_problems(r))
+    p.need(r.max_staleness >= 0, f"max_staleness: {r.max_staleness}; must be >= 0 (0: synchronous)")
+    if r.async_generation and r.max_staleness > 0:
+        p.need(
+            not r.vllm_sleep_mode,
+            "async_generation: vllm_sleep_mode puts the engine to sleep during the update, when "
+            "it generates the next batch; drop --vllm_sleep_mode or --async_generation",
+        )
     return p
 
 

@@ -6,11 +6,13 @@ step (``Trainer.train_step``) is one call per phase: (1)-(3) generate and score 
 of the prompts (``collect.Collector.sample_batch``, into an immutable ``batch.RolloutBatch``) ->
 (4) group-relative advantages (``Trainer.advantages``) -> (5) clipped policy-gradient updates
 (``Trainer.update`` -> ``update.grpo_update``, mu of them, micro-batched) -> (6) sync the new
-weights into the engine (``Trainer.sync_weights``) -> (7) log. Around the step, ``train``
-evaluates, hands the metrics to ``learning_signal.AutoHeuristics`` and checkpoints. The math
-lives in ``advantages.py`` and ``loss.py``, the data-parallel collectives in ``distributed.py``,
-stopping on a signal in ``stop.py``, step metrics in ``metrics.py``, run management in
-``checkpoint.py`` and ``run_log.py``.
+weights into the engine (``Trainer.sync_weights``) -> (7) log. With ``async_generation`` the
+rollouts of (1)-(3) come from a producer thread that generates the next steps' batches while
+this one trains (``rollout_pipeline.RolloutPipeline``: ``take``, and ``before_sync`` in (6)).
+Around the step, ``train`` evaluates, hands the metrics to ``learning_signal.AutoHeuristics``
+and checkpoints. The math lives in ``advantages.py`` and ``loss.py``, the data-parallel
+collectives in ``distributed.py``, stopping on a signal in ``stop.py``, step metrics in
+``metrics.py``, run management in ``checkpoint.py`` and ``run_log.py``.
 
 The trainer itself holds only what changes while the run trains: the rollout engine (replaced by
 a ``LostEngine`` when it dies, ``_lose_engine``), the EMA baselines, and what a stop or an
@@ -33,14 +35,15 @@ from grpo_train import distributed, weight_export
 from grpo_train.advantages import Estimator
 from grpo_train.baselines import group_key
 from grpo_train.batch import RolloutBatch
-from grpo_train.checkpoint import SamplerState, checkpoint_path, save_checkpoint
+from grpo_train.checkpoint import SamplerState, checkpoint_path, read_rollouts, save_checkpoint
 from grpo_train.collect import Collector
-from grpo_train.config import TrainConfig
+from grpo_train.config import ConfigError, TrainConfig
 from grpo_train.groups import Group
 from grpo_train.learning_signal import Switch
 from grpo_train.lora import save_merged
 from grpo_train.metrics import step_metrics
 from grpo_train.rollout.base import EngineDied, LostEngine, RolloutEngine, engine_asleep
+from grpo_train.rollout_pipeline import RolloutPipeline, engine_idle
 from grpo_train.run_log import RunLogger, logger, open_run_log, read_metrics, sample_records
 from grpo_train.run_setup import RunSetup, setup_run
 from grpo_train.stop import StopRequest, pause_point
@@ -106,6 +109,34 @@ class Trainer:
         self.collector = Collector(
             s.cfg, s.prompts, self.engine, s.tokenizer, s.prompt_format, s.rank, s.run_dir
         )
+        self.pipeline = RolloutPipeline(
+            self.collector,
+            self._max_staleness(),
+            s.cfg.run.max_steps,
+            read_rollouts(s.resume_from) if s.resume_from is not None else (),
+        )
+        """Each step's rollouts: generated at once, or ahead by a producer (async_generation)."""
+
+    def _max_staleness(self) -> int:
+        """Return the run's staleness bound: 0 unless async_generation; refused where it fails."""
+        s, r = self.setup, self.setup.cfg.rollout
+        if not (r.async_generation and r.max_staleness > 0):
+            return 0
+        problem = None
+        if s.distributed:  # sample_batch sums and gathers over ranks: main-thread collectives
+            problem = (
+                "a launched (multi-process) run is not supported (each step's rollout "
+                "statistics are gathered over ranks while generating); run one process"
+            )
+        elif self.engine.shares_weights(weight_export.unwrap_model(s.wrapped_model)):
+            problem = (
+                "the hf engine samples with the trainer's own module, which the update "
+                "changes under it; use --engine vllm (or vllm_mode server)"
+            )
+        if problem is None:
+            return r.max_staleness
+        self.engine.close()
+        raise ConfigError(f"async_generation: {problem}, or drop --async_generation")
 
     def train(self) -> TrainResult:
         """Run up to ``max_steps`` steps (from the resumed step), evaluating before and after.
@@ -178,6 +209,7 @@ class Trainer:
                         is_main_process=main,
                     )
             finally:
+                self.pipeline.close()
                 log.close()
         if self.engine_failure is not None:
             raise self.engine_failure
@@ -239,7 +271,7 @@ class Trainer:
             return self.train_step(step, log)
         except EngineDied as died:
             self._lose_engine(died)
-            self._undone = before
+            self._undone = self.pipeline.position() or before
             return None
 
     def _lose_engine(self, died: EngineDied) -> None:
@@ -273,9 +305,7 @@ class Trainer:
         """Run one GRPO step (arXiv:2402.03300): rollouts, advantages, update, sync, metrics."""
         times = defaultdict[str, float](float)
         # (1)-(3) Prompts -> a group of generated, scored completions each (this rank's share).
-        batch, sampled, m = self.collector.sample_batch(
-            step, times, self.setup.auto.dynamic_sampling
-        )
+        batch, sampled, m = self.pipeline.take(step, times, self.setup.auto.dynamic_sampling)
         # (4) Advantages over the whole step's batch (every rank's groups).
         t = time.perf_counter()
         advantages = self.advantages(batch)
@@ -283,14 +313,16 @@ class Trainer:
         pause_point("update", step)
         m.update(self.update(step, batch, advantages))
         times["train"] = time.perf_counter() - t
-        # (6) Push the new weights into the rollout engine (merged LoRA, gathered shards).
+        # (6) Push the new weights into the rollout engine (merged LoRA, gathered shards), once
+        # the old weights generated their last batch (async_generation).
+        m.update(self.await_producer(step, times))
         t = time.perf_counter()
         pause_point("weight sync", step)
-        self.sync_weights()
+        m.update(self.sync_weights())
         times["sync"] = time.perf_counter() - t
-        m.update(getattr(self.engine, "sync_metrics", dict)())  # server mode: bytes, version
         # (7) Time split, throughput, memory; sample completions.
         m.update(step_metrics(sampled, times, self.setup.scheduler.get_last_lr()[0]))
+        m.update(engine_idle(m))  # async_generation: the engine's idle seconds in the step
         self._log_samples(step, batch, sampled, advantages, log)
         return m
 
@@ -304,15 +336,35 @@ class Trainer:
         with engine_asleep(self.engine):
             return grpo_update(s.learner, s.clip_and_step, batch, advantages, s.settings)
 
-    def sync_weights(self) -> None:
-        """Load the policy's new weights into the rollout engine.
+    def await_producer(self, step: int, times: dict[str, float]) -> dict[str, float]:
+        """Wait for the batches the engine's weights still generate (``RolloutPipeline``).
 
-        An engine that dies here leaves the update standing: the step is complete without it.
+        An engine that dies meanwhile leaves the update standing, as in ``sync_weights``.
         """
         try:
-            weight_export.sync_rollout_weights(self.engine, self.setup.wrapped_model)
+            return self.pipeline.before_sync(step, times)
         except EngineDied as died:
             self._lose_engine(died)
+            return {}
+
+    def sync_weights(self) -> dict[str, float]:
+        """Load the policy's new weights into the rollout engine; the sync's metrics.
+
+        An engine that dies here leaves the update standing: the step is complete without it.
+        Metrics: server mode's ``sync/bytes``, ``sync/seconds``, ``sync/version``; a colocated
+        engine's ``sync/bytes`` (none when it shares the trainer's module).
+        """
+        if isinstance(self.engine, LostEngine):  # it died waiting for the producer
+            return {}
+        try:
+            sent = weight_export.sync_rollout_weights(self.engine, self.setup.wrapped_model)
+        except EngineDied as died:
+            self._lose_engine(died)
+            return {}
+        server = getattr(self.engine, "sync_metrics", None)  # server mode: bytes, time, version
+        if server is not None:
+            return dict(server())
+        return {"sync/bytes": float(sent)} if sent else {}
 
     def _log_samples(
         self,
@@ -406,7 +458,9 @@ class Trainer:
             tokenizer=s.tokenizer,
             optimizer=s.optimizer,
             scheduler=s.scheduler,
-            sampler=s.auto.saved_into(self._undone or s.prompts.state()),
+            sampler=s.auto.saved_into(
+                self._undone or self.pipeline.position() or s.prompts.state()
+            ),
             config=s.cfg,
             keep_last=s.cfg.run.keep_last,
             state_dict=state,
@@ -415,8 +469,10 @@ class Trainer:
             launch=s.launch,
             baselines=self.baselines.to_state(),
             switches=s.auto.record(),
+            rollouts=self.pipeline.pending(),
         )
 
     def close(self) -> None:
-        """Free the rollout engine."""
+        """Stop the rollout producer and free the rollout engine."""
+        self.pipeline.close()
         self.engine.close()

@@ -64,18 +64,21 @@ def export_state_dict(
     return {k: v.to(dtype) for k, v in state.items()}
 
 
-def sync_rollout_weights(engine: RolloutEngine, model: torch.nn.Module) -> None:
+def sync_rollout_weights(engine: RolloutEngine, model: torch.nn.Module) -> int:
     """Push the policy's current weights into this rank's engine; collective when sharded.
 
     An engine that generates with the trainer's own module (the HF engine's default) has
     nothing to load. A sharded policy needs an engine with its own copy of the weights (vLLM, or
     ``HFEngine(model_path)``): every rank gathers (the all-gathers are collectives; a rank that
-    skipped them would hang the others) and feeds its own engine.
+    skipped them would hang the others) and feeds its own engine. Returns the bytes handed to
+    the engine (0 when it shares the module).
     """
     if engine.shares_weights(unwrap_model(model)):
         engine.sync_weights({})
-        return
-    engine.sync_weights(export_state_dict(model))
+        return 0
+    state = export_state_dict(model)
+    engine.sync_weights(state)
+    return sum(t.numel() * t.element_size() for t in state.values())
 
 
 def _model_lora_scale(model: torch.nn.Module) -> float | None:
