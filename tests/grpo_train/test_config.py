@@ -230,7 +230,7 @@ def test_vllm_tensor_parallel_size_checks() -> None:
     assert cfg.rollout.tensor_parallel == 2
     with pytest.raises(ConfigError, match="vllm_tensor_parallel_size: 0; must be >= 1"):
         TrainConfig.from_flat({"vllm_tensor_parallel_size": 0})
-    with pytest.raises(ConfigError, match="with engine hf; .* use --engine vllm"):
+    with pytest.raises(ConfigError, match=r"with engine hf; .* use --engine vllm"):
         TrainConfig.from_flat({"engine": "hf", "vllm_tensor_parallel_size": 2})
     server = {"vllm_mode": "server", "vllm_server_urls": "http://gen:8000"}
     with pytest.raises(ConfigError, match="grpo serve --tensor_parallel_size 2"):
