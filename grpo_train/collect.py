@@ -133,10 +133,29 @@ class Collector:
         """Draw ``n_prompts`` prompts, generate ``num_generations`` completions each, score them.
 
         Every rank draws the same ``n_prompts`` prompts (same sampler, same seed) and keeps its
-        contiguous share (``distributed.shard_bounds``); a group never spans two ranks.
+        contiguous share (``distributed.shard_bounds``); a group never spans two ranks. With
+        ``vllm_tensor_parallel_size`` > 1 the ranks sharing an engine all generate (and score)
+        their group's prompts in the same calls, as one engine must, and each keeps its own
+        share (``distributed.generation_share``): no prompts need gathering, every rank has
+        drawn them all.
         """
         drawn = self.prompts.draw(n_prompts)
-        start, stop = distributed.shard_bounds(n_prompts, self.rank.rank, self.rank.world_size)
+        share = distributed.generation_share(
+            n_prompts, self.rank.rank, self.rank.world_size, self.cfg.rollout.tensor_parallel
+        )
+        groups = self._collect_range(drawn, share.generate, step, round_, times)
+        return share.own(groups)
+
+    def _collect_range(
+        self,
+        drawn: list[tuple[Sample, int]],
+        bounds: tuple[int, int],
+        step: int,
+        round_: int,
+        times: dict[str, float],
+    ) -> list[Group]:
+        """Generate and score the drawn prompts ``[start, stop)`` (seeded by global index)."""
+        start, stop = bounds
         mine = drawn[start:stop]
         prompts = [self._encode(sample) for sample, _ in mine]
         if any(is_multi_turn(env) for env in self.prompts.envs):  # groups of episodes

@@ -220,6 +220,11 @@ class RolloutConfig:
     faster generation for small models (no inter-process hop per decode step), less RSS."""
     vllm_sleep_mode: Free[bool] = False
     """GPU only: put the colocated vLLM engine to sleep during the update (frees its memory)."""
+    vllm_tensor_parallel_size: Free[int] = 1
+    """Colocate mode under a launch: shard each vLLM engine over this many consecutive ranks
+    (vLLM's ``external_launcher``); the ranks of a group generate their prompts together and
+    each keeps its own share. Must divide the number of ranks. Server mode: give
+    ``grpo serve --tensor_parallel_size`` instead."""
     vllm_mode: Free[Literal["colocate", "server"]] = "colocate"
     """``colocate``: each trainer rank runs its own vLLM engine; ``server``: generation runs in
     ``grpo serve`` replicas on GPUs or machines of their own, reached at vllm_server_urls (new
@@ -249,6 +254,11 @@ class RolloutConfig:
     """async_generation: the most updates a trained sample's weights may lag the policy (0: the
     synchronous loop); batch k is generated with version k-1-max_staleness, older ones are
     dropped (async/dropped_groups) and generated again."""
+
+    @property
+    def tensor_parallel(self) -> int:
+        """Ranks per colocated engine: ``vllm_tensor_parallel_size`` in colocate mode, else 1."""
+        return self.vllm_tensor_parallel_size if self.vllm_mode == "colocate" else 1
 
 
 @dataclass(frozen=True)
@@ -957,6 +967,29 @@ def _rollout_problems(r: RolloutConfig) -> list[str]:
             not r.vllm_sleep_mode,
             "async_generation: vllm_sleep_mode puts the engine to sleep during the update, when "
             "it generates the next batch; drop --vllm_sleep_mode or --async_generation",
+        )
+    p.extend(_tensor_parallel_problems(r))
+    return p
+
+
+def _tensor_parallel_problems(r: RolloutConfig) -> list[str]:
+    """List the problems of ``vllm_tensor_parallel_size`` (the rank count is checked at start)."""
+    p = _Problems()
+    tp = r.vllm_tensor_parallel_size
+    if tp == 1:
+        return p
+    if tp < 1:
+        p.append(f"vllm_tensor_parallel_size: {tp}; must be >= 1 (1 = one whole engine per rank)")
+    elif r.vllm_mode == "server":
+        p.append(
+            f"vllm_tensor_parallel_size: {tp} with vllm_mode server; the servers shard their "
+            f"engines themselves: start them with `grpo serve --tensor_parallel_size {tp}` and "
+            "drop it here"
+        )
+    elif r.engine == "hf":
+        p.append(
+            f"vllm_tensor_parallel_size: {tp} with engine hf; tensor parallelism is vLLM's: "
+            "use --engine vllm, or set vllm_tensor_parallel_size to 1"
         )
     return p
 

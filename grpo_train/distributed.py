@@ -145,6 +145,50 @@ def shard_bounds(n: int, rank: int, world: int) -> tuple[int, int]:
     return start, start + base + (1 if rank < extra else 0)
 
 
+@dataclass(frozen=True)
+class GenerationShare:
+    """What one rank generates and what it keeps of a step's ``n`` prompts (``[start, stop)``).
+
+    With ``vllm_tensor_parallel_size`` T the ranks ``T*g .. T*g+T-1`` share one engine: each of
+    them generates the group's prompts, the union of the group's contiguous rank shares (the
+    prompts TRL's colocate mode all-gathers within the group), and keeps its own rank share
+    for training. Seeds follow the global prompt index, so what is sampled does not depend on T.
+    """
+
+    generate: tuple[int, int]
+    keep: tuple[int, int]
+
+    def own(self, items: Sequence[T]) -> list[T]:
+        """Return the rank's own items out of the group's generated ``items`` (one a prompt).
+
+        >>> GenerationShare(generate=(2, 5), keep=(3, 5)).own(["c", "d", "e"])
+        ['d', 'e']
+        """
+        start = self.generate[0]
+        return list(items[self.keep[0] - start : self.keep[1] - start])
+
+
+def generation_share(n: int, rank: int, world: int, tensor_parallel: int = 1) -> GenerationShare:
+    """Return rank ``rank``'s :class:`GenerationShare` of ``n`` prompts.
+
+    Its engine's group is ``tensor_parallel`` consecutive ranks (vLLM's external launcher groups
+    ranks that way: its layout is DP x PP x TP, TP innermost). The kept shares are
+    ``shard_bounds``'s whatever the grouping, so training is unchanged.
+
+    >>> generation_share(5, rank=3, world=4, tensor_parallel=2)  # shares 0-2, 2-3, 3-4, 4-5
+    GenerationShare(generate=(3, 5), keep=(4, 5))
+    >>> generation_share(5, rank=1, world=2)  # no tensor parallelism: generate what is kept
+    GenerationShare(generate=(3, 5), keep=(3, 5))
+    """
+    if tensor_parallel < 1 or world % tensor_parallel:
+        raise ValueError(f"tensor_parallel={tensor_parallel} must divide the world size {world}")
+    keep = shard_bounds(n, rank, world)
+    first = rank - rank % tensor_parallel
+    start = shard_bounds(n, first, world)[0]
+    stop = shard_bounds(n, first + tensor_parallel - 1, world)[1]
+    return GenerationShare((start, stop), keep)
+
+
 def shard_prompts(items: Sequence[T], rank: int, world: int, group_size: int = 1) -> list[T]:
     """Return this rank's share of a step's prompts: whole groups only, deterministic.
 
@@ -511,8 +555,9 @@ def vllm_colocate_kwargs(seed: int, tensor_parallel_size: int = 1) -> dict[str, 
     info = rank_info()
     if tensor_parallel_size < 1 or info.world_size % tensor_parallel_size:
         raise ValueError(
-            f"tensor_parallel_size={tensor_parallel_size} must divide the world size "
-            f"{info.world_size}"
+            f"vllm_tensor_parallel_size: {tensor_parallel_size} does not divide the number of "
+            f"ranks, {info.world_size}; launch a multiple of it (grpo launch --num_processes "
+            f"{max(tensor_parallel_size, 2)} train ...) or set it to 1"
         )
     if info.world_size == 1:
         return {"seed": seed}

@@ -174,13 +174,15 @@ class Trainer:
                             s.wrapped_model
                         )
                     if (
-                        main
+                        self._evaluates
                         and cfg.data.eval_size > 0
                         and (last or (run.eval_every and step % run.eval_every == 0))
                     ):
                         pause_point("evaluation", step)
-                        metrics.update(self._evaluate_if_engine())
-                        acc_after = metrics.get("eval/accuracy") if last else None
+                        evaluated = self._evaluate_if_engine()
+                        if main:  # the main's engine partners only take part
+                            metrics.update(evaluated)
+                            acc_after = metrics.get("eval/accuracy") if last else None
                     # For accuracy against wall time: seconds since this launch began training,
                     # evaluations included.
                     metrics["time/elapsed"] = time.perf_counter() - t0
@@ -248,14 +250,14 @@ class Trainer:
     def _accuracy_before(self, log: RunLogger) -> float | None:
         """Evaluate before training (main rank, step 0 only); a resumed step 0 reuses its row."""
         s = self.setup
-        if not (s.start_step == 0 and s.cfg.data.eval_size > 0 and s.rank.is_main):
+        if not (s.start_step == 0 and s.cfg.data.eval_size > 0 and self._evaluates):
             return None
         old_row = [r for r in read_metrics(s.run_dir) if r.get("step") == 0]
         if s.resume_from is not None and old_row:
             return old_row[0].get("eval/accuracy")
         pause_point("evaluation", 0)
         before = self._evaluate_if_engine()
-        if not before:
+        if not before or not s.rank.is_main:
             return None
         log.log_eval(0, before)
         return before["eval/accuracy"]
@@ -290,6 +292,16 @@ class Trainer:
         if self.setup.distributed:
             raise died
         self.engine_failure = died
+
+    @property
+    def _evaluates(self) -> bool:
+        """Tell whether this rank runs the evaluation.
+
+        The main rank does, and with a tensor-parallel engine the other ranks of its engine too
+        (every shard takes part in each forward).
+        """
+        s = self.setup
+        return s.rank.rank < s.cfg.rollout.tensor_parallel
 
     def _evaluate_if_engine(self) -> dict[str, float]:
         """``evaluate``; no metrics when the engine is gone (with a stop, or after a failure)."""

@@ -104,6 +104,12 @@ def build_engine(
     """
     name = resolve_engine_name(config.rollout.engine)
     dtype = config.policy.dtype
+    if name == "hf" and config.rollout.tensor_parallel > 1:
+        raise ValueError(
+            f"vllm_tensor_parallel_size: {config.rollout.tensor_parallel} needs the vllm engine, "
+            "and engine auto found no vLLM here; install it (pip install 'grpo-kit[vllm]') or "
+            "set vllm_tensor_parallel_size to 1"
+        )
     if name == "hf":
         from grpo_train.distributed import every_rank_loads_weights
         from grpo_train.weight_export import is_sharded
@@ -120,8 +126,11 @@ def build_engine(
     from grpo_train.distributed import vllm_colocate_kwargs
 
     # Under `accelerate launch` each rank's engine joins the job (external_launcher) with its
-    # own sampling seed; a single process gets just the seed.
-    extra: dict[str, Any] = dict(vllm_colocate_kwargs(config.run.seed))
+    # own sampling seed; a single process gets just the seed. With tensor parallelism vLLM
+    # groups consecutive ranks into one engine, whose ranks must share the seed.
+    extra: dict[str, Any] = dict(
+        vllm_colocate_kwargs(config.run.seed, config.rollout.tensor_parallel)
+    )
     if config.rollout.vllm_sleep_mode:
         extra["enable_sleep_mode"] = True
     if config.rollout.vllm_in_process:

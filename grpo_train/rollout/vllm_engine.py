@@ -15,7 +15,11 @@ Weight sync:
   ``reload_weights(weights_iterator=...)`` receives the trainer's CUDA tensors by reference: no
   file, no copy across processes, and vLLM's post-load processing still runs. Not exercised by
   the tests here (no GPU in CI); vLLM's ``distributed/weight_transfer`` engines (CUDA IPC, NCCL)
-  are the path for a separate server.
+  are the path for a separate server. An engine whose workers are processes of its own
+  (``tensor_parallel_size`` > 1 without ``external_launcher``: ``grpo serve``) takes the file
+  path, on GPU too.
+- Tensor parallel: every worker gets the whole state dict and vLLM's weight loaders keep its
+  shard (``reload_weights`` slices by the worker's TP rank), so no sharding happens here.
 """
 
 from __future__ import annotations
@@ -171,6 +175,14 @@ class VLLMEngine:
                 **{"use_tqdm_on_load": logging.getLogger().level <= logging.DEBUG, **kwargs},
             )
         torch.set_num_threads = set_num_threads  # an in-process CPU worker replaced it
+        # Whether the workers (not just the engine core) run here: one worker, or this rank's
+        # shard under external_launcher. A tensor-parallel engine of its own (grpo serve
+        # --tensor_parallel_size) has worker processes, which tensors by reference cannot reach.
+        parallel = getattr(getattr(llm.llm_engine, "vllm_config", None), "parallel_config", None)
+        self.workers_in_process = self.in_process and (
+            getattr(parallel, "distributed_executor_backend", None) == "external_launcher"
+            or int(getattr(parallel, "world_size", 1)) == 1
+        )
         # The engine core and worker processes (none when fully in this process): watched by
         # every request, ended by close() whatever happened to them.
         manager = getattr(getattr(llm.llm_engine, "engine_core", None), "resources", None)
@@ -253,7 +265,7 @@ class VLLMEngine:
     def sync_weights(self, state: Mapping[str, torch.Tensor]) -> None:
         """Load the exported weights into the running engine (see the module doc for how)."""
         start = time.perf_counter()
-        if self.in_process and not self.on_cpu:
+        if self.workers_in_process and not self.on_cpu:
             self._call(
                 lambda: self.llm.collective_rpc(
                     "grpo_reload_tensors", kwargs={"weights": list(state.items())}

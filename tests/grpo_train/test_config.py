@@ -222,3 +222,17 @@ def test_one_boolean_parser_reads_every_boolean_spelling(name, value, expected):
 def test_a_word_that_is_no_boolean_is_refused_by_name(name):
     with pytest.raises(ConfigError, match=rf"{name}: (expected true or false|'maybe' is not)"):
         TrainConfig.from_flat({name: "maybe"})
+
+
+def test_vllm_tensor_parallel_size_checks() -> None:
+    assert TrainConfig().rollout.tensor_parallel == 1
+    cfg = TrainConfig.from_flat({"engine": "vllm", "vllm_tensor_parallel_size": 2})
+    assert cfg.rollout.tensor_parallel == 2
+    with pytest.raises(ConfigError, match="vllm_tensor_parallel_size: 0; must be >= 1"):
+        TrainConfig.from_flat({"vllm_tensor_parallel_size": 0})
+    with pytest.raises(ConfigError, match=r"with engine hf; .* use --engine vllm"):
+        TrainConfig.from_flat({"engine": "hf", "vllm_tensor_parallel_size": 2})
+    server = {"vllm_mode": "server", "vllm_server_urls": "http://gen:8000"}
+    with pytest.raises(ConfigError, match="grpo serve --tensor_parallel_size 2"):
+        TrainConfig.from_flat({**server, "vllm_tensor_parallel_size": 2})
+    assert TrainConfig.from_flat(server).rollout.tensor_parallel == 1

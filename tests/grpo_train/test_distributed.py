@@ -31,6 +31,7 @@ from grpo_train.distributed import (
     common_count,
     data_parallel_loss_scale,
     gather_step_rewards,
+    generation_share,
     global_advantages,
     global_ema_advantages,
     global_loss_normalizers,
@@ -66,6 +67,36 @@ def test_shard_bounds_hand_cases() -> None:
     assert [shard_bounds(1, r, 3) for r in range(3)] == [(0, 1), (1, 1), (1, 1)]
     with pytest.raises(ValueError, match="rank"):
         shard_bounds(4, 2, 2)
+
+
+def test_generation_share_hand_cases() -> None:
+    # 10 prompts over 6 ranks: shares 0-2, 2-4, 4-6, 6-8, 8-9, 9-10. Engines of 3 ranks: the
+    # first generates 0-6, the second 6-10; each rank keeps its shard_bounds share.
+    shares = [generation_share(10, r, 6, tensor_parallel=3) for r in range(6)]
+    assert [s.generate for s in shares] == [(0, 6)] * 3 + [(6, 10)] * 3
+    assert [s.keep for s in shares] == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 9), (9, 10)]
+    assert shares[4].own(list("ghij")) == ["i"]
+    # Fewer prompts than ranks: the second engine's ranks generate and keep nothing.
+    shares = [generation_share(1, r, 4, tensor_parallel=2) for r in range(4)]
+    assert [s.generate for s in shares] == [(0, 1), (0, 1), (1, 1), (1, 1)]
+    assert [s.own(["a"]) if s.generate == (0, 1) else s.own([]) for s in shares] == [
+        ["a"], [], [], [],
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="divide"):
+        generation_share(4, 0, 3, tensor_parallel=2)
+
+
+@pytest.mark.parametrize(("world", "tp"), [(1, 1), (2, 2), (4, 2), (6, 3), (8, 4)])
+def test_generation_shares_rebuild_every_rank_share(world: int, tp: int) -> None:
+    # Whatever the grouping, the kept items are exactly the ranks' shards, in order.
+    for n in range(0, 13):
+        items = list(range(n))
+        kept = []
+        for rank in range(world):
+            share = generation_share(n, rank, world, tp)
+            kept.append(share.own(items[share.generate[0] : share.generate[1]]))
+            assert share.keep == shard_bounds(n, rank, world)
+        assert [k for part in kept for k in part] == items
 
 
 @pytest.mark.parametrize("n_groups", [0, 1, 5, 8, 13])
