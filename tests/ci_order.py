@@ -29,8 +29,6 @@ MEASURED_S: dict[str, float] = {
     "tests/grpo_train/test_stop_signals.py::test_every_phase_one_process_hf": 120,
     "tests/grpo_train/test_trainer.py::test_vllm_engine_serves_the_merged_lora_policy": 140,
     "tests/grpo_train/test_eval_cli.py::test_cli_humaneval_end_to_end_vllm": 130,
-    "tests/grpo_train/test_rollout_episodes_engines.py::"
-    "test_each_turn_is_sampled_from_the_exact_history_on_both_engines[vllm]": 130,
     "tests/grpo_train/test_stop_signals.py::"
     "test_a_killed_engine_process_is_one_line_naming_it_and_the_checkpoint": 115,
     "tests/grpo_train/test_fsdp.py::test_fsdp_checkpoint_resume_matches_uninterrupted_run": 90,
