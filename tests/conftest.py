@@ -60,16 +60,19 @@ def _shared_scope(item: pytest.Item) -> tuple[str, ...]:
 
 
 def _order_long_tests_first(items: list[pytest.Item], workers: int) -> None:
-    """Reorder ``items`` so the long tests start first, spread over the workers (``ci_order``)."""
-    units: dict[object, list[int]] = {}
+    """Reorder ``items`` so the long tests start first, spread over the workers (``ci_order``).
+
+    A long test that shares a module- or class-scoped fixture takes the module's other tests of
+    that fixture along: split up, the fixture would be built again (and on another worker).
+    """
+    keys: list[object] = [_shared_scope(item) or i for i, item in enumerate(items)]
     seconds: dict[object, float] = {}
-    for i, item in enumerate(items):
-        expected = _expected_s(item)
-        if expected <= 0:
-            continue
-        key = _shared_scope(item) or i
-        units.setdefault(key, []).append(i)
-        seconds[key] = seconds.get(key, 0.0) + expected
+    for key, item in zip(keys, items, strict=True):
+        seconds[key] = seconds.get(key, 0.0) + _expected_s(item)
+    units: dict[object, list[int]] = {}
+    for i, key in enumerate(keys):
+        if seconds[key] > 0:
+            units.setdefault(key, []).append(i)
     long_units = [Unit(tuple(ix), seconds[key]) for key, ix in units.items()]
     items[:] = [items[i] for i in worksteal_order(len(items), long_units, workers)]
 
