@@ -67,21 +67,23 @@ def trained_elsewhere(words: list[str]) -> str | None:
 
 
 def check_as_grpo_train_reads_it(argv: list[str]) -> None:
-    """``grpo train`` up to training: parse, layer the config, build every environment."""
+    """``grpo train ARGV`` up to training: parse, layer the config, build every environment."""
     import grpo_envs
     from grpo_train.config import field_owners
     from grpo_train.train_cli import build_parser, join_negative_values, resolve_config
 
-    args = build_parser().parse_args(join_negative_values(argv[1:]))
+    args = build_parser().parse_args(join_negative_values(argv))
     config = resolve_config(args)  # a ConfigError names the field and its fix
-    flags = [w[2:] for w in argv[1:] if w.startswith("--")]
+    flags = [w[2:] for w in argv if w.startswith("--")]
     assert flags, argv
     for name in flags:
         value = getattr(getattr(config, field_owners()[name]), name)
         if name == "env":  # the flag's text, read as YAML by the config
             assert value and all(e.id in args.env for e in value), (value, argv)
-        else:
-            assert value == getattr(args, name), (name, value, argv)
+        else:  # the flag's text, converted to the field's type
+            raw = str(getattr(args, name))
+            expected = raw.lower() == "true" if isinstance(value, bool) else type(value)(raw)
+            assert value == expected, (name, value, argv)
     for entry in config.data.env:
         assert len(grpo_envs.make(entry.id, **entry.kwargs).dataset("train")) > 0, entry
 
@@ -136,7 +138,7 @@ def test_going_further_commands_run_as_written(tiny_model_path, tmp_path, monkey
             monkeypatch.chdir(work)  # its paths are relative to where the user runs
             for name in [n for n in env if n.startswith("GRPO_")]:  # the fixtures' folders
                 monkeypatch.setenv(name, env[name])
-            check_as_grpo_train_reads_it(["grpo", *argv])
+            check_as_grpo_train_reads_it(argv[1:])
             continue
         if argv[0] == "train":
             argv += train_limits
