@@ -6,7 +6,7 @@ becomes the tiny test model; each run gets small limits appended (later flags wi
 stand for "your run" or "your files" (``runs/grpo-default/.../step-000030``, ``eval_runs/A``,
 ``{...}``) become the ones the earlier commands produced.
 
-A ``grpo train`` line whose training path another run already takes (``TRAINED_ELSEWHERE``) is
+A ``grpo train`` line whose training path another run already takes (``trained_elsewhere``) is
 checked, to keep CI short, the way ``grpo train`` reads it before training: the CLI's own parser
 and config layering (a bad flag or value fails there, naming the field), each flag landing in
 the config, and every environment it names built with its training rows loaded.
