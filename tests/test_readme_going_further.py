@@ -5,6 +5,11 @@ folder, with three kinds of substitution only: the hub model it names (or the em
 becomes the tiny test model; each run gets small limits appended (later flags win); paths that
 stand for "your run" or "your files" (``runs/grpo-default/.../step-000030``, ``eval_runs/A``,
 ``{...}``) become the ones the earlier commands produced.
+
+A ``grpo train`` line whose training path another run already takes (``trained_elsewhere``) is
+checked, to keep CI short, the way ``grpo train`` reads it before training: the CLI's own parser
+and config layering (a bad flag or value fails there, naming the field), each flag landing in
+the config, and every environment it names built with its training rows loaded.
 """
 
 import json
@@ -47,10 +52,49 @@ def run_yaml() -> str:
     return block.group(1)
 
 
+def trained_elsewhere(words: list[str]) -> str | None:
+    """Where the training path of the ``grpo train`` line ``words`` runs for real, if elsewhere."""
+    if words[:2] != ["grpo", "train"] or "--resume" in words or "--config" in words:
+        return None
+    if "--lora_r" in words:
+        return "tests/grpo_train/test_user_runs.py, test_fsdp.py: LoRA runs of grpo train"
+    env = words[words.index("--env") + 1] if "--env" in words else ""
+    if env.startswith("{") and "math/dataset-v0" in env:
+        return "run.yaml's line here, tests/test_own_data_e2e.py: math/dataset-v0 trained"
+    if HUB_MODEL in words and env == "math/gsm8k-v0":  # hub model: the tiny one, like run.yaml's
+        return "run.yaml's line here: the same path on another environment (built below)"
+    return None
+
+
+def check_as_grpo_train_reads_it(argv: list[str]) -> None:
+    """``grpo train ARGV`` up to training: parse, layer the config, build every environment."""
+    import grpo_envs
+    from grpo_train.config import field_owners
+    from grpo_train.train_cli import build_parser, join_negative_values, resolve_config
+
+    args = build_parser().parse_args(join_negative_values(argv))
+    config = resolve_config(args)  # a ConfigError names the field and its fix
+    flags = [w[2:] for w in argv if w.startswith("--")]
+    assert flags, argv
+    for name in flags:
+        value = getattr(getattr(config, field_owners()[name]), name)
+        if name == "env":  # the flag's text, read as YAML by the config
+            assert value and all(e.id in args.env for e in value), (value, argv)
+        else:  # the flag's text, converted to the field's type
+            raw = str(getattr(args, name))
+            expected = raw.lower() == "true" if isinstance(value, bool) else type(value)(raw)
+            assert value == expected, (name, value, argv)
+    for entry in config.data.env:
+        assert len(grpo_envs.make(entry.id, **entry.kwargs).dataset("train")) > 0, entry
+
+
 def test_the_section_still_has_the_commands_this_test_knows():
     lines = [" ".join(c[:2]) for c in commands()]
     assert lines.count("grpo train") >= 4 and lines.count("grpo eval") >= 3
     assert any(c[:3] == ["grpo", "eval", "compare"] for c in commands())
+    # Each kind of line checked by parsing is still there, and most lines still run.
+    parsed = [c for c in commands() if trained_elsewhere(c)]
+    assert len(parsed) == 3 and len(commands()) - len(parsed) >= 10
 
 
 @pytest.mark.slow
@@ -90,6 +134,12 @@ def test_going_further_commands_run_as_written(tiny_model_path, tmp_path, monkey
         # Hub models and the README's placeholder checkpoint become the tiny local model.
         argv = [tiny if w in (HUB_MODEL, "./ckpt") or w.startswith("deepseek-ai/") else w
                 for w in words[1:]]  # fmt: skip
+        if trained_elsewhere(words):  # as written: no limits appended
+            monkeypatch.chdir(work)  # its paths are relative to where the user runs
+            for name in [n for n in env if n.startswith("GRPO_")]:  # the fixtures' folders
+                monkeypatch.setenv(name, env[name])
+            check_as_grpo_train_reads_it(argv[1:])
+            continue
         if argv[0] == "train":
             argv += train_limits
         elif argv[:2] == ["eval", "compare"]:
@@ -103,6 +153,8 @@ def test_going_further_commands_run_as_written(tiny_model_path, tmp_path, monkey
             if "--model" not in argv:
                 argv += ["--model", tiny]
             argv += eval_limits
+            if "--protocol" in argv:  # r1 samples 64 per AIME problem: one problem is enough
+                argv += ["--limit", "1"]
             if "reasoning" in argv:  # the LiveCodeBench fixture holds release_v2's two files
                 argv += ["--env_kwargs", json.dumps({"code/livecodebench-v0": LCB_V2})]
         if argv[0] == "envs" and argv[1] == "show":

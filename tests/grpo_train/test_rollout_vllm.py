@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from rollout_checks import PROMPTS, check_groups, forward_logprobs, max_logprob_gap
+from test_rollout_episodes_engines import check_each_turn_is_sampled_from_the_exact_history
 
 from grpo_train.models import load_policy
 from grpo_train.rollout import make_engine
@@ -74,6 +75,14 @@ def test_greedy_and_length_limit(engine, trainer_model) -> None:
     top2 = logits.topk(2).values
     if (top2[0] - top2[1]).item() > 1e-3:
         assert first.token_ids[0] == int(logits.argmax())
+
+
+def test_each_turn_of_an_episode_is_sampled_from_the_exact_history(
+    engine, trainer_model, tiny_model_path: Path
+) -> None:
+    # test_rollout_episodes_engines.py's check (its HF half runs there) on this module's engine.
+    tok = load_policy(str(tiny_model_path))[1]
+    check_each_turn_is_sampled_from_the_exact_history(engine, trainer_model, tok)
 
 
 def test_prompt_longer_than_context_is_a_clear_error(engine) -> None:
