@@ -10,8 +10,9 @@ import pytest
 import torch
 from test_rollout_episodes import ScriptedEngine
 from toy_env import digit_retry_env
+from transformers import PreTrainedTokenizerBase
 
-from grpo_envs.episode import episodic
+from grpo_envs.episode import MultiTurnEnv, episodic
 from grpo_envs.types import Sample
 from grpo_train.batch import RolloutBatch
 from grpo_train.config import TrainConfig
@@ -21,6 +22,7 @@ from grpo_train.metrics import rollout_metrics, step_metrics
 from grpo_train.rollout.base import SamplingConfig
 from grpo_train.rollout.episodes import (
     EpisodeRenderer,
+    EpisodeRollout,
     EpisodeSettings,
     episode_row,
     generate_episodes,
@@ -40,6 +42,23 @@ EPISODE_METRICS = (
 )
 
 
+def _answer_then_retry_episodes(
+    tok: PreTrainedTokenizerBase,
+) -> tuple[MultiTurnEnv, list[Sample], list[list[int]], list[EpisodeRollout]]:
+    """One group of two scripted episodes on the digit-retry env: episode 0 answers "5" at once;
+    episode 1 says "hmm", gets the environment's reply, then answers "3"."""
+    env = digit_retry_env(size=4)
+    samples = [Sample.from_row(env.dataset("train")[0])]
+    renderer = EpisodeRenderer(tok)
+    prompt_ids = [renderer.prompt_ids(samples[0])]
+    engine = ScriptedEngine(tok, lambda turn, r, _h: ["5" if r == 0 else "hmm", "3"][turn])
+    (group,) = generate_episodes(
+        engine, renderer, [episodic(env)], samples, prompt_ids,
+        SamplingConfig(n=2, max_new_tokens=16), EpisodeSettings(max_episode_tokens=64),
+    )  # fmt: skip
+    return env, samples, prompt_ids, group
+
+
 def test_the_gradient_with_environment_tokens_masked_is_the_textbook_one(
     tiny_model_path: Path,
 ) -> None:
@@ -47,16 +66,7 @@ def test_the_gradient_with_environment_tokens_masked_is_the_textbook_one(
     from grpo_train.models import load_policy
 
     model, tok = load_policy(str(tiny_model_path))
-    env = digit_retry_env(size=4)
-    samples = [Sample.from_row(env.dataset("train")[0])]
-    renderer = EpisodeRenderer(tok)
-    prompt_ids = [renderer.prompt_ids(samples[0])]
-    # Episode 0 answers at once; episode 1 takes a second turn after the environment's reply.
-    engine = ScriptedEngine(tok, lambda turn, r, _h: ["5" if r == 0 else "hmm", "3"][turn])
-    (group,) = generate_episodes(
-        engine, renderer, [episodic(env)], samples, prompt_ids,
-        SamplingConfig(n=2, max_new_tokens=16), EpisodeSettings(max_episode_tokens=64),
-    )  # fmt: skip
+    env, samples, prompt_ids, group = _answer_then_retry_episodes(tok)
     assert group[1].turns == 2 and isinstance(group[1].continuations[0], Extension)
     scores = score_episodes([episodic(env)], [group])[0]
     rows = [Group(samples[0], 0, prompt_ids[0], [episode_row(r) for r in group], scores,
@@ -99,15 +109,7 @@ def test_length_and_throughput_metrics_count_sampled_ids_not_the_environments(
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tiny_model_path))
-    env = digit_retry_env(size=4)
-    samples = [Sample.from_row(env.dataset("train")[0])]
-    renderer = EpisodeRenderer(tok)
-    prompt_ids = [renderer.prompt_ids(samples[0])]
-    engine = ScriptedEngine(tok, lambda turn, r, _h: ["5" if r == 0 else "hmm", "3"][turn])
-    (episodes,) = generate_episodes(
-        engine, renderer, [episodic(env)], samples, prompt_ids,
-        SamplingConfig(n=2, max_new_tokens=16), EpisodeSettings(max_episode_tokens=64),
-    )  # fmt: skip
+    env, samples, prompt_ids, episodes = _answer_then_retry_episodes(tok)
     rows = [episode_row(r) for r in episodes]
     assert len(rows[1].token_ids) > 6  # the row holds the reply's ids too
     scores = score_episodes([episodic(env)], [episodes])[0]
