@@ -28,7 +28,7 @@ def test_a_run_is_read_from_its_metrics(tmp_path):
          "episodes/environment_token_share": 0.25, "eval/accuracy": 0.5},
     ]  # fmt: skip
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    outcome = learning.outcome_of("3 turns", learning.read_rows(tmp_path), 300.0)
+    outcome = learning.outcome_of("3 turns", learning.read_rows(tmp_path), 300.0, 120.0)
     assert (outcome.before, outcome.after, outcome.steps, outcome.train_s) == (
         0.109375,
         0.5,
@@ -36,6 +36,6 @@ def test_a_run_is_read_from_its_metrics(tmp_path):
         90.0,
     )
     row = learning.table([outcome]).splitlines()[2]
-    assert row == "| 3 turns | 10.9% | 50.0% | 2 | 90 | 300 | 2.10 | 25.0% |"
+    assert row == "| 3 turns | 10.9% | 50.0% | 2 | 90 | 300 | 120 | 2.10 | 25.0% |"
     unfinished = learning.outcome_of("x", rows[:2], 0.0)
     assert unfinished.after is None and "| - |" in learning.table([unfinished])
