@@ -125,3 +125,17 @@ def test_more_tp_workers_than_cores_fail_with_one_line(tiny_model_path):
         f"tensor-parallel workers need {cores + 1} cores, {cores} allowed; use "
         f"--tensor_parallel_size {cores} or less (or name each worker's cores in {CPU_BIND_ENV})"
     )
+
+
+def test_a_failed_engine_core_start_prints_its_root_cause(tiny_model_path):
+    # A binding the user set is kept, and vLLM's engine core refuses one list for two workers.
+    # vLLM's own error says "See root cause above": the engine core's traceback must be there.
+    pytest.importorskip("vllm")
+    run = subprocess.run(
+        _serve(tiny_model_path, free_port(), 2),
+        env={**_env(), CPU_BIND_ENV: "0"}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode != 0
+    output = run.stdout + run.stderr
+    assert "Engine core initialization failed" in output
+    assert "doesn't match local world size 2" in output
