@@ -417,7 +417,7 @@ def parser() -> argparse.ArgumentParser:
     """Return the ``grpo serve`` option parser."""
     p = argparse.ArgumentParser(prog="grpo serve", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="HF folder or hub id the engines start from")
-    p.add_argument("--tensor_parallel_size", type=int, default=1, help="GPUs (CPU: workers) per replica")
+    p.add_argument("--tensor_parallel_size", type=int, default=1, help="GPUs (CPU: workers) each")
     p.add_argument("--data_parallel_size", type=int, default=1, help="replicas (one port each)")
     p.add_argument("--host", default="0.0.0.0", help="address to listen on")
     p.add_argument("--port", type=int, default=8000, help="first replica's port")
