@@ -40,6 +40,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -190,6 +191,10 @@ def serve_replica(args: argparse.Namespace) -> int:
     extra: dict[str, Any] = {}
     if args.tensor_parallel_size > 1:
         extra["tensor_parallel_size"] = args.tensor_parallel_size
+        problem = _bind_cpu_workers(args.tensor_parallel_size)
+        if problem:
+            print(f"grpo serve: error: {problem}", file=sys.stderr)
+            return 2
     try:
         engine = VLLMEngine(
             args.model,
@@ -221,6 +226,65 @@ def serve_replica(args: argparse.Namespace) -> int:
         engine.close()
     print(f"grpo serve: replica on port {args.port} stopped", flush=True)
     return 0
+
+
+#: vLLM's CPU build binds each worker's OpenMP threads to the cores this names, "|" between
+#: workers (``"0-3|4-7"``); ``"auto"`` (vLLM's default) takes one NUMA node per worker.
+CPU_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+
+
+def cpu_bind_lists(cpus: list[int], workers: int) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` giving ``workers`` workers consecutive shares of ``cpus``.
+
+    The first ``len(cpus) % workers`` workers get one core more; each needs one at least.
+
+    >>> cpu_bind_lists([0, 1], 2)
+    '0|1'
+    >>> cpu_bind_lists([0, 1, 2, 3, 4], 2)
+    '0,1,2|3,4'
+    >>> cpu_bind_lists([0], 2)
+    Traceback (most recent call last):
+    ValueError: 2 tensor-parallel workers need 2 cores, 1 allowed
+    """
+    if len(cpus) < workers:
+        raise ValueError(
+            f"{workers} tensor-parallel workers need {workers} cores, {len(cpus)} allowed"
+        )
+    share, extra = divmod(len(cpus), workers)
+    lists, start = [], 0
+    for worker in range(workers):
+        end = start + share + (worker < extra)
+        lists.append(",".join(str(c) for c in cpus[start:end]))
+        start = end
+    return "|".join(lists)
+
+
+def _bind_cpu_workers(workers: int) -> str | None:
+    """On CPU, give ``workers`` tensor-parallel workers cores of their own; a fix-it line if not.
+
+    vLLM's CPU build binds each worker's OpenMP threads to a NUMA node of its own unless told
+    which cores to use, and refuses to start with fewer NUMA nodes than workers (vLLM 0.32,
+    ``utils/ompmultiprocessing.py``: "Not enough allowed NUMA nodes to bind threads of 2 local
+    CPUWorkers"), which is any one-socket machine. There, the allowed cores are split among the
+    workers. A binding the user set is kept; GPU engines are untouched.
+    """
+    import torch
+
+    if torch.cuda.is_available() or os.environ.get(CPU_BIND_ENV, "auto") != "auto":
+        return None
+    nodes = list(Path("/sys/devices/system/node").glob("node[0-9]*"))
+    if len(nodes) >= workers:
+        return None  # vLLM's own NUMA-local binding works
+    cpus = sorted(os.sched_getaffinity(0))
+    try:
+        os.environ[CPU_BIND_ENV] = cpu_bind_lists(cpus, workers)
+    except ValueError as err:
+        return (
+            f"--tensor_parallel_size {workers} on CPU: {err}; use --tensor_parallel_size "
+            f"{len(cpus)} or less (or name each worker's cores in {CPU_BIND_ENV})"
+        )
+    logger.info("%s=%s (%d NUMA nodes)", CPU_BIND_ENV, os.environ[CPU_BIND_ENV], len(nodes))
+    return None
 
 
 def serve_replicas(args: argparse.Namespace, argv: list[str]) -> int:
@@ -307,8 +371,6 @@ def _remove_leftovers(segments: set[str]) -> None:
     hold RAM until reboot. Every replica has ended here, so nothing maps them any more. The
     weight-sync folders of dead replicas go the same way.
     """
-    from pathlib import Path
-
     from grpo_train.rollout.processes import remove_stale_dirs
     from grpo_train.rollout.vllm_engine import SYNC_DIR_PREFIX
 
@@ -355,7 +417,7 @@ def parser() -> argparse.ArgumentParser:
     """Return the ``grpo serve`` option parser."""
     p = argparse.ArgumentParser(prog="grpo serve", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="HF folder or hub id the engines start from")
-    p.add_argument("--tensor_parallel_size", type=int, default=1, help="GPUs per replica")
+    p.add_argument("--tensor_parallel_size", type=int, default=1, help="GPUs (CPU: workers) each")
     p.add_argument("--data_parallel_size", type=int, default=1, help="replicas (one port each)")
     p.add_argument("--host", default="0.0.0.0", help="address to listen on")
     p.add_argument("--port", type=int, default=8000, help="first replica's port")

@@ -154,26 +154,33 @@ class VLLMEngine:
             if logging.getLogger().getEffectiveLevel() > logging.DEBUG
             else contextlib.nullcontext()
         )
-        with (
-            _multiprocessing_off(in_process and self.on_cpu),
-            capture,
-            _ended_on_failure(before, self.output),
-            watched_start(before),
-        ):
-            self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
-            llm = LLM(
-                model=model,
-                # Return the logprob under the distribution actually sampled from (after
-                # temperature, top-k, top-p), the same quantity the HF engine records (base.py).
-                logprobs_mode="processed_logprobs",
-                # Adds the weight-sync methods of vllm_worker.py to the engine's workers.
-                worker_extension_cls=(
-                    f"{GrpoWorkerExtension.__module__}.{GrpoWorkerExtension.__name__}"
-                ),
-                # No progress bar per weight load: every sync reloads the weights, and two bars
-                # per step bury the run's own output (kept with --log_level debug).
-                **{"use_tqdm_on_load": logging.getLogger().level <= logging.DEBUG, **kwargs},
-            )
+        try:
+            with (
+                _multiprocessing_off(in_process and self.on_cpu),
+                capture,
+                _ended_on_failure(before, self.output),
+                watched_start(before),
+            ):
+                self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+                llm = LLM(
+                    model=model,
+                    # Return the logprob under the distribution actually sampled from (after
+                    # temperature, top-k, top-p), the same quantity the HF engine records.
+                    logprobs_mode="processed_logprobs",
+                    # Adds the weight-sync methods of vllm_worker.py to the engine's workers.
+                    worker_extension_cls=(
+                        f"{GrpoWorkerExtension.__module__}.{GrpoWorkerExtension.__name__}"
+                    ),
+                    # No progress bar per weight load: every sync reloads the weights, and two
+                    # bars per step bury the run's own output (kept with --log_level debug).
+                    **{"use_tqdm_on_load": logging.getLogger().level <= logging.DEBUG, **kwargs},
+                )
+        except BaseException:
+            # The engine core's own traceback (vLLM's "See root cause above") is still in the
+            # pipes: pass it on before this error ends the process. A death already explained
+            # (EngineDied) was muted above.
+            self.output.close(timeout=5.0)
+            raise
         torch.set_num_threads = set_num_threads  # an in-process CPU worker replaced it
         # Whether the workers (not just the engine core) run here: one worker, or this rank's
         # shard under external_launcher. A tensor-parallel engine of its own (grpo serve
