@@ -41,6 +41,8 @@ MEASURED_S: dict[str, float] = {
     "tests/grpo_train/test_tensor_parallel.py::test_tp2_engine_generates_what_one_engine_does": 150,
     "tests/grpo_train/test_rollout_pipeline.py::"
     "test_vllm_async_run_trains_within_the_staleness_bound": 70,
+    "tests/grpo_train/test_server_tensor_parallel.py::"
+    "test_tp2_server_samples_a_tp1_engines_tokens_and_syncs_to_the_trainers_logprobs": 120,
 }
 DEFAULT_SLOW_S = 45.0
 
