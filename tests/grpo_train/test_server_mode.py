@@ -60,13 +60,18 @@ def servers(tiny_model_path: Path) -> Iterator[tuple[subprocess.Popen[str], list
             _wait_ready(proc, url)
         yield proc, urls
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        end_server(proc)
+
+
+def end_server(proc: subprocess.Popen[str]) -> None:
+    """End a ``grpo serve`` started in its own session: SIGTERM to its group, SIGKILL after 60 s."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def _alive(pids: set[int]) -> list[str]:

@@ -8,7 +8,6 @@ for the module; its start costs one to four minutes on a loaded 2-core machine.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from rollout_checks import PROMPTS, max_logprob_gap
-from test_server_mode import MAX_MODEL_LEN, _wait_ready
+from test_server_mode import MAX_MODEL_LEN, _wait_ready, end_server
 
 from grpo_train.rollout.base import SamplingConfig
 from grpo_train.rollout.weight_channel import free_port
@@ -60,13 +59,7 @@ def tp_server(tiny_model_path: Path) -> Iterator[str]:
         _wait_ready(proc, url)  # type: ignore[arg-type]
         yield url
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        end_server(proc)
 
 
 def test_tp2_server_samples_a_tp1_engines_tokens_and_syncs_to_the_trainers_logprobs(
