@@ -116,7 +116,10 @@ class EngineProcesses:
             except psutil.Error:
                 gone = True
             if gone:
-                return describe_exit(name, pid, None)
+                # The process may have ended between the exit-code read above and this check
+                # (its owner had not polled it yet): read again, then ask the kernel.
+                code = self.exitcodes().get(pid)
+                return describe_exit(name, pid, code if code is not None else _child_status(pid))
         return None
 
     def call(self, request: Callable[[], T], what: str) -> T:
@@ -173,6 +176,27 @@ class EngineProcesses:
         for name in self.shm:
             _remove_segment(name)
         self.shm.clear()
+
+
+def _child_status(pid: int) -> int | None:
+    """Exit code of an ended child of this process (negative: the signal), leaving it unreaped.
+
+    ``WNOWAIT`` reads a zombie's status without reaping it, so its owner (vLLM's
+    ``multiprocessing`` process object) still sees the same code. None for a process that is not
+    this process's child (e.g. vLLM's worker, a child of the engine core) or was already reaped.
+
+    >>> _child_status(1) is None
+    True
+    """
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except (ChildProcessError, OSError):
+        return None
+    if info is None:
+        return None
+    if info.si_code == os.CLD_EXITED:
+        return info.si_status
+    return -info.si_status  # CLD_KILLED or CLD_DUMPED: the signal
 
 
 #: vLLM names its processes ``VLLM::EngineCore``, ``VLLM::Worker`` (setproctitle).

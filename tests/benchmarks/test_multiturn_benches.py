@@ -37,5 +37,11 @@ def test_a_run_is_read_from_its_metrics(tmp_path):
     )
     row = learning.table([outcome]).splitlines()[2]
     assert row == "| 3 turns | 10.9% | 50.0% | 2 | 90 | 300 | 120 | 2.10 | 25.0% |"
+    # Each evaluation with the training seconds before it: 0 at step 0, 40 + 50 at step 2.
+    assert outcome.curve == ((0, 0.0, 0.109375), (2, 90.0, 0.5))
+    assert outcome.within(60.0) == (0, 0.0, 0.109375)
+    curve = learning.curve_table([outcome], budget_s=60.0).splitlines()
+    assert curve[2] == "| 3 turns | 0 | 0 | 10.9% (last within 1 min) |"
+    assert curve[3] == "| 3 turns | 2 | 90 | 50.0% |"
     unfinished = learning.outcome_of("x", rows[:2], 0.0)
     assert unfinished.after is None and "| - |" in learning.table([unfinished])
