@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -71,6 +73,8 @@ class EngineProcesses:
     """The exit codes of the engine's direct children that have ended (their owner reaps them)."""
     shm: set[str] = field(default_factory=set)
     """Names of the ``/dev/shm`` segments the processes mapped."""
+    reaper: subprocess.Popen[bytes] | None = None
+    """``engine_reaper.py``, watching this process for the engine (``reap_when_owner_dies``)."""
 
     @classmethod
     def started_since(
@@ -157,6 +161,30 @@ class EngineProcesses:
             raise failure[0]
         return outcome[0]
 
+    def reap_when_owner_dies(self, remove: Iterable[str] = ()) -> None:
+        """Start ``engine_reaper.py``, which ends these processes if this one dies first.
+
+        Should this process die without ``end`` (``kill -9``, the kernel's out-of-memory
+        killer), it kills these processes, unlinks their segments and removes the folders
+        matching the glob patterns ``remove`` (made later, too). ``end`` stops it. Nothing to
+        do without processes.
+        """
+        owner = _start_ticks(os.getpid())
+        engine = [f"{pid}:{ticks}" for pid in self.pids if (ticks := _start_ticks(pid))]
+        if not engine or owner is None:
+            return
+        script = Path(__file__).with_name("engine_reaper.py")
+        argv = [str(os.getpid()), str(owner), *engine, "--shm", *sorted(self.shm)]
+        argv += ["--remove", *remove]
+        # -I -S: the standard library only (no site-packages, no PYTHON* variables): it starts
+        # in milliseconds. Its output would go to this process's, which may be gone by then.
+        self.reaper = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(script), *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
     def end(self, grace_s: float = 5.0) -> None:
         """Kill the processes still running ``grace_s`` after shutdown; remove leaked segments."""
         import psutil
@@ -176,6 +204,10 @@ class EngineProcesses:
         for name in self.shm:
             _remove_segment(name)
         self.shm.clear()
+        if self.reaper is not None:  # nothing is left for it to do
+            self.reaper.kill()
+            self.reaper.wait()
+            self.reaper = None
 
 
 def _child_status(pid: int) -> int | None:
@@ -346,8 +378,25 @@ def owned_dir(prefix: str, root: Path | None = None) -> Path:
 
     base = Path(root) if root is not None else Path(tempfile.gettempdir())
     remove_stale_dirs(base, prefix)
-    owner = f"{prefix}{os.getpid()}.{_start_ticks(os.getpid()) or 0}-"
-    return Path(tempfile.mkdtemp(prefix=owner, dir=base))
+    return Path(tempfile.mkdtemp(prefix=_owner_prefix(prefix), dir=base))
+
+
+def owned_dirs_pattern(prefix: str, root: Path | None = None) -> str:
+    """Return the glob pattern of every folder ``owned_dir(prefix, root)`` makes here.
+
+    >>> import os
+    >>> pattern = owned_dirs_pattern("grpo-kit-x-", Path("/dev/shm"))
+    >>> pattern.startswith(f"/dev/shm/grpo-kit-x-{os.getpid()}.") and pattern.endswith("-*")
+    True
+    """
+    import tempfile
+
+    base = Path(root) if root is not None else Path(tempfile.gettempdir())
+    return str(base / f"{_owner_prefix(prefix)}*")
+
+
+def _owner_prefix(prefix: str) -> str:
+    return f"{prefix}{os.getpid()}.{_start_ticks(os.getpid()) or 0}-"
 
 
 def remove_stale_dirs(root: Path, prefix: str) -> list[Path]:

@@ -38,6 +38,7 @@ from grpo_train.rollout.child_output import ChildOutput
 from grpo_train.rollout.processes import (
     EngineProcesses,
     owned_dir,
+    owned_dirs_pattern,
     pid_exitcodes,
     watched_start,
 )
@@ -198,6 +199,10 @@ class VLLMEngine:
         self.processes = EngineProcesses.started_since(
             before, lambda: pid_exitcodes(core_processes)
         )
+        # vLLM's engine core would outlive a SIGKILLed owner, waiting for requests for ever;
+        # the sync folder (made at the first sync) would hold the weights' size of RAM.
+        own = [owned_dirs_pattern(SYNC_DIR_PREFIX, _sync_root())] if self._own_sync_dir else []
+        self.processes.reap_when_owner_dies(remove=own)
         return llm
 
     def generate(
@@ -325,10 +330,8 @@ class VLLMEngine:
     def _ensure_sync_dir(self) -> Path:
         """Return the folder CPU weight sync writes to, created on first use."""
         if self._sync_dir is None:
-            shm = Path("/dev/shm")
-            root = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
             # Named after this process: a later run removes it if this one is SIGKILLed.
-            self._sync_dir = owned_dir(SYNC_DIR_PREFIX, root)
+            self._sync_dir = owned_dir(SYNC_DIR_PREFIX, _sync_root())
         self._sync_dir.mkdir(parents=True, exist_ok=True)
         return self._sync_dir
 
@@ -350,6 +353,12 @@ class VLLMEngine:
         if self._own_sync_dir and self._sync_dir is not None:
             shutil.rmtree(self._sync_dir, ignore_errors=True)
             self._sync_dir = None
+
+
+def _sync_root() -> Path | None:
+    """Where CPU weight sync makes its folder: /dev/shm (RAM) if writable, else the temp dir."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
 def _platform_kwargs(

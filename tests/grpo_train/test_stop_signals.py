@@ -93,6 +93,70 @@ def test_a_killed_child_its_owner_has_not_polled_is_named_killed_by_its_signal()
     assert victim.wait(timeout=5) == -signal.SIGKILL  # left for its owner to reap
 
 
+OWNER = """
+import subprocess, sys, time
+from pathlib import Path
+from grpo_train.rollout.processes import EngineProcesses, owned_dir, owned_dirs_pattern
+before = EngineProcesses.current_children()
+engine = subprocess.Popen([sys.executable, "-c", sys.argv[1]])  # maps a segment, then waits
+while not Path(f"/dev/shm/{sys.argv[2]}").exists():
+    time.sleep(0.05)
+time.sleep(0.5)
+processes = EngineProcesses.started_since(before)
+processes.reap_when_owner_dies(remove=[owned_dirs_pattern("grpo-kit-test-", Path(sys.argv[3]))])
+folder = owned_dir("grpo-kit-test-", Path(sys.argv[3]))  # made after the reaper started
+if sys.argv[4] == "end":
+    processes.end(grace_s=0.1)
+print(engine.pid, processes.reaper.pid if processes.reaper else 0, folder, flush=True)
+time.sleep(60)
+"""
+ENGINE = """
+import sys, time
+from multiprocessing import shared_memory
+segment = shared_memory.SharedMemory(name=sys.argv[1], create=True, size=4096)
+time.sleep(60)
+"""
+
+
+def _owner(tmp_path: Path, ending: str) -> tuple[subprocess.Popen[bytes], list[str], str]:
+    name = f"psm_test{os.getpid()}{ending}"
+    engine = ENGINE.replace("sys.argv[1]", repr(name))
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, engine, name, str(tmp_path), ending], stdout=subprocess.PIPE
+    )
+    return owner, owner.stdout.readline().decode().split(), name  # type: ignore[union-attr]
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_sigkilled_owners_engine_processes_segments_and_sync_folders_are_reaped(tmp_path):
+    owner, (engine, reaper, folder), segment = _owner(tmp_path, "kill")
+    assert _running(int(engine)) and _running(int(reaper)) and Path(folder).is_dir()
+    owner.kill()  # the kernel's OOM killer: the owner runs nothing more
+    owner.wait()
+    deadline = time.monotonic() + 15
+    while (_running(int(engine)) or _running(int(reaper))) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(int(engine)) and not _running(int(reaper))
+    assert not (Path("/dev/shm") / segment).exists() and not Path(folder).exists()
+
+
+def test_an_owner_that_ends_its_engine_stops_its_reaper(tmp_path):
+    owner, (engine, reaper, folder), segment = _owner(tmp_path, "end")
+    try:
+        assert not _running(int(engine)) and not _running(int(reaper))  # end() stopped both
+        assert not (Path("/dev/shm") / segment).exists()
+        assert Path(folder).is_dir()  # still the owner's: only its own close removes it
+    finally:
+        owner.kill()
+        owner.wait()
+
+
 def test_engine_output_is_passed_on_unless_muted(capfd):
     output = ChildOutput(hold_s=0.2)
     script = (
@@ -467,6 +531,37 @@ def test_grpo_eval_keeps_every_finished_sample(tiny_model_path, tmp_path, engine
 
 
 # ------------------------------------------------------ an engine that dies for another reason
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.timeout(600)
+def test_a_killed_trainer_takes_its_engine_processes_and_their_shared_memory_with_it(
+    tiny_model_path, tmp_path
+):
+    # The OOM killer's SIGKILL to the trainer alone: nothing of the trainer runs any more, and
+    # vLLM's engine core would wait for its requests forever, holding its RAM and segments.
+    marker = tmp_path / "pause"
+    env = _env(**{PAUSE_AT_ENV: "generation@1", PAUSE_FILE_ENV: str(marker)})
+    shm_before = {p.name for p in Path("/dev/shm").glob("psm_*")}
+    proc = _launch(_args(tiny_model_path, tmp_path / "run", "vllm", "--max_steps", "2"), 1, env)
+    try:
+        while not Path(f"{marker}.0").exists():
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            time.sleep(0.05)
+        engine = [p for p in _session(proc.pid) if "VLLM::" in p]
+        assert len(engine) == 2, engine  # the engine core and its worker
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)  # not communicate(): a left engine would hold the pipe open
+        deadline = time.monotonic() + 30
+        while _session(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _session(proc.pid), _session(proc.pid)
+        assert not _unmapped_shm(shm_before), _unmapped_shm(shm_before)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
 
 
 @pytest.mark.slow
