@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from grpo_train.rollout.base import EngineDied
+from grpo_train.rollout.engine_reaper import mapped_shm
 
 T = TypeVar("T")
 
@@ -303,20 +304,6 @@ def _is_resource_tracker(proc: object) -> bool:
 
     assert isinstance(proc, psutil.Process)
     return any("resource_tracker" in part for part in proc.cmdline())
-
-
-def mapped_shm(pid: int) -> set[str]:
-    """Return the ``/dev/shm`` files a process has mapped (POSIX shared memory segments)."""
-    try:
-        maps = Path(f"/proc/{pid}/maps").read_text()
-    except OSError:
-        return set()
-    names = set()
-    for line in maps.splitlines():
-        path = line.split(maxsplit=5)[-1] if line.count(" ") >= 5 else ""
-        if path.startswith("/dev/shm/"):
-            names.add(path.removeprefix("/dev/shm/").removesuffix(" (deleted)"))
-    return names
 
 
 def _remove_segment(name: str) -> None:
