@@ -23,26 +23,27 @@ from itertools import islice
 #: ``-n 2``. A ``slow`` test missing here counts as ``DEFAULT_SLOW_S``, any other as short.
 #: Only the order depends on these numbers: a stale one costs balance, never a result.
 MEASURED_S: dict[str, float] = {
-    "tests/test_readme_going_further.py::test_going_further_commands_run_as_written": 290,
-    "tests/grpo_train/test_stop_signals.py::test_every_phase_two_ranks_hf": 120,
-    "tests/grpo_train/test_stop_signals.py::test_vllm_engine_start_generation_and_weight_sync": 270,
-    "tests/grpo_train/test_stop_signals.py::test_every_phase_one_process_hf": 120,
-    "tests/grpo_train/test_trainer.py::test_vllm_engine_serves_the_merged_lora_policy": 140,
-    "tests/grpo_train/test_eval_cli.py::test_cli_humaneval_end_to_end_vllm": 130,
+    # A fresh clone's .ci/run on a quiet machine (2026-12-02, pytest 1011 s under -n 2).
+    "tests/grpo_train/test_stop_signals.py::test_vllm_engine_start_generation_and_weight_sync": 188,
+    "tests/grpo_train/test_stop_signals.py::test_vllm_on_two_ranks_generation": 81,
+    "tests/grpo_train/test_stop_signals.py::test_every_phase_two_ranks_hf": 77,
+    "tests/test_readme_going_further.py::test_going_further_commands_run_as_written": 77,
+    "tests/grpo_train/test_stop_signals.py::test_every_phase_one_process_hf": 76,
     "tests/grpo_train/test_stop_signals.py::"
-    "test_a_killed_engine_process_is_one_line_naming_it_and_the_checkpoint": 115,
-    "tests/grpo_train/test_fsdp.py::test_fsdp_checkpoint_resume_matches_uninterrupted_run": 90,
-    "tests/grpo_train/test_user_runs.py::"
-    "test_base_model_lora_wandb_resume_then_eval_two_checkpoints": 85,
-    "tests/grpo_train/test_stop_signals.py::test_vllm_on_two_ranks_generation": 85,
-    "tests/test_own_data_e2e.py::test_a_data_file_is_an_environment_for_every_tool": 80,
-    # Estimates from runs under load (a two-rank TP=2 launch beside a one-process run; one
-    # vLLM engine start): refresh from a quiet CI run's --durations.
-    "tests/grpo_train/test_tensor_parallel.py::test_tp2_engine_generates_what_one_engine_does": 150,
+    "test_a_killed_engine_process_is_one_line_naming_it_and_the_checkpoint": 57,
+    "tests/grpo_train/test_eval_cli.py::test_cli_humaneval_end_to_end_vllm": 50,
+    "tests/grpo_train/test_trainer.py::test_vllm_engine_few_steps_with_weight_sync": 45,
+    "tests/grpo_train/test_trainer.py::test_vllm_engine_serves_the_merged_lora_policy": 42,
     "tests/grpo_train/test_rollout_pipeline.py::"
-    "test_vllm_async_run_trains_within_the_staleness_bound": 70,
+    "test_vllm_async_run_trains_within_the_staleness_bound": 39,
+    "tests/grpo_train/test_fsdp.py::test_fsdp_checkpoint_resume_matches_uninterrupted_run": 33,
+    "tests/grpo_train/test_user_runs.py::"
+    "test_base_model_lora_wandb_resume_then_eval_two_checkpoints": 29,
+    "tests/test_own_data_e2e.py::test_a_data_file_is_an_environment_for_every_tool": 27,
+    # Module fixtures (one vLLM or server start) count in their first test's unit: setup + call.
+    "tests/grpo_train/test_tensor_parallel.py::test_tp2_engine_generates_what_one_engine_does": 60,
     "tests/grpo_train/test_server_tensor_parallel.py::"
-    "test_tp2_server_samples_a_tp1_engines_tokens_and_syncs_to_the_trainers_logprobs": 120,
+    "test_tp2_server_samples_a_tp1_engines_tokens_and_syncs_to_the_trainers_logprobs": 60,
 }
 DEFAULT_SLOW_S = 45.0
 
