@@ -3,7 +3,9 @@
 By default completions come from a decode loop over the model's forward with a preallocated
 (static) KV cache, each distinct prompt prefilled once for its whole group; ``decode="generate"``
 uses ``model.generate`` instead (and models whose cache is not plain full attention always do).
-Both sample from the same warped distribution (``warp_logits``) and report its logprobs.
+Both sample from the same warped distribution (``warp_logits``) and report its logprobs. The
+loop keeps each call's keys/values for the next one: the next turn of a multi-turn episode
+(its history plus the environment's reply) prefills only its new tokens.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -19,6 +22,10 @@ from grpo_train.rollout.base import Completion, SamplingConfig, check_prompts
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+#: At most this many bytes of keys/values are kept from one call for the next (``_keep``).
+KEEP_BYTES = 1 << 30
 
 
 class HFEngine:
@@ -64,6 +71,10 @@ class HFEngine:
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.last_sync_seconds = 0.0
+        # The keys/values of the previous call's sequences, for a next call that extends them
+        # (the next turn of an episode): see ``_decode_loop``. Valid for one weights version.
+        self._kept: dict[tuple[int, ...], KeptSequence] = {}
+        self._kept_version: int | None = None
         eos = self.model.generation_config.eos_token_id
         eos_ids = {tokenizer.eos_token_id} | set(eos if isinstance(eos, list) else [eos])
         self.eos_token_ids = frozenset(int(t) for t in eos_ids if t is not None)
@@ -88,22 +99,37 @@ class HFEngine:
         # num_return_sequences also covers greedy decoding (which refuses it above 1).
         rows = [(i, prompt) for i, prompt in enumerate(prompts) for _ in range(sampling.n)]
         results: list[list[Completion]] = [[] for _ in prompts]
+        version = self._weights_version()
+        previous = self._kept if self._kept_version == version else {}
+        self._kept, self._kept_version = {}, version
         rng = torch.random.fork_rng() if sampling.seed is not None else contextlib.nullcontext()
         with rng, _eval_mode(self.model), torch.inference_mode():
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
             for start in range(0, len(rows), self.max_batch_size):
                 for completion in self._generate_batch(
-                    rows[start : start + self.max_batch_size], sampling
+                    rows[start : start + self.max_batch_size], sampling, previous
                 ):
                     results[completion.prompt_index].append(completion)
         return results
 
+    def _weights_version(self) -> int:
+        """Return a number that changes whenever the model's parameters are written in place.
+
+        Every in-place write (an optimizer step, ``load_state_dict``) bumps a tensor's version
+        counter, so kept keys/values are never used with other weights than the ones that made
+        them, also when the engine shares the trainer's module (no ``sync_weights`` call).
+        """
+        return sum(int(p._version) for p in self.model.parameters())
+
     def _generate_batch(
-        self, rows: list[tuple[int, list[int]]], sampling: SamplingConfig
+        self,
+        rows: list[tuple[int, list[int]]],
+        sampling: SamplingConfig,
+        previous: Mapping[tuple[int, ...], KeptSequence],
     ) -> list[Completion]:
         """Decode a batch of (prompt index, prompt) rows; cut each at its first EOS."""
-        decoded = self._decode_loop(rows, sampling) if self.decode == "loop" else None
+        decoded = self._decode_loop(rows, sampling, previous) if self.decode == "loop" else None
         new_tokens, logprobs = decoded or self._decode_generate(rows, sampling)  # (B, T) each
         completions = []
         for row, (prompt_index, _) in enumerate(rows):
@@ -123,7 +149,10 @@ class HFEngine:
         return completions
 
     def _decode_loop(
-        self, rows: list[tuple[int, list[int]]], sampling: SamplingConfig
+        self,
+        rows: list[tuple[int, list[int]]],
+        sampling: SamplingConfig,
+        previous: Mapping[tuple[int, ...], KeptSequence] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Sample with a decode loop over the model's forward; None if the model's cache can't.
 
@@ -135,6 +164,11 @@ class HFEngine:
         of a preallocated ``StaticCache`` (written in place afterwards), and the sampling
         logprob is one gather from the warped log-softmax. Returns (B, T) tokens and logprobs,
         rows past their EOS padded, like ``model.generate``.
+
+        A prompt that extends a sequence of the previous call (``previous``: the next turn of a
+        multi-turn episode is its history plus the environment's reply) starts from that
+        sequence's keys/values and prefills only the new tokens, instead of the whole history
+        again; each row's sequence is kept for the next call in turn.
         """
         import torch
         from transformers.cache_utils import DynamicCache, StaticCache, StaticLayer
@@ -146,18 +180,33 @@ class HFEngine:
         unique = [rows[r][1] for r in firsts]
         counts = torch.tensor([b - a for a, b in zip(firsts, [*firsts[1:], len(rows)])])
         expand = torch.repeat_interleave(torch.arange(len(unique)), counts).to(device)  # (B,)
-        ids, mask = left_pad(unique, self.pad_token_id)  # (U, W)
-        ids, mask = ids.to(device), mask.to(device)
-        width, steps, batch = ids.shape[1], sampling.max_new_tokens, len(rows)
+        kept = [_longest_kept_prefix(previous or {}, prompt) for prompt in unique]
+        prefix = max((len(k.token_ids) for k in kept if k is not None), default=0)
+        ids, mask = left_pad(
+            [
+                prompt[len(k.token_ids) if k else 0 :]
+                for prompt, k in zip(unique, kept, strict=True)
+            ],
+            self.pad_token_id,
+        )
+        ids = ids.to(device)  # (U, S): what is prefilled now
+        # (U, P + S): each row's kept prefix right-aligned in the first P columns, then its new
+        # tokens right-aligned in the last S; the positions count the real tokens only.
+        mask = torch.cat([_prefix_mask(kept, prefix), mask], dim=1).to(device)
+        steps, batch = sampling.max_new_tokens, len(rows)
+        width = mask.shape[1]
         cache = StaticCache(config=model.config, max_cache_len=width + steps)
         if not all(type(layer) is StaticLayer for layer in cache.layers):
             return None  # sliding-window / hybrid / recurrent layers: let generate handle them
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # as in training (loss._pad)
         prefill = DynamicCache(config=model.config)
+        if prefix:
+            for index, (keys, values) in enumerate(_stack_prefixes(kept, prefix, device)):
+                prefill.update(keys, values, index)
         out = model(
             input_ids=ids,
             attention_mask=mask,
-            position_ids=positions,
+            position_ids=positions[:, prefix:],
             past_key_values=prefill,
             use_cache=True,
             logits_to_keep=1,
@@ -181,7 +230,9 @@ class HFEngine:
             tokens[:, t], logprobs[:, t] = token, logprob
             done |= torch.isin(token, eos)
             if t == steps - 1 or bool(done.all()):
-                return tokens[:, : t + 1].cpu(), logprobs[:, : t + 1].cpu()
+                tokens, logprobs = tokens[:, : t + 1].cpu(), logprobs[:, : t + 1].cpu()
+                self._keep(rows, tokens, attention, width, cache)
+                return tokens, logprobs
             attention[:, width + t] = 1
             position = position + 1
             logits = model(
@@ -193,6 +244,45 @@ class HFEngine:
                 logits_to_keep=1,
             ).logits[:, -1, :]
         raise AssertionError("unreachable: max_new_tokens >= 1")
+
+    def _keep(
+        self,
+        rows: list[tuple[int, list[int]]],
+        tokens: torch.Tensor,
+        attention: torch.Tensor,
+        width: int,
+        cache: Any,
+    ) -> None:
+        """Keep each row's keys/values (prompt + its sampled ids but the last) for the next call.
+
+        The last sampled id has no keys/values yet (it was never fed back); a next prompt that
+        extends the row feeds it with its own new tokens.
+        """
+        import torch
+
+        per_token = sum(
+            2 * layer.keys[0, :, 0].numel() * layer.keys.element_size() for layer in cache.layers
+        )
+        if per_token * int(attention[:, :width].sum()) > KEEP_BYTES:
+            return  # too large to hold between calls: the next call prefills as before
+        for row, (_, prompt) in enumerate(rows):
+            ids = tokens[row].tolist()
+            stop = next((t for t, tok in enumerate(ids) if tok in self.eos_token_ids), None)
+            length = len(ids) if stop is None else stop + 1
+            key = (*prompt, *ids[: length - 1])
+            if key in self._kept:
+                continue  # the same sequence, kept already (greedy rows of one prompt)
+            columns = torch.cat(
+                [
+                    attention[row, :width].nonzero().squeeze(1),
+                    torch.arange(width, width + length - 1, device=attention.device),
+                ]
+            )
+            self._kept[key] = KeptSequence(
+                key,
+                [layer.keys[row].index_select(1, columns) for layer in cache.layers],
+                [layer.values[row].index_select(1, columns) for layer in cache.layers],
+            )
 
     def _decode_generate(
         self, rows: list[tuple[int, list[int]]], sampling: SamplingConfig
@@ -231,6 +321,7 @@ class HFEngine:
     def sync_weights(self, state: Mapping[str, torch.Tensor]) -> None:
         """Copy the exported weights in; ``{}`` (the engine shares the trainer's module) is free."""
         start = time.perf_counter()
+        self._kept = {}
         if state:
             missing, unexpected = self.model.load_state_dict(state, strict=False)  # type: ignore[operator]
             tied = set(getattr(self.model, "_tied_weights_keys", None) or ())
@@ -252,6 +343,68 @@ class HFEngine:
     def close(self) -> None:
         """Drop the reference to the model (the trainer may still hold it)."""
         self.model = None  # type: ignore[assignment]
+        self._kept = {}
+
+
+@dataclass(frozen=True)
+class KeptSequence:
+    """A sequence the engine has keys/values for: its ids and, per layer, (H, L, D) tensors."""
+
+    token_ids: tuple[int, ...]
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+
+def _longest_kept_prefix(
+    kept: Mapping[tuple[int, ...], KeptSequence], prompt: Sequence[int]
+) -> KeptSequence | None:
+    """Return the longest kept sequence that ``prompt`` extends by one token or more, or None.
+
+    >>> kept = {k: KeptSequence(k, [], []) for k in [(1, 2), (1, 2, 3)]}
+    >>> _longest_kept_prefix(kept, [1, 2, 3, 4]).token_ids
+    (1, 2, 3)
+    >>> _longest_kept_prefix(kept, [1, 2, 3]).token_ids  # a prompt must add a token
+    (1, 2)
+    >>> _longest_kept_prefix(kept, [2, 2, 3]) is None
+    True
+    """
+    best = None
+    for ids, sequence in kept.items():
+        longer = best is None or len(ids) > len(best.token_ids)
+        if longer and len(ids) < len(prompt) and tuple(prompt[: len(ids)]) == ids:
+            best = sequence
+    return best
+
+
+def _prefix_mask(kept: Sequence[KeptSequence | None], prefix: int) -> torch.Tensor:
+    """(U, prefix) attention mask: 1 on each row's kept tokens, right-aligned."""
+    import torch
+
+    mask = torch.zeros((len(kept), prefix), dtype=torch.long)
+    for row, sequence in enumerate(kept):
+        if sequence is not None:
+            mask[row, prefix - len(sequence.token_ids) :] = 1
+    return mask
+
+
+def _stack_prefixes(
+    kept: Sequence[KeptSequence | None], prefix: int, device: Any
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer, the rows' kept keys and values as (U, H, prefix, D), right-aligned."""
+    import torch
+
+    some = next(k for k in kept if k is not None)
+    for layer in range(len(some.keys)):
+        heads, _, dim = some.keys[layer].shape
+        shape = (len(kept), heads, prefix, dim)
+        keys = torch.zeros(shape, dtype=some.keys[layer].dtype, device=device)
+        values = torch.zeros(shape, dtype=some.values[layer].dtype, device=device)
+        for row, sequence in enumerate(kept):
+            if sequence is not None:
+                length = len(sequence.token_ids)
+                keys[row, :, prefix - length :] = sequence.keys[layer]
+                values[row, :, prefix - length :] = sequence.values[layer]
+        yield keys, values
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -373,6 +373,12 @@ def _platform_kwargs(
             # generator, which CPU generators cannot do: "CPU Generator does not use offset"
             # killed the engine for 24 prompts x 900 tokens with a seed. Whole prefills avoid it.
             "enable_chunked_prefill": False,
+            # vLLM's CPU backend stores the KV cache in blocks of 128 tokens unless told, and its
+            # prefix cache reuses whole blocks only: each turn of a multi-turn episode then
+            # prefilled up to 127 tokens of its own history again (a 3-turn step cost 1.39x
+            # the single-turn step of the same sampled tokens in benchmarks/multiturn_bench.py;
+            # 1.18x with 32). 32 is the smallest size its kernels take without a warning.
+            "block_size": 32,
         }
     # Keep the worker in this process so sync_weights can hand it tensors by reference (see the
     # module doc). vLLM reads this when the LLM is built.

@@ -222,6 +222,55 @@ def test_decode_loop_matches_model_generate(policy) -> None:
     assert max_logprob_gap(model, groups, PROMPTS, 0.7) < 1e-4
 
 
+def _prefill_widths(model: torch.nn.Module) -> tuple[list[int], Any]:
+    """Record the width of every forward's input_ids (a prefill is the first of a call)."""
+    widths: list[int] = []
+
+    def record(module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        widths.append(int(kwargs["input_ids"].shape[1]))
+
+    return widths, model.register_forward_pre_hook(record, with_kwargs=True)
+
+
+def test_a_next_turn_prefills_only_its_new_tokens_and_samples_what_a_fresh_engine_does(
+    policy,
+) -> None:
+    # A multi-turn episode's next prompt is its history (prompt + sampled ids) plus the
+    # environment's reply: the engine starts from the previous call's keys/values.
+    model, tok = policy
+    warm = HFEngine(model, tok)
+    groups = warm.generate(PROMPTS, SamplingConfig(n=2, max_new_tokens=10, seed=3))
+    reply = tok.encode(" No, try again.", add_special_tokens=False)
+    histories = [[*PROMPTS[i], *c.token_ids, *reply] for i, g in enumerate(groups) for c in g]
+    greedy = SamplingConfig(n=1, max_new_tokens=12, temperature=0.0)
+    widths, hook = _prefill_widths(model)
+    try:
+        reused = warm.generate(histories, greedy)
+        fresh = HFEngine(model, tok).generate(histories, greedy)
+    finally:
+        hook.remove()
+    prefill_reused, prefill_fresh = widths[0], widths[len(widths) // 2]
+    # Only the reply and each history's last sampled id (it had no keys yet) are prefilled.
+    assert prefill_reused == len(reply) + 1 and prefill_fresh == max(map(len, histories))
+    assert [[c.token_ids for c in g] for g in reused] == [[c.token_ids for c in g] for g in fresh]
+    assert max_logprob_gap(model, reused, histories, 1.0) < 1e-4
+
+
+def test_kept_keys_and_values_are_dropped_when_the_weights_change(policy) -> None:
+    model, tok = policy
+    engine = HFEngine(model, tok)
+    groups = engine.generate(PROMPTS[:1], SamplingConfig(n=1, max_new_tokens=6, seed=5))
+    history = [[*PROMPTS[0], *groups[0][0].token_ids, 7]]
+    with torch.no_grad():  # an optimizer step writes the shared module in place
+        next(model.parameters()).add_(0.0)
+    widths, hook = _prefill_widths(model)
+    try:
+        engine.generate(history, SamplingConfig(n=1, max_new_tokens=2, temperature=0.0))
+    finally:
+        hook.remove()
+    assert widths[0] == len(history[0])  # the whole history again: nothing stale reused
+
+
 def test_models_without_a_plain_static_cache_fall_back_to_generate(policy, monkeypatch) -> None:
     import transformers.cache_utils
 
