@@ -134,8 +134,7 @@ class HFEngine:
         completions = []
         for row, (prompt_index, _) in enumerate(rows):
             ids = new_tokens[row].tolist()
-            stop = next((t for t, tok in enumerate(ids) if tok in self.eos_token_ids), None)
-            length = len(ids) if stop is None else stop + 1
+            length = self._length(ids)
             token_ids = tuple(ids[:length])
             completions.append(
                 Completion(
@@ -143,7 +142,7 @@ class HFEngine:
                     text=str(self.tokenizer.decode(list(token_ids), skip_special_tokens=True)),
                     token_ids=token_ids,
                     logprobs=tuple(logprobs[row, :length].tolist()),
-                    finish_reason="length" if stop is None else "stop",
+                    finish_reason="stop" if token_ids[-1] in self.eos_token_ids else "length",
                 )
             )
         return completions
@@ -245,6 +244,11 @@ class HFEngine:
             ).logits[:, -1, :]
         raise AssertionError("unreachable: max_new_tokens >= 1")
 
+    def _length(self, ids: Sequence[int]) -> int:
+        """Return how many of a row's decoded ids are its completion: up to its first EOS."""
+        stop = next((t for t, tok in enumerate(ids) if tok in self.eos_token_ids), None)
+        return len(ids) if stop is None else stop + 1
+
     def _keep(
         self,
         rows: list[tuple[int, list[int]]],
@@ -267,8 +271,7 @@ class HFEngine:
             return  # too large to hold between calls: the next call prefills as before
         for row, (_, prompt) in enumerate(rows):
             ids = tokens[row].tolist()
-            stop = next((t for t, tok in enumerate(ids) if tok in self.eos_token_ids), None)
-            length = len(ids) if stop is None else stop + 1
+            length = self._length(ids)
             key = (*prompt, *ids[: length - 1])
             if key in self._kept:
                 continue  # the same sequence, kept already (greedy rows of one prompt)
@@ -321,7 +324,6 @@ class HFEngine:
     def sync_weights(self, state: Mapping[str, torch.Tensor]) -> None:
         """Copy the exported weights in; ``{}`` (the engine shares the trainer's module) is free."""
         start = time.perf_counter()
-        self._kept = {}
         if state:
             missing, unexpected = self.model.load_state_dict(state, strict=False)  # type: ignore[operator]
             tied = set(getattr(self.model, "_tied_weights_keys", None) or ())

@@ -377,7 +377,7 @@ def _platform_kwargs(
             # prefix cache reuses whole blocks only: each turn of a multi-turn episode then
             # prefilled up to 127 tokens of its own history again (a 3-turn step cost 1.39x
             # the single-turn step of the same sampled tokens in benchmarks/multiturn_bench.py;
-            # 1.18x with 32). 32 is the smallest size its kernels take without a warning.
+            # 1.15x with 32). 32 is the smallest size its kernels take without a warning.
             "block_size": 32,
         }
     # Keep the worker in this process so sync_weights can hand it tensors by reference (see the
