@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from grpo_envs.format import answer_tag, format_components, last_boxed
-from grpo_envs.math.extract import MAX_SCAN_CHARS, final_statement
+from grpo_envs.math.extract import MAX_SCAN_CHARS, final_statement, settle_marked_answer
 from grpo_envs.rubric import Judgement, RewardComponent, ScoringContext
 from grpo_envs.types import DataUnavailableError, JSONValue, Message, Outcome, Sample
 
@@ -151,10 +151,13 @@ def loose_final_answer(completion: str) -> str | None:
     last number"): the number the last concluding sentence states, so listing many numbers,
     checking a result afterwards, hedging between two or stopping mid-sentence earns nothing.
     """
+    text = completion[-MAX_SCAN_CHARS:]
     committed = final_answer(completion)
     if committed is not None:
-        return committed
-    return final_statement(completion[-MAX_SCAN_CHARS:])
+        # A box that is only a guess, or that a correction after it replaces, is settled by the
+        # same precedence as the verifier's (``grpo_envs.math.extract``).
+        return settle_marked_answer(text, committed)
+    return final_statement(text)
 
 
 def _judge_integer(extracted: str | None, gold_text: str) -> Judgement:

@@ -101,7 +101,10 @@ def test_loose_answers_count_the_last_integer_stated_in_prose():
 
     assert outcome(f"So the sum is {gold}.") is Outcome.CORRECT
     assert outcome(f"{gold - 10} + 10 = {gold:,}") is Outcome.CORRECT  # thousands commas allowed
-    assert outcome(f"\\boxed{{{gold}}} or maybe {gold + 1}") is Outcome.CORRECT  # a box commits
+    assert outcome(f"\\boxed{{{gold}}}. It is {gold}.") is Outcome.CORRECT  # a box commits
+    # ... unless a hedge or a correction follows it
+    assert outcome(f"\\boxed{{{gold}}} or maybe {gold + 1}") is Outcome.UNPARSABLE
+    assert outcome(f"\\boxed{{{gold}}}. Oops, I made an error: {gold + 1}.") is Outcome.WRONG
     assert outcome(f"{gold} ... no wait, {gold + 1}") is Outcome.WRONG  # only the last one counts
     assert outcome(f"{gold}7") is Outcome.WRONG  # no partial digit match
     assert outcome("I don't know") is Outcome.UNPARSABLE
