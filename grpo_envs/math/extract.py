@@ -18,33 +18,68 @@ Both modes: a ``<think>`` block that is never closed has no answer (the model ne
 GLM's ``<|begin_of_box|>...<|end_of_box|>`` is a box; a sentence or an approximation sign inside a
 box (``\boxed{\text{The answer is } 5}``, ``\boxed{\approx 5}``) is reduced to its answer.
 
-**The final stated answer** (flexible mode, a text with no answer marker; ``final_statement``).
-The sentences are read from the end:
+**Loose mode's precedence** (flexible mode; the one statement of the rule). No finish reason
+reaches the scorer (it gets the completion's text only), so a cut-off completion is recognised
+by its text. Which statement is final:
 
-1. a text cut off mid-sentence (ending in an operator or a word such as "by", "the", "and")
-   states no result: no answer;
-2. closing remarks ("I hope it is correct") and sentences without a value are skipped;
-3. a sentence that checks or illustrates an earlier result ("Check: 3(3) - 2 = 7",
-   "Substituting back: 2(3) + 1 = 7, which checks out", "For a smaller case, n = 3 gives 6") is
-   skipped: its numbers are not the answer. A substitution is a check only when it says so
-   ("check", "verify", "correct", "back:"); "substituting j = 20 into e = 9j, we get e = 180"
-   solves for the next unknown;
-4. after a retraction ("Wait, I made an error: it is 6") only what follows it counts; a strong
-   retraction ("oops", "I made a mistake", "that is wrong") with no new value leaves no answer,
-   a weak one ("wait", "let me recheck") leaves the earlier answer standing;
-5. a sentence that hedges between candidates ("it could be 4 or 5", "maybe 7"; not "0.60 or
-   60%" or "2, or 16 * 1/2 = 8") or that announces work it does not do ("Now we need to multiply
-   4 by 3") is no answer: no credit;
-6. otherwise the first sentence found states the answer: the result of its last computation
-   (the number after its last ``=``: "9 + 6 = 15 liters out of the 24 liters" states 15), or
-   that result restated ("= 16.75 bags, meaning 17 bags", "= 33.333%, which rounds to 33%"),
-   unless the computation goes on in words ("= 30 eggs, plus 2 spares": then the last number);
-   without a computation, its last math span or standalone number, else the last number
-   written in words ("twelve"; "one" alone is a pronoun). An ordinal counts only as a computed
-   result ("12/2 = 6th"), never as a label ("on the 13th day").
+1. *A marked answer* (box, answer tag, ``####``, "The answer is ...") is the answer, subject to
+   what the text says after it (``settle_marked_answer``); without one, the *final stated
+   answer* below.
+2. *A correction* supersedes an earlier answer: a retraction ("oops", "I made an error", "that is
+   wrong", "let me recount", "recalculating", "actually, it is") or a second thought ("wait",
+   "hmm", "but", "however", "counted twice") followed by a value that concludes ("so the total
+   is 11", "12 - 1 = 11"): the last stated value wins. A retraction with no new value leaves no
+   answer; a second thought with none ("Wait, let me double-check: 2 + 3 = 5. Yes.") leaves the
+   answer standing, unless it announces a correction it does not make ("But we must exclude the
+   blocked paths"): then no answer.
+3. *A supposition* is a guess at the answer or a trial value ("Suppose the answer is
+   \boxed{5}", "If the answer were 5", "Let's try 7", "Assume x = 3"; not a premise such as
+   "Assuming each box holds 12" nor an evaluation "If x = 3, then ..."). It is an answer only
+   when the text confirms it ("which works", "checks out", a check mark) and nothing refutes it
+   ("!=", "contradiction", "doesn't work", "too big", "not 12"); its working ("Then 5 x 3 =
+   15") is never the answer; a later conclusion ("So the answer is 4") is. Strict mode drops
+   only a box the text refutes.
+4. *A check* after the answer does not replace it: a sentence that checks or illustrates
+   ("Check:", "Let's verify", "double-check", "as a check", "sanity check", "Plugging back in
+   ... which matches", "For a smaller case, n = 3 gives 6") opens a check block that runs to the
+   next new conclusion ("So ...", "Therefore ...", "The answer is ..."); its numbers are not the
+   answer. A substitution is a check only when it says so; "substituting j = 20 into e = 9j, we
+   get e = 180" solves for the next unknown.
+5. *A hedge* gives no single answer: a sentence offering several candidates ("10, 11, or 12",
+   "either 3 or 4", "the possible values are 2 and 3", "it could be 4", "about 10 to 12",
+   "between 3 and 5"), an alternative after a marked answer ("The answer is 12. Or maybe 13.")
+   or boxes joined by "either ... or". A later sentence that picks one ("... so the answer is
+   12") resolves it. Not hedges: one value in two forms ("0.60 or 60%") and a list that goes on
+   computing ("2, or 16 * 1/2 = 8").
+6. *A cut-off text* (ending in an operator or a word such as "by", "the", "and") keeps only an
+   answer it named before the cut ("The answer is 8. Now the") with no second thought after
+   it; a last sentence that starts a correction and states no value ("But we must exclude the
+   paths through the corner, which number") leaves no answer, so the number before it (an
+   intermediate) is never taken. A text may end without a full stop and still be whole ("So
+   the total is 3 + 4 = 7").
 
-The same retraction rule applies after a marked answer: "\boxed{5}. Oops, it is 6." answers 6;
-"The answer is 5. That is wrong." answers nothing.
+*The final stated answer* (``final_statement``): the sentences are read from the end, rules 2-6
+applied as they come; closing remarks ("I hope it is correct"), sentences without a value and
+check blocks are skipped; a sentence that announces work it does not do ("Now we need to
+multiply 4 by 3") is no answer. The first remaining sentence states the answer: the result of
+its last computation (the number after its last ``=``: "9 + 6 = 15 liters out of the 24
+liters" states 15), or that result restated ("= 16.75 bags, meaning 17 bags", "= 33.333%, which
+rounds to 33%"), unless the computation goes on in words ("= 30 eggs, plus 2 spares": then the
+last number); without a computation, its last math span or standalone number, else the last
+number written in words ("twelve"; "one" alone is a pronoun). An ordinal counts only as a
+computed result ("12/2 = 6th"), never as a label ("on the 13th day"). A "!" after a number is a
+factorial ("5! = 120"), not the end of a sentence.
+
+>>> final_statement("There are 5! = 120 ways. Check with 3 people: 3! = 6 ways.")
+'120'
+>>> final_statement("Possible values are 10, 11, or 12.") is None
+True
+>>> final_statement("Suppose it is 5. Then 5 * 3 = 15 != 12. So it is 4.")
+'4'
+>>> final_statement("The paths number 210. But we must exclude the blocked ones, which") is None
+True
+>>> extract_answer("The answer is 12. Hmm, but the corner was counted twice: it is 11.")
+'11'
 
 A standalone number is never cut out of an expression or a word: in ``\frac{1+\sqrt5}{2}``,
 ``2^{10}``, ``x_2`` or ``AZYUK2A`` there is none (a digit run touching a letter, a brace, ``^``,
@@ -810,8 +845,8 @@ _RETRACTION = re.compile(
 # After a marked answer, these also open a second thought: "The answer is 12. Hmm, but ...". A
 # concluding value after them replaces the answer; none leaves it standing (see the precedence).
 _SECOND_THOUGHT = re.compile(
-    rf"\b(?:(?P<strong>{_STRONG_RETRACTION})|(?P<hedge>or\s+(?:maybe|perhaps|possibly)"
-    r"|(?:it|that|the\s+answer)\s+(?:could|might)\s+(?:also\s+)?be)"
+    rf"\b(?:(?P<strong>{_STRONG_RETRACTION})|(?P<hedge>(?:or\s+(?:maybe|perhaps|possibly)"
+    r"|(?:it|that|the\s+answer)\s+(?:could|might)\s+(?:also\s+)?be)\s+[$\\(]*-?\d+)"
     r"|wait|hmm+|but|however|actually|hold\s+on|let\s+me\s+re-?(?:check|think|consider)"
     r"|(?:counted|included)\s+(?:\w+\s+){0,4}?twice|(?:double|over)[- ]?count(?:ed|ing))\b",
     re.IGNORECASE,
@@ -839,7 +874,7 @@ _REFUTATION = re.compile(
     re.IGNORECASE,
 )
 # ... a contradiction refutes whatever it follows, a supposition or not.
-_CONTRADICTION = re.compile(r"!=|≠|\\neq?\b|\\not=|\bcontradict\w*", re.IGNORECASE)
+_CONTRADICTION = re.compile(r"\bcontradict\w*", re.IGNORECASE)
 _AFFIRMATION = re.compile(
     r"\b(?:works|checks?\s+out|satisf(?:ies|ied|y)|matches|consistent|correct|indeed|true"
     r"|confirm\w*|yes)\b|✓|\\checkmark",
@@ -850,15 +885,32 @@ _HEDGE_SENTENCE = re.compile(
     r"(?<![\d.,+\-*/×=$\s])\s*\$?\d+(?:\.\d+)?\s*,?\s*or\s+(?:maybe\s+|perhaps\s+|possibly\s+)?\$?"
     r"\d+(?:\.\d+)?(?![\d.%]|\s*[=+\-*/×])(?![^.\n]*=)"  # "4 or 5", not "0.60 or 60%"
     r"|\beither\s+[$\\(]*-?\d|\b(?:could|might|may)\s+be\s+(?:about\s+|around\s+)?[$\\(]*-?\d"
-    r"|\b(?:maybe|perhaps|possibly|probably)\s*[$\\(]*-?\d|\bnot\s+sure\b|\bI\s+guess\b"
-    # "10, 11, or 12"; "the possible values are 2 and 3"; "any of 4, 5"; "about 10 to 12"
-    r"|-?\d+(?:\.\d+)?\$?(?:\s*,\s*\$?-?\d+(?:\.\d+)?\$?)+\s*,?\s*(?:or|and/or)\s+\$?-?\d"
+    r"|\b(?:maybe|perhaps|possibly|probably)\s*[$\\(]*-?\d|\bnot\s+sure\b|\bI\s+guess\b",
+    re.IGNORECASE,
+)
+# ... and one that lists candidates: "10, 11, or 12"; "the possible values are 2 and 3"; "any of
+# 4, 5"; "about 10 to 12". Tried only on a sentence holding one of ``_LIST_HEDGE_WORDS``.
+_LIST_HEDGE = re.compile(
+    r"(?<![\d.])\d++(?:\.\d++)?\$?(?:\s*+,\s*+\$?-?\d++(?:\.\d++)?\$?)++\s*+,?\s*+(?:or|and/or)\s+"
+    r"\$?-?\d"
     r"|\b(?:possible|candidate|potential)\s+(?:\w+\s+){0,3}?(?:are|include|could\s+be)\s*:?\s*"
     r"[$\\(]*-?\d[\d.]*[$\\)]*\s*(?:,|\bor\b|\band\b)"
     r"|\b(?:any|one)\s+of\s+[$\\(]*-?\d[\d.]*[$\\)]*\s*(?:,|\bor\b|\band\b)"
     r"|\b(?:about|around|roughly|approximately|somewhere)\s+\$?-?\d+(?:\.\d+)?\s*(?:to|-|–)\s*\$?-?\d",
     re.IGNORECASE,
 )
+_LIST_HEDGE_WORDS = ("or", "possible", "candidate", "potential", "of", "about", "around",
+                     "roughly", "approximately", "somewhere")  # fmt: skip
+
+
+def _hedges(sentence: str) -> bool:
+    """Tell whether ``sentence`` hedges between candidates or none (rule 5 of the precedence)."""
+    if _HEDGE_SENTENCE.search(sentence):
+        return True
+    lower = sentence.lower()
+    return any(w in lower for w in _LIST_HEDGE_WORDS) and bool(_LIST_HEDGE.search(sentence))
+
+
 # A sentence without a value that opens a correction still to be made ("But we must exclude the
 # paths through the corner, which number"): what was stated before it no longer stands.
 _CORRECTION_WORDS = re.compile(
@@ -907,10 +959,8 @@ _CLOSING_SENTENCE = re.compile(
 )
 # A "!" after a number or a bracket is a factorial ("5! = 120", "3! ways") unless a new sentence
 # follows it.
-_SENTENCE_END = re.compile(
-    r"(?<!\d)[.?;](?=\s|$)|(?<=\d)[.?;](?=\s|$)|(?<![\d)}])!(?=\s|$)"
-    r"|(?<=[\d)}])!(?=\s*$|\s+[A-Z\n])|\n+"
-)
+# Each branch starts with its punctuation mark, so the scan skips ahead to the next one.
+_SENTENCE_END = re.compile(r"[.?;](?=\s|$)|!(?:(?<![\d)}]!)(?=\s|$)|(?=\s*$|\s+[A-Z\n]))|\n+")
 
 
 def _sentences(region: str, spans: list[tuple[int, int, str]]) -> list[str]:
@@ -928,18 +978,8 @@ def _sentences(region: str, spans: list[tuple[int, int, str]]) -> list[str]:
 def final_statement(region: str) -> str | None:
     r"""Return loose mode's *final stated answer* of a text with no answer marker, or None.
 
-    The rule, sentence by sentence from the end:
-
-    * a text cut off mid-sentence ("... = 4, then multiply by") states no result: None;
-    * closing remarks ("I hope it is correct") and sentences without a number are skipped;
-    * a sentence that checks or illustrates an earlier result ("Check: 3(3) - 2 = 7",
-      "Substituting back ...", "For a smaller case, n = 3 gives 6") is skipped: its numbers are
-      not the answer;
-    * after a retraction ("Wait, I made an error: it is 6") only what follows it counts, and a
-      retraction with no new value leaves no answer;
-    * a sentence that hedges ("it could be 4 or 5", "maybe 7") or plans ("Now we add 3") is no
-      answer: None;
-    * otherwise the first sentence found states the answer: its last math span or number.
+    The rule and its precedence (corrections, suppositions, checks, hedges, cut-off text) are
+    stated once, in this module's docstring.
 
     >>> final_statement("So y = 3. Check: 3(3) - 2 = 7.")
     '3'
@@ -969,7 +1009,7 @@ def _answer_before_cut(sentences: list[str]) -> str | None:
     other numbers may be intermediate results.
     """
     for j in range(len(sentences) - 2, -1, -1):
-        if _SECOND_THOUGHT.search(sentences[j + 1]) or _HEDGE_SENTENCE.search(sentences[j + 1]):
+        if _SECOND_THOUGHT.search(sentences[j + 1]) or _hedges(sentences[j + 1]):
             return None
         if _ANSWER_IS.search(sentences[j]):
             return _statement_before(sentences[: j + 1])
@@ -1045,10 +1085,19 @@ def _check_block(sentences: list[str]) -> list[bool]:
     return marks
 
 
+_GUESS_WORDS = ("suppos", "assum", "guess", "what if", "try", "if ")
+
+
+def _may_guess(text: str) -> bool:
+    """Tell whether ``text`` may guess: a substring test that spares most texts the regex."""
+    lower = text.lower()
+    return any(w in lower for w in _GUESS_WORDS)
+
+
 def _guess_start(sentences: list[str], k: int) -> int:
     """Return the sentence (``k`` or up to three before it) that makes a guess, or -1."""
     for j in range(k, max(-1, k - 4), -1):
-        if _SUPPOSITION.search(sentences[j]):
+        if _may_guess(sentences[j]) and _SUPPOSITION.search(sentences[j]):
             return j
     return -1
 
@@ -1061,6 +1110,7 @@ def _affirmed(after: str) -> bool:
 def _statement_before(sentences: list[str]) -> str | None:
     """Apply ``final_statement``'s rule to ``sentences``, from the last one back."""
     in_check = _check_block(sentences)
+    guessing = any(_may_guess(x) for x in sentences[-8:])
     k = len(sentences)
     while k > 0:
         k -= 1
@@ -1070,7 +1120,7 @@ def _statement_before(sentences: list[str]) -> str | None:
             pass
         if retraction is not None:
             after = sentence[retraction.end() :].lstrip(" ,:;-")
-            if _HEDGE_SENTENCE.search(after):
+            if _hedges(after):
                 return None
             value = _statement_before([after, *sentences[k + 1 :]]) if after else None
             if value is not None or retraction.group("strong"):
@@ -1082,8 +1132,10 @@ def _statement_before(sentences: list[str]) -> str | None:
                 continue
         if _CLOSING_SENTENCE.match(sentence) or in_check[k]:
             continue
-        guess = _guess_start(sentences, k)
-        if _CONTRADICTION.search(sentence) or (guess >= 0 and _REFUTATION.search(sentence)):
+        guess = _guess_start(sentences, k) if guessing else -1
+        if ("ontradict" in sentence and _CONTRADICTION.search(sentence)) or (
+            guess >= 0 and _REFUTATION.search(sentence)
+        ):
             # A refuted guess ("Suppose it is 5. Then 15 != 12."): neither it nor its working is
             # the answer; an earlier statement may be.
             k = guess if guess >= 0 else k
@@ -1107,9 +1159,9 @@ def _statement_before(sentences: list[str]) -> str | None:
                 return None
             spelled = _last_number_words(sentence)
             if spelled is not None:
-                return None if _HEDGE_SENTENCE.search(sentence) else spelled
+                return None if _hedges(sentence) else spelled
             continue
-        if _HEDGE_SENTENCE.search(sentence):
+        if _hedges(sentence):
             return None
         future = _FUTURE_SENTENCE.match(sentence) and not _CONCLUSION.search(sentence)
         if future and not affirmed:
@@ -1247,7 +1299,9 @@ def settle_marked_answer(region: str, answer: str, *, strict: bool = False) -> s
         return marked
     strong_found = any(m.group("strong") for m in _RETRACTION.finditer(region, cue.start()))
     value = final_statement(tail.lstrip(" ,:;-"))
-    if value is not None and (strong_found or _CONCLUDING.search(tail)):
+    if value is not None and (
+        strong_found or _CONCLUDING.search(tail) or _CORRECTION_WORDS.search(tail)
+    ):
         return value
     if strong_found:
         return None
