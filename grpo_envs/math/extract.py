@@ -883,7 +883,7 @@ _AFFIRMATION = re.compile(
 # A sentence that offers several candidates, or none firmly: no credit.
 _HEDGE_SENTENCE = re.compile(
     r"(?<![\d.,+\-*/×=$\s])\s*\$?\d+(?:\.\d+)?\s*,?\s*or\s+(?:maybe\s+|perhaps\s+|possibly\s+)?\$?"
-    r"\d+(?:\.\d+)?(?![\d.%]|\s*[=+\-*/×])(?![^.\n]*=)"  # "4 or 5", not "0.60 or 60%"
+    r"\d+(?:\.\d+)?(?![\d%]|\.\d|\s*[=+\-*/×])(?![^.\n]*=)"  # "4 or 5", not "0.60 or 60%"
     r"|\beither\s+[$\\(]*-?\d|\b(?:could|might|may)\s+be\s+(?:about\s+|around\s+)?[$\\(]*-?\d"
     r"|\b(?:maybe|perhaps|possibly|probably)\s*[$\\(]*-?\d|\bnot\s+sure\b|\bI\s+guess\b",
     re.IGNORECASE,
@@ -1153,10 +1153,11 @@ def _statement_before(sentences: list[str]) -> str | None:
                 return None  # a guess never confirmed is no answer
             affirmed = True
         if not re.search(r"\d|\\[A-Za-z]", sentence) and not math_spans(sentence):
-            if _PLAN_SENTENCE.match(sentence) or (
-                _OPENER.match(sentence) and _opens_correction(sentence)
-            ):
+            if _OPENER.match(sentence) and _opens_correction(sentence):
                 return None
+            if _PLAN_SENTENCE.match(sentence):
+                # "The answer is 57. Now let's": work announced after a named answer
+                return _answer_before_cut(sentences[: k + 1])
             spelled = _last_number_words(sentence)
             if spelled is not None:
                 return None if _hedges(sentence) else spelled
@@ -1303,8 +1304,8 @@ def settle_marked_answer(region: str, answer: str, *, strict: bool = False) -> s
         strong_found or _CONCLUDING.search(tail) or _CORRECTION_WORDS.search(tail)
     ):
         return value
-    if strong_found:
-        return None
+    if strong_found or _TRUNCATED_END.search(_spans_as_words(tail, math_spans(tail))[-200:]):
+        return None  # withdrawn, or cut off in the middle of the second thought
     opened = _sentences(tail, [])[:1]
     if opened and not re.search(r"\d", opened[0]) and _opens_correction(opened[0]):
         return None  # "The answer is 210. But we must exclude the paths through the corner"
