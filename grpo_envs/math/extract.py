@@ -958,8 +958,7 @@ _CLOSING_SENTENCE = re.compile(
     re.IGNORECASE,
 )
 # A "!" after a number or a bracket is a factorial ("5! = 120", "3! ways") unless a new sentence
-# follows it.
-# Each branch starts with its punctuation mark, so the scan skips ahead to the next one.
+# follows it. Each branch starts with its punctuation mark: the scan skips ahead to the next one.
 _SENTENCE_END = re.compile(r"[.?;](?=\s|$)|!(?:(?<![\d)}]!)(?=\s|$)|(?=\s*$|\s+[A-Z\n]))|\n+")
 
 
@@ -1110,7 +1109,6 @@ def _affirmed(after: str) -> bool:
 def _statement_before(sentences: list[str]) -> str | None:
     """Apply ``final_statement``'s rule to ``sentences``, from the last one back."""
     in_check = _check_block(sentences)
-    guessing = any(_may_guess(x) for x in sentences[-8:])
     k = len(sentences)
     while k > 0:
         k -= 1
@@ -1132,7 +1130,7 @@ def _statement_before(sentences: list[str]) -> str | None:
                 continue
         if _CLOSING_SENTENCE.match(sentence) or in_check[k]:
             continue
-        guess = _guess_start(sentences, k) if guessing else -1
+        guess = _guess_start(sentences, k)
         if ("ontradict" in sentence and _CONTRADICTION.search(sentence)) or (
             guess >= 0 and _REFUTATION.search(sentence)
         ):

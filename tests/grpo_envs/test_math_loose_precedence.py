@@ -89,6 +89,9 @@ RIGHT = [
         "let me also describe the",
     ),
     ("truncated", "210", "The number of paths is 210."),
+    ("truncated", "57", "23 + 34 = 57. The answer is 57. Now let's"),  # a plan, no correction
+    ("guess", "4", "Try x = 5: 5 * 3 = 15, too big. Try x = 4: 4 * 3 = 12, which works."),
+    ("hedge", "x \\neq 3", "We find that $x \\neq 3$."),  # a relation answer, not a refutation
     ("truncated", "9", "So in total, he scored 4+5=9 points in the 40 minutes"),
 ]
 
@@ -168,6 +171,9 @@ WRONG = [
         "cross the river, of which there are",
     ),
     ("truncated", "48", "First, 6 * 8 = 48 seats. But we forgot the balcony, which holds"),
+    ("truncated", "12", "The answer is 12. Wait, 3 groups of 5 makes 15, so we"),
+    ("hedge", "5", "The result is approximately 4 or 5."),
+    ("guess", "5", "Try x = 5: 5 * 3 = 15, too big. Try x = 4: 4 * 3 = 12, which works."),
 ]
 
 
