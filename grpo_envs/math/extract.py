@@ -848,6 +848,7 @@ _SECOND_THOUGHT = re.compile(
     rf"\b(?:(?P<strong>{_STRONG_RETRACTION})|(?P<hedge>(?:or\s+(?:maybe|perhaps|possibly)"
     r"|(?:it|that|the\s+answer)\s+(?:could|might)\s+(?:also\s+)?be)\s+[$\\(]*-?\d+)"
     r"|wait|hmm+|but|however|actually|hold\s+on|let\s+me\s+re-?(?:check|think|consider)"
+    r"|(?P<no>no)(?=,\s+(?:it|the|that|this|we|I)\b)|on\s+reflection"
     r"|(?:counted|included)\s+(?:\w+\s+){0,4}?twice|(?:double|over)[- ]?count(?:ed|ing))\b",
     re.IGNORECASE,
 )
@@ -1299,7 +1300,10 @@ def settle_marked_answer(region: str, answer: str, *, strict: bool = False) -> s
     strong_found = any(m.group("strong") for m in _RETRACTION.finditer(region, cue.start()))
     value = final_statement(tail.lstrip(" ,:;-"))
     if value is not None and (
-        strong_found or _CONCLUDING.search(tail) or _CORRECTION_WORDS.search(tail)
+        strong_found
+        or cue.group("no")
+        or _CONCLUDING.search(tail)
+        or _CORRECTION_WORDS.search(tail)
     ):
         return value
     if strong_found or _TRUNCATED_END.search(_spans_as_words(tail, math_spans(tail))[-200:]):

@@ -121,6 +121,7 @@ WRONG = [
         "The answer is 12. Hmm, wait, the corner was counted twice, so we subtract one",
     ),
     ("correction", "20", "The answer is 20. That is wrong."),
+    ("correction", "12", "The answer is 12. No, it's 11 because the corner repeats."),
     (
         "check",
         "6",
