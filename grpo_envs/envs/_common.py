@@ -146,10 +146,12 @@ def parse_integer(text: str) -> int | None:
 def loose_final_answer(completion: str) -> str | None:
     r"""Return the committed final answer (``final_answer``), else the final stated number.
 
-    For models that state their answer in prose ("3 + 2 = 5"). The fallback is the math
-    verifier's loose rule (``grpo_envs.math.extract.final_statement``, the one definition of "the
-    last number"): the number the last concluding sentence states, so listing many numbers,
-    checking a result afterwards, hedging between two or stopping mid-sentence earns nothing.
+    For models that state their answer in prose ("3 + 2 = 5"). Both follow the math verifier's
+    loose precedence (``grpo_envs.math.extract``'s docstring, the one statement of it): a box is
+    settled by what follows it (a correction replaces it, a refuted guess or a hedge leaves no
+    answer), and without one the final stated answer (``final_statement``) counts, so listing
+    many numbers, checking a result afterwards, hedging between two or stopping mid-correction
+    earns nothing.
     """
     text = completion[-MAX_SCAN_CHARS:]
     committed = final_answer(completion)

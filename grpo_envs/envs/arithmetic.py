@@ -168,9 +168,9 @@ class ArithmeticEnv(SingleTurnEnv):
                 and the format component added to the rubric.
             format_weight: that component's weight (0: logged only).
             answer: ``strict`` counts only a committed answer (boxed / ``<answer>``);
-                ``loose`` also takes the final stated number of the text (the number its last
-                concluding sentence states: ``grpo_envs.math.extract.final_statement``), for
-                models that answer in prose (the embedded default model rarely boxes anything).
+                ``loose`` also takes the final stated number of the text (loose mode's
+                precedence of statements: ``grpo_envs.math.extract``), for models that answer
+                in prose (the embedded default model rarely boxes anything).
             operands: ``chain`` only: number of operands (2-8), overriding ``difficulty``'s.
             digits: ``chain`` only: max digits per operand (1-6), overriding ``difficulty``'s.
             operators: ``chain`` only: the operators to draw from, uniformly per position
