@@ -860,10 +860,10 @@ _GUESSED = (
     r"|it)\s+(?:is|were|was|=|equals|be)\s+(?:\\boxed\s*\{|[$\\(]*-?\d)"
 )
 _SUPPOSITION = re.compile(
-    rf"\b(?:(?:suppos(?:e|ing)|assum(?:e|ing)|guess(?:ing)?|what\s+if)\s+(?:{_GUESSED}"
-    r"|(?:that\s+)?[A-Za-z]\s*=\s*[$\\(]*-?\d|[$\\(]*-?\d)"
+    r"\b(?:(?:(?:let(?:'s|\s+us|\s+me)\s+)?(?:suppos(?:e|ing)|assum(?:e|ing)|guess(?:ing)?)"
+    rf"|let(?:'s|\s+us|\s+me)\s+say|what\s+if)\s+(?:{_GUESSED}|(?:that\s+)?[A-Za-z]\s*=\s*[$\\(]*-?\d|[$\\(]*-?\d)"
     rf"|if\s+{_GUESSED}"
-    r"|let(?:'s|\s+us|\s+me)\s+(?:try|guess|test|assume|suppose|say|see\s+if)\b(?!\s+to\b)"
+    r"|let(?:'s|\s+us|\s+me)\s+(?:try|guess|test|see\s+if)\b(?!\s+to\b)"
     r"|(?<!')\btry(?:ing)?\s+(?:[$\\(]|-?\d|[A-Za-z]\s*=|\\boxed|the\s+value))",
     re.IGNORECASE,
 )

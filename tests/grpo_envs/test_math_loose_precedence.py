@@ -74,6 +74,12 @@ RIGHT = [
     ("guess", "60", "Assuming each box holds 12, the total is 5 * 12 = 60."),  # a premise
     ("guess", "7", "If x = 3, then 2x + 1 = 7."),  # an evaluation, not a guess
     (
+        "guess",
+        "12000",
+        "Let's assume a crate holds 4,000 pounds. Then 3 crates hold 12,000 pounds.",
+    ),
+    ("guess", "12", "I'd say 12 apples."),
+    (
         "hedge",
         "12",
         "The possible values are 10, 11, or 12; since it must be even and above 10, "
