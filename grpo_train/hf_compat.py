@@ -56,7 +56,8 @@ def cache_keyword(model: torch.nn.Module) -> str:
     >>> cache_keyword(New()), cache_keyword(Old())
     ('cache', 'past_key_values')
     """
-    return _cache_keyword_of(type(base_model(model)))
+    cls: Any = type(base_model(model))
+    return _cache_keyword_of(cls)
 
 
 def checkpointing_enabled(model: torch.nn.Module) -> bool:
