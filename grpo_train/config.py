@@ -388,8 +388,9 @@ class RunConfig:
     progress: Free[bool] = True
     """Show a progress bar with ETA."""
     log_level: Free[Literal["debug", "info", "warning", "error"]] = "info"
-    """Console log level. ``info`` keeps the run's own messages and hides the expected chatter of
-    vLLM, Triton and NUMA probing; ``debug`` shows everything."""
+    """Log level. At ``info`` the console shows warnings and errors only (the rest goes to the
+    run's ``train.log``) and hides the expected chatter of vLLM, Triton and NUMA probing;
+    ``debug`` shows everything on the console."""
 
 
 SECTIONS: dict[str, type] = {

@@ -151,6 +151,10 @@ class RunLogger:
         if not enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        from grpo_train.console import attach_run_log
+
+        # grpo train: the details go there until the command ends (its summary and plots too).
+        attach_run_log(self.run_dir)
         # On resume, forget rows the interrupted run wrote after its checkpoint: they are redone
         # (metrics and samples alike, so that both files describe the same steps).
         for name in (METRICS_FILE, SAMPLES_FILE):
