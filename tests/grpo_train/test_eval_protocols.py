@@ -375,3 +375,11 @@ def test_a_suite_whose_data_is_missing_offline_is_one_line_and_exit_2(monkeypatc
     assert "\n" not in err and "Traceback" not in err
     assert err.startswith("grpo eval: error: aime24: cannot load HuggingFaceH4/aime_2024")
     assert "GRPO_AIME24_DIR" in err
+
+
+def test_help_names_the_reported_metrics(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for metric in ("avg@n", "standard error", "pass@k", "maj@k", "strict", "flexible"):
+        assert metric in text, metric
