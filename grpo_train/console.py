@@ -250,6 +250,19 @@ def quiet_child_process() -> None:
     logging.getLogger().addHandler(handler)
 
 
+def _no_weight_loading_bars() -> None:
+    """Drop transformers' "Loading weights" bar (one per model load); downloads keep theirs."""
+    try:
+        import huggingface_hub.utils as hub_utils
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    downloads = not hub_utils.are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()  # also turns the hub's off, which may take minutes:
+    if downloads:
+        hub_utils.enable_progress_bars()
+
+
 def setup_logging(level: str = "info", *, details_to_file: bool = False) -> None:
     """Configure the console for a ``grpo`` command at ``level`` (one of ``LEVELS``).
 
@@ -278,6 +291,8 @@ def setup_logging(level: str = "info", *, details_to_file: bool = False) -> None
         console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         console.addFilter(_ConsoleThreshold(logging.WARNING if level == "info" else numeric))
         root.addHandler(_PendingRecords(numeric))
+        if level != "debug":
+            _no_weight_loading_bars()
     else:
         console.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(console)

@@ -96,6 +96,9 @@ def restored_logging(monkeypatch):
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     yield
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.enable_progress_bar()
     for handler in list(root.handlers):
         if handler not in handlers:
             root.removeHandler(handler)
@@ -160,5 +163,6 @@ def test_a_train_run_prints_the_bar_and_the_summary_and_logs_details_to_its_file
     assert not [line for line in lines if _TIMESTAMP.search(line)], console
     assert not [line for line in lines if re.match(r"\s*(INFO|DEBUG) ", line)], console
     assert "held-out accuracy: before" in captured.out and "grpo: " in captured.err  # the bar
+    assert "Loading weights" not in console  # transformers' bar for each model load
     log = (out / RUN_LOG_FILE).read_text()
     assert "beta=0, mu=1" in log and all(_TIMESTAMP.match(x) for x in log.splitlines())
