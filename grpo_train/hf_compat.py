@@ -1,14 +1,14 @@
 """transformers' renamed model APIs, chosen in one place for every supported release.
 
-transformers 5.2x renamed two things the trainer calls; the old names still work there but warn
+transformers renamed two things the trainer calls; the old names still work but warn
 (``FutureWarning``) and are removed later (the forward keyword in 5.40, the checkpointing names
 in v6):
 
-- the key/value cache keyword of a model's ``forward``: ``past_key_values`` -> ``cache``;
-- gradient checkpointing: ``gradient_checkpointing_enable`` / ``is_gradient_checkpointing`` ->
-  ``activation_checkpointing_enable`` / ``is_activation_checkpointing``.
+- 5.24, the key/value cache keyword of a model's ``forward``: ``past_key_values`` -> ``cache``;
+- 5.23, gradient checkpointing: ``gradient_checkpointing_enable`` / ``is_gradient_checkpointing``
+  -> ``activation_checkpointing_enable`` / ``is_activation_checkpointing``.
 
-Releases down to the ``transformers`` floor in pyproject.toml have only the old names. Each
+Releases down to the ``transformers`` floor in pyproject.toml (4.56) have only the old names. Each
 helper asks the model's class which name it has rather than comparing version numbers: a model
 whose code comes with its checkpoint (remote code) or lags behind the library keeps working.
 Callers pass the model as they hold it (DDP / FSDP / compiled / peft wrappers are looked through).
@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-#: The forward keyword of the key/value cache in transformers >= 5.2x, and before.
+#: The forward keyword of the key/value cache in transformers >= 5.24, and before.
 CACHE_KEYWORD = "cache"
 LEGACY_CACHE_KEYWORD = "past_key_values"
 

@@ -23,7 +23,7 @@ _PIECES = [
     r"\.\./" + "shared/",  # a sibling folder of the checkout
     "anchors" + r"\.md",  # a notes file outside the repository
     "pain" + " point",
-    "[Ii]" + r"ssue #?[0-9]+",  # "issue 41", "Issue #7"
+    "[Ii]" + r"ssue #?[0-9]+",  # a numbered report
     "[Tt]he" + " issue's",
     "this" + " issue",
 ]
@@ -48,8 +48,8 @@ def _files() -> list[Path]:
 def outside_references(text: str) -> list[tuple[int, str]]:
     """Return ``(line number, line)`` for each line that points outside the repository.
 
-    >>> outside_references("fine\\nsee " + "Issue" + " #12 for details\\n")
-    [(2, 'see Issue #12 for details')]
+    >>> [number for number, _ in outside_references("fine\\nsee " + "Issue" + " #12 for it\\n")]
+    [2]
     >>> outside_references("a leaf in an issue-free tree")
     []
     """
@@ -64,12 +64,12 @@ def outside_references(text: str) -> list[tuple[int, str]]:
     "line",
     [
         "see ../" + "shared/notes/x.md",
-        "as in " + "anchors.md",
-        "the users' main " + "pain points",
+        "as in " + "anchors" + ".md",
+        "the users' main " + "pain" + " points",
         "fixed in issue" + " 41",
         "Issue" + " #3 asks for it",
         "The" + " issue's reference run",
-        "what " + "this issue" + " wants",
+        "what " + "this" + " issue" + " wants",
     ],
 )
 def test_pattern_catches_each_kind(line: str) -> None:
