@@ -8,7 +8,7 @@ in v6):
 - 5.23, gradient checkpointing: ``gradient_checkpointing_enable`` / ``is_gradient_checkpointing``
   -> ``activation_checkpointing_enable`` / ``is_activation_checkpointing``.
 
-Releases down to the ``transformers`` floor in pyproject.toml (4.56) have only the old names. Each
+Releases down to the ``transformers`` floor in pyproject.toml (5.4) have only the old names. Each
 helper asks the model's class which name it has rather than comparing version numbers: a model
 whose code comes with its checkpoint (remote code) or lags behind the library keeps working.
 Callers pass the model as they hold it (DDP / FSDP / compiled / peft wrappers are looked through).
