@@ -242,9 +242,9 @@ def run_ours(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
 def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
     """Train with TRL's GRPOTrainer in this (child) process; write ``points.json`` into ``out``.
 
-    Matches the issue's reference: HF generation, fp32, full fine-tuning, beta 0, TRL's default
-    loss (``dapo``) and std scaling (``group``); the policy is saved every ``eval_every`` steps
-    outside the timed step.
+    Matches the TRL target run in ``benchmarks/results/history.md``: HF generation, fp32, full
+    fine-tuning, beta 0, TRL's default loss (``dapo``) and std scaling (``group``); the policy is
+    saved every ``eval_every`` steps outside the timed step.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -881,7 +881,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--completion-length", type=int, default=64)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--lr", type=float, default=None, help="ours; default: DEFAULT_PRESET's")
-    p.add_argument("--trl-lr", type=float, default=5e-6, help="the issue's TRL reference: 5e-6")
+    p.add_argument(
+        "--trl-lr",
+        type=float,
+        default=5e-6,
+        help="TRL's learning rate; 5e-6 is the TRL target run's (benchmarks/results/history.md)",
+    )
     p.add_argument(
         "--lrs",
         type=float,

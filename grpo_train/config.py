@@ -361,7 +361,8 @@ class RunConfig:
     eval_every: Free[int] = 0
     """Evaluate held-out accuracy every N steps (always before and after training); 0: only then."""
     log_every_samples: Free[int] = 10
-    """Write sample completions to samples.jsonl every N steps; 0 disables."""
+    """Write one group's completions to samples.jsonl on the first step, every N steps and on the
+    last step; 0 disables."""
     max_bad_steps: Free[int] = 3
     """Abort after this many consecutive steps with a NaN/inf loss or gradient (skipped)."""
     max_reward_errors: Free[float] = 0.5
@@ -387,8 +388,9 @@ class RunConfig:
     progress: Free[bool] = True
     """Show a progress bar with ETA."""
     log_level: Free[Literal["debug", "info", "warning", "error"]] = "info"
-    """Console log level. ``info`` keeps the run's own messages and hides the expected chatter of
-    vLLM, Triton and NUMA probing; ``debug`` shows everything."""
+    """Log level. At ``info`` the console shows warnings and errors only (the rest goes to the
+    run's ``train.log``) and hides the expected chatter of vLLM, Triton and NUMA probing;
+    ``debug`` shows everything on the console."""
 
 
 SECTIONS: dict[str, type] = {

@@ -14,10 +14,19 @@ nothing to act on (``EXPECTED_NOISE``):
 vLLM's engine runs in child processes: the filter reaches them through vLLM's own
 ``VLLM_LOGGING_CONFIG_PATH`` (a logging config file naming ``ExpectedNoise``). ``debug`` shows
 everything.
+
+``grpo train`` (``setup_logging(level, details_to_file=True)``) keeps its console to the progress
+bar, the summary and what needs the user's attention: at ``info`` the console shows warnings and
+errors (without timestamps, printed above the progress bar) and the few notes marked for it
+(``CONSOLE``: "resuming from ..."); every record at ``info`` and above, with its time, goes to
+the run's ``train.log`` (``attach_run_log``, once the run folder is known; the records logged
+before are kept until then). Library chatter such as matplotlib's font-cache note is in the file
+only.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -25,6 +34,7 @@ import re
 import sys
 import tempfile
 import warnings
+from pathlib import Path
 
 LEVELS = ("debug", "info", "warning", "error")
 
@@ -139,10 +149,20 @@ def _vllm_logging_config(level: str) -> str:
 
 
 QUIET_ENV = "GRPO_KIT_QUIET"
+#: The run's log file in its folder (``grpo train``): every record at the run's level, timed.
+RUN_LOG_FILE = "train.log"
+#: ``logger.info(..., extra=CONSOLE)``: a note shown on a quiet console too (what the user asked
+#: for happened, e.g. the checkpoint a resumed run starts from).
+CONSOLE = {"grpo_console": True}
+#: Records kept for the run's log file until its folder is known (the oldest are dropped past it).
+PENDING_RECORDS = 2000
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """The console handler: writes to whatever ``sys.stderr`` is now (a redirect, a capture)."""
+    """The console handler: writes to whatever ``sys.stderr`` is now (a redirect, a capture).
+
+    Lines go through ``tqdm.write``, which prints them above a progress bar instead of through it.
+    """
 
     @property  # type: ignore[override]
     def stream(self) -> object:
@@ -151,6 +171,65 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     @stream.setter
     def stream(self, value: object) -> None:  # StreamHandler.__init__ sets it; ignored
         pass
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write one formatted record to the current stderr, above any progress bar."""
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:  # logging must never raise into the run
+            self.handleError(record)
+
+
+class _ConsoleThreshold(logging.Filter):
+    """Pass records at ``level`` and above, and notes marked ``CONSOLE``."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Keep a record at the threshold or marked for the console."""
+        return record.levelno >= self.level or bool(getattr(record, "grpo_console", False))
+
+
+class _PendingRecords(logging.Handler):
+    """Holds the records logged before the run folder exists, for ``attach_run_log``."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__(level)
+        self.records: collections.deque[logging.LogRecord] = collections.deque(
+            maxlen=PENDING_RECORDS
+        )
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep the record."""
+        self.records.append(record)
+
+
+def attach_run_log(run_dir: str | Path) -> logging.Handler | None:
+    """Send the command's records to ``run_dir/train.log`` from now on, the pending ones first.
+
+    Only under ``setup_logging(..., details_to_file=True)`` (``grpo train``); None otherwise.
+    The file stays open until the command ends (or the next ``setup_logging`` in this process).
+    """
+    root = logging.getLogger()
+    pending = next((h for h in root.handlers if isinstance(h, _PendingRecords)), None)
+    if pending is None:
+        return None
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(Path(run_dir) / RUN_LOG_FILE, encoding="utf-8")
+    handler.setLevel(pending.level)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(ExpectedNoise())
+    handler.grpo_run_log = True  # type: ignore[attr-defined]  # setup_logging closes it
+    for record in pending.records:
+        if handler.filter(record):
+            handler.emit(record)
+    root.removeHandler(pending)
+    root.addHandler(handler)
+    return handler
 
 
 def quiet_child_process() -> None:
@@ -171,8 +250,25 @@ def quiet_child_process() -> None:
     logging.getLogger().addHandler(handler)
 
 
-def setup_logging(level: str = "info") -> None:
+def _no_weight_loading_bars() -> None:
+    """Drop transformers' "Loading weights" bar (one per model load); downloads keep theirs."""
+    try:
+        import huggingface_hub.utils as hub_utils
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    downloads = not hub_utils.are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()  # also turns the hub's off, which may take minutes:
+    if downloads:
+        hub_utils.enable_progress_bars()
+
+
+def setup_logging(level: str = "info", *, details_to_file: bool = False) -> None:
     """Configure the console for a ``grpo`` command at ``level`` (one of ``LEVELS``).
+
+    ``details_to_file`` (``grpo train``): at ``info`` the console shows warnings, errors and
+    ``CONSOLE`` notes only, and every record goes to the run's log file once ``attach_run_log``
+    names its folder (see the module doc).
 
     Sets the environment that vLLM (and its child processes, which inherit it) reads when first
     imported, so call this before building an engine.
@@ -182,10 +278,23 @@ def setup_logging(level: str = "info") -> None:
     numeric = getattr(logging, level.upper())
     root = logging.getLogger()
     for handler in list(root.handlers):  # only ours: a test's or an app's handlers stay
-        if getattr(handler, "grpo_kit_child", False) or isinstance(handler, _StderrHandler):
+        if getattr(handler, "grpo_kit_child", False) or isinstance(
+            handler, _StderrHandler | _PendingRecords
+        ):
             root.removeHandler(handler)
+        elif getattr(handler, "grpo_run_log", False):  # an earlier command's run log
+            root.removeHandler(handler)
+            handler.close()
     console = _StderrHandler()
-    console.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if details_to_file:
+        # The time of each line is in the log file; the console line says what and where.
+        console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        console.addFilter(_ConsoleThreshold(logging.WARNING if level == "info" else numeric))
+        root.addHandler(_PendingRecords(numeric))
+        if level != "debug":
+            _no_weight_loading_bars()
+    else:
+        console.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(console)
     root.setLevel(numeric)
     if level == "debug":

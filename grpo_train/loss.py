@@ -432,13 +432,15 @@ def _shared_prompt_forward(
     """
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
+    from grpo_train.hf_compat import cache_keyword, checkpointing_enabled
+
     config = getattr(model, "config", None)
     c_len = mb.completion_ids.shape[1]
     p_len = mb.input_ids.shape[1] - c_len
     key = torch.cat([mb.input_ids[:, :p_len], mb.attention_mask[:, :p_len]], dim=1)  # (B, 2P)
     unique, owner = torch.unique(key, dim=0, return_inverse=True)  # (U, 2P), (B,)
     # Checkpointed layers drop the cache (transformers turns use_cache off in training).
-    if config is None or getattr(model, "is_gradient_checkpointing", False):
+    if config is None or checkpointing_enabled(model):
         return None
     if unique.shape[0] == key.shape[0]:
         return None
@@ -450,9 +452,9 @@ def _shared_prompt_forward(
         input_ids=prompt_ids,
         attention_mask=prompt_mask,
         position_ids=(prompt_mask.cumsum(dim=1) - 1).clamp(min=0),
-        past_key_values=prefix,
         use_cache=True,
         logits_to_keep=1,
+        **{cache_keyword(model): prefix},
     )
     rows = DynamicCache(config=config)
     layers: list[Any] = list(prefix.layers)  # DynamicLayer each, checked above
@@ -462,9 +464,9 @@ def _shared_prompt_forward(
         input_ids=mb.completion_ids,
         attention_mask=mb.attention_mask,  # prompt + completion columns, as the cache + input
         position_ids=mb.position_ids[:, p_len:],
-        past_key_values=rows,
         use_cache=True,
         logits_to_keep=c_len,
+        **{cache_keyword(model): rows},
     )
     return out.logits[:, -1:, :].index_select(0, owner), completion.logits[:, :-1, :]
 

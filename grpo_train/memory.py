@@ -25,14 +25,11 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     (transformers' PEFT guide documents this). The KV cache is switched off, which
     checkpointing cannot use anyway.
     """
+    from grpo_train.hf_compat import enable_checkpointing
+
     target: Any = model
     peft_like = hasattr(model, "get_base_model")
-    if not hasattr(target, "gradient_checkpointing_enable"):
-        raise TypeError(
-            f"{type(model).__name__} has no gradient_checkpointing_enable "
-            "(not a transformers model)"
-        )
-    target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    enable_checkpointing(model, {"use_reentrant": False})
     if peft_like and hasattr(target, "enable_input_require_grads"):
         target.enable_input_require_grads()
     config = getattr(target, "config", None)

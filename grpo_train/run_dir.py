@@ -30,6 +30,7 @@ RUN_ARTIFACTS = (
     "merged",
     "wandb",
     "wandb_run_id",
+    "train.log",  # console.RUN_LOG_FILE
     CONFIG_FILE,
 )
 

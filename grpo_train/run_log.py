@@ -2,8 +2,9 @@
 
 Metrics are flat ``{name: float}`` maps with ``/``-separated names (``reward/mean``,
 ``time/generate``), computed in ``grpo_train.metrics``; ``grpo plot RUN_DIR`` reads
-``metrics.jsonl`` back. Every ``log_every_samples`` steps one group's completions go to
-``samples.jsonl`` as ``TrainingSample`` rows.
+``metrics.jsonl`` back. On the first step, every ``log_every_samples`` steps and on the last
+step one group's completions go to ``samples.jsonl`` as ``TrainingSample`` rows
+(``samples_due``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,24 @@ logger = logging.getLogger("grpo_train")
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
+
+
+def samples_due(step: int, every: int, max_steps: int) -> bool:
+    """Return whether ``step`` (1-based) logs sample completions.
+
+    The first and the last step always do (what the model wrote before and after training,
+    whatever the run's length), and every ``every``-th step between; ``every`` 0 logs none.
+
+    >>> [s for s in range(1, 9) if samples_due(s, 10, 8)]
+    [1, 8]
+    >>> [s for s in range(1, 26) if samples_due(s, 10, 25)]
+    [1, 10, 20, 25]
+    >>> [s for s in range(1, 4) if samples_due(s, 0, 3)]
+    []
+    """
+    if every <= 0:
+        return False
+    return step == 1 or step % every == 0 or step == max_steps
 
 
 @dataclass(frozen=True)
@@ -132,6 +151,10 @@ class RunLogger:
         if not enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        from grpo_train.console import attach_run_log
+
+        # grpo train: the details go there until the command ends (its summary and plots too).
+        attach_run_log(self.run_dir)
         # On resume, forget rows the interrupted run wrote after its checkpoint: they are redone
         # (metrics and samples alike, so that both files describe the same steps).
         for name in (METRICS_FILE, SAMPLES_FILE):

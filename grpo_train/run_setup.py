@@ -48,6 +48,7 @@ from grpo_train.checkpoint import (
     verify_files,
 )
 from grpo_train.config import RESUME_FIXED, ConfigError, DataConfig, PolicyConfig, TrainConfig
+from grpo_train.console import CONSOLE
 from grpo_train.distributed import RankInfo
 from grpo_train.learning_signal import AutoHeuristics
 from grpo_train.lora import LoraSettings, reference_logprobs
@@ -286,7 +287,7 @@ def _restore_training_state(
     )
     is_main = distributed.rank_info().is_main
     if is_main:
-        logger.info("resuming from %s (step %d)", resume_from, state.step)
+        logger.info("resuming from %s (step %d)", resume_from, state.step, extra=CONSOLE)
     apply_schedule_changes(saved, cfg, optimizer, scheduler, state.step, is_main)
     return state.step, EmaBaselines.from_state(state.baselines), state.sampler, state.switches
 

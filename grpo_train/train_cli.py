@@ -174,7 +174,7 @@ def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(join_negative_values(raw))
     try:
         config = resolve_config(args)
-        setup_logging(config.run.log_level)
+        setup_logging(config.run.log_level, details_to_file=True)
     except ConfigError as err:
         print(f"grpo train: {err}", file=sys.stderr)
         return 2

@@ -44,7 +44,14 @@ from grpo_train.lora import save_merged
 from grpo_train.metrics import step_metrics
 from grpo_train.rollout.base import EngineDied, LostEngine, RolloutEngine, engine_asleep
 from grpo_train.rollout_pipeline import RolloutPipeline, engine_idle
-from grpo_train.run_log import RunLogger, logger, open_run_log, read_metrics, sample_records
+from grpo_train.run_log import (
+    RunLogger,
+    logger,
+    open_run_log,
+    read_metrics,
+    sample_records,
+    samples_due,
+)
 from grpo_train.run_setup import RunSetup, setup_run
 from grpo_train.stop import StopRequest, pause_point
 from grpo_train.throughput import TimeToTarget, run_throughput, time_to_target
@@ -386,10 +393,9 @@ class Trainer:
         advantages: torch.Tensor,
         log: RunLogger,
     ) -> None:
-        """Log one group's completions every ``log_every_samples`` steps."""
+        """Log one group's completions on the first, every ``log_every_samples``-th, last step."""
         s = self.setup
-        every = s.cfg.run.log_every_samples
-        if not (every and step % every == 0 and sampled):
+        if not (sampled and samples_due(step, s.cfg.run.log_every_samples, s.cfg.run.max_steps)):
             return
         # The first trained group; when dynamic sampling dropped every group (no signal), the
         # first sampled one with advantage 0, so that the log shows what the model wrote.

@@ -13,6 +13,7 @@
 | ``math/countdown-v0`` | reach a target with given numbers, ``difficulty`` 1-5 |
 | ``format/think-answer-v0`` | easy arithmetic rewarding the R1 ``<think>``/``<answer>`` format |
 | ``rg/<task>-v0`` | any reasoning-gym task (``rg/reasoning-gym-v0`` takes ``task=``) |
+| | ``answer='loose'``: a final answer stated in prose counts (as in ``math/arithmetic-v0``) |
 | ``code/humaneval-v0``, ``code/mbpp-v0``, ``code/stdio-v0`` | code, scored in the sandbox |
 | ``math/dataset-v0``, ``code/dataset-v0`` | your own data file or hub dataset, no code |
 | ``code/feedback-v0`` | multi-turn: failing visible tests come back, hidden tests reward |

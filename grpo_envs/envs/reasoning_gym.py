@@ -1,4 +1,4 @@
-"""``rg/<task>-v0``: any reasoning-gym task as an environment (its generator and its scorer).
+r"""``rg/<task>-v0``: any reasoning-gym task as an environment (its generator and its scorer).
 
 ``make("rg/leg_counting-v0")`` or ``make("rg/reasoning-gym-v0", task="leg_counting", **config)``;
 extra keyword arguments go to ``reasoning_gym.create_dataset`` (difficulty settings).
@@ -9,6 +9,13 @@ addition, drops any test item whose question also occurs in the train split.
 
 Its scorers can give partial credit through substring matches (a known hack); by default the
 reward is 1 only for a full score (``partial_credit=True`` passes the raw score through).
+
+The answer is read from ``<answer>`` tags, else the last ``\boxed{}``. Small chat models answer
+in prose ("The GCD of 435 and 335 is 1."): ``answer="loose"`` then takes the final stated answer,
+by the same rule as the math environments' ``answer: loose``
+(``grpo_envs.envs._common.loose_final_answer``: the number or math span the last concluding
+sentence states). It suits tasks whose answers are numbers or expressions; a task answered in
+words still needs the tags.
 """
 
 from __future__ import annotations
@@ -17,13 +24,19 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from grpo_envs.base import SingleTurnEnv
-from grpo_envs.envs._common import extra_components, reference_answer, user_prompt
+from grpo_envs.envs._common import (
+    extra_components,
+    loose_final_answer,
+    reference_answer,
+    user_prompt,
+)
 from grpo_envs.format import answer_tag, last_boxed
 from grpo_envs.rubric import Judgement, RewardComponent, Rubric, ScoringContext
 from grpo_envs.types import JSONValue, Outcome, Sample, Scalar
 
 TEST_SEED_OFFSET = 1_000_000_007
 RG_INSTRUCTION = "Give only the final answer inside <answer> </answer> tags."
+ANSWER_MODES = ("strict", "loose")
 
 
 def _jsonable(value: Any) -> JSONValue:
@@ -37,7 +50,10 @@ def _jsonable(value: Any) -> JSONValue:
 
 
 class ReasoningGymEnv(SingleTurnEnv):
-    r"""A reasoning-gym task; the answer is read from ``<answer>`` tags (else ``\boxed{}``)."""
+    r"""A reasoning-gym task; the answer is read from ``<answer>`` tags (else ``\boxed{}``).
+
+    With ``answer="loose"`` a final answer stated in prose counts too (see the module doc).
+    """
 
     def __init__(
         self,
@@ -48,9 +64,10 @@ class ReasoningGymEnv(SingleTurnEnv):
         partial_credit: bool = False,
         format: str = "none",
         format_weight: float = 0.0,
+        answer: str = "strict",
         **config: Any,
     ) -> None:
-        """Configure the wrapped task.
+        r"""Configure the wrapped task.
 
         Args:
             task: a reasoning-gym dataset name (``reasoning_gym.factory.DATASETS``).
@@ -60,6 +77,8 @@ class ReasoningGymEnv(SingleTurnEnv):
             partial_credit: pass reasoning-gym's fractional scores through as the reward.
             format: ``none``, ``boxed`` or ``think_answer`` (adds that format component).
             format_weight: the format component's weight (0: logged only).
+            answer: ``strict`` reads only ``<answer>`` tags or a ``\boxed{}``; ``loose`` also
+                takes the final stated answer of the text (the math environments' rule).
             **config: the task's own settings, passed to ``create_dataset``.
         """
         super().__init__()
@@ -73,7 +92,10 @@ class ReasoningGymEnv(SingleTurnEnv):
             raise ValueError(f"unknown reasoning-gym task {task!r}; close matches: {close}")
         if train_size >= TEST_SEED_OFFSET:
             raise ValueError(f"train_size must be < {TEST_SEED_OFFSET}")
+        if answer not in ANSWER_MODES:
+            raise ValueError(f"answer must be one of {ANSWER_MODES}, got {answer!r}")
         self.task, self.partial_credit, self.format = task, partial_credit, format
+        self.answer = answer
         self.seeds = {"train": seed, "test": seed + TEST_SEED_OFFSET}
         self.sizes = {"train": train_size, "test": test_size}
         self.config = config
@@ -135,8 +157,13 @@ class ReasoningGymEnv(SingleTurnEnv):
 
     def _correctness(self, ctx: ScoringContext) -> Judgement:
         extracted = answer_tag(ctx.completion) or last_boxed(ctx.completion)
+        if extracted is None and self.answer == "loose":
+            extracted = loose_final_answer(ctx.completion)
         if extracted is None:
-            return Judgement(0.0, Outcome.UNPARSABLE, {"reason": "no <answer> or \\boxed{} found"})
+            reason = "no <answer> or \\boxed{} found"
+            if self.answer == "loose":
+                reason += ", and no final stated answer"
+            return Judgement(0.0, Outcome.UNPARSABLE, {"reason": reason})
         raw = float(self._source_scorer().score_answer(extracted, self._entry(ctx.sample)))
         full = raw >= 1.0 - 1e-9
         value = raw if self.partial_credit else float(full)

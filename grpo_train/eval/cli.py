@@ -82,7 +82,14 @@ def _eval_parser() -> argparse.ArgumentParser:
     suites = "; ".join(f"{s.name}: {', '.join(s.env_ids)}" for s in BUILTIN_SUITES.values())
     p = argparse.ArgumentParser(
         prog="grpo eval",
-        description="Evaluate a model on benchmark suites (`grpo eval compare A B` compares runs).",
+        description="Evaluate a model on benchmark suites (`grpo eval compare A B` compares runs). "
+        "Reported per suite: avg@n, the accuracy averaged over the n completions of each problem, "
+        "with its standard error across problems (and the part of it due to sampling only n); "
+        "pass@k, the unbiased estimator of Chen et al. 2021, for each k of --k (default 1, n and "
+        "the powers of 2 between); maj@k, the majority vote over equivalent answers, for "
+        "1 < k <= n (not for code, whose programs are not compared); and, for math, strict "
+        "accuracy (only an <answer> tag, a \\boxed{} or '#### N' counts) beside flexible "
+        "accuracy (the final stated answer is extracted).",
         epilog=f"Built-in suites: {suites}. Any env id `grpo train --env` accepts works too "
         "(registered, module:id, plugins, rg/<task>-v0; `grpo envs list`). "
         "A checkpoint inside a training run folder is prompted as that run trained it (chat "
@@ -583,8 +590,12 @@ def run_compare(argv: list[str]) -> int:
     ns = p.parse_args(argv)
     from grpo_train.eval.compare import metric_table
     from grpo_train.eval.protocol_cli import comparability_report
-    from grpo_train.eval.protocols import Severity
+    from grpo_train.eval.protocols import Severity, read_record
 
+    for tag, run in (("A", ns.run_a), ("B", ns.run_b)):
+        # The label names every field the run overrode from its protocol, per suite.
+        rec = read_record(run)
+        print(f"{tag}: {run}  protocol: {_protocol_label(rec) if rec else 'not recorded'}")
     differences, note = comparability_report(ns.run_a, ns.run_b)
     if note:
         print(note)

@@ -30,6 +30,7 @@ from grpo_train.eval.protocols import (
     dataset_digest,
     get_protocol,
     grader_info,
+    overrides_label,
     read_record,
 )
 
@@ -211,12 +212,20 @@ def build_run_record(
     """Build what ``protocol.json`` holds (see ``protocols``): enough to tell runs apart."""
     by_label = {t.label: t for t in tasks}
     rows = []
+    per_suite: dict[str, tuple[str, ...]] = {}
     for et in eval_tasks:
         task = by_label.get(et.label)
+        suite = suite_name(task) if task else et.label
+        row: dict[str, object] = {}
+        if protocol is not None:
+            # What this suite's run changed from the preset's values for this suite.
+            per_suite[et.label] = protocol.overrides_for(suite)
+            row["overridden"] = list(per_suite[et.label])
         rows.append(
             {
+                **row,
                 "label": et.label,
-                "suite": suite_name(task) if task else et.label,
+                "suite": suite,
                 "env_id": et.env.env_id,
                 "n": et.n if et.n is not None else decoding.get("n"),
                 "thinking": None if et.thinking is None else [et.thinking.open, et.thinking.close],
@@ -226,7 +235,11 @@ def build_run_record(
         )
     proto = dict(protocol.to_json()) if protocol is not None else {"name": "custom", **decoding}
     if protocol is not None:
-        proto["label"] = protocol.label
+        if per_suite:
+            proto["overridden"] = sorted({f for fs in per_suite.values() for f in fs})
+            proto["label"] = overrides_label(protocol.name, per_suite)
+        else:
+            proto["label"] = protocol.label
     return {
         "protocol": proto,
         "prompt_template": dict(template),

@@ -147,11 +147,34 @@ class EvalProtocol:
         unknown = sorted(set(given) - valid)
         if unknown:
             raise ValueError(f"unknown protocol field(s) {unknown}; valid: {sorted(valid)}")
-        changed = tuple(k for k, v in given.items() if getattr(self, k) != v)
+        changed = [k for k, v in given.items() if k != "n" and getattr(self, k) != v]
         if "n" in given:
+            # One n for every suite: an override wherever a suite's own count differs from it.
+            if given["n"] != self.n or any(c != given["n"] for c in self.n_per_suite.values()):
+                changed.append("n")
             given["n_per_suite"] = {}
         merged = tuple(sorted({*self.overridden, *changed}))
         return dataclasses.replace(self, **given, overridden=merged)  # type: ignore[arg-type]
+
+    def overrides_for(self, suite: str) -> tuple[str, ...]:
+        """Return the fields that, for ``suite``, differ from the named preset's values.
+
+        The samples per problem are compared per suite: ``--n 4`` under r1 overrides AIME's 64
+        but not MATH-500's 4. A protocol that is not a named preset reports ``overridden``.
+
+        >>> PROTOCOLS["r1"].with_overrides(n=4).overrides_for("aime24")
+        ('n',)
+        >>> PROTOCOLS["r1"].with_overrides(n=4).overrides_for("math500")
+        ()
+        """
+        preset = PROTOCOLS.get(self.name)
+        if preset is None:
+            return self.overridden
+        fields = ("max_tokens", "seed", "temperature", "thinking", "top_p")
+        out = {f for f in fields if getattr(self, f) != getattr(preset, f)}
+        if self.n_for(suite) != preset.n_for(suite):
+            out.add("n")
+        return tuple(sorted(out))
 
     @property
     def label(self) -> str:
@@ -166,6 +189,22 @@ class EvalProtocol:
         out["n_per_suite"] = dict(self.n_per_suite)
         out["overridden"] = list(self.overridden)
         return out
+
+
+def overrides_label(name: str, per_suite: Mapping[str, Sequence[str]]) -> str:
+    """Name a run's protocol with what it overrode, per suite where the suites differ.
+
+    >>> overrides_label("r1", {"aime24": ["max_tokens", "n"], "math500": ["max_tokens"]})
+    'r1 (overridden: max_tokens, n for aime24)'
+    >>> overrides_label("r1", {"aime24": [], "math500": []})
+    'r1'
+    """
+    fields = sorted({f for overridden in per_suite.values() for f in overridden})
+    parts = []
+    for f in fields:
+        suites = [s for s, overridden in per_suite.items() if f in overridden]
+        parts.append(f if len(suites) == len(per_suite) else f"{f} for {' '.join(suites)}")
+    return f"{name} (overridden: {', '.join(parts)})" if parts else name
 
 
 _R1_N = {
@@ -292,10 +331,13 @@ class Difference:
     a: object
     b: object
     severity: Severity
+    note: str = ""
+    """Which run overrode its named protocol's value here, from the records (empty: neither)."""
 
     def describe(self) -> str:
         """One line for the user."""
-        return f"{self.severity.value}: {self.what} differs ({self.a!r} vs {self.b!r})"
+        extra = f"; {self.note}" if self.note else ""
+        return f"{self.severity.value}: {self.what} differs ({self.a!r} vs {self.b!r}){extra}"
 
 
 _INCOMPARABLE_KEYS = ("temperature", "top_p", "max_tokens", "thinking", "n")
@@ -312,8 +354,9 @@ def compare_records(a: Mapping[str, object], b: Mapping[str, object]) -> list[Di
     pa, pb = _mapping(a.get("protocol")), _mapping(b.get("protocol"))
     for key in _INCOMPARABLE_KEYS:
         if pa.get(key) != pb.get(key):
+            note = _override_note(key, _overridden(pa), _overridden(pb), pa, pb)
             out.append(
-                Difference(f"protocol.{key}", pa.get(key), pb.get(key), Severity.INCOMPARABLE)
+                Difference(f"protocol.{key}", pa.get(key), pb.get(key), Severity.INCOMPARABLE, note)
             )
     for key in ("prompt_sha256", "max_prompt_tokens"):
         if a.get(key) != b.get(key):
@@ -329,8 +372,33 @@ def compare_records(a: Mapping[str, object], b: Mapping[str, object]) -> list[Di
             if key == "dataset":
                 va, vb = _mapping(va).get("sha256"), _mapping(vb).get("sha256")
             if va != vb:
-                out.append(Difference(f"{label}.{key}", va, vb, severity))
+                note = ""
+                if key == "n":
+                    oa = _overridden(ta[label]) if "overridden" in ta[label] else _overridden(pa)
+                    ob = _overridden(tb[label]) if "overridden" in tb[label] else _overridden(pb)
+                    note = _override_note(key, oa, ob, pa, pb)
+                out.append(Difference(f"{label}.{key}", va, vb, severity, note))
     return out
+
+
+def _overridden(record: Mapping[str, object]) -> set[str]:
+    value = record.get("overridden")
+    return {str(v) for v in value} if isinstance(value, list | tuple) else set()
+
+
+def _override_note(
+    key: str,
+    in_a: set[str],
+    in_b: set[str],
+    pa: Mapping[str, object],
+    pb: Mapping[str, object],
+) -> str:
+    """Say which run's record lists ``key`` as overridden from its named protocol."""
+    runs = [run for run, fields in (("A", in_a), ("B", in_b)) if key in fields]
+    if not runs:
+        return ""
+    names = {run: (pa if run == "A" else pb).get("name") for run in runs}
+    return "; ".join(f"{run} overrode {names[run]}'s {key}" for run in runs)
 
 
 def _mapping(value: object) -> Mapping[str, object]:

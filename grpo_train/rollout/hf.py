@@ -172,6 +172,8 @@ class HFEngine:
         import torch
         from transformers.cache_utils import DynamicCache, StaticCache, StaticLayer
 
+        from grpo_train.hf_compat import cache_keyword
+
         model: Any = self.model
         device = next(model.parameters()).device
         # Rows come grouped: each run of equal prompt indices is one prompt's samples.
@@ -206,9 +208,9 @@ class HFEngine:
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions[:, prefix:],
-            past_key_values=prefill,
             use_cache=True,
             logits_to_keep=1,
+            **{cache_keyword(model): prefill},
         )
         layers: list[Any] = list(prefill.layers)  # plain key/value layers, checked above
         for index, layer in enumerate(layers):  # (U, H, W, D) -> (B, H, W, D)
@@ -238,9 +240,9 @@ class HFEngine:
                 input_ids=token.unsqueeze(1),
                 attention_mask=attention,
                 position_ids=position.unsqueeze(1),
-                past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=1,
+                **{cache_keyword(model): cache},
             ).logits[:, -1, :]
         raise AssertionError("unreachable: max_new_tokens >= 1")
 

@@ -173,6 +173,72 @@ def test_presets_and_overrides():
         get_protocol("r2")
 
 
+FIXTURES = Path(__file__).resolve().parents[1] / "grpo_envs" / "fixtures"
+
+
+def _record_of(argv):
+    """The protocol.json contents `grpo eval` writes for ``argv`` (no model needed)."""
+    from grpo_train.eval.cli import _eval_tasks
+    from grpo_train.eval.protocol_cli import build_run_record
+
+    args = parse_eval_args(argv)
+    tasks, envs = _eval_tasks(args)
+    return build_run_record(
+        protocol=args.decoding.protocol, decoding={"n": args.n}, template={},
+        max_prompt_tokens=None, max_model_len=args.max_model_len, split=args.split, limit=1,
+        tasks=tasks, eval_tasks=envs,
+    )  # fmt: skip
+
+
+_DATA = {"aime24": FIXTURES / "benchmarks" / "aime24", "math500": FIXTURES / "math500"}
+_TWO_SUITES = ("aime24", "math500")
+
+
+def _r1(suites, *flags):
+    """``grpo eval --protocol r1`` on ``suites`` (fixture data) with ``flags``."""
+    data = ",".join(f"{s}={_DATA[s]}" for s in suites)
+    return ["--protocol", "r1", "--suite", ",".join(suites), "--data_dir", data, *flags]
+
+
+@pytest.mark.parametrize(
+    ("flags", "field"),
+    [
+        (["--temperature", "0.7"], "temperature"),
+        (["--top_p", "0.9"], "top_p"),
+        (["--max_tokens", "4096"], "max_tokens"),
+        (["--seed", "3"], "seed"),
+        (["--think_tags", "none"], "thinking"),
+        (["--think_tags", "<reason>,</reason>"], "thinking"),
+    ],
+)
+def test_every_overridden_field_is_recorded_for_every_suite(flags, field):
+    record = _record_of(_r1(_TWO_SUITES, *flags))
+    assert record["protocol"]["overridden"] == [field]
+    assert record["protocol"]["label"] == f"r1 (overridden: {field})"
+    assert {t["label"]: t["overridden"] for t in record["tasks"]} == {
+        "aime24": [field], "math500": [field],
+    }  # fmt: skip
+
+
+def test_n_is_an_override_per_suite_against_that_suites_own_count():
+    # r1 samples AIME 64 times and MATH-500 4 times: --n 4 overrides AIME's count only.
+    record = _record_of(_r1(_TWO_SUITES, "--n", "4"))
+    tasks = {t["label"]: t for t in record["tasks"]}
+    assert (tasks["aime24"]["n"], tasks["aime24"]["overridden"]) == (4, ["n"])
+    assert (tasks["math500"]["n"], tasks["math500"]["overridden"]) == (4, [])
+    assert record["protocol"]["overridden"] == ["n"]
+    assert record["protocol"]["label"] == "r1 (overridden: n for aime24)"
+    # the same --n alone on MATH-500 is r1 itself; on AIME it is not
+    assert _record_of(_r1(["math500"], "--n", "4"))["protocol"]["overridden"] == []
+    aime = _record_of(_r1(["aime24"], "--n", "4", "--top_p", "1"))
+    assert aime["protocol"]["overridden"] == ["n", "top_p"]
+    assert aime["protocol"]["label"] == "r1 (overridden: n, top_p)"
+    # the preset's own values are no override
+    same = ["--temperature", "0.6", "--top_p", "0.95", "--max_tokens", "32768", "--seed", "0"]
+    plain = _record_of(_r1(_TWO_SUITES, *same, "--think_tags", "<think>,</think>"))
+    assert plain["protocol"]["overridden"] == [] and plain["protocol"]["label"] == "r1"
+
+
 def test_cli_protocol_flags():
     args = parse_eval_args(["--protocol", "r1", "--suite", "aime24"])
     assert args.decoding.protocol.name == "r1" and args.decoding.protocol.overridden == ()
@@ -253,6 +319,17 @@ def test_compare_refuses_incomparable_runs_unless_allowed(tmp_path, capsys):
     assert main(["compare", str(a), str(b), "--png", png]) == 2
     captured = capsys.readouterr()
     assert "aime24.n differs (64 vs 32)" in captured.out and "not comparable" in captured.err
+    # the records say which run moved off its protocol: compare names it
+    b_record = _record(n=32)
+    b_record["protocol"]["overridden"] = ["n"]
+    b_record["protocol"]["label"] = "r1 (overridden: n for aime24)"
+    b_record["tasks"][0]["overridden"] = ["n"]
+    write_run_record(b, b_record)
+    assert main(["compare", str(a), str(b), "--png", png]) == 2
+    out = capsys.readouterr().out
+    assert f"A: {a}  protocol: r1\n" in out
+    assert f"B: {b}  protocol: r1 (overridden: n for aime24)" in out
+    assert "aime24.n differs (64 vs 32); B overrode r1's n" in out
     assert main(["compare", str(a), str(b), "--png", png, "--allow_mismatch"]) == 0
     assert main(["compare", str(a), str(c), "--png", png]) == 0  # grader drift only warns
     out = capsys.readouterr().out
@@ -298,3 +375,11 @@ def test_a_suite_whose_data_is_missing_offline_is_one_line_and_exit_2(monkeypatc
     assert "\n" not in err and "Traceback" not in err
     assert err.startswith("grpo eval: error: aime24: cannot load HuggingFaceH4/aime_2024")
     assert "GRPO_AIME24_DIR" in err
+
+
+def test_help_names_the_reported_metrics(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for metric in ("avg@n", "standard error", "pass@k", "maj@k", "strict", "flexible"):
+        assert metric in text, metric

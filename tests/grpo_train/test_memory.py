@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from grpo_train.hf_compat import checkpointing_enabled
 from grpo_train.loss import make_micro_batches, token_logprobs
 from grpo_train.memory import autocast, enable_gradient_checkpointing, on_device
 
@@ -42,9 +43,10 @@ def test_gradient_checkpointing_keeps_gradients(tiny_model_path: Path, lora: boo
     if lora:
         model = apply_lora(model, LoraSettings(lora_r=4, lora_alpha=8))
     plain = _grads(model)
+    assert not checkpointing_enabled(model)
     enable_gradient_checkpointing(model)
     base = model.get_base_model() if lora else model
-    assert base.is_gradient_checkpointing and base.config.use_cache is False
+    assert checkpointing_enabled(model) and base.config.use_cache is False
     checkpointed = _grads(model)
     assert set(plain) == set(checkpointed) and plain
     if lora:

@@ -96,6 +96,16 @@ def test_few_steps_change_every_parameter_and_write_metrics_and_checkpoint(
     assert all(torch.equal(reloaded[k], v) for k, v in after.items())
 
 
+def test_a_run_shorter_than_the_sample_interval_logs_its_first_and_last_step(
+    tiny_model_path, tmp_path
+):
+    # The default run: 8 steps, samples every 10; here 3 steps, every 10.
+    run(make_config(tiny_model_path, tmp_path, max_steps=3, log_every_samples=10, eval_size=0))
+    samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert sorted({s["step"] for s in samples}) == [1, 3]
+    assert len(samples) == 2 * 8
+
+
 def _stop_after(trainer, step_to_stop):
     """Send ourselves SIGTERM during step ``step_to_stop``: the handler saves and stops."""
     original = trainer.train_step
