@@ -330,6 +330,18 @@ class OptimConfig:
     """Run each group's prompt once in the update and reuse its KV cache for the group's
     completions (single process, no gradient checkpointing). False runs one full forward per
     row: the same math in another float32 summation order, for bitwise comparisons."""
+    logprob_head: Free[Literal["auto", "chunked", "fused"]] = "auto"
+    """How the update turns the model's last hidden states into per-token log-probs without
+    (tokens x vocabulary) float32 tensors (``grpo_train.logprobs``). ``chunked``: over the
+    logits the model returns, the log-softmax chunk by chunk and recomputed in the backward;
+    bitwise the plain formula, but the logits and their gradient stay (2 vocabulary rows per
+    token). ``fused``: the lm_head itself runs chunk by chunk under recomputation, the logits
+    never exist (hidden-size memory per token); equal within float tolerance. ``auto``: fused
+    for micro-batches whose float32 logits would exceed fused_head_above_mib, else chunked."""
+    fused_head_above_mib: Free[int] = 256
+    """``logprob_head: auto`` switches to the fused head above this many MiB of float32 logits
+    per micro-batch (about 440 completion tokens of a 151,936-row vocabulary; never for short
+    completions of a small vocabulary, whose results then stay bitwise the plain formula's)."""
 
 
 @dataclass(frozen=True)
@@ -1075,6 +1087,10 @@ def _optim_problems(o: OptimConfig) -> list[str]:
     p.need(o.warmup_steps >= 0, f"warmup_steps: {o.warmup_steps}; must be >= 0")
     p.need(o.max_grad_norm >= 0, f"max_grad_norm: {o.max_grad_norm}; must be >= 0 (0 disables)")
     p.need(o.micro_batch_tokens >= 16, f"micro_batch_tokens: {o.micro_batch_tokens}; must be >= 16")
+    p.need(
+        o.fused_head_above_mib >= 0,
+        f"fused_head_above_mib: {o.fused_head_above_mib}; must be >= 0",
+    )
     p.need(
         0 <= o.adam_beta1 < 1 and 0 <= o.adam_beta2 < 1, "adam_beta1/adam_beta2: must be in [0, 1)"
     )
