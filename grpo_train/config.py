@@ -330,6 +330,13 @@ class OptimConfig:
     """Run each group's prompt once in the update and reuse its KV cache for the group's
     completions (single process, no gradient checkpointing). False runs one full forward per
     row: the same math in another float32 summation order, for bitwise comparisons."""
+    packing: Free[Literal["auto", "on", "off"]] = "auto"
+    """Padding-free micro-batches: each micro-batch's rows end to end in one sequence whose
+    positions restart per row, cut at micro_batch_tokens real tokens (no padding to the longest
+    row); run without attention mask or cache, so attention stays within each row (flash-
+    attention's varlen kernels where the model is loaded with them). Equal to the padded
+    forward within float tolerance. ``auto``: packed unless the shared-prompt forward runs
+    (share_prompt_forward on a single process without gradient checkpointing)."""
     logprob_head: Free[Literal["auto", "chunked", "fused"]] = "auto"
     """How the update turns the model's last hidden states into per-token log-probs without
     (tokens x vocabulary) float32 tensors (``grpo_train.logprobs``). ``chunked``: over the

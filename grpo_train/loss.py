@@ -289,6 +289,11 @@ class MicroBatch:
     position_ids: torch.Tensor  # (B, P + C)
     completion_ids: torch.Tensor  # (B, C)
     completion_mask: torch.Tensor  # (B, C): 1 on real completion tokens
+    targets: torch.Tensor | None = None
+    """Packed (``make_micro_batches(packed=True)``): the rows are one (1, N) sequence, each
+    row's ``position_ids`` restarting at 0, and ``targets`` (T,) are the columns whose logits
+    predict the T real completion tokens (row by row, the order of ``completion_mask``'s ones).
+    The model then runs without an attention mask (see ``token_logprobs``). None: padded."""
 
     def to(self, device: str) -> MicroBatch:
         """Return this micro-batch with its tensors on ``device`` (they are built on the CPU)."""
@@ -301,6 +306,7 @@ class MicroBatch:
             position_ids=self.position_ids.to(device),
             completion_ids=self.completion_ids.to(device),
             completion_mask=self.completion_mask.to(device),
+            targets=self.targets.to(device) if self.targets is not None else None,
         )
 
 
@@ -311,6 +317,7 @@ def make_micro_batches(
     pad_id: int,
     select: Sequence[int] | None = None,
     group_prompts: bool = False,
+    packed: bool = False,
 ) -> list[MicroBatch]:
     """Split pairs into micro-batches whose padded size (rows x longest row) fits ``token_budget``.
 
@@ -319,8 +326,12 @@ def make_micro_batches(
     (e.g. ``rows_with_gradient``); ``MicroBatch.rows`` still index the full lists.
     ``group_prompts``: sort by prompt instead (length, then tokens), so that the completions of
     one prompt share micro-batches and ``token_logprobs(share_prompts=True)`` runs the prompt once.
+    ``packed``: no padding at all; each micro-batch is its pairs end to end in one sequence
+    (``MicroBatch.targets``) of at most ``token_budget`` real tokens (a longer pair alone).
     """
     chosen = range(len(prompts)) if select is None else select
+    if packed:
+        return _pack_groups(prompts, completions, chosen, token_budget, pad_id)
 
     def total(i: int) -> int:
         return len(prompts[i]) + len(completions[i])
@@ -341,6 +352,64 @@ def make_micro_batches(
     return [
         _pad([prompts[i] for i in g], [completions[i] for i in g], tuple(g), pad_id) for g in groups
     ]
+
+
+def _pack_groups(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    chosen: Sequence[int] | range,
+    token_budget: int,
+    pad_id: int,
+) -> list[MicroBatch]:
+    """Cut pairs into packs of at most ``token_budget`` real tokens (first fit, longest first).
+
+    A pair longer than the budget gets a pack of its own.
+    """
+    if any(len(prompts[i]) == 0 for i in chosen):
+        raise ValueError("packed micro-batches need a non-empty prompt in every pair")
+    order = sorted(chosen, key=lambda i: -(len(prompts[i]) + len(completions[i])))
+    packs: list[list[int]] = []
+    sizes: list[int] = []
+    for i in order:
+        size = len(prompts[i]) + len(completions[i])
+        fit = next((k for k, used in enumerate(sizes) if used + size <= token_budget), None)
+        if fit is None:
+            packs.append([i])
+            sizes.append(size)
+        else:
+            packs[fit].append(i)
+            sizes[fit] += size
+    return [
+        _pack([prompts[i] for i in g], [completions[i] for i in g], tuple(g), pad_id) for g in packs
+    ]
+
+
+def _pack(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    rows: tuple[int, ...],
+    pad_id: int,
+) -> MicroBatch:
+    """One (1, N) sequence of the pairs end to end; positions restart at 0 for each pair."""
+    ids: list[int] = []
+    positions: list[int] = []
+    targets: list[int] = []
+    for p, c in zip(prompts, completions):
+        start = len(ids)
+        ids += [*p, *c]
+        positions += range(len(p) + len(c))
+        targets += range(start + len(p) - 1, start + len(p) - 1 + len(c))
+    padded = _pad([[pad_id]] * len(rows), completions, rows, pad_id)  # (B, C) completion layout
+    sequence = torch.tensor([ids], dtype=torch.long)
+    return MicroBatch(
+        rows,
+        sequence,
+        torch.ones_like(sequence),
+        torch.tensor([positions], dtype=torch.long),
+        padded.completion_ids,
+        padded.completion_mask,
+        torch.tensor(targets, dtype=torch.long),
+    )
 
 
 def _pad(
@@ -385,6 +454,8 @@ def token_logprobs(
     output = _output_layer(model)
     weight = output.weight if output is not None else None
     vocab = int(weight.shape[0]) if isinstance(weight, torch.Tensor) else 0
+    if mb.targets is not None:
+        return _packed_logprobs(model, mb, temperature, with_entropy, head, output, vocab)
     fused = output is not None and head.fuses(mb.completion_ids.numel(), vocab)
     if share_prompts:
         shared = _shared_prompt_forward(model, mb, hidden=fused)
@@ -432,6 +503,46 @@ def token_logprobs(
     )
     # (B, C + 1, V): position t predicts token t + 1 (the last position predicts nothing)
     return chunked_logprobs(out.logits, mb.completion_ids, temperature, with_entropy)
+
+
+def _packed_logprobs(
+    model: torch.nn.Module,
+    mb: MicroBatch,
+    temperature: float,
+    with_entropy: bool,
+    head: HeadChoice,
+    output: torch.nn.Module | None,
+    vocab: int,
+    use_cache: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Return ``token_logprobs`` of a packed micro-batch, (B, C) as a padded one's (0 on pads).
+
+    No attention mask and no cache: transformers then derives a block-diagonal causal mask from
+    the restarting ``position_ids`` (``masking_utils.find_packed_sequence_indices``; its flash-
+    attention path runs varlen kernels from them). With a cache (``use_cache=True``, kept only
+    so that a test can show it) that detection is skipped and packed rows attend to each other.
+    """
+    assert mb.targets is not None
+    on = mb.completion_mask.bool()
+    tokens = mb.completion_ids[on].unsqueeze(0)  # (1, T), row by row
+    inputs = {"input_ids": mb.input_ids, "position_ids": mb.position_ids, "use_cache": use_cache}
+    logprobs = entropy = None
+    if output is not None and head.fuses(tokens.numel(), vocab):
+        out = model(**inputs, logits_to_keep=1, output_hidden_states=True)
+        hidden = out.hidden_states[-1]  # (1, N, H)
+        if _feeds_head(output, hidden, out.logits):
+            logprobs, entropy = fused_logprobs(
+                output, hidden[:, mb.targets], tokens, temperature, with_entropy, vocab=vocab
+            )
+        del out, hidden
+    if logprobs is None:
+        out = model(**inputs, logits_to_keep=mb.targets)  # (1, T, V)
+        logprobs, entropy = chunked_logprobs(out.logits, tokens, temperature, with_entropy)
+    shaped = torch.zeros(on.shape, dtype=logprobs.dtype, device=logprobs.device)
+    shaped = shaped.masked_scatter(on, logprobs[0])
+    if entropy is not None:
+        entropy = torch.zeros_like(shaped).masked_scatter(on, entropy[0])
+    return shaped, entropy
 
 
 def _logprobs_from_logits(

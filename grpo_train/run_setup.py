@@ -333,7 +333,11 @@ def _learner(
         cfg.optim.share_prompt_forward
         and not is_distributed
         and not cfg.policy.gradient_checkpointing
+        and cfg.optim.packing != "on"
     )
+    # Padding-free micro-batches wherever the shared-prompt forward does not run (it needs
+    # padded rows: one prompt's keys/values repeated under each of its completions).
+    packed = cfg.optim.packing == "on" or (cfg.optim.packing == "auto" and not share_prompts)
     reference = None
     if cfg.algorithm.beta > 0:
         reference = KLReference(
@@ -349,6 +353,7 @@ def _learner(
         reference=reference,
         accelerator=accelerator,
         head=HeadChoice.from_config(cfg.optim),
+        packed=packed,
     )
 
 

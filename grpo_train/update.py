@@ -91,6 +91,9 @@ class Learner:
     and ``no_sync`` (one gradient all-reduce per optimizer step). None: ``loss.backward()``."""
     head: HeadChoice = DEFAULT_HEAD
     """How log-probs come out of the model's last hidden states (``OptimConfig.logprob_head``)."""
+    """How log-probs come out of the model's last hidden states (``OptimConfig.logprob_head``)."""
+    packed: bool = False
+    """Padding-free micro-batches (``OptimConfig.packing``, ``loss.make_micro_batches``)."""
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backpropagate ``loss`` (through accelerate, and the wrapper's hooks, when given)."""
@@ -195,6 +198,7 @@ def grpo_update(
         learner.pad_id,
         select=rows_with_gradient(flat_adv, keep, a.beta),
         group_prompts=learner.share_prompts,
+        packed=learner.packed,
     )
     sequences = 0 if batch.padding else int(batch.trainable.sum())
     total_tokens, total_seqs = distributed.global_loss_normalizers(
