@@ -152,6 +152,83 @@ def chunked_logprobs(
     return logprobs, entropy[0] if entropy else None
 
 
+class _FusedLinearLogprobs(torch.autograd.Function):
+    """(B, L, H) hidden states and an output layer's weight (V, H) -> (B, C) token logprobs.
+
+    Forward: per chunk, ``linear -> float -> / T -> log_softmax -> gather`` with nothing kept
+    but the inputs. Backward: per chunk, the logits are recomputed, the gradient of the
+    log-softmax and gather with respect to them is autograd's (as in ``_ChunkedLogprobs``), and
+    the two matmul gradients are written in place: into the hidden states' gradient and, with
+    ``addmm_``, into one float32 weight gradient, so the memory is one weight-sized buffer plus
+    one chunk's logits, whatever the length.
+    """
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        token_ids: torch.Tensor,
+        start: int,
+        temperature: float,
+        chunk: int,
+        entropy_out: list[torch.Tensor] | None,
+    ) -> torch.Tensor:
+        rows, length = token_ids.shape
+        out = torch.empty((rows, length), dtype=torch.float32, device=hidden.device)
+        entropy = torch.empty_like(out) if entropy_out is not None else None
+        for b in range(rows):
+            for s, e in _chunks(length, chunk):
+                logits = torch.nn.functional.linear(hidden[b, start + s : start + e], weight, bias)
+                log_probs = _log_softmax(logits, temperature)
+                out[b, s:e] = log_probs.gather(-1, token_ids[b, s:e, None]).squeeze(-1)
+                if entropy is not None:
+                    entropy[b, s:e] = _entropy(log_probs)
+        if entropy_out is not None and entropy is not None:
+            entropy_out.append(entropy)
+        ctx.save_for_backward(hidden, weight, bias, token_ids)
+        ctx.start, ctx.temperature, ctx.chunk = start, temperature, chunk
+        return out
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        hidden, weight, bias, token_ids = ctx.saved_tensors
+        start, temperature, chunk = ctx.start, ctx.temperature, ctx.chunk
+        rows, length = token_ids.shape
+        need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
+        grad_hidden = torch.zeros_like(hidden) if need_hidden else None
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        grad_bias = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device)
+        for b in range(rows):
+            for s, e in _chunks(length, chunk):
+                piece = hidden[b, start + s : start + e]
+                logits = torch.nn.functional.linear(piece, weight, bias).detach()
+                with torch.enable_grad():
+                    logits.requires_grad_(True)
+                    log_probs = _log_softmax(logits, temperature)
+                    picked = log_probs.gather(-1, token_ids[b, s:e, None]).squeeze(-1)
+                    (grad_logits,) = torch.autograd.grad(picked, logits, grad[b, s:e])
+                if grad_hidden is not None:
+                    grad_hidden[b, start + s : start + e] = grad_logits @ weight
+                if need_weight:
+                    grad_weight.addmm_(grad_logits.t().float(), piece.float())
+                if need_bias:
+                    grad_bias += grad_logits.float().sum(0)
+        return (
+            grad_hidden,
+            grad_weight.to(weight.dtype) if need_weight else None,
+            grad_bias.to(bias.dtype) if need_bias and bias is not None else None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+
+
 def fused_logprobs(
     head: Callable[[torch.Tensor], torch.Tensor],
     hidden: torch.Tensor,
@@ -177,6 +254,14 @@ def fused_logprobs(
 
     size = chunk or chunk_tokens(vocab)
     rows, length = token_ids.shape
+    if type(head) is torch.nn.Linear:  # the usual lm_head (tied or not): in-place gradients
+        entropy_out: list[torch.Tensor] | None = [] if with_entropy else None
+        logprobs = _FusedLinearLogprobs.apply(
+            hidden, head.weight, head.bias, token_ids, start, temperature, size, entropy_out
+        )
+        return logprobs, entropy_out[0] if entropy_out else None
+    # Any other output layer (LoRA-wrapped, quantized): the module itself, chunk by chunk under
+    # activation checkpointing (its parameters' gradients summed over the chunks by autograd).
     # The entropy is a metric (no gradient): computed in the forward only, not again when the
     # backward recomputes a chunk (which reads nothing but the saved tensors' recomputation).
     forward = [with_entropy]
