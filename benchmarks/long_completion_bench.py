@@ -195,6 +195,7 @@ def _trl_loss(trainer: Any, model: Any, mb: Any, advantages: Any) -> Any:
         "advantages": advantages,
         "num_items_in_batch": mb.completion_mask.sum().float(),
     }
+    trainer.current_gradient_accumulation_steps = trainer.args.steps_per_generation  # one pass
     return trainer._compute_loss(model, inputs)
 
 
@@ -220,19 +221,18 @@ def _run(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _shape(model_name: str) -> tuple[int, int]:
+    """(hidden size, layers) of a benchmark model."""
+    return (128, 2) if model_name == "tiny-qwen3" else (576, 30)
+
+
 def lower_bound_mib(model_name: str, tokens: int) -> float:
-    """Weights + gradients + AdamW moments (float32) + one checkpointed hidden state per layer."""
-    from transformers import AutoConfig, Qwen3Config
+    """Weights + gradients + AdamW moments (float32) + one checkpointed hidden state per layer.
 
-    if model_name == "tiny-qwen3":
-        hidden, layers, params = 128, 2, _params(model_name)
-    else:
-        from grpo_train.models import default_model_path
-
-        config: Any = AutoConfig.from_pretrained(default_model_path())
-        hidden, layers, params = config.hidden_size, config.num_hidden_layers, _params(model_name)
-    del Qwen3Config
-    return (4 * 4 * params + 4 * hidden * layers * tokens) / 2**20
+    ``tokens``: those of the largest micro-batch (the one whose activations are alive).
+    """
+    hidden, layers = _shape(model_name)
+    return (4 * 4 * _params(model_name) + 4 * hidden * layers * tokens) / 2**20
 
 
 def _params(model_name: str) -> int:
@@ -250,10 +250,13 @@ def _cell(result: dict[str, Any], key: str, fmt: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--lengths", default="256,512,1024", help="completion lengths")
+    parser.add_argument("--lengths", default="512,1024", help="completion lengths")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--smollm", action="store_true", help="also SmolLM2-135M")
     parser.add_argument("--mix-tokens", type=int, default=1920, help="total tokens of each mix")
+    parser.add_argument(
+        "--mix-variants", default="previous,default,packed,trl", help="variants of the mix table"
+    )
     parser.add_argument("--micro-batch-tokens", type=int, default=2048)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
@@ -287,12 +290,11 @@ def main(argv: list[str] | None = None) -> int:
                     f"{(b['peak_mib'] - a['peak_mib']) * 1024 / (lengths[-1] - lengths[-2]):.0f}"
                 )
             print(f"| {variant} | {' | '.join(cells)} | {growth} |")
-        bounds = [f"{lower_bound_mib(model, 2 * n):.0f} | -" for n in lengths]
-        print(
-            f"| bound (whole state) | {' | '.join(bounds)} | "
-            f"{4 * 128 * 2 * 2 / 1024 if model == 'tiny-qwen3' else 4 * 576 * 30 * 2 / 1024:.1f} |"
-        )
-        _mix_table(model, variants, common, args.mix_tokens)
+        bounds = [f"{lower_bound_mib(model, n):.0f} | -" for n in lengths]
+        hidden, layers = _shape(model)
+        print(f"| bound (whole state) | {' | '.join(bounds)} | {4 * hidden * layers / 1024:.1f} |")
+        mix = [v for v in args.mix_variants.split(",") if v]
+        _mix_table(model, mix, common, args.mix_tokens)
     return 0
 
 
