@@ -324,8 +324,9 @@ class OptimConfig:
     max_grad_norm: Free[float] = 1.0
     """Clip the global gradient norm to this value (0 disables clipping)."""
     micro_batch_tokens: Free[int] = 2048
-    """Token budget per forward/backward micro-batch (rows x padded length); bounds activation
-    memory (SmolLM2-135M: about 1.2 GB per 1,000 tokens in float32); raise it on a GPU."""
+    """Token budget per forward/backward micro-batch: real tokens of the packed rows (``packing``),
+    rows x padded length otherwise; bounds activation memory (SmolLM2-135M: about 1.2 GB per
+    1,000 tokens in float32); raise it on a GPU. A row longer than the budget runs alone."""
     share_prompt_forward: Free[bool] = True
     """Run each group's prompt once in the update and reuse its KV cache for the group's
     completions (single process, no gradient checkpointing). False runs one full forward per
