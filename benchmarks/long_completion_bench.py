@@ -16,12 +16,13 @@ batch were built, so that variants do not pollute each other:
   ``selective_log_softmax``), backward and the same AdamW step; ``trl-liger`` (its
   ``use_liger_kernel`` path) needs Liger's Triton kernels, which do not run on a CPU: the table
   says so where it cannot run.
-* ``bound``: the lower bound, computed: weights + gradients + AdamW's two moments (float32) +
-  checkpointed activations (one hidden state per layer and token).
+* ``bound``: the lower bound, computed: gradients + AdamW's two moments (float32) +
+  checkpointed activations (one hidden state per layer and token), above the weights (as the
+  measured peaks are).
 
 Two tables: (1) vs completion length (1 prompt x 2 completions running to the length, one
-micro-batch per completion under the default 2,048-token budget), with the peak growth per
-completion token between the two longest lengths; (2) vs the length mix: a uniform mix and a
+micro-batch per completion), with the peak growth per completion token between the two longest
+lengths; (2) vs the length mix: a uniform mix and a
 skewed one (40x spread between shortest and longest) of the same total tokens, update seconds
 and the skewed / uniform ratio (padding costs the skewed mix; packing should not).
 
@@ -227,12 +228,13 @@ def _shape(model_name: str) -> tuple[int, int]:
 
 
 def lower_bound_mib(model_name: str, tokens: int) -> float:
-    """Weights + gradients + AdamW moments (float32) + one checkpointed hidden state per layer.
+    """Gradients + AdamW moments (float32) + one checkpointed hidden state per layer and token.
 
-    ``tokens``: those of the largest micro-batch (the one whose activations are alive).
+    Above the weights, as the measured peaks are. ``tokens``: those of the largest micro-batch
+    (the one whose activations are alive).
     """
     hidden, layers = _shape(model_name)
-    return (4 * 4 * _params(model_name) + 4 * hidden * layers * tokens) / 2**20
+    return (3 * 4 * _params(model_name) + 4 * hidden * layers * tokens) / 2**20
 
 
 def _params(model_name: str) -> int:
@@ -273,7 +275,10 @@ def main(argv: list[str] | None = None) -> int:
         results: dict[tuple[str, int], dict[str, Any]] = {}
         for length in lengths:
             for variant in variants:
+                # one micro-batch per completion (a budget of 1 token: each row alone), so that
+                # the peak is one completion's, as with long chains under any budget
                 spec = {**common, "variant": variant, "model": model, "groups": 1}
+                spec["micro_batch_tokens"] = 1
                 results[variant, length] = _run({**spec, "lengths": [length, length]})
         head = " | ".join(f"{n} MiB | {n} s" for n in lengths)
         print(f"| variant | {head} | KiB / token ({lengths[-2]}->{lengths[-1]}) |")
