@@ -330,7 +330,8 @@ class OptimConfig:
     share_prompt_forward: Free[bool] = True
     """Run each group's prompt once in the update and reuse its KV cache for the group's
     completions (single process, no gradient checkpointing). False runs one full forward per
-    row: the same math in another float32 summation order, for bitwise comparisons."""
+    row (packed unless ``packing: off``): the same math in another float32 summation order, as
+    data-parallel runs (which never share prompts) compute it, for comparisons with them."""
     packing: Free[Literal["auto", "on", "off"]] = "auto"
     """Padding-free micro-batches: each micro-batch's rows end to end in one sequence whose
     positions restart per row, cut at micro_batch_tokens real tokens (no padding to the longest
