@@ -31,6 +31,14 @@ medians. Run from the repository root:
     python benchmarks/gpu_check.py --engines vllm,vllm-server   # colocate vs server mode
     python benchmarks/gpu_check.py --engines hf,hf-async --skip-mid    # async against sync
     python benchmarks/gpu_check.py --allow-cpu --skip-mid --steps 2   # smoke run without a GPU
+    python benchmarks/gpu_check.py --long-completion     # peak CUDA memory vs completion length
+
+``--long-completion``: one update (forward, backward) of a random Qwen3-architecture model with
+Qwen's 151,936-row vocabulary (2 layers, hidden 128, bf16) on 1 prompt x 2 completions of 1k to
+16k tokens, per log-prob head: ``previous`` (the full float32 log-softmax kept), ``chunked``
+and ``fused`` (``grpo_train.logprobs``), padded and packed; the table gives the peak CUDA memory
+above the model's and its growth per completion token (the fused head should grow by the
+activations only, far below one float32 vocabulary row, 594 KiB).
 """
 
 from __future__ import annotations
@@ -399,7 +407,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--allow-cpu", action="store_true", help="run without CUDA (smoke test only)"
     )
+    parser.add_argument(
+        "--long-completion",
+        action="store_true",
+        help="only the long-completion case: peak CUDA memory of one update vs length",
+    )
+    parser.add_argument("--lengths", default="1024,4096,16384", help="for --long-completion")
     args = parser.parse_args(argv)
+    if args.long_completion:
+        return long_completion_case(
+            [int(n) for n in args.lengths.split(",")], allow_cpu=args.allow_cpu
+        )
 
     if not torch.cuda.is_available() and not args.allow_cpu:
         print(
@@ -445,6 +463,83 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     _print_table(reports)
     return 0 if reports else 1
+
+
+LONG_VARIANTS = ("previous", "chunked", "fused", "fused-packed")
+
+
+def long_completion_case(lengths: Sequence[int], *, allow_cpu: bool = False) -> int:
+    """Print peak memory of one update per log-prob head and completion length (see the doc)."""
+    if not torch.cuda.is_available() and not allow_cpu:
+        print("gpu_check --long-completion: no CUDA device here; nothing to measure.")
+        return 0
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    print(f"\n| head | {' | '.join(f'{n} MiB' for n in lengths)} | KiB / token |")
+    print("|---" * (len(lengths) + 2) + "|")
+    for variant in LONG_VARIANTS:
+        peaks = []
+        for length in lengths:
+            try:
+                peaks.append(_long_completion_peak_mib(variant, length, device))
+            except torch.cuda.OutOfMemoryError:
+                peaks.append(float("nan"))
+            if device == "cuda":
+                torch.cuda.empty_cache()
+        growth = (peaks[-1] - peaks[0]) * 1024 / max(lengths[-1] - lengths[0], 1)
+        cells = " | ".join("OOM" if p != p else f"{p:.0f}" for p in peaks)
+        print(f"| {variant} | {cells} | {growth:.1f} |", flush=True)
+    return 0
+
+
+def _long_completion_peak_mib(variant: str, length: int, device: str) -> float:
+    """Peak memory (MiB above the model's) of one forward + backward on 2 x ``length`` tokens."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from grpo_train.logprobs import HeadChoice, plain_logprobs
+    from grpo_train.loss import make_micro_batches, token_logprobs
+
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=151_936,
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=length + 64,
+        tie_word_embeddings=True,
+    )
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = Qwen3ForCausalLM(config).to(device=device, dtype=dtype).train()
+    prompt = torch.randint(3, 151_936, (64,)).tolist()
+    completions = [torch.randint(3, 151_936, (length,)).tolist() for _ in range(2)]
+    packed = variant == "fused-packed"
+    batches = make_micro_batches([prompt] * 2, completions, 10**9, pad_id=0, packed=packed)
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated() if cuda else 0
+    for mb in batches:
+        mb = mb.to(device)
+        if variant == "previous":
+            out = model(
+                input_ids=mb.input_ids,
+                attention_mask=mb.attention_mask,
+                position_ids=mb.position_ids,
+                logits_to_keep=mb.completion_ids.shape[1] + 1,
+                use_cache=False,
+            )
+            logprobs, _ = plain_logprobs(out.logits[:, :-1], mb.completion_ids, 1.0, True)
+        else:
+            head = HeadChoice("chunked" if variant == "chunked" else "fused")
+            logprobs, _ = token_logprobs(model, mb, 1.0, True, head=head)
+        (logprobs * mb.completion_mask).sum().backward()
+    if not cuda:
+        return 0.0
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
 def _run(model: str, engine: str, args: argparse.Namespace, out: Path) -> Report:

@@ -324,12 +324,33 @@ class OptimConfig:
     max_grad_norm: Free[float] = 1.0
     """Clip the global gradient norm to this value (0 disables clipping)."""
     micro_batch_tokens: Free[int] = 2048
-    """Token budget per forward/backward micro-batch (rows x padded length); bounds activation
-    memory (SmolLM2-135M: about 1.2 GB per 1,000 tokens in float32); raise it on a GPU."""
+    """Token budget per forward/backward micro-batch: real tokens of the packed rows (``packing``),
+    rows x padded length otherwise; bounds activation memory (SmolLM2-135M: about 1.2 GB per
+    1,000 tokens in float32); raise it on a GPU. A row longer than the budget runs alone."""
     share_prompt_forward: Free[bool] = True
     """Run each group's prompt once in the update and reuse its KV cache for the group's
     completions (single process, no gradient checkpointing). False runs one full forward per
-    row: the same math in another float32 summation order, for bitwise comparisons."""
+    row (packed unless ``packing: off``): the same math in another float32 summation order, as
+    data-parallel runs (which never share prompts) compute it, for comparisons with them."""
+    packing: Free[Literal["auto", "on", "off"]] = "auto"
+    """Padding-free micro-batches: each micro-batch's rows end to end in one sequence whose
+    positions restart per row, cut at micro_batch_tokens real tokens (no padding to the longest
+    row); run without attention mask or cache, so attention stays within each row (flash-
+    attention's varlen kernels where the model is loaded with them). Equal to the padded
+    forward within float tolerance. ``auto``: packed unless the shared-prompt forward runs
+    (share_prompt_forward on a single process without gradient checkpointing)."""
+    logprob_head: Free[Literal["auto", "chunked", "fused"]] = "auto"
+    """How the update turns the model's last hidden states into per-token log-probs without
+    (tokens x vocabulary) float32 tensors (``grpo_train.logprobs``). ``chunked``: over the
+    logits the model returns, the log-softmax chunk by chunk and recomputed in the backward;
+    bitwise the plain formula, but the logits and their gradient stay (2 vocabulary rows per
+    token). ``fused``: the lm_head itself runs chunk by chunk under recomputation, the logits
+    never exist (hidden-size memory per token); equal within float tolerance. ``auto``: fused
+    for micro-batches whose float32 logits would exceed fused_head_above_mib, else chunked."""
+    fused_head_above_mib: Free[int] = 256
+    """``logprob_head: auto`` switches to the fused head above this many MiB of float32 logits
+    per micro-batch (about 440 completion tokens of a 151,936-row vocabulary; never for short
+    completions of a small vocabulary, whose results then stay bitwise the plain formula's)."""
 
 
 @dataclass(frozen=True)
@@ -1077,6 +1098,10 @@ def _optim_problems(o: OptimConfig) -> list[str]:
     p.need(o.warmup_steps >= 0, f"warmup_steps: {o.warmup_steps}; must be >= 0")
     p.need(o.max_grad_norm >= 0, f"max_grad_norm: {o.max_grad_norm}; must be >= 0 (0 disables)")
     p.need(o.micro_batch_tokens >= 16, f"micro_batch_tokens: {o.micro_batch_tokens}; must be >= 16")
+    p.need(
+        o.fused_head_above_mib >= 0,
+        f"fused_head_above_mib: {o.fused_head_above_mib}; must be >= 0",
+    )
     p.need(
         0 <= o.adam_beta1 < 1 and 0 <= o.adam_beta2 < 1, "adam_beta1/adam_beta2: must be in [0, 1)"
     )

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from peft import PeftModel
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from grpo_train.logprobs import HeadChoice
     from grpo_train.loss import MicroBatch
 
 
@@ -251,13 +252,17 @@ def reference_policy(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
 
 
 def reference_logprobs(
-    model: torch.nn.Module, mb: MicroBatch, temperature: float = 1.0
+    model: torch.nn.Module,
+    mb: MicroBatch,
+    temperature: float = 1.0,
+    head: HeadChoice | None = None,
 ) -> torch.Tensor:
     """Per-token log-probabilities (B, C) of a micro-batch under the reference (adapter off)."""
+    from grpo_train.logprobs import HeadChoice
     from grpo_train.loss import token_logprobs
 
     with reference_policy(model) as ref:
-        return token_logprobs(ref, mb, temperature)[0]
+        return token_logprobs(ref, mb, temperature, head=head or HeadChoice())[0]
 
 
 def save_adapter(

@@ -16,6 +16,13 @@ import torch
 
 from grpo_train.choices import ImportanceLevel, LossType
 from grpo_train.config import AlgorithmConfig
+from grpo_train.logprobs import (
+    DEFAULT_HEAD,
+    HeadChoice,
+    chunked_logprobs,
+    fused_logprobs,
+    plain_logprobs,
+)
 
 
 def importance_log_ratio(
@@ -282,6 +289,11 @@ class MicroBatch:
     position_ids: torch.Tensor  # (B, P + C)
     completion_ids: torch.Tensor  # (B, C)
     completion_mask: torch.Tensor  # (B, C): 1 on real completion tokens
+    targets: torch.Tensor | None = None
+    """Packed (``make_micro_batches(packed=True)``): the rows are one (1, N) sequence, each
+    row's ``position_ids`` restarting at 0, and ``targets`` (T,) are the columns whose logits
+    predict the T real completion tokens (row by row, the order of ``completion_mask``'s ones).
+    The model then runs without an attention mask (see ``token_logprobs``). None: padded."""
 
     def to(self, device: str) -> MicroBatch:
         """Return this micro-batch with its tensors on ``device`` (they are built on the CPU)."""
@@ -294,6 +306,7 @@ class MicroBatch:
             position_ids=self.position_ids.to(device),
             completion_ids=self.completion_ids.to(device),
             completion_mask=self.completion_mask.to(device),
+            targets=self.targets.to(device) if self.targets is not None else None,
         )
 
 
@@ -304,6 +317,7 @@ def make_micro_batches(
     pad_id: int,
     select: Sequence[int] | None = None,
     group_prompts: bool = False,
+    packed: bool = False,
 ) -> list[MicroBatch]:
     """Split pairs into micro-batches whose padded size (rows x longest row) fits ``token_budget``.
 
@@ -312,8 +326,12 @@ def make_micro_batches(
     (e.g. ``rows_with_gradient``); ``MicroBatch.rows`` still index the full lists.
     ``group_prompts``: sort by prompt instead (length, then tokens), so that the completions of
     one prompt share micro-batches and ``token_logprobs(share_prompts=True)`` runs the prompt once.
+    ``packed``: no padding at all; each micro-batch is its pairs end to end in one sequence
+    (``MicroBatch.targets``) of at most ``token_budget`` real tokens (a longer pair alone).
     """
     chosen = range(len(prompts)) if select is None else select
+    if packed:
+        return _pack_groups(prompts, completions, chosen, token_budget, pad_id)
 
     def total(i: int) -> int:
         return len(prompts[i]) + len(completions[i])
@@ -334,6 +352,64 @@ def make_micro_batches(
     return [
         _pad([prompts[i] for i in g], [completions[i] for i in g], tuple(g), pad_id) for g in groups
     ]
+
+
+def _pack_groups(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    chosen: Sequence[int] | range,
+    token_budget: int,
+    pad_id: int,
+) -> list[MicroBatch]:
+    """Cut pairs into packs of at most ``token_budget`` real tokens (first fit, longest first).
+
+    A pair longer than the budget gets a pack of its own.
+    """
+    if any(len(prompts[i]) == 0 for i in chosen):
+        raise ValueError("packed micro-batches need a non-empty prompt in every pair")
+    order = sorted(chosen, key=lambda i: -(len(prompts[i]) + len(completions[i])))
+    packs: list[list[int]] = []
+    sizes: list[int] = []
+    for i in order:
+        size = len(prompts[i]) + len(completions[i])
+        fit = next((k for k, used in enumerate(sizes) if used + size <= token_budget), None)
+        if fit is None:
+            packs.append([i])
+            sizes.append(size)
+        else:
+            packs[fit].append(i)
+            sizes[fit] += size
+    return [
+        _pack([prompts[i] for i in g], [completions[i] for i in g], tuple(g), pad_id) for g in packs
+    ]
+
+
+def _pack(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    rows: tuple[int, ...],
+    pad_id: int,
+) -> MicroBatch:
+    """One (1, N) sequence of the pairs end to end; positions restart at 0 for each pair."""
+    ids: list[int] = []
+    positions: list[int] = []
+    targets: list[int] = []
+    for p, c in zip(prompts, completions):
+        start = len(ids)
+        ids += [*p, *c]
+        positions += range(len(p) + len(c))
+        targets += range(start + len(p) - 1, start + len(p) - 1 + len(c))
+    padded = _pad([[pad_id]] * len(rows), completions, rows, pad_id)  # (B, C) completion layout
+    sequence = torch.tensor([ids], dtype=torch.long)
+    return MicroBatch(
+        rows,
+        sequence,
+        torch.ones_like(sequence),
+        torch.tensor([positions], dtype=torch.long),
+        padded.completion_ids,
+        padded.completion_mask,
+        torch.tensor(targets, dtype=torch.long),
+    )
 
 
 def _pad(
@@ -362,29 +438,62 @@ def token_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     share_prompts: bool = False,
+    head: HeadChoice = DEFAULT_HEAD,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probability of each completion token under ``model``: (B, C), plus entropy (B, C).
 
     Logits are divided by the sampling temperature so that they describe the distribution the
     engine sampled from (as TRL does). Only the last ``C + 1`` positions' logits are materialised
-    (``logits_to_keep``), never the (B, P + C, V) tensor. ``share_prompts``: rows with the same
-    prompt (a GRPO group) run it once (``_shared_prompt_forward``); same values and gradients.
+    (``logits_to_keep``), never the (B, P + C, V) tensor, and no float32 (B, C, V) tensor is kept
+    for the backward: ``head`` picks the chunked log-softmax over the logits (bitwise the plain
+    formula) or the fused, chunked lm_head over the final hidden states (no logits at all; see
+    ``grpo_train.logprobs``). ``share_prompts``: rows with the same prompt (a GRPO group) run it
+    once (``_shared_prompt_forward``); same values and gradients.
     """
     c_len = mb.completion_ids.shape[1]
+    output = _output_layer(model)
+    weight = output.weight if output is not None else None
+    vocab = int(weight.shape[0]) if isinstance(weight, torch.Tensor) else 0
+    if mb.targets is not None:
+        return _packed_logprobs(model, mb, temperature, with_entropy, head, output, vocab)
+    fused = output is not None and head.fuses(mb.completion_ids.numel(), vocab)
     if share_prompts:
-        shared = _shared_prompt_forward(model, mb)
+        shared = _shared_prompt_forward(model, mb, hidden=fused)
         if shared is not None:
-            first, rest = shared  # (B, 1, V) and (B, C - 1, V)
-            lp_first, ent_first = _logprobs_from_logits(
+            # (B, 1, V) logits; (B, C, V) logits or (B, C - 1, H) hidden states
+            first, rest = shared
+            lp_first, ent_first = chunked_logprobs(
                 first, mb.completion_ids[:, :1], temperature, with_entropy
             )
-            lp_rest, ent_rest = _logprobs_from_logits(
-                rest, mb.completion_ids[:, 1:], temperature, with_entropy
-            )
+            if fused and output is not None:
+                lp_rest, ent_rest = fused_logprobs(
+                    output, rest, mb.completion_ids[:, 1:], temperature, with_entropy, vocab=vocab
+                )
+            else:
+                lp_rest, ent_rest = chunked_logprobs(
+                    rest, mb.completion_ids[:, 1:], temperature, with_entropy
+                )
             entropy = None
             if ent_first is not None and ent_rest is not None:
                 entropy = torch.cat([ent_first, ent_rest], dim=1)
             return torch.cat([lp_first, lp_rest], dim=1), entropy
+    if fused and output is not None:
+        out = model(
+            input_ids=mb.input_ids,
+            attention_mask=mb.attention_mask,
+            position_ids=mb.position_ids,
+            logits_to_keep=1,
+            output_hidden_states=True,
+            use_cache=False,
+        )
+        hidden = out.hidden_states[-1]  # (B, P + C, H): the lm_head's input
+        if _feeds_head(output, hidden, out.logits):
+            p_len = mb.input_ids.shape[1] - c_len
+            return fused_logprobs(
+                output, hidden, mb.completion_ids, temperature, with_entropy,
+                vocab=vocab, start=p_len - 1,
+            )  # fmt: skip
+        del out, hidden
     out = model(
         input_ids=mb.input_ids,
         attention_mask=mb.attention_mask,
@@ -392,32 +501,109 @@ def token_logprobs(
         logits_to_keep=c_len + 1,
         use_cache=False,
     )
-    # (B, C, V): position t predicts token t + 1
-    return _logprobs_from_logits(
-        out.logits[:, :-1, :], mb.completion_ids, temperature, with_entropy
-    )
+    # (B, C + 1, V): position t predicts token t + 1 (the last position predicts nothing)
+    return chunked_logprobs(out.logits, mb.completion_ids, temperature, with_entropy)
+
+
+def _packed_logprobs(
+    model: torch.nn.Module,
+    mb: MicroBatch,
+    temperature: float,
+    with_entropy: bool,
+    head: HeadChoice,
+    output: torch.nn.Module | None,
+    vocab: int,
+    use_cache: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Return ``token_logprobs`` of a packed micro-batch, (B, C) as a padded one's (0 on pads).
+
+    No attention mask and no cache: transformers then derives a block-diagonal causal mask from
+    the restarting ``position_ids`` (``masking_utils.find_packed_sequence_indices``; its flash-
+    attention path runs varlen kernels from them). With a cache (``use_cache=True``, kept only
+    so that a test can show it) that detection is skipped and packed rows attend to each other.
+    """
+    assert mb.targets is not None
+    on = mb.completion_mask.bool()
+    tokens = mb.completion_ids[on].unsqueeze(0)  # (1, T), row by row
+    inputs = {"input_ids": mb.input_ids, "position_ids": mb.position_ids, "use_cache": use_cache}
+    logprobs = entropy = None
+    if output is not None and head.fuses(tokens.numel(), vocab):
+        out = model(**inputs, logits_to_keep=1, output_hidden_states=True)
+        hidden = out.hidden_states[-1]  # (1, N, H)
+        if _feeds_head(output, hidden, out.logits):
+            logprobs, entropy = fused_logprobs(
+                output, hidden[:, mb.targets], tokens, temperature, with_entropy, vocab=vocab
+            )
+        del out, hidden
+    if logprobs is None:
+        out = model(**inputs, logits_to_keep=mb.targets)  # (1, T, V)
+        logprobs, entropy = chunked_logprobs(out.logits, tokens, temperature, with_entropy)
+    shaped = torch.zeros(on.shape, dtype=logprobs.dtype, device=logprobs.device)
+    shaped = shaped.masked_scatter(on, logprobs[0])
+    if entropy is not None:
+        entropy = torch.zeros_like(shaped).masked_scatter(on, entropy[0])
+    return shaped, entropy
 
 
 def _logprobs_from_logits(
     logits: torch.Tensor, token_ids: torch.Tensor, temperature: float, with_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Return the (B, C) logprobs of ``token_ids`` under (B, C, V) ``logits / temperature``."""
-    logits = logits.float()
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    # One full-vocabulary tensor, kept for the backward pass: the log-softmax. The token's
-    # logprob is a gather from it and the entropy reads it too (no separate softmax / logsumexp).
-    log_probs = torch.log_softmax(logits, dim=-1)  # (B, C, V)
-    logprobs = log_probs.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)  # (B, C)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = -(log_probs.exp() * log_probs).sum(dim=-1)
-    return logprobs, entropy
+    """Return the (B, C) logprobs of ``token_ids`` under (B, C, V) ``logits / temperature``.
+
+    The plain formula (``logprobs.plain_logprobs``), which keeps the full float32 log-softmax
+    for the backward; the update uses ``chunked_logprobs``, bitwise the same.
+    """
+    return plain_logprobs(logits, token_ids, temperature, with_entropy)
+
+
+def _output_layer(model: torch.nn.Module) -> torch.nn.Module | None:
+    """Return the model's lm_head module (inside DDP / peft wrappers), or None.
+
+    None where it cannot be called on its own: no output layer, no 2-D weight, or parameters
+    sharded by FSDP (gathered only inside the wrapper's forward).
+    """
+    inner: Any = model
+    for _ in range(4):  # DDP's .module, peft's base model
+        if any("FullySharded" in c.__name__ or "FSDP" in c.__name__ for c in type(inner).__mro__):
+            return None
+        if hasattr(inner, "module") and isinstance(inner.module, torch.nn.Module):
+            inner = inner.module
+        elif hasattr(inner, "get_base_model"):
+            inner = inner.get_base_model()
+        else:
+            break
+    getter = getattr(inner, "get_output_embeddings", None)
+    head = getter() if callable(getter) else None
+    weight = getattr(head, "weight", None)
+    if not isinstance(head, torch.nn.Module) or not isinstance(weight, torch.Tensor):
+        return None
+    if weight.dim() != 2 or any(
+        "FullySharded" in type(m).__name__ or "FSDP" in type(m).__name__ for m in model.modules()
+    ):
+        return None
+    return head
+
+
+@torch.no_grad()
+def _feeds_head(head: torch.nn.Module, hidden: torch.Tensor, logits: torch.Tensor) -> bool:
+    """Whether ``head(hidden)`` gives the model's own logits (checked on the last position).
+
+    The fused head assumes the model's logits are exactly its output layer applied to the last
+    hidden state. Models that scale, soft-cap or otherwise post-process their logits (and
+    ``output_hidden_states`` that returns the state before the final norm) fail this check and
+    use the chunked path over their real logits instead.
+    """
+    mine = head(hidden[:, -1:]).float()
+    theirs = logits[:, -1:].float()
+    if mine.shape != theirs.shape:
+        return False
+    tolerance = 1e-4 if logits.dtype == torch.float32 else 2e-2
+    scale = 1.0 + float(theirs.abs().max())
+    return float((mine - theirs).abs().max()) <= tolerance * scale
 
 
 def _shared_prompt_forward(
-    model: torch.nn.Module, mb: MicroBatch
+    model: torch.nn.Module, mb: MicroBatch, hidden: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Logits for the completion tokens with each distinct prompt run once; None if not worth it.
 
@@ -427,8 +613,9 @@ def _shared_prompt_forward(
     sums the rows' gradients back into the one prompt pass), and the completions run on top.
     Causal attention makes every logit the same as in the plain forward, up to float rounding.
     Returns the (B, 1, V) logits predicting the first completion token and the (B, C - 1, V)
-    ones predicting the rest. None (use the plain forward) when no prompt repeats or the model's
-    cache is not a plain per-layer key/value cache (sliding windows, recurrent layers).
+    ones predicting the rest (``hidden``: instead of those, the (B, C - 1, H) final hidden
+    states, for the fused head). None (use the plain forward) when no prompt repeats or the
+    model's cache is not a plain per-layer key/value cache (sliding windows, recurrent layers).
     """
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
@@ -465,10 +652,18 @@ def _shared_prompt_forward(
         attention_mask=mb.attention_mask,  # prompt + completion columns, as the cache + input
         position_ids=mb.position_ids[:, p_len:],
         use_cache=True,
-        logits_to_keep=c_len,
+        logits_to_keep=1 if hidden else c_len,
+        output_hidden_states=hidden,
         **{cache_keyword(model): rows},
     )
-    return out.logits[:, -1:, :].index_select(0, owner), completion.logits[:, :-1, :]
+    first = out.logits[:, -1:, :].index_select(0, owner)
+    if hidden:
+        states = completion.hidden_states[-1]  # (B, C, H)
+        head = _output_layer(model)
+        if head is None or not _feeds_head(head, states, completion.logits):
+            return None
+        return first, states[:, :-1, :]
+    return first, completion.logits
 
 
 def pad_rows(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:

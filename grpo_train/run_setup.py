@@ -51,6 +51,7 @@ from grpo_train.config import RESUME_FIXED, ConfigError, DataConfig, PolicyConfi
 from grpo_train.console import CONSOLE
 from grpo_train.distributed import RankInfo
 from grpo_train.learning_signal import AutoHeuristics
+from grpo_train.logprobs import DEFAULT_HEAD, HeadChoice
 from grpo_train.lora import LoraSettings, reference_logprobs
 from grpo_train.loss import MicroBatch, token_logprobs
 from grpo_train.prompts import PromptFormat
@@ -333,12 +334,16 @@ def _learner(
         cfg.optim.share_prompt_forward
         and not is_distributed
         and not cfg.policy.gradient_checkpointing
+        and cfg.optim.packing != "on"
     )
+    # Padding-free micro-batches wherever the shared-prompt forward does not run (it needs
+    # padded rows: one prompt's keys/values repeated under each of its completions).
+    packed = cfg.optim.packing == "on" or (cfg.optim.packing == "auto" and not share_prompts)
     reference = None
     if cfg.algorithm.beta > 0:
         reference = KLReference(
             wrapped, ref_model, device, cfg.rollout.temperature, lora is not None,
-            cfg.policy.offload_reference, share_prompts,
+            cfg.policy.offload_reference, share_prompts, HeadChoice.from_config(cfg.optim),
         )  # fmt: skip
     return Learner(
         model=wrapped,
@@ -348,6 +353,8 @@ def _learner(
         autocast=functools.partial(training_autocast, cfg.policy, device),
         reference=reference,
         accelerator=accelerator,
+        head=HeadChoice.from_config(cfg.optim),
+        packed=packed,
     )
 
 
@@ -373,17 +380,22 @@ class KLReference:
     lora: bool
     offload: bool
     share_prompts: bool
+    head: HeadChoice = DEFAULT_HEAD
 
     def __call__(self, mb: MicroBatch) -> torch.Tensor:
         """Return the reference's (B, T) per-token logprobs of micro-batch ``mb``."""
         if self.lora:
-            return reference_logprobs(self.model, mb, self.temperature).float()
+            return reference_logprobs(self.model, mb, self.temperature, self.head).float()
         assert self.copy is not None  # loaded whenever beta > 0 without LoRA
         with torch.no_grad():
             if self.offload:
                 with memory.on_device(self.copy, self.device) as ref:
-                    return token_logprobs(ref, mb, self.temperature, False, self.share_prompts)[0]
-            return token_logprobs(self.copy, mb, self.temperature, False, self.share_prompts)[0]
+                    return token_logprobs(
+                        ref, mb, self.temperature, False, self.share_prompts, self.head
+                    )[0]
+            return token_logprobs(
+                self.copy, mb, self.temperature, False, self.share_prompts, self.head
+            )[0]
 
 
 def lora_settings(cfg: TrainConfig) -> LoraSettings | None:

@@ -21,6 +21,7 @@ import torch
 from grpo_train import distributed
 from grpo_train.batch import RolloutBatch
 from grpo_train.config import AlgorithmConfig, OptimConfig, RolloutConfig, TrainConfig
+from grpo_train.logprobs import DEFAULT_HEAD, HeadChoice
 from grpo_train.loss import (
     MicroBatch,
     grpo_loss,
@@ -88,6 +89,11 @@ class Learner:
     accelerator: Any = None
     """accelerate's ``Accelerator``: its ``backward`` (the fp16 loss scaler, when one is set up)
     and ``no_sync`` (one gradient all-reduce per optimizer step). None: ``loss.backward()``."""
+    head: HeadChoice = DEFAULT_HEAD
+    """How log-probs come out of the model's last hidden states (``OptimConfig.logprob_head``)."""
+    """How log-probs come out of the model's last hidden states (``OptimConfig.logprob_head``)."""
+    packed: bool = False
+    """Padding-free micro-batches (``OptimConfig.packing``, ``loss.make_micro_batches``)."""
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backpropagate ``loss`` (through accelerate, and the wrapper's hooks, when given)."""
@@ -192,6 +198,7 @@ def grpo_update(
         learner.pad_id,
         select=rows_with_gradient(flat_adv, keep, a.beta),
         group_prompts=learner.share_prompts,
+        packed=learner.packed,
     )
     sequences = 0 if batch.padding else int(batch.trainable.sum())
     total_tokens, total_seqs = distributed.global_loss_normalizers(
@@ -219,8 +226,9 @@ def grpo_update(
             sync = distributed.gradient_sync(learner.accelerator, learner.model, k, len(schedule))
             with sync, learner.autocast():
                 logprobs, entropy = token_logprobs(
-                    learner.model, mb, settings.rollout.temperature, first, learner.share_prompts
-                )
+                    learner.model, mb, settings.rollout.temperature, first, learner.share_prompts,
+                    learner.head,
+                )  # fmt: skip
                 logprobs = logprobs.float()
                 if first:  # before the first update the current policy is the "old" one
                     old[i] = logprobs.detach()

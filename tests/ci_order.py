@@ -40,6 +40,11 @@ MEASURED_S: dict[str, float] = {
     "tests/grpo_train/test_user_runs.py::"
     "test_base_model_lora_wandb_resume_then_eval_two_checkpoints": 29,
     "tests/test_own_data_e2e.py::test_a_data_file_is_an_environment_for_every_tool": 27,
+    "tests/grpo_train/test_logprobs.py::test_peak_memory_per_completion_token_is_bounded": 60,
+    "tests/grpo_train/test_rollout_hf_memory.py::"
+    "test_generation_memory_per_token_is_its_kv_cache[loop]": 45,
+    "tests/grpo_train/test_rollout_hf_memory.py::"
+    "test_generation_memory_per_token_is_its_kv_cache[generate]": 50,
     # Module fixtures (one vLLM or server start) count in their first test's unit: setup + call.
     "tests/grpo_train/test_tensor_parallel.py::test_tp2_engine_generates_what_one_engine_does": 60,
     "tests/grpo_train/test_server_tensor_parallel.py::"

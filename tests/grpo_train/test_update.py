@@ -126,3 +126,33 @@ def test_clip_and_step_clips_steps_and_skips_a_non_finite_update_until_the_limit
     with pytest.raises(TrainingAborted, match=r"2 updates in a row.*ckpt-1"):
         step(0.1)
     assert torch.allclose(weight.detach(), torch.tensor([-0.6, -0.8]))
+
+
+@pytest.mark.parametrize("budget", [10**6, 16])
+def test_packed_update_equals_the_padded_one(tiny_model_path: Path, budget: int) -> None:
+    """Padding-free micro-batches (one pack, or one row per pack): same loss and gradients."""
+    from grpo_train.models import load_policy
+
+    model, _ = load_policy(str(tiny_model_path))
+    settings = UpdateSettings.of(loss_type="grpo", micro_batch_tokens=budget, beta=0.0)
+    batch = make_batch(all_tokens())
+    advantages = torch.tensor([[1.0, -1.0], [-0.5, 0.5]])
+    results = []
+    for packed in (False, True):
+        captured: dict = {}
+
+        def capture(loss: float, captured: dict = captured) -> float:
+            captured["loss"] = loss
+            captured["grads"] = {n: p.grad.clone() for n, p in model.named_parameters()}
+            model.zero_grad(set_to_none=True)
+            return 0.0
+
+        metrics = grpo_update(
+            Learner(model, pad_id=0, packed=packed), capture, batch, advantages, settings
+        )
+        results.append((captured, metrics))
+    (padded, padded_metrics), (packed_run, packed_metrics) = results
+    assert packed_run["loss"] == pytest.approx(padded["loss"], abs=1e-6)
+    assert packed_metrics["entropy"] == pytest.approx(padded_metrics["entropy"], rel=1e-5)
+    for name, grad in padded["grads"].items():
+        torch.testing.assert_close(packed_run["grads"][name], grad, rtol=1e-4, atol=1e-6, msg=name)
