@@ -73,6 +73,9 @@ class TemplateBreak:
 
     reason: str
     restart_ids: tuple[int, ...]
+    fork: bool = False
+    """True where the ``rerender`` history policy chose the template's view (an expected new
+    training sequence, not a failure); False where the template could not render the reply."""
 
 
 Continuation = Extension | TemplateBreak
@@ -148,7 +151,8 @@ def assemble_episode(
     ``continuations[i]`` follows ``turns[i]``: there is one per turn except the last (the episode
     ended there). The turn after a ``TemplateBreak`` must have been sampled from the break's
     ``restart_ids`` (that is what the rollout shows the model), which is why SPLIT starts the
-    next sequence with them.
+    next sequence with them. A fork (``TemplateBreak.fork``: the ``rerender`` history policy)
+    always starts a new sequence and is not a break.
 
     >>> turns = [SampledTurn((5, 6), (-0.5, -0.25)), SampledTurn((7,), (-1.0,))]
     >>> episode = assemble_episode([1, 2], turns, [Extension((9,))])
@@ -173,8 +177,9 @@ def assemble_episode(
         if isinstance(nxt, Extension):
             builder.inserted(nxt.ids)
             continue
-        breaks.append(f"after turn {i}: {nxt.reason}")
-        if on_break is BreakPolicy.END:
+        if not nxt.fork:
+            breaks.append(f"after turn {i}: {nxt.reason}")
+        if on_break is BreakPolicy.END and not nxt.fork:
             return AssembledEpisode((builder.done(),), tuple(breaks), i + 1)
         sequences.append(builder.done())
         builder = _Builder(nxt.restart_ids)
