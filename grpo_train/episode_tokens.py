@@ -6,15 +6,15 @@ differently, and the importance ratio would then compare logprobs of tokens that
 sampled), then the ids the environment's reply inserts. Sampled tokens have loss mask 1 and keep
 their sampling logprobs; environment tokens have mask 0.
 
-The environment's ids come from rendering the reply ONCE through the chat template as a suffix of
-the history (``render_continuation``): the template's rendering of the history extended by the
-reply must start with its rendering of the history so far. When it does not (Qwen3's template
-drops the ``<think>`` blocks of earlier assistant turns once a new user turn follows, so the
-extended history is not an extension), the result is a typed ``TemplateBreak``, never a silent
-re-tokenization; ``assemble_episode`` then starts a new training sequence from the re-rendered
-history (``BreakPolicy.SPLIT``: what the model is then shown is exactly what it conditions on) or
-stops the episode there (``BreakPolicy.END``). prime-rl's renderers keep the same exact-prefix
-invariant and start a new sample when it breaks.
+The environment's ids come from rendering the reply alone after an anchor turn
+(``grpo_train.reply_render.ReplyRenderer``, what rollouts use): earlier turns are never
+re-rendered, so templates that render a finished turn differently once more messages follow
+(Qwen3 drops earlier ``<think>`` blocks) still extend the episode. ``render_continuation`` is
+the stricter whole-history check: the template's rendering of the history extended by the reply
+must start with its rendering of the history so far, else a typed ``TemplateBreak``. A
+``TemplateBreak`` (a reply the template cannot render, or a ``rerender`` fork) makes
+``assemble_episode`` start a new training sequence from the re-rendered history
+(``BreakPolicy.SPLIT``, and always for a fork) or stop the episode there (``BreakPolicy.END``).
 
 Pure functions over ids; ``render_continuation`` only needs a tokenizer's ``apply_chat_template``,
 ``encode`` and ``decode``. Nothing heavy is imported here.

@@ -6,10 +6,13 @@ each later turn is one call over every live episode, whose prompt is the episode
 so far: the prompt's ids, the ids the engine sampled, the ids the environment's replies inserted.
 Text is never re-tokenized into the history: decoding and re-encoding can merge or split tokens
 differently (``grpo_train.episode_tokens``). The environment's replies are stepped together
-(``grpo_envs.episode.step_many``, so tool calls of different episodes overlap) and rendered once
-through the chat template as a checked extension of the history (``render_continuation``); a
-``TemplateBreak`` ends the episode there (``BreakPolicy.END``) or continues it from the
-re-rendered history (``BreakPolicy.SPLIT``). The cost of a step is then about the cost of the
+(``grpo_envs.episode.step_many``, so tool calls of different episodes overlap) and each reply is
+rendered once, after an anchor turn (``reply_render.ReplyRenderer``: no earlier turn is
+re-rendered). Under the ``rerender`` history policy the next turn is sampled from the template's
+rendering of the whole history instead, a new training sequence where it differs (a fork). A
+reply the template cannot render is a ``TemplateBreak``, said out loud (``_report_break``): it
+ends the episode there (``BreakPolicy.END``) or continues it from the re-rendered history
+(``BreakPolicy.SPLIT``). The cost of a step is then about the cost of the
 tokens it samples, not of ``turns x episodes`` sequential passes.
 
 Budgets: ``EpisodeSettings.max_episode_tokens`` caps everything after the prompt (sampled and
