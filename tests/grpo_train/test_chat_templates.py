@@ -305,3 +305,93 @@ def test_a_template_the_renderer_cannot_extend_is_refused_naming_it() -> None:
     )
     with pytest.raises(TemplateError, match="assistant turn's content is not in its rendering"):
         check_template(EpisodeRenderer(tok, PromptFormat(chat_template=drops_assistant)), "x")
+
+
+class TextScripted:
+    """Samples the given turn texts (Qwen3 ids) for every live episode, then ``<|im_end|>``."""
+
+    name = "scripted"
+    last_sync_seconds = 0.0
+
+    def __init__(self, tok: Any, turns: Callable[[int, list[int]], str]) -> None:
+        self.tok, self.turns = tok, turns
+        self.stop = tok.convert_tokens_to_ids("<|im_end|>")
+        self.calls: list[list[list[int]]] = []
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig
+    ) -> list[list[Completion]]:
+        turn = len(self.calls)
+        self.calls.append([list(p) for p in prompts])
+        out = []
+        for i, prompt in enumerate(prompts):
+            text = self.turns(turn, list(prompt))
+            ids = (*self.tok.encode(text, add_special_tokens=False), self.stop)
+            lp = tuple(-0.25 for _ in ids)
+            out.append([Completion(i, text, ids, lp, "stop") for _ in range(sampling.n)])
+        return out
+
+
+def _qwen3_episode(env: Any, turns: Callable[[int, list[int]], str], thinking: bool) -> Any:
+    tok = _tokenizer()
+    family = FAMILIES[0] if thinking else FAMILIES[1]
+    renderer = EpisodeRenderer(tok, _format(family))
+    sample = Sample.from_row(env.dataset("test")[0])
+    engine = TextScripted(tok, turns)
+    (group,) = generate_episodes(
+        engine, renderer, [episodic(env)], [sample], [renderer.prompt_ids(sample)],
+        SamplingConfig(n=1, max_new_tokens=400), EpisodeSettings(max_episode_tokens=4000),
+    )  # fmt: skip
+    return tok, engine, sample, group[0]
+
+
+@pytest.mark.parametrize("thinking", [True, False], ids=["thinking", "no-thinking"])
+def test_the_python_tool_in_hermes_format_under_qwen3(thinking: bool) -> None:
+    import json
+
+    import grpo_envs
+
+    env = grpo_envs.make("math/python-tool-v0", base="math/add2-v0", train_size=2, test_size=2)
+    think = "<think>\nLet Python add them.\n</think>\n\n" if thinking else ""
+
+    def turns(turn: int, _history: list[int]) -> str:
+        code = json.dumps({"name": "python", "arguments": {"code": "print(6 * 7)"}})
+        return [f"{think}<tool_call>\n{code}\n</tool_call>", "It is \\boxed{42}."][turn]
+
+    tok, engine, _, rollout = _qwen3_episode(env, turns, thinking)
+    assert rollout.turns == 2 and rollout.template_breaks == 0 and rollout.tool_calls == 1
+    (ext,) = rollout.continuations
+    assert isinstance(ext, Extension)
+    text = tok.decode(ext.ids, skip_special_tokens=False)
+    assert text.startswith("\n<|im_start|>user\n<tool_response>\n42")  # role tool, Hermes
+    assert tok.convert_tokens_to_ids("<tool_response>") in ext.ids  # one added token
+    kept = [*rollout.prompt_ids, *rollout.completions[0].token_ids, *ext.ids]
+    assert engine.calls[1] == [kept]
+    assert list(rollout.sequence.input_ids) == [*kept, *rollout.completions[1].token_ids]
+
+
+@pytest.mark.parametrize("thinking", [True, False], ids=["thinking", "no-thinking"])
+def test_code_feedback_episodes_under_qwen3(thinking: bool) -> None:
+    import grpo_envs
+
+    env = grpo_envs.make("code/feedback-v0", max_turns=3, workers=1)
+    think = "<think>\nReturn a constant first.\n</think>\n\n" if thinking else ""
+
+    def turns(turn: int, _history: list[int]) -> str:
+        wrong = "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```"
+        return f"{think}{wrong}"
+
+    tok, engine, _, rollout = _qwen3_episode(env, turns, thinking)
+    assert rollout.turns == 3 and rollout.template_breaks == 0 and rollout.end_break is None
+    expected = list(rollout.prompt_ids)
+    for i, completion in enumerate(rollout.completions):
+        expected += completion.token_ids
+        if i < 2:
+            ext = rollout.continuations[i]
+            assert isinstance(ext, Extension)
+            assert "visible tests" in tok.decode(ext.ids)
+            expected += ext.ids
+            assert engine.calls[i + 1] == [expected]
+    assert list(rollout.sequence.input_ids) == expected
+    if thinking:  # the model still sees its own earlier think blocks (keep)
+        assert tok.decode(engine.calls[2][0]).count("Return a constant first.") == 2
