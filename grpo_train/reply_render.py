@@ -33,6 +33,7 @@ from it (``grpo_train.episode_tokens.TemplateBreak`` with ``fork=True``).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -149,7 +150,7 @@ class ReplyRenderer:
             )
         suffix = text[at + len(MARK) :]
         for m in messages:
-            if m["content"].strip() and m["content"].strip() not in suffix:
+            if not _shows(m["content"], suffix):
                 raise TemplateError(
                     f"chat template {self.template}: a {m['role']!r} message's content is not in "
                     "its rendering (the template drops that role)"
@@ -199,6 +200,27 @@ class ReplyRenderer:
         if self.tool_role != "tool":
             tools = f"tool results as {self.tool_role} messages (the template has no tool role)"
         return f"chat template {self.template}: replies rendered after an anchor turn; {tools}"
+
+
+def _shows(content: str, text: str) -> bool:
+    r"""Return whether ``text`` holds ``content`` as written, trimmed, or JSON-encoded.
+
+    Templates trim messages (Llama, Gemma) or write tool results as JSON strings (Llama's
+    ``ipython`` turn: quotes and newlines escaped).
+
+    >>> _shows('say "hi"\n', 'x"say \\"hi\\"\\n"y')
+    True
+    >>> _shows("dropped", "something else")
+    False
+    """
+    core = content.strip()
+    if not core or core in text:
+        return True
+    return any(
+        json.dumps(form, ensure_ascii=ascii)[1:-1] in text
+        for form in (content, core)
+        for ascii in (False, True)
+    )
 
 
 #: The start-up check's episodes: a user-feedback one and a tool one (two results in a row).
@@ -271,7 +293,7 @@ def _check_episode(
             raise TemplateError(f"{where}, turn {turn + 1}: {err}") from None
         text = codec.decode(list(inserted), skip_special_tokens=False)
         for m in renderer.messages(reply):
-            if m["content"] not in text:
+            if not _shows(m["content"], text):
                 raise TemplateError(
                     f"{where}, turn {turn + 1}: the reply's {m['role']!r} content is not in "
                     f"the inserted ids (they decode to {text[:120]!r})"

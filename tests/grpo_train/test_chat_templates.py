@@ -175,7 +175,8 @@ def _feedback(turn: int) -> tuple[Message, ...]:
 
 
 def _tool_results(turn: int) -> tuple[Message, ...]:
-    return (Message("tool", f"{40 + turn}\n"), Message("tool", "[error] NameError: name 'x'"))
+    trace = 'Traceback (most recent call last):\n  File "<cell 1>", line 1\nNameError: "x"'
+    return (Message("tool", f"{40 + turn}\n"), Message("tool", f"[error] {trace}"))
 
 
 class Scripted:
@@ -246,7 +247,7 @@ def test_three_turn_episodes_assemble_token_exactly_with_no_break(family: Family
             # What the next turn was sampled from is exactly the kept ids.
             assert engine.calls[i + 1] == [expected]
             text = tok.decode(ext.ids, skip_special_tokens=False)
-            for m in rollout.state.observations[i].messages:
+            for m in rollout.state.observations[i].messages:  # Llama's are JSON strings
                 assert m.content.strip().split("\n")[0] in text.replace('\\"', '"')
     assert list(seq.input_ids) == expected and list(seq.loss_mask) == mask
     # The terminator the engine sampled is not inserted again; the template's separator is.
