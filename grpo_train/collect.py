@@ -68,13 +68,6 @@ class Collector:
                     described,
                     cfg.rollout.history_policy,
                 )
-            if cfg.rollout.history_policy == HistoryPolicy.RERENDER and rank.is_main:
-                logger.warning(
-                    "history_policy: rerender trains each episode's first training sequence "
-                    "(up to where the template's rendering of the history differs from the "
-                    "sampled tokens); the later ones are sampled from and counted "
-                    "(episodes/sequences_mean), not trained"
-                )
 
     def sample_batch(
         self, step: int, times: dict[str, float], dynamic_sampling: bool = False

@@ -13,7 +13,8 @@ chat template never re-renders earlier turns. A reply it cannot render ends the 
 (``BreakPolicy.END``), with a warning the first time and ``episodes/broken_share`` in the step's
 metrics (``template_breaks: error`` stops the run instead). Under ``history_policy: rerender``
 the model is shown the template's rendering of the history; the GRPO row is the episode's first
-training sequence (up to where the template's rendering diverged).
+training sequence (up to where the template's rendering diverged), and its later sequences are
+extra rows of the batch trained with the episode's advantage (``RolloutBatch.row_of``).
 """
 
 from __future__ import annotations

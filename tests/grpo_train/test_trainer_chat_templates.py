@@ -94,3 +94,19 @@ def test_grpo_train_on_qwen3s_template_plays_multi_turn_episodes_token_exactly(
                     assert len(episode.assembled.sequences) == 1
                 elif episode.turns > 1:  # the template drops the empty think block: a fork
                     assert episode.forks == episode.turns - 1
+        # rerender: every later sequence is an extra row, trained with its episode's advantage.
+        extra = [
+            (p * batch.group_size + g, seq)
+            for p, group in enumerate(batch.samples)
+            for g, episode in enumerate(group.episodes)
+            for seq in episode.assembled.sequences[1:]
+        ]
+        assert len(batch.row_of) == len(extra) and bool(extra) == (history == "rerender")
+        base = len(batch.completion_ids) - len(extra)
+        for k, (row, seq) in enumerate(extra):
+            assert batch.row_of[k] == row
+            prompt = batch.row_prompts()[base + k]
+            assert [*prompt, *batch.completion_ids[base + k]] == list(seq.input_ids)
+            assert len(prompt) == seq.prompt_len  # the re-rendered history: its prompt
+            assert batch.loss_mask[base + k].tolist() == [True] * (len(seq.input_ids) - len(prompt))
+            assert batch.sampling_logprobs[base + k] == seq.logprobs[len(prompt) :]
