@@ -218,9 +218,11 @@ def _train(config: TrainConfig, stop: StopRequest) -> int:
     except OSError as err:  # FileNotFoundError, PermissionError on the run folder or a model
         print(f"grpo train: {_io_message(err)}", file=sys.stderr)
         return 2
+    from grpo_train.rollout.episodes import TemplateBreakError
+
     try:
         result = trainer.train()
-    except TrainingAborted as err:
+    except (TrainingAborted, TemplateBreakError) as err:
         print(f"grpo train: aborted: {err}", file=sys.stderr)
         return 1
     except EngineDied as err:
