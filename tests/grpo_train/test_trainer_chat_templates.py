@@ -19,6 +19,7 @@ from toy_env import digit_retry_env
 from grpo_train.batch import RolloutBatch
 from grpo_train.config import TrainConfig
 from grpo_train.episode_tokens import Extension, TemplateBreak
+from grpo_train.reply_render import TemplateError
 from grpo_train.run_log import read_metrics
 from grpo_train.trainer import Trainer
 
@@ -110,3 +111,28 @@ def test_grpo_train_on_qwen3s_template_plays_multi_turn_episodes_token_exactly(
             assert len(prompt) == seq.prompt_len  # the re-rendered history: its prompt
             assert batch.loss_mask[base + k].tolist() == [True] * (len(seq.input_ids) - len(prompt))
             assert batch.sampling_logprobs[base + k] == seq.logprobs[len(prompt) :]
+
+
+def test_a_template_the_renderer_cannot_extend_is_refused_before_any_generation(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    one_exchange = tmp_path / "one-exchange.jinja"
+    one_exchange.write_text(
+        "{% if messages | length > 2 %}{{ raise_exception('one exchange only') }}{% endif %}"
+        "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + "
+        "'<|im_end|>\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    )
+    cfg = TrainConfig.from_flat(
+        {
+            "model": str(tiny_model_path), "engine": "hf", "num_generations": 2,
+            "prompts_per_step": 1, "max_completion_length": 16, "max_steps": 1,
+            "output_dir": str(tmp_path / "run"), "eval_size": 0, "save_every": 0,
+            "progress": False, "chat_template": str(one_exchange),
+        }
+    )  # fmt: skip
+    with pytest.raises(
+        TemplateError, match=r"chat template one-exchange\.jinja.*one exchange only"
+    ):
+        Trainer(cfg, env=digit_retry_env())
+    assert not read_metrics(tmp_path / "run")  # nothing was generated or logged
