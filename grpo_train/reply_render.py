@@ -96,21 +96,21 @@ class ReplyRenderer:
     def messages(self, reply: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
         r"""Return the reply as the template is given it.
 
-        Tool results become user messages when the template has no tool role, consecutive ones
-        joined (roles must alternate there).
+        Tool results become user messages when the template has no tool role, and consecutive
+        user messages are then joined (such templates require alternating roles).
 
         >>> class _T:  # the codec is not used here
         ...     pass
-        >>> ReplyRenderer(_T(), "t", tool_role="user").messages(
-        ...     [{"role": "tool", "content": "1"}, {"role": "tool", "content": "2"}])
-        [{'role': 'user', 'content': '1\n\n2'}]
+        >>> ReplyRenderer(_T(), "t", tool_role="user").messages([{"role": "tool", "content": "1"},
+        ...     {"role": "tool", "content": "2"}, {"role": "user", "content": "Go on."}])
+        [{'role': 'user', 'content': '1\n\n2\n\nGo on.'}]
         """
         out: list[dict[str, str]] = []
         for m in reply:
             role, content = str(m["role"]), str(m["content"])
-            if role == "tool" and self.tool_role != "tool":
-                role = self.tool_role
-                if out and out[-1]["role"] == role:
+            if self.tool_role != "tool":
+                role = self.tool_role if role == "tool" else role
+                if out and out[-1]["role"] == role == self.tool_role:
                     out[-1] = {"role": role, "content": out[-1]["content"] + "\n\n" + content}
                     continue
             out.append({"role": role, "content": content})
@@ -178,19 +178,7 @@ class ReplyRenderer:
         self, messages: Sequence[Mapping[str, str]], generation_prompt: bool = True
     ) -> tuple[int, ...]:
         """Return the ids of a whole conversation as the template renders it (``RERENDER``)."""
-        reply_roles = [dict(m) for m in messages]
-        fixed: list[dict[str, str]] = []
-        i = 0
-        while i < len(reply_roles):  # tool results as the template takes them
-            j = i
-            while j < len(reply_roles) and reply_roles[j]["role"] == "tool":
-                j += 1
-            if j > i:
-                fixed.extend(self.messages(reply_roles[i:j]))
-                i = j
-            else:
-                fixed.append(reply_roles[i])
-                i += 1
+        fixed = self.messages(messages)  # tool results as the template takes them
         text = self.render(fixed, generation_prompt)
         return tuple(int(t) for t in self.codec.encode(text, add_special_tokens=False))
 

@@ -212,10 +212,16 @@ def _turns(family: Family, tools: bool, thinking: bool) -> list[str]:
     return [f"{family.turn_prefix}{think}The answer is 4{t}." for t in range(3)]
 
 
-def _play(family: Family, tools: bool, history: HistoryPolicy, thinking: bool | None = None) -> Any:
+def _play(
+    family: Family,
+    tools: bool,
+    history: HistoryPolicy,
+    thinking: bool | None = None,
+    replies: Callable[[int], tuple[Message, ...]] | None = None,
+) -> Any:
     thinking = family.think_turns if thinking is None else thinking
     tok = _tokenizer()
-    env = FeedbackEnv(_tool_results if tools else _feedback)
+    env = FeedbackEnv(replies or (_tool_results if tools else _feedback))
     fmt = _format(family)
     schemas = (PYTHON_TOOL,) if tools and family.tool_role == "tool" else None
     renderer = EpisodeRenderer(tok, fmt, tools=schemas, history=history)
@@ -396,3 +402,15 @@ def test_code_feedback_episodes_under_qwen3(thinking: bool) -> None:
     assert list(rollout.sequence.input_ids) == expected
     if thinking:  # the model still sees its own earlier think blocks (keep)
         assert tok.decode(engine.calls[2][0]).count("Return a constant first.") == 2
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+@pytest.mark.parametrize("history", list(HistoryPolicy))
+def test_tool_results_followed_by_a_user_nudge_in_one_reply(family: Family, history) -> None:
+    def replies(turn: int) -> tuple[Message, ...]:
+        return (*_tool_results(turn), Message("user", "Use the result and answer."))
+
+    tok, _, engine, rollout = _play(family, True, history, replies=replies)
+    assert rollout.turns == 3 and rollout.template_breaks == 0
+    shown = tok.decode(engine.calls[2][0], skip_special_tokens=False)  # the third turn's input
+    assert shown.count("Use the result and answer.") == 2
