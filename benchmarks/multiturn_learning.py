@@ -46,6 +46,7 @@ BUDGET_S = 15 * 60.0
 CONFIGS = {
     "3 turns": ROOT / "benchmarks" / "configs" / "add2-feedback.yaml",
     "1 turn": ROOT / "benchmarks" / "configs" / "add2-feedback-single.yaml",
+    "3 turns, Qwen3 template": ROOT / "benchmarks" / "configs" / "add2-feedback-qwen3.yaml",
 }
 
 

@@ -32,8 +32,10 @@ TRL gives ``rollout_func`` the prompts only, so each prompt is matched to its da
 (``PromptIndex``): the train dataset must be ``env.dataset(split)`` (rows with the same prompt
 and different answers are refused when the index is built). ``max_completion_length`` bounds
 the whole episode (every turn and the environment's replies); ``max_turn_tokens`` one turn.
-A chat template that cannot extend a history ends the episode there (``BreakPolicy.END``): TRL
-holds one sequence per rollout.
+Each reply is rendered after an anchor turn (``grpo_train.reply_render.ReplyRenderer``), so
+templates that rewrite earlier turns (Qwen3's) extend episodes too; a reply the template cannot
+render ends the episode there (``BreakPolicy.END``, with a warning): TRL holds one sequence per
+rollout.
 
 verl (checked against verl's ``verl/experimental/agent_loop``; verl is not a dependency here).
 Its multi-turn hook is the agent loop: a subclass of
@@ -52,8 +54,9 @@ The mapping from an episode (verl's name -> grpo-kit's):
   sampling_params=sampling_params)`` -> ``TokenOutput.token_ids`` / ``.log_probs`` ->
   ``SampledTurn(ids, logprobs)``; its decoded text goes to ``episodic(env).step(state, text,
   tokens=len(ids))``;
-- the ids an environment's reply adds (mask 0) -> ``episode_tokens.render_continuation``'s
-  ``Extension.ids`` (a ``TemplateBreak`` ends the episode: verl holds one sequence per row);
+- the ids an environment's reply adds (mask 0) -> ``reply_render.ReplyRenderer.inserted``
+  (the reply rendered after an anchor turn, verl's own "continuous token" approach; a
+  ``TemplateError`` ends the episode: verl holds one sequence per row);
 - ``AgentLoopOutput.prompt_ids``, ``response_ids``, ``response_mask``, ``response_logprobs`` ->
   ``verl_agent_output`` of ``assemble_episode(...).sequences[0]``;
 - ``AgentLoopOutput.reward_score`` -> ``score_episode(state).reward`` (set, verl's reward
@@ -61,7 +64,7 @@ The mapping from an episode (verl's name -> grpo-kit's):
 
 so a verl agent loop over any grpo-kit environment is: rebuild the env from ``extra_info``,
 ``state = episodic(env).start(sample)``, then per turn ``generate``, ``step``,
-``render_continuation`` until ``state.done`` or the response budget
+``ReplyRenderer.inserted`` until ``state.done`` or the response budget
 (``rollout.response_length``) is reached, and return
 ``AgentLoopOutput(**verl_agent_output(sequence, reward, messages), metrics=AgentLoopMetrics())``.
 """

@@ -64,6 +64,11 @@ class RolloutBatch:
     """The scored groups this batch was built from (texts and scores, for logging)."""
     padding: bool = False
     """True when this rank trains nothing and runs its rows only to keep collectives in step."""
+    row_of: tuple[int, ...] = ()
+    """Rows after the ``P * G`` ones: the later training sequences of ``rerender`` episodes, each
+    the index of its episode's row (whose advantage and masks it shares)."""
+    extra_prompts: tuple[tuple[int, ...], ...] = ()
+    """The prompt of each extra row: the re-rendered history its turn was sampled from."""
 
     def __post_init__(self) -> None:
         if self.rewards.ndim != 2:
@@ -75,9 +80,15 @@ class RolloutBatch:
         if len(self.prompt_ids) != p:
             raise ValueError(f"prompt_ids has {len(self.prompt_ids)} prompts, rewards {p}")
         for name in ("completion_ids", "loss_mask", "sampling_logprobs"):
-            if len(getattr(self, name)) != p * g:
+            if len(getattr(self, name)) != p * g + len(self.row_of):
                 got = len(getattr(self, name))
-                raise ValueError(f"{name} needs {p * g} rows (P * G), got {got}")
+                raise ValueError(
+                    f"{name} needs {p * g + len(self.row_of)} rows (P * G + extra), got {got}"
+                )
+        if len(self.extra_prompts) != len(self.row_of):
+            raise ValueError("extra_prompts needs one prompt per extra row (row_of)")
+        if any(not 0 <= r < p * g for r in self.row_of):
+            raise ValueError(f"row_of must index the P * G = {p * g} episode rows")
         for i, (ids, mask) in enumerate(zip(self.completion_ids, self.loss_mask)):
             if mask.shape != (len(ids),):
                 raise ValueError(
@@ -95,15 +106,16 @@ class RolloutBatch:
         environment inserted stay in the row for the forward pass with loss mask 0.
         """
         completions = [c for g in groups for c in g.completions]
+        extra = _forked_rows(groups, group_size)
 
         def table(values: list[list[bool]] | list[list[float]], dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(values, dtype=dtype).reshape(len(groups), group_size)
 
         return cls(
             prompt_ids=tuple(tuple(g.prompt_ids) for g in groups),
-            completion_ids=tuple(c.token_ids for c in completions),
-            loss_mask=tuple(_loss_masks(groups)),
-            sampling_logprobs=tuple(c.logprobs for c in completions),
+            completion_ids=tuple(c.token_ids for c in completions) + tuple(e[2] for e in extra),
+            loss_mask=tuple(_loss_masks(groups)) + tuple(e[3] for e in extra),
+            sampling_logprobs=tuple(c.logprobs for c in completions) + tuple(e[4] for e in extra),
             rewards=table([g.rewards for g in groups], torch.float64),
             scored=table([g.scored for g in groups], torch.bool),
             trainable=table([g.trainable for g in groups], torch.bool),
@@ -111,6 +123,8 @@ class RolloutBatch:
             env_index=torch.tensor([g.env_index for g in groups], dtype=torch.long),
             samples=tuple(groups),
             padding=padding,
+            row_of=tuple(e[0] for e in extra),
+            extra_prompts=tuple(e[1] for e in extra),
         )
 
     @property
@@ -120,11 +134,48 @@ class RolloutBatch:
 
     def row_prompts(self) -> list[tuple[int, ...]]:
         """Return the prompt of each row."""
-        return [p for p in self.prompt_ids for _ in range(self.group_size)]
+        rows = [p for p in self.prompt_ids for _ in range(self.group_size)]
+        return rows + list(self.extra_prompts)
+
+    def per_row(self, values: torch.Tensor) -> torch.Tensor:
+        """Extend a flat ``(P * G,)`` tensor to every row (an extra row takes its episode's).
+
+        >>> one = (torch.tensor([True]),) * 3
+        >>> batch = RolloutBatch(
+        ...     ((1,),), ((2,), (3,), (4,)), one, ((-0.1,),) * 3,
+        ...     torch.tensor([[1.0, 0.0]], dtype=torch.float64), torch.ones(1, 2, dtype=torch.bool),
+        ...     torch.ones(1, 2, dtype=torch.bool), torch.zeros(1, 2, dtype=torch.bool),
+        ...     torch.tensor([0]), row_of=(1,), extra_prompts=((1, 9),))
+        >>> batch.per_row(torch.tensor([0.5, -0.5])).tolist(), batch.row_prompts()
+        ([0.5, -0.5, -0.5], [(1,), (1,), (1, 9)])
+        """
+        if not self.row_of:
+            return values
+        return torch.cat([values, values[list(self.row_of)]])
 
     def trained_tokens(self, keep: torch.Tensor) -> int:
         """Count the tokens the loss trains: masked-in tokens of rows with ``keep`` 1."""
         return int(sum(float(m.sum()) * float(k) for m, k in zip(self.loss_mask, keep)))
+
+
+def _forked_rows(
+    groups: Sequence[Group], group_size: int
+) -> list[tuple[int, tuple[int, ...], tuple[int, ...], torch.Tensor, tuple[float, ...]]]:
+    """Return the later training sequences of ``rerender`` episodes as extra rows.
+
+    Each is ``(episode row, prompt, completion ids, loss mask, sampling logprobs)``: the
+    re-rendered history the turn was sampled from is the row's prompt (not trained), the
+    sampled turn its completion, trained with the episode's advantage.
+    """
+    out = []
+    for p, g in enumerate(groups):
+        for k, episode in enumerate(g.episodes):
+            for seq in episode.assembled.sequences[1:]:
+                cut = seq.prompt_len
+                mask = torch.tensor(seq.loss_mask[cut:], dtype=torch.bool)
+                row = (p * group_size + k, seq.input_ids[:cut], seq.input_ids[cut:])
+                out.append((*row, mask, seq.logprobs[cut:]))
+    return out
 
 
 def _loss_masks(groups: Sequence[Group]) -> list[torch.Tensor]:

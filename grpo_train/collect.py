@@ -27,7 +27,9 @@ from grpo_train.config import TrainConfig
 from grpo_train.groups import MIN_SCORED, Group
 from grpo_train.metrics import rollout_metrics
 from grpo_train.prompts import PromptFormat, encode_prompt
+from grpo_train.reply_render import HistoryPolicy
 from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
+from grpo_train.rollout.episodes import EpisodeRenderer
 from grpo_train.run_log import logger
 from grpo_train.score_failures import ScoreErrors
 from grpo_train.stop import TrainingAborted, pause_point
@@ -56,6 +58,16 @@ class Collector:
         self.cfg, self.prompts, self.env_names, self.engine = cfg, prompts, prompts.names, engine
         self.tokenizer, self.prompt_format = tokenizer, prompt_format
         self.rank, self.run_dir = rank, run_dir
+        if any(is_multi_turn(env) for env in prompts.envs):
+            # The chat template must extend episodes: refused here, before any generation.
+            renderer = EpisodeRenderer(tokenizer, prompt_format)
+            described = renderer.check()
+            if described and rank.is_main:
+                logger.info(
+                    "multi-turn: %s; history policy %s",
+                    described,
+                    cfg.rollout.history_policy,
+                )
 
     def sample_batch(
         self, step: int, times: dict[str, float], dynamic_sampling: bool = False
@@ -164,6 +176,8 @@ class Collector:
                 self.engine, self.tokenizer, self.prompt_format, self.prompts.envs, mine,
                 prompts, self._samplings(len(prompts), step, round_, start, episodes=True),
                 self.cfg.rollout.max_completion_length, times,
+                history=HistoryPolicy(self.cfg.rollout.history_policy),
+                fatal_breaks=self.cfg.rollout.template_breaks == "error",
             )  # fmt: skip
         t = time.perf_counter()
         pause_point("generation", step)

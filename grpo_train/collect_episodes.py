@@ -8,8 +8,13 @@ loss, the sampled ids with their sampling logprobs, the episode's score as the r
 Single-turn environments in the same step are one-turn episodes (``OneTurn``: the same score).
 A run whose environments are all single-turn never comes here, so it computes what it always did.
 
-A template break ends the episode (``BreakPolicy.END``): a GRPO row is one sequence, and a split
-episode would be two rows with different prompts.
+Each environment reply is rendered after an anchor turn (``reply_render.ReplyRenderer``), so the
+chat template never re-renders earlier turns. A reply it cannot render ends the episode
+(``BreakPolicy.END``), with a warning the first time and ``episodes/broken_share`` in the step's
+metrics (``template_breaks: error`` stops the run instead). Under ``history_policy: rerender``
+the model is shown the template's rendering of the history; the GRPO row is the episode's first
+training sequence (up to where the template's rendering diverged), and its later sequences are
+extra rows of the batch trained with the episode's advantage (``RolloutBatch.row_of``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from grpo_envs.episode import Episodic, episodic
 from grpo_envs.types import Sample
 from grpo_train.episode_tokens import BreakPolicy
 from grpo_train.groups import Group
+from grpo_train.reply_render import HistoryPolicy
 from grpo_train.rollout.base import RolloutEngine, SamplingConfig
 from grpo_train.rollout.episodes import (
     STEP_WORKERS,
@@ -49,6 +55,9 @@ def collect_episode_groups(
     samplings: Sequence[SamplingConfig],
     max_episode_tokens: int,
     times: dict[str, float],
+    *,
+    history: HistoryPolicy = HistoryPolicy.KEEP,
+    fatal_breaks: bool = False,
 ) -> list[Group]:
     """Play and score the episodes of ``drawn`` (sample, env index) prompts, one group each.
 
@@ -57,8 +66,10 @@ def collect_episode_groups(
     samples do not depend on how the step's prompts were split between ranks).
     """
     episodes: list[Episodic] = [episodic(env) for env in envs]
-    renderer = EpisodeRenderer(tokenizer, prompt_format)
-    settings = EpisodeSettings(max_episode_tokens, BreakPolicy.END, STEP_WORKERS)
+    renderer = EpisodeRenderer(tokenizer, prompt_format, history=history)
+    settings = EpisodeSettings(
+        max_episode_tokens, BreakPolicy.END, STEP_WORKERS, fatal_breaks=fatal_breaks
+    )
     per_prompt = [episodes[env_index] for _, env_index in drawn]
     samples = [sample for sample, _ in drawn]
     t = time.perf_counter()

@@ -207,6 +207,15 @@ class RolloutConfig:
     max_turn_tokens: Fixed[int] = 0
     """Multi-turn environments: tokens one model turn may sample (0: max_completion_length).
     A whole episode (every turn and the environment's replies) fits in max_completion_length."""
+    history_policy: Fixed[Literal["keep", "rerender"]] = "keep"
+    """Multi-turn environments: what the model is shown at a later turn. ``keep``: its own
+    sampled tokens, then the environment's reply rendered by the chat template after an anchor
+    turn (one training sequence per episode). ``rerender``: the chat template's rendering of
+    the whole history (Qwen3's drops earlier think blocks); where that differs from the kept
+    tokens, a new training sequence starts from it (grpo_train/README.md, "Chat templates")."""
+    template_breaks: Fixed[Literal["warn", "error"]] = "warn"
+    """Multi-turn environments: a reply the chat template cannot render ends its episode there;
+    ``warn`` says so (once per run, then ``episodes/broken_share``), ``error`` stops the run."""
     temperature: Fixed[float] = 1.0
     """Sampling temperature for training rollouts (> 0); evaluation is greedy."""
     top_p: Fixed[float] = 1.0

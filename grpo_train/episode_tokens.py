@@ -6,15 +6,15 @@ differently, and the importance ratio would then compare logprobs of tokens that
 sampled), then the ids the environment's reply inserts. Sampled tokens have loss mask 1 and keep
 their sampling logprobs; environment tokens have mask 0.
 
-The environment's ids come from rendering the reply ONCE through the chat template as a suffix of
-the history (``render_continuation``): the template's rendering of the history extended by the
-reply must start with its rendering of the history so far. When it does not (Qwen3's template
-drops the ``<think>`` blocks of earlier assistant turns once a new user turn follows, so the
-extended history is not an extension), the result is a typed ``TemplateBreak``, never a silent
-re-tokenization; ``assemble_episode`` then starts a new training sequence from the re-rendered
-history (``BreakPolicy.SPLIT``: what the model is then shown is exactly what it conditions on) or
-stops the episode there (``BreakPolicy.END``). prime-rl's renderers keep the same exact-prefix
-invariant and start a new sample when it breaks.
+The environment's ids come from rendering the reply alone after an anchor turn
+(``grpo_train.reply_render.ReplyRenderer``, what rollouts use): earlier turns are never
+re-rendered, so templates that render a finished turn differently once more messages follow
+(Qwen3 drops earlier ``<think>`` blocks) still extend the episode. ``render_continuation`` is
+the stricter whole-history check: the template's rendering of the history extended by the reply
+must start with its rendering of the history so far, else a typed ``TemplateBreak``. A
+``TemplateBreak`` (a reply the template cannot render, or a ``rerender`` fork) makes
+``assemble_episode`` start a new training sequence from the re-rendered history
+(``BreakPolicy.SPLIT``, and always for a fork) or stop the episode there (``BreakPolicy.END``).
 
 Pure functions over ids; ``render_continuation`` only needs a tokenizer's ``apply_chat_template``,
 ``encode`` and ``decode``. Nothing heavy is imported here.
@@ -73,6 +73,9 @@ class TemplateBreak:
 
     reason: str
     restart_ids: tuple[int, ...]
+    fork: bool = False
+    """True where the ``rerender`` history policy chose the template's view (an expected new
+    training sequence, not a failure); False where the template could not render the reply."""
 
 
 Continuation = Extension | TemplateBreak
@@ -148,7 +151,8 @@ def assemble_episode(
     ``continuations[i]`` follows ``turns[i]``: there is one per turn except the last (the episode
     ended there). The turn after a ``TemplateBreak`` must have been sampled from the break's
     ``restart_ids`` (that is what the rollout shows the model), which is why SPLIT starts the
-    next sequence with them.
+    next sequence with them. A fork (``TemplateBreak.fork``: the ``rerender`` history policy)
+    always starts a new sequence and is not a break.
 
     >>> turns = [SampledTurn((5, 6), (-0.5, -0.25)), SampledTurn((7,), (-1.0,))]
     >>> episode = assemble_episode([1, 2], turns, [Extension((9,))])
@@ -173,8 +177,9 @@ def assemble_episode(
         if isinstance(nxt, Extension):
             builder.inserted(nxt.ids)
             continue
-        breaks.append(f"after turn {i}: {nxt.reason}")
-        if on_break is BreakPolicy.END:
+        if not nxt.fork:
+            breaks.append(f"after turn {i}: {nxt.reason}")
+        if on_break is BreakPolicy.END and not nxt.fork:
             return AssembledEpisode((builder.done(),), tuple(breaks), i + 1)
         sequences.append(builder.done())
         builder = _Builder(nxt.restart_ids)

@@ -218,9 +218,11 @@ def _train(config: TrainConfig, stop: StopRequest) -> int:
     except OSError as err:  # FileNotFoundError, PermissionError on the run folder or a model
         print(f"grpo train: {_io_message(err)}", file=sys.stderr)
         return 2
+    from grpo_train.rollout.episodes import TemplateBreakError
+
     try:
         result = trainer.train()
-    except TrainingAborted as err:
+    except (TrainingAborted, TemplateBreakError) as err:
         print(f"grpo train: aborted: {err}", file=sys.stderr)
         return 1
     except EngineDied as err:
@@ -267,6 +269,7 @@ def _train(config: TrainConfig, stop: StopRequest) -> int:
         f"\nwall time: {result.wall_s:.0f} s for {result.steps} steps"
         f"{_speed_lines(result)}"
         f"\n{_switches_line(result)}"
+        f"{_episodes_line(run_dir, trainer.setup.cfg.rollout.history_policy)}"
         f"\nrun folder: {run_dir}"
         f"\nmetrics: {run_dir / 'metrics.jsonl'} (tensorboard --logdir {run_dir / 'tensorboard'})"
         f"\ncheckpoints: {run_dir / 'checkpoints'} (last: {result.last_checkpoint})"
@@ -338,6 +341,35 @@ def _launcher_argv() -> list[str]:
     except OSError:
         return []
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def _episodes_line(run_dir: Path, history_policy: str) -> str:
+    """Return a multi-turn run's episodes line: turns, template breaks said out loud ('' if none).
+
+    >>> _episodes_line(Path("/nonexistent"), "keep")
+    ''
+    """
+    from grpo_train.run_log import read_metrics
+
+    try:
+        rows = [r for r in read_metrics(run_dir) if "episodes/turns_mean" in r]
+    except OSError:
+        return ""
+    if not rows:
+        return ""
+    turns = sum(r["episodes/turns_mean"] for r in rows) / len(rows)
+    breaks = int(sum(r.get("episodes/template_breaks", 0.0) for r in rows))
+    worst = max(r.get("episodes/broken_share", 0.0) for r in rows)
+    line = (
+        f"\nmulti-turn: {turns:.2f} turns per episode (mean over {len(rows)} steps), history "
+        f"policy {history_policy}, template breaks {breaks}"
+    )
+    if breaks:
+        line += (
+            f" (up to {worst:.0%} of a step's episodes ended early by the chat template; "
+            "template_breaks: error stops the run instead)"
+        )
+    return line
 
 
 def _switches_line(result: TrainResult) -> str:

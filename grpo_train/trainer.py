@@ -448,6 +448,7 @@ class Trainer:
                 cfg.rollout.max_completion_length,
                 workers=STEP_WORKERS,
                 max_turn_tokens=cfg.rollout.max_turn_tokens or None,
+                fatal_breaks=cfg.rollout.template_breaks == "error",
             ),
         )
         metrics = summary.metrics("eval")

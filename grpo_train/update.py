@@ -177,10 +177,13 @@ def grpo_update(
     micro-batches gives the gradient of the whole batch. Every rank calls it (collectives).
     """
     a = settings.algorithm
-    flat_adv = advantages.flatten()
+    # A rerender episode's later training sequences are extra rows with the episode's values.
+    flat_adv = batch.per_row(advantages.flatten())
     # Items whose scoring failed (and groups left with too few scored ones) get no loss, and
     # neither do truncated ones under DAPO overlong filtering (their reward is unreliable).
-    skip = ~batch.trainable.flatten() | (batch.truncated.flatten() & a.mask_truncated)
+    skip = batch.per_row(
+        ~batch.trainable.flatten() | (batch.truncated.flatten() & a.mask_truncated)
+    )
     keep = torch.where(skip | batch.padding, 0.0, 1.0)
     # Only rows whose loss can have a gradient get a forward/backward pass (with beta = 0, not
     # those with advantage 0); the normalisers still count every row. With none, one row still
@@ -200,7 +203,7 @@ def grpo_update(
         group_prompts=learner.share_prompts,
         packed=learner.packed,
     )
-    sequences = 0 if batch.padding else int(batch.trainable.sum())
+    sequences = 0 if batch.padding else int(batch.per_row(batch.trainable.flatten()).sum())
     total_tokens, total_seqs = distributed.global_loss_normalizers(
         batch.trained_tokens(keep), sequences
     )

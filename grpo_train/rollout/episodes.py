@@ -6,10 +6,13 @@ each later turn is one call over every live episode, whose prompt is the episode
 so far: the prompt's ids, the ids the engine sampled, the ids the environment's replies inserted.
 Text is never re-tokenized into the history: decoding and re-encoding can merge or split tokens
 differently (``grpo_train.episode_tokens``). The environment's replies are stepped together
-(``grpo_envs.episode.step_many``, so tool calls of different episodes overlap) and rendered once
-through the chat template as a checked extension of the history (``render_continuation``); a
-``TemplateBreak`` ends the episode there (``BreakPolicy.END``) or continues it from the
-re-rendered history (``BreakPolicy.SPLIT``). The cost of a step is then about the cost of the
+(``grpo_envs.episode.step_many``, so tool calls of different episodes overlap) and each reply is
+rendered once, after an anchor turn (``reply_render.ReplyRenderer``: no earlier turn is
+re-rendered). Under the ``rerender`` history policy the next turn is sampled from the template's
+rendering of the whole history instead, a new training sequence where it differs (a fork). A
+reply the template cannot render is a ``TemplateBreak``, said out loud (``_report_break``): it
+ends the episode there (``BreakPolicy.END``) or continues it from the re-rendered history
+(``BreakPolicy.SPLIT``). The cost of a step is then about the cost of the
 tokens it samples, not of ``turns x episodes`` sequential passes.
 
 Budgets: ``EpisodeSettings.max_episode_tokens`` caps everything after the prompt (sampled and
@@ -28,9 +31,12 @@ used as a whole by the trainer, ``grpo eval`` and the benchmarks; about half is 
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from grpo_envs.base import Environment
@@ -53,10 +59,12 @@ from grpo_train.episode_tokens import (
     TemplateBreak,
     TrainingSequence,
     assemble_episode,
-    render_continuation,
 )
 from grpo_train.prompts import PLAIN, PromptFormat, encode_prompt
+from grpo_train.reply_render import HistoryPolicy, ReplyRenderer, TemplateError, check_template
 from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
+
+logger = logging.getLogger(__name__)
 
 #: Seed offset between turns: turn ``t`` samples with ``sampling.seed + t * TURN_SEED_STRIDE``.
 TURN_SEED_STRIDE = 1_000_033
@@ -67,11 +75,15 @@ class EpisodeRenderer:
     """How an episode's history becomes ids: the tokenizer and the run's ``PromptFormat``.
 
     ``tools``: tool schemas for templates with tool calling (``apply_chat_template(tools=)``).
+    ``history``: the history policy (``reply_render.HistoryPolicy``): ``KEEP`` inserts each
+    reply's ids rendered after an anchor turn (``ReplyRenderer``); ``RERENDER`` shows the model
+    the template's rendering of the whole history, a new training sequence where it differs.
     """
 
     tokenizer: Any
     prompt_format: PromptFormat = field(default_factory=PromptFormat)
     tools: tuple[Mapping[str, object], ...] | None = None
+    history: HistoryPolicy = HistoryPolicy.KEEP
 
     @property
     def chat(self) -> bool:
@@ -81,6 +93,25 @@ class EpisodeRenderer:
             return False
         return bool(fmt.template_text() or getattr(self.tokenizer, "chat_template", None))
 
+    @property
+    def template_name(self) -> str:
+        """The chat template's name for messages: its file, or the tokenizer's."""
+        given = self.prompt_format.chat_template.strip()
+        if given and "{" not in given and Path(given).is_file():
+            return Path(given).name
+        if given:
+            return "given as text"
+        return f"of {getattr(self.tokenizer, 'name_or_path', '') or 'the tokenizer'}"
+
+    @functools.cached_property
+    def replies(self) -> ReplyRenderer:
+        """The reply renderer, after the start-up check (``TemplateError`` when it fails)."""
+        return check_template(self, self.template_name, tools=self.tools)
+
+    def check(self) -> str | None:
+        """Check the template extends episodes (raises ``TemplateError``); its description."""
+        return self.replies.describe() if self.chat else None
+
     def prompt_ids(self, sample: Sample, max_tokens: int | None = None) -> list[int]:
         """Return the prompt's ids, as single-turn training and ``grpo eval`` encode them."""
         return encode_prompt(self.tokenizer, sample, self.prompt_format, max_tokens).ids
@@ -89,10 +120,10 @@ class EpisodeRenderer:
         """Call the tokenizer's ``apply_chat_template`` with the run's template and kwargs."""
         fmt = self.prompt_format
         template = fmt.template_text()
-        extra: dict[str, object] = dict(fmt.chat_template_kwargs)
+        extra: dict[str, object] = {**fmt.chat_template_kwargs, **kwargs}
         if template is not None:
             extra["chat_template"] = template
-        return self.tokenizer.apply_chat_template(conversation, **extra, **kwargs)
+        return self.tokenizer.apply_chat_template(conversation, **extra)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Text -> ids (no special tokens added: the template writes them)."""
@@ -102,27 +133,57 @@ class EpisodeRenderer:
         """Ids -> text."""
         return str(self.tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens))
 
-    def continuation(self, state: EpisodeState, completions: Sequence[Completion]) -> Continuation:
-        """Return the ids the latest observation of ``state`` inserts after the last turn."""
+    def continuation(
+        self,
+        state: EpisodeState,
+        completions: Sequence[Completion],
+        history_ids: Sequence[int] = (),
+    ) -> Continuation:
+        """Return the ids the latest observation of ``state`` inserts after the last turn.
+
+        ``history_ids``: what the last turn was sampled from, then its ids (``RERENDER``
+        compares the template's rendering of the whole history with it plus the reply's ids).
+        A reply the template cannot render is a ``TemplateBreak`` (not a fork).
+        """
         observation = state.observations[-1]
         if not self.chat:
             return Extension(tuple(self.encode(observation.text)))
+        reply = _dicts(observation.messages)
+        last = completions[-1]
+        try:
+            inserted = self.replies.inserted(reply, last.token_ids, last.finish_reason == "stop")
+        except TemplateError as err:
+            return TemplateBreak(str(err), self._rerendered(state, completions) or ())
+        if self.history is HistoryPolicy.KEEP:
+            return Extension(inserted)
+        kept = (*history_ids, *inserted)
+        restart = self._rerendered(state, completions)
+        if restart is None or restart == kept:
+            return Extension(inserted)
+        at = next((i for i, (a, b) in enumerate(zip(kept, restart)) if a != b), len(kept))
+        return TemplateBreak(
+            f"the template re-renders the history differently from token {at}", restart, True
+        )
+
+    def _rerendered(
+        self, state: EpisodeState, completions: Sequence[Completion]
+    ) -> tuple[int, ...] | None:
+        """Return the whole history as the template renders it, generation prompt included."""
         history = self.prompt_format.messages(state.sample)
         for i, completion in enumerate(completions):
             history.append({"role": "assistant", "content": self.turn_content(completion)})
-            if i < len(completions) - 1:
-                history.extend(_dicts(state.observations[i].messages))
-        reply = _dicts(observation.messages)
-        return render_continuation(
-            self, history, completions[-1].token_ids, reply, tools=self.tools
-        )
+            history.extend(_dicts(state.observations[i].messages))
+        try:
+            return self.replies.render_ids(history)
+        except TemplateError:
+            return None
 
     def turn_content(self, completion: Completion) -> str:
         """Return the sampled turn as the template must render it (ids decoded, specials kept).
 
         The engine's ``text`` drops special tokens; a turn that sampled one mid-way would then
-        be rendered as something it did not sample. Only a final EOS is left out: the template
-        writes the closing (``render_continuation`` checks the sampled tail against it).
+        be rendered as something it did not sample. Only a final stop token is left out: the
+        template writes the closing.
         """
         ids = completion.token_ids
         if completion.finish_reason == "stop" and ids:
@@ -153,6 +214,9 @@ class EpisodeSettings:
     """Cap on one turn's sampled ids (None: ``sampling.max_new_tokens``)."""
     max_sequence_tokens: int | None = None
     """Cap on a whole history, prompt included (an engine's context length; None: no cap)."""
+    fatal_breaks: bool = False
+    """A reply the chat template cannot render raises ``TemplateBreakError`` (else: a warning
+    the first time, the episode ends there, ``episodes/broken_share`` counts it)."""
 
     def left(self, prompt_len: int, history_len: int) -> int:
         """Ids a history may still grow by: the prompt plus ``max_episode_tokens`` in all.
@@ -248,9 +312,14 @@ class EpisodeRollout:
 
     @property
     def template_breaks(self) -> int:
-        """Continuations the chat template could not render as an extension."""
-        split = sum(isinstance(c, TemplateBreak) for c in self.continuations)
+        """Replies the chat template could not render (forks of ``rerender`` are not breaks)."""
+        split = sum(isinstance(c, TemplateBreak) and not c.fork for c in self.continuations)
         return split + (self.end_break is not None)
+
+    @property
+    def forks(self) -> int:
+        """Where ``rerender`` started a new training sequence from the template's rendering."""
+        return sum(isinstance(c, TemplateBreak) and c.fork for c in self.continuations)
 
     @property
     def truncated(self) -> bool:
@@ -301,6 +370,7 @@ def generate_episodes(
         )
     if not samples:
         return []
+    renderer.check()  # the start-up check (once per renderer): before any generation
     if settings.turn_cap(sampling) != sampling.max_new_tokens:
         sampling = replace(sampling, max_new_tokens=settings.turn_cap(sampling))
     left = min(settings.left(len(p), len(p)) for p in prompt_ids)
@@ -419,9 +489,13 @@ def _extend(e: _Live, renderer: EpisodeRenderer, settings: EpisodeSettings) -> N
     A reply that leaves no room for another turn ends the episode (``MAX_TOKENS``) without
     entering the history: no sampled turn would follow it.
     """
-    continuation = renderer.continuation(e.state, e.completions)
+    continuation = renderer.continuation(e.state, e.completions, e.history)
     if isinstance(continuation, TemplateBreak):
-        if settings.on_break is BreakPolicy.END:
+        if not continuation.fork:
+            _report_break(continuation, renderer, len(e.completions), settings)
+        if not continuation.restart_ids or (
+            settings.on_break is BreakPolicy.END and not continuation.fork
+        ):
             e.end_break = continuation
             e.state = replace(e.state, end=EpisodeEnd.TEMPLATE_BREAK)
             return
@@ -433,6 +507,37 @@ def _extend(e: _Live, renderer: EpisodeRenderer, settings: EpisodeSettings) -> N
         return
     e.history = history
     e.continuations.append(continuation)
+
+
+class TemplateBreakError(RuntimeError):
+    """A reply the chat template could not render, with ``fatal_breaks`` set.
+
+    ``template_breaks: error``: the run stops rather than train on an episode cut short.
+    """
+
+
+#: Templates whose first break this process has warned about (one warning each).
+_WARNED: set[str] = set()
+
+
+def _report_break(
+    brk: TemplateBreak, renderer: EpisodeRenderer, turn: int, settings: EpisodeSettings
+) -> None:
+    """Raise (``fatal_breaks``) or warn, the first time per template, about a break."""
+    template = renderer.template_name
+    what = (
+        f"chat template {template}: the environment's reply after turn {turn} could not be "
+        f"rendered ({brk.reason}); the episode ends there"
+    )
+    if settings.fatal_breaks:
+        raise TemplateBreakError(what)
+    if template not in _WARNED:
+        _WARNED.add(template)
+        logger.warning(
+            "%s. Further breaks are counted in episodes/broken_share; "
+            "template_breaks: error makes them stop the run.",
+            what,
+        )
 
 
 def is_multi_turn(env: Environment) -> bool:
@@ -481,6 +586,10 @@ class EpisodeStats:
     """Inserted ids / (inserted + sampled ids), over every episode."""
     truncated: int = 0
     template_breaks: int = 0
+    broken_share: float = 0.0
+    """Episodes with a template break / episodes: the share cut short by the chat template."""
+    sequences_mean: float = 0.0
+    """Training sequences per episode (above 1 only where ``rerender`` forked)."""
 
     @classmethod
     def of(cls, rollouts: Iterable[EpisodeRollout]) -> EpisodeStats:
@@ -488,7 +597,8 @@ class EpisodeStats:
 
         >>> EpisodeStats.of([])
         EpisodeStats(episodes=0, turns_mean=0.0, tool_calls=0, tool_errors=0, \
-environment_token_share=0.0, truncated=0, template_breaks=0)
+environment_token_share=0.0, truncated=0, template_breaks=0, broken_share=0.0, \
+sequences_mean=0.0)
         """
         items = list(rollouts)
         if not items:
@@ -503,6 +613,8 @@ environment_token_share=0.0, truncated=0, template_breaks=0)
             environment_token_share=env / (env + sampled) if env + sampled else 0.0,
             truncated=sum(r.truncated for r in items),
             template_breaks=sum(r.template_breaks for r in items),
+            broken_share=sum(r.template_breaks > 0 for r in items) / len(items),
+            sequences_mean=sum(len(r.assembled.sequences) for r in items) / len(items),
         )
 
     def metrics(self, prefix: str = "episodes") -> dict[str, float]:
@@ -518,6 +630,8 @@ environment_token_share=0.0, truncated=0, template_breaks=0)
             f"{prefix}/environment_token_share": self.environment_token_share,
             f"{prefix}/truncated": float(self.truncated),
             f"{prefix}/template_breaks": float(self.template_breaks),
+            f"{prefix}/broken_share": self.broken_share,
+            f"{prefix}/sequences_mean": self.sequences_mean,
         }
 
 
@@ -528,6 +642,7 @@ __all__ = [
     "EpisodeRollout",
     "EpisodeSettings",
     "EpisodeStats",
+    "TemplateBreakError",
     "episode_row",
     "generate_episodes",
     "is_multi_turn",

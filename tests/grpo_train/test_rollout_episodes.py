@@ -13,11 +13,14 @@ from grpo_envs.types import Sample
 from grpo_train.episode_tokens import BreakPolicy, Extension, TemplateBreak
 from grpo_train.models import _train_tiny_tokenizer
 from grpo_train.prompts import PromptFormat
+from grpo_train.reply_render import HistoryPolicy
+from grpo_train.rollout import episodes as episodes_module
 from grpo_train.rollout.base import Completion, SamplingConfig
 from grpo_train.rollout.episodes import (
     EpisodeRenderer,
     EpisodeSettings,
     EpisodeStats,
+    TemplateBreakError,
     generate_episodes,
     score_episodes,
 )
@@ -78,11 +81,21 @@ class ScriptedEngine:
         return out
 
 
-def setup(tok, script, *, n=2, prompts=2, max_tokens=200, on_break=BreakPolicy.END):
+def setup(
+    tok,
+    script,
+    *,
+    n=2,
+    prompts=2,
+    max_tokens=200,
+    on_break=BreakPolicy.END,
+    history=HistoryPolicy.KEEP,
+    fatal_breaks=False,
+):
     env = digit_retry_env(size=8)
     episodes = episodic(env)
     samples = [Sample.from_row(env.dataset("train")[i]) for i in range(prompts)]
-    renderer = EpisodeRenderer(tok)
+    renderer = EpisodeRenderer(tok, history=history)
     prompt_ids = [renderer.prompt_ids(s) for s in samples]
     engine = ScriptedEngine(tok, script)
     rollouts = generate_episodes(
@@ -92,7 +105,9 @@ def setup(tok, script, *, n=2, prompts=2, max_tokens=200, on_break=BreakPolicy.E
         samples,
         prompt_ids,
         SamplingConfig(n=n, max_new_tokens=64, seed=5),
-        EpisodeSettings(max_episode_tokens=max_tokens, on_break=on_break),
+        EpisodeSettings(
+            max_episode_tokens=max_tokens, on_break=on_break, fatal_breaks=fatal_breaks
+        ),
     )
     return engine, episodes, prompt_ids, rollouts
 
@@ -173,28 +188,68 @@ def test_the_token_budget_caps_each_turn_and_cuts_the_episode(tok) -> None:
         assert all(len(p) + sampling.max_new_tokens <= len(prompt_ids[0]) + 40 for p in prompts)
 
 
-@pytest.mark.parametrize("policy", [BreakPolicy.END, BreakPolicy.SPLIT])
-def test_a_template_break_ends_or_splits_the_episode(tok, policy: BreakPolicy) -> None:
+def test_keep_extends_a_think_dropping_template_and_rerender_forks_where_it_diverges(tok) -> None:
     tok = _train_tiny_tokenizer(512)
     tok.chat_template = THINK_DROPPING
 
     def script(turn: int, _request: int, _history: list[int]) -> str:
         return ["<think>hmm</think>no", "5"][turn]
 
-    engine, _, _, rollouts = setup(tok, script, n=1, prompts=1, on_break=policy)
+    engine, _, _, rollouts = setup(tok, script, n=1, prompts=1)
     (rollout,) = rollouts[0]
-    assert rollout.template_breaks == 1 and len(rollout.assembled.breaks) == 1
-    if policy is BreakPolicy.END:
+    (ext,) = rollout.continuations
+    assert isinstance(ext, Extension) and rollout.template_breaks == 0 and rollout.turns == 2
+    assert len(rollout.assembled.sequences) == 1 and rollout.forks == 0
+    assert engine.calls[1][0] == [
+        [*rollout.prompt_ids, *rollout.completions[0].token_ids, *ext.ids]
+    ]
+
+    engine, _, _, rollouts = setup(tok, script, n=1, prompts=1, history=HistoryPolicy.RERENDER)
+    (rollout,) = rollouts[0]
+    (fork,) = rollout.continuations
+    assert isinstance(fork, TemplateBreak) and fork.fork and rollout.forks == 1
+    assert rollout.template_breaks == 0 and rollout.state.end is EpisodeEnd.DONE
+    assert engine.calls[1][0] == [list(fork.restart_ids)]  # the template's view of the history
+    assert "hmm" not in tok.decode(fork.restart_ids)
+    first, second = rollout.assembled.sequences
+    assert first.input_ids[first.prompt_len :] == rollout.completions[0].token_ids
+    assert second.input_ids == (*fork.restart_ids, *rollout.completions[1].token_ids)
+    assert EpisodeStats.of([rollout]).sequences_mean == 2.0
+
+
+# Renders the start-up check's replies, then fails on the environment's own reply.
+FAILS_AT_RUN_TIME = (
+    "{% for m in messages %}"
+    "{% if m['content'] == 'Say a digit.' %}{{ raise_exception('unsupported reply') }}{% endif %}"
+    "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+@pytest.mark.parametrize("policy", [BreakPolicy.END, BreakPolicy.SPLIT])
+def test_a_reply_the_template_cannot_render_is_a_loud_break(
+    tok, policy: BreakPolicy, caplog: pytest.LogCaptureFixture
+) -> None:
+    tok = _train_tiny_tokenizer(512)
+    tok.chat_template = FAILS_AT_RUN_TIME
+    episodes_module._WARNED.clear()
+
+    def script(turn: int, _request: int, _history: list[int]) -> str:
+        return ["no", "5"][turn]
+
+    with caplog.at_level("WARNING"):
+        engine, _, _, rollouts = setup(tok, script, n=2, prompts=1, on_break=policy)
+    warnings = [r.getMessage() for r in caplog.records if "could not be rendered" in r.message]
+    assert len(warnings) == 1  # the first time only
+    assert "after turn 1" in warnings[0] and "unsupported reply" in warnings[0]
+    for rollout in rollouts[0]:
+        assert rollout.template_breaks == 1 and len(rollout.assembled.breaks) == 1
         assert isinstance(rollout.end_break, TemplateBreak) and not rollout.continuations
         assert rollout.state.end is EpisodeEnd.TEMPLATE_BREAK and len(engine.calls) == 1
-        assert len(rollout.assembled.sequences) == 1
-    else:
-        (brk,) = rollout.continuations
-        assert isinstance(brk, TemplateBreak)
-        assert rollout.state.end is EpisodeEnd.DONE and len(engine.calls) == 2
-        assert engine.calls[1][0] == [list(brk.restart_ids)]  # what the model is then shown
-        assert len(rollout.assembled.sequences) == 2
-        assert rollout.assembled.sequences[1].input_ids[: len(brk.restart_ids)] == brk.restart_ids
+    assert EpisodeStats.of(rollouts[0]).metrics()["episodes/broken_share"] == 1.0
+    with pytest.raises(TemplateBreakError, match="after turn 1"):
+        setup(tok, script, n=1, prompts=1, fatal_breaks=True)
 
 
 def test_plain_text_models_append_the_observation_text(tok) -> None:
