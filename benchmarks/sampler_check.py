@@ -87,8 +87,8 @@ def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
 def paired(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
     """Mean and standard error of the per-prompt differences ``a - b``.
 
-    >>> paired([0.5, 0.25, 0.0], [0.25, 0.25, 0.0])
-    (0.08333333333333333, 0.08333333333333333)
+    >>> [round(x, 4) for x in paired([0.5, 0.25, 0.0], [0.25, 0.25, 0.0])]
+    [0.0833, 0.0833]
     """
     diffs = [x - y for x, y in zip(a, b, strict=True)]
     n = len(diffs)
