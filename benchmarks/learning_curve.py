@@ -133,6 +133,12 @@ class RunResult:
     load: tuple[float, float] = (0.0, 0.0)
     """1-minute load average when the run started and when it ended."""
     error: str = ""
+    train_accuracy: list[float] = field(default_factory=list)
+    """Share of the step's sampled completions that were correct, per step (the training
+    signal each step had)."""
+    prompt_ids: list[list[str]] = field(default_factory=list)
+    """TRL: the sample ids its reward function scored at each step, in order (checked against
+    the prompt order the seed asks for: ``check_prompts``)."""
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -232,6 +238,7 @@ def run_ours(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
         elapsed += float(row["time/step"])
         cumulative[int(row["step"])] = elapsed
         result.step_s.append(float(row["time/step"]))
+        result.train_accuracy.append(float(row.get("accuracy", float("nan"))))
     for ckpt in list_checkpoints(out):
         step = int(ckpt.name.split("-")[-1])
         result.points.append(Point(step, cumulative.get(step, float("nan")), str(ckpt / MODEL_DIR)))
@@ -262,6 +269,16 @@ def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
     train_rows = rows.select(prompt_order(len(rows), seed, spec.steps * shared.prompts))
     tokenizer = AutoTokenizer.from_pretrained(shared.model)
     model = AutoModelForCausalLM.from_pretrained(shared.model, dtype=torch.float32)
+    reward = trl_reward_funcs(env)[0]
+    scored: list[tuple[list[str], list[float]]] = []
+
+    def recorded(completions, **kwargs):
+        """The environment's reward, recording which samples each step scored and how well."""
+        rewards = reward(completions, **kwargs)
+        scored.append(([str(i) for i in kwargs.get("id") or ()], [float(r) for r in rewards]))
+        return rewards
+
+    recorded.__name__ = reward.__name__
     cfg = GRPOConfig(
         output_dir=str(out / "trl"),
         per_device_train_batch_size=shared.prompts * shared.group,
@@ -285,7 +302,7 @@ def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
     )
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=trl_reward_funcs(env),  # type: ignore[arg-type]
+        reward_funcs=[recorded],
         args=cfg,
         train_dataset=train_rows,
         processing_class=tokenizer,
@@ -313,6 +330,10 @@ def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
         "train_s": clock["train_s"],
         "step_s": step_s,
         "points": [asdict(p) for p in points],
+        # One reward call per step (one generation batch per optimizer step); a sample's id
+        # appears once per completion, so the distinct ids in order are the step's prompts.
+        "prompt_ids": [list(dict.fromkeys(ids)) for ids, _ in scored],
+        "train_accuracy": [sum(r >= 1.0 for r in rs) / max(len(rs), 1) for _, rs in scored],
     }
     (out / "points.json").write_text(json.dumps(payload))
 
@@ -361,7 +382,40 @@ def run_trl(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
         result.overhead_s = max(result.process_s - data["train_s"], 0.0)
         result.points = [Point(**p) for p in data["points"]]
         result.step_s = [float(x) for x in data.get("step_s", [])]
+        result.prompt_ids = data.get("prompt_ids", [])
+        result.train_accuracy = data.get("train_accuracy", [])
+        problem = check_prompts(result.prompt_ids, expected_prompt_ids(spec, shared))
+        if problem:
+            result.error = (result.error + "; " if result.error else "") + problem
     return result
+
+
+def expected_prompt_ids(spec: RunSpec, shared: Shared) -> list[list[str]]:
+    """The sample ids ``grpo train`` draws at each step with this run's seed (no filter)."""
+    from grpo_envs.types import Sample
+
+    rows = shared.task.make().dataset("train")
+    order = prompt_order(len(rows), spec.seed_or(shared.seed), spec.steps * shared.prompts)
+    ids = [Sample.from_row(rows[i]).id for i in order]
+    return [ids[k : k + shared.prompts] for k in range(0, len(ids), shared.prompts)]
+
+
+def check_prompts(seen: Sequence[Sequence[str]], expected: Sequence[Sequence[str]]) -> str:
+    """Empty if each step scored exactly the expected prompts, in order; else what differs.
+
+    >>> check_prompts([["a", "b"], ["c", "d"]], [["a", "b"], ["c", "d"]])
+    ''
+    >>> check_prompts([["a", "b"], ["a", "b"]], [["a", "b"], ["c", "d"]])
+    "step 2 scored ['a', 'b'], expected ['c', 'd']"
+    >>> check_prompts([["a", "b"]], [["a", "b"], ["c", "d"]])
+    'scored 1 steps, expected 2'
+    """
+    for step, (got, want) in enumerate(zip(seen, expected), start=1):
+        if list(got) != list(want):
+            return f"step {step} scored {list(got)}, expected {list(want)}"
+    if len(seen) != len(expected):
+        return f"scored {len(seen)} steps, expected {len(expected)}"
+    return ""
 
 
 # --------------------------------------------------------------------------- report

@@ -177,6 +177,28 @@ def test_trl_gets_the_prompts_ours_draws_for_the_same_seed():
     assert lc.prompt_order(len(rows), 0, 12) != lc.prompt_order(len(rows), 1, 12)
 
 
+def test_the_prompts_a_trl_run_must_score_are_ours_step_by_step():
+    from grpo_envs import make
+    from grpo_train.config import DataConfig
+    from grpo_train.training_prompts import TrainingPrompts
+
+    task = lc.Task("math/arithmetic-v0", {"task": "add2", "answer": "loose"})
+    shared = lc.Shared("m", task, prompts=4, group=8, completion_length=64, temperature=1.0,
+                       eval_every=2, seed=0)  # fmt: skip
+    env = make("math/arithmetic-v0", task="add2", answer="loose")
+    per_seed = {}
+    for seed in (0, 1):
+        want = lc.expected_prompt_ids(lc.RunSpec("t", "trl", 3, 2e-5, seed=seed), shared)
+        ours = TrainingPrompts([[env]], [0], ["add"], [1.0], DataConfig(), seed)
+        assert want == [[s.id for s, _ in ours.draw(4)] for _ in range(3)]
+        assert lc.check_prompts(want, want) == ""
+        per_seed[seed] = want
+    # A TRL run that scored another seed's prompts (or the same prompts again) is caught.
+    assert per_seed[0] != per_seed[1]
+    assert lc.check_prompts(per_seed[1], per_seed[0]).startswith("step 1 scored")
+    assert "expected 3" in lc.check_prompts(per_seed[0][:2], per_seed[0])
+
+
 def test_seed_report_states_noise_and_censoring():
     def seeded(trainer, seed, accs, step_s):
         r = lc.RunResult(lc.RunSpec(f"{trainer}#s{seed}", trainer, 2, 2e-5, seed=seed))

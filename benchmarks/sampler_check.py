@@ -1,0 +1,395 @@
+"""Step-1 samplers side by side: TRL's ``GRPOTrainer`` generation against our rollout engines.
+
+Before the first update both trainers hold the same policy, so whatever differs in what they
+sample at step 1 is the sampler's doing. This script draws completions of the same prompts (the
+training rows ``grpo train`` draws first with ``--seed``, rendered by the trainer's
+``encode_prompt``, 4 prompts x 8 per call as in the race) with:
+
+- ``trl``: ``model.generate`` with the ``GenerationConfig`` TRL's ``GRPOTrainer`` builds (its
+  ``GRPOConfig`` defaults for temperature, top-p, top-k, min-p, repetition penalty; every EOS id
+  of the model's generation config plus the tokenizer's), on a model TRL has prepared (pad id
+  mirrored onto the model);
+- ``hf``: our ``HFEngine`` (the static-cache decode loop);
+- ``vllm``: our ``VLLMEngine`` as ``grpo train`` starts it.
+
+and prints, for each: reward rate (the environment's score), EOS rate, truncation rate,
+completion lengths, distinct completions per group, the first-token distribution, and the paired
+difference of reward rate against TRL per prompt (mean ± standard error over prompts, so that
+the samples of one prompt, which are correlated, are not counted as independent).
+
+It also checks the distributions themselves, which needs far fewer samples than rates: for each
+sampled completion the log-probability the sampler reports for each token (TRL: the processed
+scores ``generate`` returns) is compared with the trainer's own ``log_softmax(logits / T)`` of
+the same sequence (one teacher-forced forward, right-padded, as the update computes it). A
+logits processor, a wrong position id under padding or a different EOS rule shows up here as a
+gap far above float noise.
+
+    .venv/bin/python benchmarks/sampler_check.py --prompts 200 --samplers trl vllm hf
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+CALL_PROMPTS = 4
+"""Prompts per generation call: the race's prompts per step."""
+
+
+@dataclass
+class Drawn:
+    """What one sampler drew for one prompt."""
+
+    prompt: int
+    token_ids: list[list[int]]
+    texts: list[str]
+    stopped: list[bool]
+    logprobs: list[list[float]] | None = None
+
+
+@dataclass
+class Summary:
+    """One sampler's statistics over all its completions."""
+
+    name: str
+    completions: int
+    reward: float
+    eos: float
+    truncated: float
+    mean_length: float
+    length_quartiles: tuple[float, float, float]
+    distinct_per_group: float
+    first_tokens: list[tuple[str, float]]
+    max_logprob_gap: float | None
+    mean_abs_logprob_gap: float | None
+    seconds: float
+    per_prompt_reward: list[float] = field(default_factory=list)
+
+
+def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
+    """25th, 50th and 75th percentiles (nearest rank).
+
+    >>> quartiles([1, 2, 3, 4, 5, 6, 7, 8])
+    (2, 4, 6)
+    """
+    ordered = sorted(values)
+    pick = [ordered[max(math.ceil(q * len(ordered)) - 1, 0)] for q in (0.25, 0.5, 0.75)]
+    return pick[0], pick[1], pick[2]
+
+
+def paired(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error of the per-prompt differences ``a - b``.
+
+    >>> [round(x, 4) for x in paired([0.5, 0.25, 0.0], [0.25, 0.25, 0.0])]
+    [0.0833, 0.0833]
+    """
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    n = len(diffs)
+    mean = sum(diffs) / n
+    var = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
+    return mean, math.sqrt(var / n)
+
+
+def trl_generation(model, tokenizer, max_new_tokens: int, temperature: float):
+    """The ``GenerationConfig`` TRL's ``GRPOTrainer`` (HF generation path) builds, and the EOS ids.
+
+    Mirrors ``GRPOTrainer.__init__`` of TRL 1.16 field for field, taking every sampling value
+    from ``GRPOConfig``'s own defaults so that a TRL default is not guessed here.
+    """
+    from transformers import GenerationConfig
+    from trl import GRPOConfig
+
+    args = GRPOConfig(output_dir="/tmp/unused", temperature=temperature, use_cpu=True)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.config.get_text_config().pad_token_id = tokenizer.pad_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    eos = model.generation_config.eos_token_id
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    if tokenizer.eos_token_id not in eos:
+        eos = [tokenizer.eos_token_id, *eos]
+    kwargs = {
+        "max_new_tokens": max_new_tokens,
+        "do_sample": True,
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": eos,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "top_k": args.top_k,
+        "min_p": args.min_p,
+        "repetition_penalty": args.repetition_penalty,
+        "cache_implementation": args.cache_implementation,
+    }
+    return GenerationConfig(**kwargs, disable_compile=True), eos, kwargs
+
+
+def draw_trl(model, tokenizer, prompts, n, max_new, temperature, seed) -> list[Drawn]:
+    """TRL's generation path: repeat each prompt n times, left-pad, ``generate``, cut at EOS."""
+    import torch
+
+    config, eos, _ = trl_generation(model, tokenizer, max_new, temperature)
+    pad = tokenizer.pad_token_id
+    out: list[Drawn] = []
+    for call, start in enumerate(range(0, len(prompts), CALL_PROMPTS)):
+        chunk = prompts[start : start + CALL_PROMPTS]
+        rows = [p for p in chunk for _ in range(n)]
+        width = max(map(len, rows))
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        torch.manual_seed(seed * 1_000_003 + call)
+        with torch.no_grad():
+            res = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                generation_config=config,
+                output_scores=True,
+                return_dict_in_generate=True,
+            )
+        new = res.sequences[:, width:]
+        # The processed scores are what was sampled from: their log-softmax is the sampling
+        # logprob of each token.
+        steps = [torch.log_softmax(s.float(), dim=-1) for s in res.scores]
+        for k in range(len(chunk)):
+            d = Drawn(start + k, [], [], [], [])
+            for r in range(k * n, (k + 1) * n):
+                row = new[r].tolist()
+                cut = next((t + 1 for t, tok in enumerate(row) if tok in eos), len(row))
+                d.token_ids.append(row[:cut])
+                d.stopped.append(cut <= len(row) and row[cut - 1] in eos)
+                d.texts.append(tokenizer.decode(row[:cut], skip_special_tokens=True))
+                assert d.logprobs is not None
+                d.logprobs.append([float(steps[t][r, row[t]]) for t in range(cut)])
+            out.append(d)
+    return out
+
+
+def draw_engine(engine, prompts, n, max_new, temperature, seed) -> list[Drawn]:
+    """Our engine, called as ``grpo train``'s rollout calls it (one seeded call per step)."""
+    from grpo_train.rollout.base import SamplingConfig
+
+    out: list[Drawn] = []
+    for call, start in enumerate(range(0, len(prompts), CALL_PROMPTS)):
+        chunk = prompts[start : start + CALL_PROMPTS]
+        sampling = SamplingConfig(
+            n=n, max_new_tokens=max_new, temperature=temperature, seed=seed * 1_000_003 + call
+        )
+        for k, group in enumerate(engine.generate(chunk, sampling)):
+            out.append(
+                Drawn(
+                    start + k,
+                    [list(c.token_ids) for c in group],
+                    [c.text for c in group],
+                    [c.finish_reason == "stop" for c in group],
+                    [list(c.logprobs) for c in group],
+                )
+            )
+    return out
+
+
+def teacher_forced_gap(model, prompts, drawn: list[Drawn], temperature: float, limit: int):
+    """Max and mean |sampler logprob - trainer logprob| over the first ``limit`` prompts' tokens.
+
+    The trainer's logprob is ``log_softmax(logits / T)`` from one forward over prompt +
+    completion per row (no padding: one row at a time), the quantity the update uses.
+    """
+    import torch
+
+    gaps: list[float] = []
+    for d in drawn[:limit]:
+        if d.logprobs is None:
+            continue
+        for ids, lps in zip(d.token_ids, d.logprobs, strict=True):
+            if not ids:
+                continue
+            full = torch.tensor([prompts[d.prompt] + ids])
+            with torch.no_grad():
+                logits = model(input_ids=full).logits[0, len(prompts[d.prompt]) - 1 : -1]
+            ref = torch.log_softmax(logits.float() / temperature, dim=-1)
+            ref = ref.gather(1, torch.tensor(ids).unsqueeze(1)).squeeze(1)
+            gaps += (ref - torch.tensor(lps)).abs().tolist()
+    if not gaps:
+        return None, None
+    return max(gaps), sum(gaps) / len(gaps)
+
+
+def summarise(name, drawn, samples, env, tokenizer, gap, seconds) -> tuple[Summary, Counter]:
+    """Score every completion with the environment; the statistics and the first-token counts."""
+    texts = [t for d in drawn for t in d.texts]
+    scores = env.score_batch(texts, [samples[d.prompt] for d in drawn for _ in d.texts])
+    correct = [float(s.correct) for s in scores]
+    lengths = [len(ids) for d in drawn for ids in d.token_ids]
+    stopped = [s for d in drawn for s in d.stopped]
+    per_prompt, i = [], 0
+    for d in drawn:
+        k = len(d.texts)
+        per_prompt.append(sum(correct[i : i + k]) / k)
+        i += k
+    firsts = Counter(ids[0] for d in drawn for ids in d.token_ids if ids)
+    total = sum(firsts.values())
+    top = [(repr(tokenizer.decode([t])), c / total) for t, c in firsts.most_common(6)]
+    return Summary(
+        name=name,
+        completions=len(texts),
+        reward=sum(correct) / len(correct),
+        eos=sum(stopped) / len(stopped),
+        truncated=1 - sum(stopped) / len(stopped),
+        mean_length=sum(lengths) / len(lengths),
+        length_quartiles=quartiles(lengths),
+        distinct_per_group=sum(len({tuple(x) for x in d.token_ids}) for d in drawn) / len(drawn),
+        first_tokens=top,
+        max_logprob_gap=gap[0],
+        mean_abs_logprob_gap=gap[1],
+        seconds=seconds,
+        per_prompt_reward=per_prompt,
+    ), firsts
+
+
+def total_variation(a: Counter, b: Counter) -> float:
+    """Total variation distance between two empirical distributions.
+
+    >>> total_variation(Counter({1: 2, 2: 2}), Counter({1: 4}))
+    0.5
+    """
+    ta, tb = sum(a.values()), sum(b.values())
+    return 0.5 * sum(abs(a[k] / ta - b[k] / tb) for k in set(a) | set(b))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Draw with every asked-for sampler, print the side-by-side table, write the JSON."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="default")
+    p.add_argument("--env", default="math/arithmetic-v0")
+    p.add_argument("--env-kwargs", default='{"task": "add2", "answer": "loose"}')
+    p.add_argument("--prompts", type=int, default=200)
+    p.add_argument("--group", type=int, default=8)
+    p.add_argument("--completion-length", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--samplers", nargs="+", default=["trl", "vllm", "hf"])
+    p.add_argument("--gap-prompts", type=int, default=8, help="prompts for the logprob check")
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--out", default="")
+    args = p.parse_args(argv)
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import grpo_envs
+    from grpo_envs.types import Sample
+    from grpo_train.models import resolve_model
+    from grpo_train.prompts import encode_prompt
+    from grpo_train.training_prompts import PromptSampler
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    path = resolve_model(args.model)
+    env = grpo_envs.make(args.env, **json.loads(args.env_kwargs))
+    rows = env.dataset("train")
+    order = PromptSampler([len(rows)], [1.0], args.seed)
+    picked = [order.next_row()[1] for _ in range(args.prompts)]
+    samples = [Sample.from_row(rows[i]) for i in picked]
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    prompts = [encode_prompt(tokenizer, s, max_tokens=256).ids for s in samples]
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, load {os.getloadavg()[0]:.1f}; "
+        f"{path}; generation_config: {model.generation_config.to_diff_dict()}; "
+        f"tokenizer eos {tokenizer.eos_token!r} ({tokenizer.eos_token_id}), "
+        f"pad {tokenizer.pad_token!r} ({tokenizer.pad_token_id})",
+        flush=True,
+    )
+    summaries: list[Summary] = []
+    firsts: list[Counter] = []
+    for name in args.samplers:
+        t = time.perf_counter()
+        if name == "trl":
+            _, _, kwargs = trl_generation(model, tokenizer, args.completion_length, 1.0)
+            print(f"trl GenerationConfig kwargs: {kwargs}", flush=True)
+            drawn = draw_trl(
+                model,
+                tokenizer,
+                prompts,
+                args.group,
+                args.completion_length,
+                args.temperature,
+                args.seed,
+            )
+        else:
+            from grpo_train.rollout import make_engine
+
+            engine = (
+                make_engine("hf", path, model=model, tokenizer=tokenizer, dtype="float32")
+                if name == "hf"
+                else make_engine(
+                    "vllm",
+                    path,
+                    dtype="float32",
+                    seed=args.seed,
+                    max_model_len=256 + args.completion_length,
+                )
+            )
+            drawn = draw_engine(
+                engine, prompts, args.group, args.completion_length, args.temperature, args.seed
+            )
+            if name == "vllm":
+                engine.close()
+        seconds = time.perf_counter() - t
+        gap = teacher_forced_gap(model, prompts, drawn, args.temperature, args.gap_prompts)
+        s, first = summarise(name, drawn, samples, env, tokenizer, gap, seconds)
+        summaries.append(s)
+        firsts.append(first)
+        print(f"{name}: reward {s.reward:.3f}, eos {s.eos:.3f}, {seconds:.0f} s", flush=True)
+    print(report(summaries, firsts))
+    if args.out:
+        Path(args.out).write_text(json.dumps([asdict(s) for s in summaries], indent=1))
+    return 0
+
+
+def report(summaries: Sequence[Summary], firsts: Sequence[Counter]) -> str:
+    """The side-by-side table, and each sampler's reward rate paired by prompt with the first's."""
+    rows = [
+        ("completions", lambda s: f"{s.completions}"),
+        ("reward rate", lambda s: f"{s.reward:.1%}"),
+        ("EOS (stopped)", lambda s: f"{s.eos:.1%}"),
+        ("truncated", lambda s: f"{s.truncated:.1%}"),
+        ("mean length", lambda s: f"{s.mean_length:.1f}"),
+        ("length q1/med/q3", lambda s: "/".join(f"{q:g}" for q in s.length_quartiles)),
+        ("distinct / group", lambda s: f"{s.distinct_per_group:.2f}"),
+        (
+            "logprob gap max",
+            lambda s: "-" if s.max_logprob_gap is None else f"{s.max_logprob_gap:.1e}",
+        ),
+        (
+            "logprob gap mean",
+            lambda s: "-" if s.mean_abs_logprob_gap is None else f"{s.mean_abs_logprob_gap:.1e}",
+        ),
+        ("seconds", lambda s: f"{s.seconds:.0f}"),
+    ]
+    lines = ["| | " + " | ".join(s.name for s in summaries) + " |"]
+    lines.append("|---" * (len(summaries) + 1) + "|")
+    lines += [f"| {label} | " + " | ".join(f(s) for s in summaries) + " |" for label, f in rows]
+    lines.append("")
+    for s, first in zip(summaries, firsts, strict=True):
+        tops = ", ".join(f"{tok} {share:.1%}" for tok, share in s.first_tokens)
+        tv = total_variation(first, firsts[0])
+        lines.append(f"{s.name} first tokens: {tops}; TV distance to {summaries[0].name}: {tv:.3f}")
+    base = summaries[0]
+    for s in summaries[1:]:
+        mean, se = paired(s.per_prompt_reward, base.per_prompt_reward)
+        lines.append(
+            f"reward rate {s.name} - {base.name}, paired by prompt: {mean:+.2%} ± {se:.2%} "
+            f"({len(s.per_prompt_reward)} prompts)"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
