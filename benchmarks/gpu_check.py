@@ -493,23 +493,14 @@ def long_completion_case(lengths: Sequence[int], *, allow_cpu: bool = False) -> 
 
 def _long_completion_peak_mib(variant: str, length: int, device: str) -> float:
     """Peak memory (MiB above the model's) of one forward + backward on 2 x ``length`` tokens."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
+    from benchmarks.long_completion_bench import tiny_qwen3_config
     from grpo_train.logprobs import HeadChoice, plain_logprobs
     from grpo_train.loss import make_micro_batches, token_logprobs
 
     torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=151_936,
-        hidden_size=128,
-        intermediate_size=384,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=length + 64,
-        tie_word_embeddings=True,
-    )
+    config = tiny_qwen3_config(length + 64)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = Qwen3ForCausalLM(config).to(device=device, dtype=dtype).train()
     prompt = torch.randint(3, 151_936, (64,)).tolist()

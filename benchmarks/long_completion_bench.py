@@ -59,24 +59,30 @@ def _rss_kib() -> int:
         return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
 
 
+def tiny_qwen3_config(max_positions: int) -> Any:
+    """A 2-layer, hidden-128 Qwen3 with Qwen's full 151,936-row (tied) vocabulary head."""
+    from transformers import Qwen3Config
+
+    return Qwen3Config(
+        vocab_size=151_936,
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+    )
+
+
 def _model(name: str) -> Any:
     import torch
-    from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM, Qwen3ForCausalLM
 
     torch.manual_seed(0)
     if name == "tiny-qwen3":
-        config = Qwen3Config(
-            vocab_size=151_936,
-            hidden_size=128,
-            intermediate_size=384,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=32,
-            max_position_embeddings=40_000,
-            tie_word_embeddings=True,
-        )
-        return Qwen3ForCausalLM(config).train()
+        return Qwen3ForCausalLM(tiny_qwen3_config(40_000)).train()
     from grpo_train.models import default_model_path
 
     return AutoModelForCausalLM.from_pretrained(default_model_path(), dtype=torch.float32).train()
