@@ -495,8 +495,8 @@ def _long_completion_peak_mib(variant: str, length: int, device: str) -> float:
     """Peak memory (MiB above the model's) of one forward + backward on 2 x ``length`` tokens."""
     from transformers import Qwen3ForCausalLM
 
-    from benchmarks.long_completion_bench import tiny_qwen3_config
-    from grpo_train.logprobs import HeadChoice, plain_logprobs
+    from benchmarks.long_completion_bench import previous_logprobs, tiny_qwen3_config
+    from grpo_train.logprobs import HeadChoice
     from grpo_train.loss import make_micro_batches, token_logprobs
 
     torch.manual_seed(0)
@@ -515,14 +515,7 @@ def _long_completion_peak_mib(variant: str, length: int, device: str) -> float:
     for mb in batches:
         mb = mb.to(device)
         if variant == "previous":
-            out = model(
-                input_ids=mb.input_ids,
-                attention_mask=mb.attention_mask,
-                position_ids=mb.position_ids,
-                logits_to_keep=mb.completion_ids.shape[1] + 1,
-                use_cache=False,
-            )
-            logprobs, _ = plain_logprobs(out.logits[:, :-1], mb.completion_ids, 1.0, True)
+            logprobs, _ = previous_logprobs(model, mb, True)
         else:
             head = HeadChoice("chunked" if variant == "chunked" else "fused")
             logprobs, _ = token_logprobs(model, mb, 1.0, True, head=head)

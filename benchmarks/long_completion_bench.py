@@ -104,7 +104,7 @@ def _batch(
     return rows, completions, advantages
 
 
-def _previous_logprobs(model: Any, mb: Any, with_entropy: bool) -> Any:
+def previous_logprobs(model: Any, mb: Any, with_entropy: bool) -> Any:
     """The update's formula before the chunked / fused heads (kept here for the comparison)."""
     from grpo_train.logprobs import plain_logprobs
 
@@ -150,7 +150,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
             loss = _trl_loss(trainer, model, mb, advantages[rows])
         else:
             if variant == "previous":
-                logprobs, _entropy = _previous_logprobs(model, mb, True)
+                logprobs, _entropy = previous_logprobs(model, mb, True)
             else:
                 logprobs, _entropy = token_logprobs(model, mb, 1.0, True, share, head)
             loss, _ = grpo_loss(

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 import torch
 
+from grpo_train.batch import RolloutBatch
 from grpo_train.rollout.base import Completion
+from grpo_train.trainer import Trainer
 
 PROMPTS: list[list[int]] = [[1, 85, 350, 79, 201], [5, 6, 7, 8, 9, 10, 11, 12, 13], [300]]
 
@@ -63,3 +66,20 @@ def check_groups(
                 assert eos_positions == []
                 assert len(c.token_ids) == max_new_tokens
                 assert c.truncated
+
+
+def train_keeping_batches(trainer: Trainer, monkeypatch: pytest.MonkeyPatch) -> list[RolloutBatch]:
+    """Run ``trainer`` to the end (closing it) and return every batch its updates trained on."""
+    batches: list[RolloutBatch] = []
+    original = Trainer.update
+
+    def spy(self: Trainer, step: int, batch: RolloutBatch, advantages: torch.Tensor):
+        batches.append(batch)
+        return original(self, step, batch, advantages)
+
+    monkeypatch.setattr(Trainer, "update", spy)
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    return batches

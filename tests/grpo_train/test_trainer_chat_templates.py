@@ -13,10 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+from rollout_checks import train_keeping_batches
 from toy_env import digit_retry_env
 
-from grpo_train.batch import RolloutBatch
 from grpo_train.config import TrainConfig
 from grpo_train.episode_tokens import Extension, TemplateBreak
 from grpo_train.reply_render import TemplateError
@@ -53,19 +52,8 @@ def _config(model: Path, out: Path, history: str) -> TrainConfig:
 def test_grpo_train_on_qwen3s_template_plays_multi_turn_episodes_token_exactly(
     qwen3_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, role: str, history: str
 ) -> None:
-    batches: list[RolloutBatch] = []
-    original = Trainer.update
-
-    def spy(self: Trainer, step: int, batch: RolloutBatch, advantages: torch.Tensor):
-        batches.append(batch)
-        return original(self, step, batch, advantages)
-
-    monkeypatch.setattr(Trainer, "update", spy)
     trainer = Trainer(_config(qwen3_model, tmp_path, history), env=digit_retry_env(reply_role=role))
-    try:
-        trainer.train()
-    finally:
-        trainer.close()
+    batches = train_keeping_batches(trainer, monkeypatch)
     tok = trainer.setup.tokenizer
     (row,) = [r for r in read_metrics(tmp_path) if r.get("step") == 1]
     assert row["episodes/turns_mean"] > 1 and row["episodes/template_breaks"] == 0

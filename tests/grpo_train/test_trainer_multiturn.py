@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from rollout_checks import train_keeping_batches
 from test_rollout_episodes import ScriptedEngine
 from toy_env import digit_retry_env
 from transformers import PreTrainedTokenizerBase
@@ -147,19 +148,8 @@ def make_config(model_path: Path, out: Path, **overrides: object) -> TrainConfig
 def test_a_multi_turn_run_trains_each_episodes_exact_ids_and_logs_episode_metrics(
     tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    batches: list[RolloutBatch] = []
-    original = Trainer.update
-
-    def spy(self: Trainer, step: int, batch: RolloutBatch, advantages: torch.Tensor):
-        batches.append(batch)
-        return original(self, step, batch, advantages)
-
-    monkeypatch.setattr(Trainer, "update", spy)
     trainer = Trainer(make_config(tiny_model_path, tmp_path), env=digit_retry_env())
-    try:
-        trainer.train()
-    finally:
-        trainer.close()
+    batches = train_keeping_batches(trainer, monkeypatch)
     tok = trainer.setup.tokenizer
     multi_turn = reencoded_differs = 0
     for batch in batches:
