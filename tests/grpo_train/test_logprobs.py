@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 import torch
+from memory_probe import peak_kib
 
 from grpo_train.logprobs import HeadChoice, chunked_logprobs, fused_logprobs, plain_logprobs
 from grpo_train.loss import MicroBatch, make_micro_batches, token_logprobs
@@ -241,46 +239,23 @@ def test_head_choice_validates_and_reads_the_config() -> None:
 
 
 _PEAK_SCRIPT = r"""
-import json, resource, sys, torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
 from grpo_train.logprobs import HeadChoice
 from grpo_train.loss import make_micro_batches, token_logprobs
 
 length, path = int(sys.argv[1]), sys.argv[2]
-torch.manual_seed(0)
-torch.set_num_threads(1)
-config = Qwen3Config(vocab_size=151936, hidden_size=128, intermediate_size=384,
-                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                     head_dim=32, max_position_embeddings=length + 64, tie_word_embeddings=True)
-model = Qwen3ForCausalLM(config).train()
+model = Qwen3ForCausalLM(tiny_qwen3(length + 64)).train()
 ids = torch.randint(3, 151936, (length + 16,)).tolist()
 (mb,) = make_micro_batches([ids[:16]], [ids[16:]], 10**9, pad_id=0)
-def rss_kib():  # the current resident set (ru_maxrss is a high-water mark: only for the peak)
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
-
-before = rss_kib()
+before = start_peak()
 lp, _ = token_logprobs(model, mb, 1.0, True, head=HeadChoice(path))
 (lp * mb.completion_mask).sum().backward()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"kib": peak - before}))
+print(json.dumps({"kib": high_water_kib() - before}))
 """
-
-
-def _peak_kib(length: int, path: str) -> float:
-    done = subprocess.run(
-        [sys.executable, "-c", _PEAK_SCRIPT, str(length), path],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["kib"])
 
 
 @pytest.mark.slow
 def test_peak_memory_per_completion_token_is_bounded() -> None:
-    """ru_maxrss of one forward + backward on Qwen's 151,936-row vocabulary, in fresh processes.
+    """Peak resident set of one forward + backward on Qwen's 151,936-row vocabulary, per process.
 
     The previous formula cost about four float32 vocabulary rows (4 x 594 KiB) per completion
     token, the chunked head two (the logits and their gradient); the default (``auto``: the
@@ -288,7 +263,9 @@ def test_peak_memory_per_completion_token_is_bounded() -> None:
     """
     short, long = 512, 1024
     assert HeadChoice().fuses(short, 151_936)
-    growth = (_peak_kib(long, "auto") - _peak_kib(short, "auto")) / (long - short)
+    growth = (peak_kib(_PEAK_SCRIPT, long, "auto") - peak_kib(_PEAK_SCRIPT, short, "auto")) / (
+        long - short
+    )
     assert growth <= 74, f"{growth:.1f} KiB per completion token"
 
 
