@@ -2,8 +2,8 @@
 
 Every variant runs one update (forward, backward and AdamW step over all micro-batches, with the
 entropy metric, as ``grpo_train.update.grpo_update`` does it) on the same batch, each in a fresh
-subprocess whose peak RSS (``ru_maxrss``) is measured above the RSS it had once the model and
-batch were built, so that variants do not pollute each other:
+subprocess whose peak RSS (``VmHWM``, reset once the model and batch are built) is measured
+above the RSS it had then, so that variants do not pollute each other:
 
 * ``previous``: the formula the update used before (the full logits cast to float32, their
   log-softmax kept for the backward), padded micro-batches;
@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -54,9 +53,19 @@ VARIANTS = ("previous", "chunked", "fused", "default", "packed", "trl", "trl-lig
 PROMPT_TOKENS = 64
 
 
-def _rss_kib() -> int:
+def _status_kib(key: str) -> int:
     with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+        return next(int(line.split()[1]) for line in status if line.startswith(key))
+
+
+def _start_peak() -> int:
+    """Reset the kernel's high-water mark of the resident set (``VmHWM``) and return the resident
+    set now: the peak then counts the update alone, not the model's initialisation, whose
+    temporaries (~75 MiB for the tiny model) ``ru_maxrss`` would keep and hide smaller peaks
+    under."""
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")
+    return _status_kib("VmRSS:")
 
 
 def tiny_qwen3_config(max_positions: int) -> Any:
@@ -141,7 +150,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         variant, HeadChoice()
     )
     total = sum(len(c) for c in completions)
-    base = _rss_kib()
+    base = _start_peak()
     start = time.perf_counter()
     for mb in batches:
         rows = list(mb.rows)
@@ -160,7 +169,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = _status_kib("VmHWM:")
     return {"peak_mib": (peak - base) / 1024, "seconds": seconds, "micro_batches": len(batches)}
 
 
