@@ -155,6 +155,7 @@ def evaluate(model_dir: str, task: Task, n: int, max_new_tokens: int, batch: int
 
     from grpo_envs.types import Sample
     from grpo_train.prompts import encode_prompt
+    from grpo_train.rollout.hf import left_pad
 
     env = task.make()
     rows = env.dataset("test")
@@ -167,10 +168,9 @@ def evaluate(model_dir: str, task: Task, n: int, max_new_tokens: int, batch: int
         ids = [
             encode_prompt(tokenizer, s, max_tokens=512).ids for s in samples[start : start + batch]
         ]
-        width = max(map(len, ids))
         # Left padding: every row's generation starts right after its own prompt.
-        inputs = torch.tensor([[pad] * (width - len(i)) + i for i in ids])
-        attention = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids])
+        inputs, attention = left_pad(ids, pad)
+        width = inputs.shape[1]
         with torch.no_grad():
             out = model.generate(
                 input_ids=inputs,

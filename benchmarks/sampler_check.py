@@ -135,15 +135,16 @@ def draw_trl(model, tokenizer, prompts, n, max_new, temperature, seed) -> list[D
     """TRL's generation path: repeat each prompt n times, left-pad, ``generate``, cut at EOS."""
     import torch
 
+    from grpo_train.rollout.hf import left_pad
+
     config, eos, _ = trl_generation(model, tokenizer, max_new, temperature)
     pad = tokenizer.pad_token_id
     out: list[Drawn] = []
     for call, start in enumerate(range(0, len(prompts), CALL_PROMPTS)):
         chunk = prompts[start : start + CALL_PROMPTS]
         rows = [p for p in chunk for _ in range(n)]
-        width = max(map(len, rows))
-        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
-        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        ids, mask = left_pad(rows, pad)
+        width = ids.shape[1]
         torch.manual_seed(seed * 1_000_003 + call)
         with torch.no_grad():
             res = model.generate(
