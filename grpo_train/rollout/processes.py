@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,11 +122,30 @@ class EngineProcesses:
             except psutil.Error:
                 gone = True
             if gone:
-                # The process may have ended between the exit-code read above and this check
-                # (its owner had not polled it yet): read again, then ask the kernel.
-                code = self.exitcodes().get(pid)
-                return describe_exit(name, pid, code if code is not None else _child_status(pid))
+                return describe_exit(name, pid, self._exit_status(pid))
         return None
+
+    def _exit_status(self, pid: int, wait_s: float = 2.0) -> int | None:
+        """Return the exit code of an engine process seen gone (None: it cannot be known).
+
+        The process may have ended between the owner's last poll and this check, so the code is
+        read again, then asked of the kernel. A killed multithreaded process (vLLM's engine
+        core) shows as a zombie as soon as its main thread is gone, but the kernel hands out its
+        status only once every thread has exited, which on a loaded machine takes a while: for
+        a child of this process that window is waited out (``wait_s`` at most).
+        """
+        deadline = time.monotonic() + wait_s
+        while True:
+            code = self.exitcodes().get(pid)
+            if code is not None:
+                return code
+            try:
+                code = _child_status(pid, strict=True)
+            except ChildProcessError:  # not this process's child, or reaped by its owner now
+                return self.exitcodes().get(pid)
+            if code is not None or time.monotonic() > deadline:
+                return code
+            time.sleep(0.02)
 
     def call(self, request: Callable[[], T], what: str) -> T:
         """Run ``request`` (e.g. a generate call), raising ``EngineDied`` if the engine dies.
@@ -211,19 +231,24 @@ class EngineProcesses:
             self.reaper = None
 
 
-def _child_status(pid: int) -> int | None:
+def _child_status(pid: int, strict: bool = False) -> int | None:
     """Exit code of an ended child of this process (negative: the signal), leaving it unreaped.
 
     ``WNOWAIT`` reads a zombie's status without reaping it, so its owner (vLLM's
-    ``multiprocessing`` process object) still sees the same code. None for a process that is not
-    this process's child (e.g. vLLM's worker, a child of the engine core) or was already reaped.
+    ``multiprocessing`` process object) still sees the same code. None for a child still
+    running, and for a process that is not this process's child (e.g. vLLM's worker, a child of
+    the engine core) or was already reaped; with ``strict`` those raise ``ChildProcessError``.
 
     >>> _child_status(1) is None
     True
     """
     try:
         info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except (ChildProcessError, OSError):
+    except ChildProcessError:
+        if strict:
+            raise
+        return None
+    except OSError:
         return None
     if info is None:
         return None

@@ -93,6 +93,30 @@ def test_a_killed_child_its_owner_has_not_polled_is_named_killed_by_its_signal()
     assert victim.wait(timeout=5) == -signal.SIGKILL  # left for its owner to reap
 
 
+# A process whose main thread has ended while another still runs: how a killed multithreaded
+# process (vLLM's engine core) looks while the kernel tears its threads down. SYS_exit (not
+# exit_group) ends the calling thread alone; ctypes releases the GIL around the call.
+LEADER_GONE_FIRST = """
+import ctypes, os, platform, threading, time
+threading.Thread(target=lambda: (time.sleep(1.0), os._exit(7))).start()
+ctypes.CDLL(None).syscall({"x86_64": 60, "aarch64": 93}[platform.machine()], 0)
+"""
+
+
+def test_a_process_whose_threads_are_still_ending_is_named_by_its_exit_code():
+    # Its state reads zombie at once, but the kernel gives its status only after the last
+    # thread exits: the message must wait for the code rather than say "is gone".
+    before = EngineProcesses.current_children()
+    victim = subprocess.Popen([sys.executable, "-c", LEADER_GONE_FIRST])
+    watched = EngineProcesses.started_since(before)
+    deadline = time.monotonic() + 10
+    while _running(victim.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert victim.poll() is None  # the zombie leader: not yet waitable
+    assert str(watched.dead()).endswith(f"(pid {victim.pid}) exited with code 7")
+    assert victim.wait(timeout=5) == 7
+
+
 OWNER = """
 import subprocess, sys, time
 from pathlib import Path
