@@ -346,8 +346,11 @@ class OptimConfig:
     positions restart per row, cut at micro_batch_tokens real tokens (no padding to the longest
     row); run without attention mask or cache, so attention stays within each row (flash-
     attention's varlen kernels where the model is loaded with them). Equal to the padded
-    forward within float tolerance. ``auto``: packed unless the shared-prompt forward runs
-    (share_prompt_forward on a single process without gradient checkpointing)."""
+    forward within float tolerance. ``auto``: packed wherever the shared-prompt forward cannot
+    run (several ranks, gradient checkpointing, share_prompt_forward off); where it can, each
+    step takes whichever of the two costs less (``loss.packing_pays``: token positions and
+    attention pairs): similar lengths keep the shared prompt, a wide length spread (reasoning
+    chains of 300-12,000 tokens) packs. The metric ``packed`` says which each step took."""
     logprob_head: Free[Literal["auto", "chunked", "fused"]] = "auto"
     """How the update turns the model's last hidden states into per-token log-probs without
     (tokens x vocabulary) float32 tensors (``grpo_train.logprobs``). ``chunked``: over the

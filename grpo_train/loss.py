@@ -332,6 +332,20 @@ def make_micro_batches(
     chosen = range(len(prompts)) if select is None else select
     if packed:
         return _pack_groups(prompts, completions, chosen, token_budget, pad_id)
+    groups = _padded_groups(prompts, completions, chosen, token_budget, group_prompts)
+    return [
+        _pad([prompts[i] for i in g], [completions[i] for i in g], tuple(g), pad_id) for g in groups
+    ]
+
+
+def _padded_groups(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    chosen: Sequence[int] | range,
+    token_budget: int,
+    group_prompts: bool,
+) -> list[list[int]]:
+    """Return the rows of each padded micro-batch (``make_micro_batches`` without ``packed``)."""
 
     def total(i: int) -> int:
         return len(prompts[i]) + len(completions[i])
@@ -349,9 +363,108 @@ def make_micro_batches(
         else:
             groups.append([i])
             longest = total(i)
-    return [
-        _pad([prompts[i] for i in g], [completions[i] for i in g], tuple(g), pad_id) for g in groups
-    ]
+    return groups
+
+
+@dataclass(frozen=True)
+class ForwardCost:
+    """What a forward costs, in token positions: for ``packing_pays``.
+
+    A token position costs its share of every layer's projections and MLP and of the vocabulary
+    head; a query-key pair of attention costs ``pair_weight`` of that. ``varlen``: packed rows
+    attend only within themselves (flash-attention's varlen kernels); otherwise attention runs
+    over the whole pack under a block-diagonal mask (SDPA and eager: quadratic in the pack).
+    """
+
+    pair_weight: float = 0.0
+    varlen: bool = True
+
+    @classmethod
+    def of(cls, config: Any) -> ForwardCost:
+        """Return the cost weights of a transformers decoder config (multiply-adds).
+
+        Per layer, a position runs q/k/v/o (about 4 h^2) and the MLP (3 h i); the head adds h V
+        once; a pair costs 2 h (its score and its share of the weighted sum).
+
+        >>> from types import SimpleNamespace as C
+        >>> round(1 / ForwardCost.of(C(hidden_size=576, intermediate_size=1536,
+        ...     num_hidden_layers=30, vocab_size=49152)).pair_weight)
+        4275
+        """
+        h = int(getattr(config, "hidden_size", 0) or 0)
+        layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+        if h <= 0 or layers <= 0:
+            return cls()
+        inner = int(getattr(config, "intermediate_size", 0) or 4 * h)
+        vocab = int(getattr(config, "vocab_size", 0) or 0)
+        position = layers * (4 * h * h + 3 * h * inner) + h * vocab
+        implementation = str(getattr(config, "_attn_implementation", "") or "")
+        return cls(pair_weight=layers * 2 * h / position, varlen="flash" in implementation)
+
+
+def packing_pays(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    token_budget: int,
+    select: Sequence[int] | None = None,
+    cost: ForwardCost = ForwardCost(),
+) -> bool:
+    """Whether packed rows cost less to run than the shared-prompt forward over padded rows.
+
+    The two save different waste. The shared-prompt forward (``token_logprobs(share_prompts=
+    True)``) runs each distinct prompt of a micro-batch once but pads every completion to the
+    micro-batch's longest; packing runs every row's own prompt again but pads nothing. So the
+    shared forward costs, per padded micro-batch, (distinct prompts x longest prompt) + (rows x
+    longest completion) positions (rows x longest row where no prompt repeats: then it runs
+    the plain forward); packing costs the real tokens of every row, prompt included. Attention
+    adds ``cost.pair_weight`` per query-key pair: each prompt over itself and each padded
+    completion over prompt and completion; a pack over itself (``cost.varlen``: each row over
+    itself).
+
+    Uniform lengths: the shared forward wins (8 completions of 10 tokens under one 30-token
+    prompt: 30 + 80 positions against 8 x 40 = 320). A 40x length spread: packing wins (one
+    400-token completion pads seven 10-token ones to 400: 30 + 3,200 against 710).
+
+    >>> packing_pays([[1] * 30] * 8, [[2] * 10] * 8, 10_000)
+    False
+    >>> packing_pays([[1] * 30] * 8, [[2] * 400] + [[2] * 10] * 7, 10_000)
+    True
+    >>> packing_pays([[1] * 30] * 8, [[2] * 400] + [[2] * 10] * 7, 10_000, select=[1, 2])
+    False
+
+    Attention can turn it: 32 rows of 100 tokens and one of 200 save positions packed (4,260
+    against 6,430), but a dense mask over the 4,260-token pack costs 18.1 M pairs against the
+    padded rows' 1.5 M; with SmolLM2-135M's weights (``ForwardCost.of``: a position is worth
+    4,275 pairs) the shared forward wins, with varlen kernels packing does:
+
+    >>> prompts, completions = [[1] * 30] * 32, [[2] * 200] + [[2] * 100] * 31
+    >>> packing_pays(prompts, completions, 10**6)
+    True
+    >>> smollm2 = ForwardCost(pair_weight=1 / 4275, varlen=False)
+    >>> packing_pays(prompts, completions, 10**6, cost=smollm2)
+    False
+    >>> packing_pays(prompts, completions, 10**6, cost=replace(smollm2, varlen=True))
+    True
+    """
+    chosen = range(len(prompts)) if select is None else select
+    packed_positions = sum(len(prompts[i]) + len(completions[i]) for i in chosen)
+    packed_pairs = 0
+    if cost.pair_weight:
+        for rows in _packed_groups(prompts, completions, chosen, token_budget):
+            lengths = [len(prompts[i]) + len(completions[i]) for i in rows]
+            packed_pairs += sum(n * n for n in lengths) if cost.varlen else sum(lengths) ** 2
+    shared_positions = shared_pairs = 0
+    for rows in _padded_groups(prompts, completions, chosen, token_budget, group_prompts=True):
+        distinct = len({tuple(prompts[i]) for i in rows})
+        longest_prompt = max(len(prompts[i]) for i in rows)
+        longest_completion = max(1, max(len(completions[i]) for i in rows))
+        prompt_rows = distinct if distinct < len(rows) else len(rows)
+        shared_positions += prompt_rows * longest_prompt + len(rows) * longest_completion
+        shared_pairs += prompt_rows * longest_prompt**2
+        shared_pairs += len(rows) * longest_completion * (longest_prompt + longest_completion)
+    packed = packed_positions + cost.pair_weight * packed_pairs
+    shared = shared_positions + cost.pair_weight * shared_pairs
+    return packed < shared
 
 
 def _pack_groups(
@@ -367,6 +480,19 @@ def _pack_groups(
     """
     if any(len(prompts[i]) == 0 for i in chosen):
         raise ValueError("packed micro-batches need a non-empty prompt in every pair")
+    packs = _packed_groups(prompts, completions, chosen, token_budget)
+    return [
+        _pack([prompts[i] for i in g], [completions[i] for i in g], tuple(g), pad_id) for g in packs
+    ]
+
+
+def _packed_groups(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    chosen: Sequence[int] | range,
+    token_budget: int,
+) -> list[list[int]]:
+    """Return the rows of each pack (``_pack_groups``): first fit, longest first."""
     order = sorted(chosen, key=lambda i: -(len(prompts[i]) + len(completions[i])))
     packs: list[list[int]] = []
     sizes: list[int] = []
@@ -379,9 +505,7 @@ def _pack_groups(
         else:
             packs[fit].append(i)
             sizes[fit] += size
-    return [
-        _pack([prompts[i] for i in g], [completions[i] for i in g], tuple(g), pad_id) for g in packs
-    ]
+    return packs
 
 
 def _pack(

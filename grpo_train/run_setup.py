@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import torch
@@ -53,7 +53,7 @@ from grpo_train.distributed import RankInfo
 from grpo_train.learning_signal import AutoHeuristics
 from grpo_train.logprobs import DEFAULT_HEAD, HeadChoice
 from grpo_train.lora import LoraSettings, reference_logprobs
-from grpo_train.loss import MicroBatch, token_logprobs
+from grpo_train.loss import ForwardCost, MicroBatch, token_logprobs
 from grpo_train.prompts import PromptFormat
 from grpo_train.rollout import build_engine
 from grpo_train.rollout.base import LostEngine, RolloutEngine
@@ -337,8 +337,13 @@ def _learner(
         and cfg.optim.packing != "on"
     )
     # Padding-free micro-batches wherever the shared-prompt forward does not run (it needs
-    # padded rows: one prompt's keys/values repeated under each of its completions).
-    packed = cfg.optim.packing == "on" or (cfg.optim.packing == "auto" and not share_prompts)
+    # padded rows: one prompt's keys/values repeated under each of its completions); where it
+    # runs, each step takes whichever of the two runs fewer token positions.
+    packing: Literal["always", "never", "when_cheaper"] = "never"
+    if cfg.optim.packing == "on" or (cfg.optim.packing == "auto" and not share_prompts):
+        packing = "always"
+    elif cfg.optim.packing == "auto":
+        packing = "when_cheaper"
     reference = None
     if cfg.algorithm.beta > 0:
         reference = KLReference(
@@ -354,7 +359,8 @@ def _learner(
         reference=reference,
         accelerator=accelerator,
         head=HeadChoice.from_config(cfg.optim),
-        packed=packed,
+        packing=packing,
+        forward_cost=ForwardCost.of(getattr(getattr(wrapped, "module", wrapped), "config", None)),
     )
 
 

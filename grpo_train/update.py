@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -23,11 +23,13 @@ from grpo_train.batch import RolloutBatch
 from grpo_train.config import AlgorithmConfig, OptimConfig, RolloutConfig, TrainConfig
 from grpo_train.logprobs import DEFAULT_HEAD, HeadChoice
 from grpo_train.loss import (
+    ForwardCost,
     MicroBatch,
     grpo_loss,
     live_rows,
     loss_share,
     make_micro_batches,
+    packing_pays,
     pad_rows,
     rows_with_gradient,
     token_logprobs,
@@ -91,9 +93,24 @@ class Learner:
     and ``no_sync`` (one gradient all-reduce per optimizer step). None: ``loss.backward()``."""
     head: HeadChoice = DEFAULT_HEAD
     """How log-probs come out of the model's last hidden states (``OptimConfig.logprob_head``)."""
-    """How log-probs come out of the model's last hidden states (``OptimConfig.logprob_head``)."""
-    packed: bool = False
-    """Padding-free micro-batches (``OptimConfig.packing``, ``loss.make_micro_batches``)."""
+    packing: Literal["always", "never", "when_cheaper"] = "never"
+    """Padding-free micro-batches (``OptimConfig.packing``, ``loss.make_micro_batches``):
+    ``when_cheaper`` packs the steps whose rows cost less packed than through the shared-prompt
+    forward (``loss.packing_pays``)."""
+    forward_cost: ForwardCost = field(default_factory=ForwardCost)
+    """The model's cost of a token position against an attention pair (``ForwardCost.of``)."""
+
+    def packs(
+        self,
+        prompts: Sequence[Sequence[int]],
+        completions: Sequence[Sequence[int]],
+        token_budget: int,
+        select: Sequence[int],
+    ) -> bool:
+        """Whether this step's micro-batches are packed (``packing``)."""
+        if self.packing == "when_cheaper":
+            return packing_pays(prompts, completions, token_budget, select, self.forward_cost)
+        return self.packing == "always"
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backpropagate ``loss`` (through accelerate, and the wrapper's hooks, when given)."""
@@ -194,14 +211,17 @@ def grpo_update(
     learns = bool(live_rows(flat_adv, keep, a.beta))
     anyone_learns = distributed.any_rank(learns)  # every rank calls it, padding or not
     silent = batch.padding or (anyone_learns and not learns)
+    prompts, select = batch.row_prompts(), rows_with_gradient(flat_adv, keep, a.beta)
+    budget = settings.optim.micro_batch_tokens
+    packed = learner.packs(prompts, batch.completion_ids, budget, select)
     batches = make_micro_batches(
-        batch.row_prompts(),
+        prompts,
         batch.completion_ids,
-        settings.optim.micro_batch_tokens,
+        budget,
         learner.pad_id,
-        select=rows_with_gradient(flat_adv, keep, a.beta),
+        select=select,
         group_prompts=learner.share_prompts,
-        packed=learner.packed,
+        packed=packed,
     )
     sequences = 0 if batch.padding else int(batch.per_row(batch.trainable.flatten()).sum())
     total_tokens, total_seqs = distributed.global_loss_normalizers(
@@ -252,7 +272,8 @@ def grpo_update(
                 done.add(i)
         loss_total = distributed.global_sum(loss_total)[0]
         grad_norm = optimizer_step(loss_total)
-    return {**sums.merged_over_ranks().result(), "loss": loss_total, "grad_norm": grad_norm}
+    metrics = sums.merged_over_ranks().result()
+    return {**metrics, "loss": loss_total, "grad_norm": grad_norm, "packed": float(packed)}
 
 
 def _micro_batch_loss(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -148,7 +149,11 @@ def test_packed_update_equals_the_padded_one(tiny_model_path: Path, budget: int)
             return 0.0
 
         metrics = grpo_update(
-            Learner(model, pad_id=0, packed=packed), capture, batch, advantages, settings
+            Learner(model, pad_id=0, packing="always" if packed else "never"),
+            capture,
+            batch,
+            advantages,
+            settings,
         )
         results.append((captured, metrics))
     (padded, padded_metrics), (packed_run, packed_metrics) = results
@@ -156,3 +161,45 @@ def test_packed_update_equals_the_padded_one(tiny_model_path: Path, budget: int)
     assert packed_metrics["entropy"] == pytest.approx(padded_metrics["entropy"], rel=1e-5)
     for name, grad in padded["grads"].items():
         torch.testing.assert_close(packed_run["grads"][name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_auto_packing_packs_only_the_steps_where_padding_costs_more(tiny_model_path: Path) -> None:
+    """``when_cheaper`` (``packing: auto`` beside the shared-prompt forward), step by step."""
+    from grpo_train.models import load_policy
+
+    model, _ = load_policy(str(tiny_model_path))
+    settings = UpdateSettings.of(loss_type="dapo", micro_batch_tokens=10**6, beta=0.0)
+    advantages = torch.tensor([[1.0, -1.0], [-0.5, 0.5]])
+
+    def batch_of(completions: tuple[tuple[int, ...], ...]) -> RolloutBatch:
+        return dataclasses.replace(
+            make_batch(all_tokens()),
+            completion_ids=completions,
+            loss_mask=tuple(torch.ones(len(c), dtype=torch.bool) for c in completions),
+            sampling_logprobs=tuple((0.0,) * len(c) for c in completions),
+        )
+
+    def update(packing: str, batch: RolloutBatch) -> tuple[dict, dict]:
+        captured: dict = {}
+
+        def capture(loss: float) -> float:
+            captured["grads"] = {n: p.grad.clone() for n, p in model.named_parameters()}
+            model.zero_grad(set_to_none=True)
+            return 0.0
+
+        learner = Learner(model, pad_id=0, share_prompts=True, packing=packing)  # type: ignore[arg-type]
+        return grpo_update(learner, capture, batch, advantages, settings), captured
+
+    # Equal lengths: 2 prompts once + 4 x 4 completion positions (22) < 26 packed positions.
+    uniform = batch_of(((20, 21, 22, 23), (24, 25, 26, 27), (28, 29, 30, 31), (32, 33, 34, 35)))
+    assert update("when_cheaper", uniform)[0]["packed"] == 0.0
+    # One long completion pads the other three: 2 x 3 + 4 x 12 = 54 > 27 packed positions.
+    long = tuple(range(40, 52))
+    skewed = batch_of((long, (20,), (21,), (22,)))
+    metrics, auto = update("when_cheaper", skewed)
+    assert metrics["packed"] == 1.0
+    _, always = update("always", skewed)
+    _, padded = update("never", skewed)
+    for name, grad in always["grads"].items():
+        assert torch.equal(auto["grads"][name], grad), name  # the same packed path, bitwise
+        torch.testing.assert_close(padded["grads"][name], grad, rtol=1e-4, atol=1e-6, msg=name)
