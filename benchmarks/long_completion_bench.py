@@ -291,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lengths", default="512,1024", help="completion lengths")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--smollm", action="store_true", help="also SmolLM2-135M")
+    parser.add_argument(
+        "--models", default="", help="instead: these of tiny-qwen3,smollm2-135m (comma-separated)"
+    )
     parser.add_argument("--mix-tokens", type=int, default=1920, help="total tokens of each mix")
     parser.add_argument(
         "--mix-variants", default="previous,default,packed,trl", help="variants of the mix table"
@@ -304,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     lengths = [int(x) for x in args.lengths.split(",")]
     variants = [v for v in args.variants.split(",") if v]
     models = ["tiny-qwen3", *(["smollm2-135m"] if args.smollm else [])]
+    if args.models:
+        models = [m for m in args.models.split(",") if m]
     common = {"threads": args.threads, "micro_batch_tokens": args.micro_batch_tokens}
     print(f"load: {os.getloadavg()[0]:.1f} (1-min average), threads per worker: {args.threads}")
     for model in models:
