@@ -35,6 +35,7 @@ folder that is removed at the end.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -206,7 +207,7 @@ def run_ours(args: argparse.Namespace, snapshots: Path) -> tuple[list[StepBatch]
 
     config = TrainConfig.from_flat(
         {
-            "engine": "hf",
+            "engine": args.engine,
             "max_steps": args.steps,
             "seed": args.seed,
             "eval_size": 0,
@@ -373,7 +374,7 @@ def run_trl(
         def on_step_end(self, args_, state, control, **kwargs):  # type: ignore[no-untyped-def]
             nonlocal previous
             step = state.global_step
-            theirs = {n: p.detach() for n, p in model.named_parameters()}
+            theirs = {n: p.detach() for n, p in kwargs["model"].named_parameters()}
             ours = load_snapshot(snapshots / f"ours-{step}.pt")
             ours_prev = load_snapshot(snapshots / f"ours-{step - 1}.pt")
             overall, groups = agreement(ours, ours_prev, theirs, previous, start)
@@ -400,6 +401,10 @@ def run_trl(
     result.saved = str(snapshots / f"trl-{name}-final")
     trainer.model.save_pretrained(result.saved)  # type: ignore[union-attr,operator]
     tokenizer.save_pretrained(result.saved)
+    # The next arm loads its own model: free this one's model, optimizer and buffers first (two
+    # arms' trainers together with the parameter snapshots outgrew 24 GiB on a shared machine).
+    del trainer, model
+    gc.collect()
     if calls != [b.step for b in batches]:
         raise RuntimeError(f"TRL replayed steps {calls}, expected {[b.step for b in batches]}")
     return result
@@ -538,7 +543,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--probe-rows", type=int, default=4, help="rows per step for the engine-weights check"
     )
-    p.add_argument("--beta2", type=float, nargs="+", default=[0.999, 0.99])
+    p.add_argument(
+        "--beta2",
+        type=float,
+        nargs="*",
+        default=[0.999, 0.99],
+        help="one TRL replay per adam_beta2 (none: only ours and its engine check)",
+    )
+    p.add_argument(
+        "--engine",
+        choices=["hf", "vllm"],
+        default="hf",
+        help="ours' rollout engine (the engine check compares its logprobs with the trainer's)",
+    )
     p.add_argument(
         "--eval-size",
         type=int,
@@ -557,16 +574,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="replay_check-") as folder:
         snapshots = Path(folder)
-        print(f"ours: {args.steps} steps, seed {args.seed}, hf engine", flush=True)
+        print(f"ours: {args.steps} steps, seed {args.seed}, {args.engine} engine", flush=True)
         batches, model_path = run_ours(args, snapshots)
         ours_s = time.perf_counter() - t0
+        # What ours trained on, kept whatever happens to the TRL arms.
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "replay_check_batches.json").write_text(
+            json.dumps([asdict(b) for b in batches])
+        )
         arms = []
         for beta2 in args.beta2:
             name = "default" if beta2 == 0.999 else f"beta2={beta2}"
             print(f"TRL replay, adam_beta2 {beta2}", flush=True)
             arms.append(run_trl(args, name, beta2, model_path, batches, snapshots))
         saved: list[Saved] = []
-        if args.eval_size > 0:
+        if args.eval_size > 0 and arms:
             from grpo_train.checkpoint import MODEL_DIR, list_checkpoints
 
             print("saved final policies, evaluated", flush=True)
@@ -579,7 +601,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         + ", ".join(f"{a.seconds:.0f} s" for a in arms)
         + "\n"
     )
-    print("Engine weights (ours, hf engine):\n")
+    print(f"Engine weights (ours, {args.engine} engine):\n")
     print(engine_table(batches) + "\n")
     for arm in arms:
         print(step_table(batches, arm) + "\n")
