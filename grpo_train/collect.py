@@ -35,6 +35,39 @@ from grpo_train.score_failures import ScoreErrors
 from grpo_train.stop import TrainingAborted, pause_point
 from grpo_train.training_prompts import TrainingPrompts
 
+#: Seeds of a step's first generation round: ``run seed x RUN_STRIDE + step x STEP_STRIDE``.
+RUN_STRIDE, STEP_STRIDE = 1_000_003, 101
+
+
+def call_seed(run_seed: int, step: int, round_: int, width: int) -> int:
+    """Return the base seed of a generation call; completion i of it takes base + i.
+
+    Engines seed completion ``i`` of a call with ``base + i`` (vLLM: one generator per request
+    and child), so two calls whose ranges ``[base, base + width)`` overlap would draw the same
+    random numbers for different completions: correlated samples, and less exploration, where
+    each step should draw fresh ones. A step's first round keeps the original stride (``run
+    seed x 1,000,003 + step x 101``: runs and references made with it sample as before) while
+    its completions fit in 101 seeds; wider steps (e.g. 16 prompts x 8) and dynamic sampling's
+    refill rounds (whose ``+ round`` once shifted round 0's streams by one completion) draw a
+    base from a hash of (run seed, step, round) in ``[2^61, 2^62)``, above every original seed,
+    where two calls' ranges meet with negligible probability.
+
+    >>> call_seed(3, 5, 0, 32) == 3 * 1_000_003 + 5 * 101
+    True
+    >>> wide = [call_seed(0, step, 0, 128) for step in range(3)]
+    >>> min(abs(a - b) for a in wide for b in wide if a != b) > 128
+    True
+    >>> call_seed(0, 1, 1, 32) >= 2**61 and call_seed(0, 1, 1, 32) != call_seed(0, 1, 2, 32)
+    True
+    """
+    if round_ == 0 and width <= STEP_STRIDE:
+        return run_seed * RUN_STRIDE + step * STEP_STRIDE
+    import numpy as np
+
+    entropy = [run_seed % 2**64, step, round_]  # SeedSequence takes non-negative words
+    words = np.random.SeedSequence(entropy).generate_state(1, np.uint64)
+    return (1 << 61) | (int(words[0]) & ((1 << 61) - 1))
+
 
 class Collector:
     """Draws, generates and scores a step's rollouts (this rank's share of them).
@@ -209,12 +242,14 @@ class Collector:
     ) -> list[SamplingConfig]:
         """Return the step's sampling: one for the call, or one per prompt (``seed_per_prompt``).
 
-        A seed per (step, round) makes sampling independent of the past: resume is exact. Ranks
-        offset it by their first prompt's global index so they sample differently; with
-        ``seed_per_prompt`` the seed is base + global prompt index: split-independent.
+        A seed per (step, round) makes sampling independent of the past: resume is exact
+        (``call_seed``). Ranks offset it by their first prompt's global index so they sample
+        differently; with ``seed_per_prompt`` the seed is base + global prompt index:
+        split-independent.
         """
         cfg, n = self.cfg, self.cfg.rollout.num_generations
-        seed = cfg.run.seed * 1_000_003 + step * 101 + round_ + start * n
+        width = cfg.rollout.prompts_per_step * n
+        seed = call_seed(cfg.run.seed, step, round_, width) + start * n
         sampling = SamplingConfig(
             n=n,
             max_new_tokens=cfg.rollout.max_completion_length,
