@@ -13,6 +13,8 @@ above the RSS it had then, so that variants do not pollute each other:
   process without gradient checkpointing runs, the shared-prompt forward over padded rows, or
   packed rows where those run fewer token positions, ``loss.packing_pays``);
 * ``packed``: ``auto`` head on padding-free micro-batches (``packing: on``);
+* ``checkpointed``: the default under ``gradient_checkpointing: true`` (one hidden state per
+  layer kept, the rest recomputed in the backward; no shared prompt, so rows are packed);
 * ``trl``: TRL's ``GRPOTrainer._compute_loss`` on the same padded batch (its own
   ``selective_log_softmax``), backward and the same AdamW step; ``trl-liger`` (its
   ``use_liger_kernel`` path) needs Liger's Triton kernels, which do not run on a CPU: the table
@@ -50,7 +52,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-VARIANTS = ("previous", "chunked", "fused", "default", "packed", "trl", "trl-liger")
+VARIANTS = (
+    "previous",
+    "chunked",
+    "fused",
+    "default",
+    "packed",
+    "checkpointed",
+    "trl",
+    "trl-liger",
+)
 PROMPT_TOKENS = 64
 
 
@@ -149,9 +160,13 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
     budget = spec["micro_batch_tokens"]
     trainer = _trl_trainer(model, len(completions)) if variant.startswith("trl") else None
+    if variant == "checkpointed":
+        from grpo_train.hf_compat import enable_checkpointing
+
+        enable_checkpointing(model, {"use_reentrant": False})
     # The default (``packing: auto`` on one process): the shared-prompt forward over padded
     # rows, or packed rows where those run fewer positions (``loss.packing_pays``).
-    packed = variant == "packed" or (
+    packed = variant in ("packed", "checkpointed") or (
         variant == "default"
         and packing_pays(prompts, completions, budget, cost=ForwardCost.of(model.config))
     )
