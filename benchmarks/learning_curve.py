@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parent.parent
@@ -246,6 +247,48 @@ def run_ours(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
     return result
 
 
+def race_grpo_config(
+    output_dir: Path,
+    *,
+    prompts: int,
+    group: int,
+    completion_length: int,
+    temperature: float,
+    learning_rate: float,
+    steps: int,
+    seed: int,
+    **overrides: Any,
+) -> Any:
+    """TRL's ``GRPOConfig`` of the race: one generation batch (prompts x group) per optimizer
+    step, HF generation on the CPU in float32, beta 0, a constant rate, prompts in the given
+    order; TRL's defaults otherwise (``dapo`` loss, group std scaling, AdamW beta2 0.999).
+    ``overrides``: other ``GRPOConfig`` fields (``replay_check.py``: ``adam_beta2``)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=prompts * group,
+        gradient_accumulation_steps=1,
+        num_generations=group,
+        max_completion_length=completion_length,
+        temperature=temperature,
+        learning_rate=learning_rate,
+        lr_scheduler_type="constant",
+        beta=0.0,
+        max_steps=steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_vllm=False,
+        use_cpu=True,
+        bf16=False,
+        seed=seed,
+        shuffle_dataset=False,
+        dataloader_num_workers=0,
+        **overrides,
+    )
+
+
 def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
     """Train with TRL's GRPOTrainer in this (child) process; write ``points.json`` into ``out``.
 
@@ -255,7 +298,7 @@ def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from grpo_envs.adapters import trl_reward_funcs
 
@@ -279,26 +322,15 @@ def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
         return rewards
 
     recorded.__name__ = reward.__name__
-    cfg = GRPOConfig(
-        output_dir=str(out / "trl"),
-        per_device_train_batch_size=shared.prompts * shared.group,
-        gradient_accumulation_steps=1,
-        num_generations=shared.group,
-        max_completion_length=shared.completion_length,
+    cfg = race_grpo_config(
+        out / "trl",
+        prompts=shared.prompts,
+        group=shared.group,
+        completion_length=shared.completion_length,
         temperature=shared.temperature,
         learning_rate=spec.learning_rate,
-        lr_scheduler_type="constant",
-        beta=0.0,
-        max_steps=spec.steps,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_vllm=False,
-        use_cpu=True,
-        bf16=False,
+        steps=spec.steps,
         seed=seed,
-        shuffle_dataset=False,
-        dataloader_num_workers=0,
     )
     trainer = GRPOTrainer(
         model=model,

@@ -298,8 +298,9 @@ def run_trl(
 ) -> ArmResult:
     """Train TRL's GRPOTrainer on ``batches`` (ours' completions and rewards), step by step."""
     from datasets import Dataset
+    from learning_curve import race_grpo_config
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     group = 8
@@ -331,26 +332,15 @@ def run_trl(
             raise RuntimeError(f"step {b.step}: TRL scores other completions than ours")
         return list(b.rewards)
 
-    cfg = GRPOConfig(
-        output_dir=str(snapshots / f"trl-{name}"),
-        per_device_train_batch_size=32,
-        gradient_accumulation_steps=1,
-        num_generations=group,
-        max_completion_length=64,
+    cfg = race_grpo_config(
+        snapshots / f"trl-{name}",
+        prompts=32 // group,
+        group=group,
+        completion_length=64,
         temperature=1.0,
         learning_rate=2e-5,
-        lr_scheduler_type="constant",
-        beta=0.0,
-        max_steps=len(batches),
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_vllm=False,
-        use_cpu=True,
-        bf16=False,
+        steps=len(batches),
         seed=args.seed,
-        shuffle_dataset=False,
-        dataloader_num_workers=0,
         adam_beta2=adam_beta2,
     )
     trainer = GRPOTrainer(
