@@ -351,14 +351,17 @@ class OptimConfig:
     step takes whichever of the two costs less (``loss.packing_pays``: token positions and
     attention pairs): similar lengths keep the shared prompt, a wide length spread (reasoning
     chains of 300-12,000 tokens) packs. The metric ``packed`` says which each step took."""
-    logprob_head: Free[Literal["auto", "chunked", "fused"]] = "auto"
+    logprob_head: Free[Literal["auto", "chunked", "fused", "liger"]] = "auto"
     """How the update turns the model's last hidden states into per-token log-probs without
     (tokens x vocabulary) float32 tensors (``grpo_train.logprobs``). ``chunked``: over the
     logits the model returns, the log-softmax chunk by chunk and recomputed in the backward;
     bitwise the plain formula, but the logits and their gradient stay (2 vocabulary rows per
     token). ``fused``: the lm_head itself runs chunk by chunk under recomputation, the logits
     never exist (hidden-size memory per token); equal within float tolerance. ``auto``: fused
-    for micro-batches whose float32 logits would exceed fused_head_above_mib, else chunked."""
+    for micro-batches whose float32 logits would exceed fused_head_above_mib, else chunked.
+    ``liger``: the loss itself is Liger-Kernel's fused linear GRPO loss (``pip install
+    liger-kernel``; ``grpo_train.liger_loss``), hidden-size memory per token like ``fused``
+    and equal to it within float tolerance; the metrics still come from our fused head."""
     fused_head_above_mib: Free[int] = 256
     """``logprob_head: auto`` switches to the fused head above this many MiB of float32 logits
     per micro-batch (about 440 completion tokens of a 151,936-row vocabulary; never for short

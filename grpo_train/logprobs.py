@@ -301,12 +301,16 @@ class HeadChoice:
     (False, True)
     """
 
-    path: Literal["auto", "chunked", "fused"] = OptimConfig.logprob_head
+    path: Literal["auto", "chunked", "fused", "liger"] = OptimConfig.logprob_head
+    """``liger``: the update's loss is Liger's (``grpo_train.liger_loss``); log-probs alone
+    (the KL reference's, the metrics') take the fused head."""
     fused_above_mib: int = OptimConfig.fused_head_above_mib
 
     def __post_init__(self) -> None:
-        if self.path not in ("auto", "chunked", "fused"):
-            raise ValueError(f"logprob head must be auto, chunked or fused, got {self.path!r}")
+        if self.path not in ("auto", "chunked", "fused", "liger"):
+            raise ValueError(
+                f"logprob head must be auto, chunked, fused or liger, got {self.path!r}"
+            )
 
     @classmethod
     def from_config(cls, optim: OptimConfig) -> HeadChoice:
@@ -316,7 +320,7 @@ class HeadChoice:
     def fuses(self, tokens: int, vocab: int) -> bool:
         """Whether ``tokens`` logit rows of ``vocab`` entries go through the fused head."""
         if self.path != "auto":
-            return self.path == "fused"
+            return self.path in ("fused", "liger")
         return tokens * vocab * 4 > self.fused_above_mib * (1 << 20)
 
 

@@ -575,49 +575,32 @@ def token_logprobs(
     once (``_shared_prompt_forward``); same values and gradients.
     """
     c_len = mb.completion_ids.shape[1]
-    output = _output_layer(model)
+    output = output_layer(model)
     weight = output.weight if output is not None else None
     vocab = int(weight.shape[0]) if isinstance(weight, torch.Tensor) else 0
     if mb.targets is not None:
         return _packed_logprobs(model, mb, temperature, with_entropy, head, output, vocab)
     fused = output is not None and head.fuses(mb.completion_ids.numel(), vocab)
-    if share_prompts:
-        shared = _shared_prompt_forward(model, mb, hidden=fused)
+    if fused and output is not None:
+        states = completion_hidden_states(model, mb, share_prompts, output)
+        if states is not None:
+            return fused_logprobs(
+                output, states, mb.completion_ids, temperature, with_entropy, vocab=vocab
+            )
+    elif share_prompts:
+        shared = _shared_prompt_forward(model, mb)
         if shared is not None:
-            # (B, 1, V) logits; (B, C, V) logits or (B, C - 1, H) hidden states
-            first, rest = shared
+            first, rest = shared  # (B, 1, V) and (B, C, V) logits
             lp_first, ent_first = chunked_logprobs(
                 first, mb.completion_ids[:, :1], temperature, with_entropy
             )
-            if fused and output is not None:
-                lp_rest, ent_rest = fused_logprobs(
-                    output, rest, mb.completion_ids[:, 1:], temperature, with_entropy, vocab=vocab
-                )
-            else:
-                lp_rest, ent_rest = chunked_logprobs(
-                    rest, mb.completion_ids[:, 1:], temperature, with_entropy
-                )
+            lp_rest, ent_rest = chunked_logprobs(
+                rest, mb.completion_ids[:, 1:], temperature, with_entropy
+            )
             entropy = None
             if ent_first is not None and ent_rest is not None:
                 entropy = torch.cat([ent_first, ent_rest], dim=1)
             return torch.cat([lp_first, lp_rest], dim=1), entropy
-    if fused and output is not None:
-        out = model(
-            input_ids=mb.input_ids,
-            attention_mask=mb.attention_mask,
-            position_ids=mb.position_ids,
-            logits_to_keep=1,
-            output_hidden_states=True,
-            use_cache=False,
-        )
-        hidden = out.hidden_states[-1]  # (B, P + C, H): the lm_head's input
-        if _feeds_head(output, hidden, out.logits):
-            p_len = mb.input_ids.shape[1] - c_len
-            return fused_logprobs(
-                output, hidden, mb.completion_ids, temperature, with_entropy,
-                vocab=vocab, start=p_len - 1,
-            )  # fmt: skip
-        del out, hidden
     out = model(
         input_ids=mb.input_ids,
         attention_mask=mb.attention_mask,
@@ -627,6 +610,60 @@ def token_logprobs(
     )
     # (B, C + 1, V): position t predicts token t + 1 (the last position predicts nothing)
     return chunked_logprobs(out.logits, mb.completion_ids, temperature, with_entropy)
+
+
+def completion_hidden_states(
+    model: torch.nn.Module,
+    mb: MicroBatch,
+    share_prompts: bool = False,
+    output: torch.nn.Module | None = None,
+) -> torch.Tensor | None:
+    """Return the (B, C, H) final hidden states whose output layer predicts the completion tokens.
+
+    Column t is the lm_head's input at the position predicting ``mb.completion_ids[:, t]``, in
+    the padded (B, C) layout whatever the micro-batch (a packed one's states are scattered into
+    it: zeros past each completion's end). For the fused head and Liger's loss, which run the
+    head themselves, chunk by chunk. ``share_prompts``: each distinct prompt runs once
+    (``_shared_prompt_forward``). None where ``output`` (default: the model's output layer) does
+    not give the model's own logits from these states (soft-capped or scaled logits, FSDP).
+    """
+    output = output if output is not None else output_layer(model)
+    if output is None:
+        return None
+    c_len = mb.completion_ids.shape[1]
+    if mb.targets is not None:
+        out = model(
+            input_ids=mb.input_ids,
+            position_ids=mb.position_ids,
+            use_cache=False,
+            logits_to_keep=1,
+            output_hidden_states=True,
+        )
+        hidden = out.hidden_states[-1]  # (1, N, H)
+        if not _feeds_head(output, hidden, out.logits):
+            return None
+        on = mb.completion_mask.bool()
+        states = hidden.new_zeros((*on.shape, hidden.shape[-1]))
+        states[on] = hidden[0, mb.targets]
+        return states
+    if share_prompts:
+        shared = _shared_prompt_forward(model, mb, hidden=True)
+        if shared is not None:
+            first, rest = shared  # (B, 1, H), (B, C - 1, H)
+            return torch.cat([first, rest], dim=1)
+    out = model(
+        input_ids=mb.input_ids,
+        attention_mask=mb.attention_mask,
+        position_ids=mb.position_ids,
+        logits_to_keep=1,
+        output_hidden_states=True,
+        use_cache=False,
+    )
+    hidden = out.hidden_states[-1]  # (B, P + C, H): the lm_head's input
+    if not _feeds_head(output, hidden, out.logits):
+        return None
+    p_len = mb.input_ids.shape[1] - c_len
+    return hidden[:, p_len - 1 : p_len - 1 + c_len]
 
 
 def _packed_logprobs(
@@ -680,7 +717,7 @@ def _logprobs_from_logits(
     return plain_logprobs(logits, token_ids, temperature, with_entropy)
 
 
-def _output_layer(model: torch.nn.Module) -> torch.nn.Module | None:
+def output_layer(model: torch.nn.Module) -> torch.nn.Module | None:
     """Return the model's lm_head module (inside DDP / peft wrappers), or None.
 
     None where it cannot be called on its own: no output layer, no 2-D weight, or parameters
@@ -736,9 +773,11 @@ def _shared_prompt_forward(
     KV cache, their keys and values are repeated for each row (``index_select``, whose backward
     sums the rows' gradients back into the one prompt pass), and the completions run on top.
     Causal attention makes every logit the same as in the plain forward, up to float rounding.
-    Returns the (B, 1, V) logits predicting the first completion token and the (B, C - 1, V)
-    ones predicting the rest (``hidden``: instead of those, the (B, C - 1, H) final hidden
-    states, for the fused head). None (use the plain forward) when no prompt repeats or the
+    Returns the (B, 1, V) logits predicting the first completion token and the (B, C, V) ones
+    of the completion tokens (the last predicts nothing); ``hidden``: instead, the (B, 1, H) and
+    (B, C - 1, H) final hidden states predicting the completion tokens, for a head that runs
+    the lm_head itself (``completion_hidden_states``). None (use the plain forward) when no
+    prompt repeats or the
     model's cache is not a plain per-layer key/value cache (sliding windows, recurrent layers).
     """
     from transformers.cache_utils import DynamicCache, DynamicLayer
@@ -765,6 +804,7 @@ def _shared_prompt_forward(
         position_ids=(prompt_mask.cumsum(dim=1) - 1).clamp(min=0),
         use_cache=True,
         logits_to_keep=1,
+        output_hidden_states=hidden,
         **{cache_keyword(model): prefix},
     )
     rows = DynamicCache(config=config)
@@ -780,14 +820,14 @@ def _shared_prompt_forward(
         output_hidden_states=hidden,
         **{cache_keyword(model): rows},
     )
-    first = out.logits[:, -1:, :].index_select(0, owner)
     if hidden:
         states = completion.hidden_states[-1]  # (B, C, H)
-        head = _output_layer(model)
+        head = output_layer(model)
         if head is None or not _feeds_head(head, states, completion.logits):
             return None
-        return first, states[:, :-1, :]
-    return first, completion.logits
+        first_state = out.hidden_states[-1][:, -1:, :].index_select(0, owner)  # (B, 1, H)
+        return first_state, states[:, :-1, :]
+    return out.logits[:, -1:, :].index_select(0, owner), completion.logits
 
 
 def pad_rows(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:

@@ -212,11 +212,20 @@ def _checked_config(config: TrainConfig) -> tuple[TrainConfig, Path, PromptForma
     """
     cfg = with_output_dir(resolve_auto(config))
     check_run_dir(cfg)
+    check_logprob_head(cfg)
     prompt_format = PromptFormat.from_config(cfg.data)
     prompt_format.template_text()
     run_dir = Path(cfg.run.output_dir)
     check_output_dir(run_dir)
     return cfg, run_dir, prompt_format
+
+
+def check_logprob_head(cfg: TrainConfig) -> None:
+    """Refuse ``logprob_head: liger`` where Liger-Kernel is not installed, before anything loads."""
+    from grpo_train import liger_loss
+
+    if cfg.optim.logprob_head == "liger" and not liger_loss.liger_installed():
+        raise ValueError(liger_loss.MISSING)
 
 
 def _start_process(cfg: TrainConfig) -> tuple[Any, bool, RankInfo, str]:

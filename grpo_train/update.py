@@ -21,14 +21,17 @@ import torch
 from grpo_train import distributed
 from grpo_train.batch import RolloutBatch
 from grpo_train.config import AlgorithmConfig, OptimConfig, RolloutConfig, TrainConfig
-from grpo_train.logprobs import DEFAULT_HEAD, HeadChoice
+from grpo_train.liger_loss import liger_grpo_loss
+from grpo_train.logprobs import DEFAULT_HEAD, HeadChoice, fused_logprobs
 from grpo_train.loss import (
     ForwardCost,
     MicroBatch,
+    completion_hidden_states,
     grpo_loss,
     live_rows,
     loss_share,
     make_micro_batches,
+    output_layer,
     packing_pays,
     pad_rows,
     rows_with_gradient,
@@ -248,10 +251,18 @@ def grpo_update(
             first = iteration == 0 and i not in old
             sync = distributed.gradient_sync(learner.accelerator, learner.model, k, len(schedule))
             with sync, learner.autocast():
-                logprobs, entropy = token_logprobs(
-                    learner.model, mb, settings.rollout.temperature, first, learner.share_prompts,
-                    learner.head,
-                )  # fmt: skip
+                states = _liger_states(learner, mb)  # None unless logprob_head: liger
+                if states is None:
+                    logprobs, entropy = token_logprobs(
+                        learner.model, mb, settings.rollout.temperature, first,
+                        learner.share_prompts, learner.head,
+                    )  # fmt: skip
+                else:  # the values for the old policy, the IS weights and the metrics
+                    with torch.no_grad():
+                        logprobs, entropy = fused_logprobs(
+                            states.head, states.hidden.detach(), mb.completion_ids,
+                            settings.rollout.temperature, first, vocab=states.vocab,
+                        )  # fmt: skip
                 logprobs = logprobs.float()
                 if first:  # before the first update the current policy is the "old" one
                     old[i] = logprobs.detach()
@@ -259,7 +270,7 @@ def grpo_update(
                     sums.add({"entropy": float((entropy * mask).sum() / max(tokens, 1.0))}, tokens)
                 loss, metrics = _micro_batch_loss(
                     learner, batch, mb, logprobs, old[i], adv[rows], mask, settings,
-                    sums if first and tokens else None, tokens,
+                    sums if first and tokens else None, tokens, states, first,
                 )  # fmt: skip
                 # Each micro-batch's loss is a mean over its own tokens / sequences; weighting by
                 # its share of the global batch makes the accumulated gradient the whole batch's.
@@ -287,12 +298,17 @@ def _micro_batch_loss(
     settings: UpdateSettings,
     is_sums: MetricSums | None,
     tokens: float,
+    liger: LigerStates | None = None,
+    first: bool = True,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Return the clipped GRPO loss of one micro-batch (``loss.grpo_loss``) and its metrics.
 
     With ``beta > 0`` it reads the KL reference's logprobs; with truncated importance sampling
     (``is_correction``) it weights tokens by old / sampling probabilities, adding their metrics
-    to ``is_sums`` when given (the first pass over the micro-batch).
+    to ``is_sums`` when given (the first pass over the micro-batch). ``liger``: the loss (and
+    its gradients) comes from Liger's fused linear GRPO loss over those hidden states, the
+    metrics from ``grpo_loss`` over the (gradient-free) ``logprobs``; ``first``: the pass
+    before any update, whose old policy is the current one.
     """
     a = settings.algorithm
     ref = None
@@ -307,7 +323,7 @@ def _micro_batch_loss(
         weights, is_metrics = truncated_is_weights(old, sampled.to(learner.device), mask, a.is_cap)
         if is_sums is not None:
             is_sums.add(is_metrics, tokens)
-    return grpo_loss(
+    loss, metrics = grpo_loss(
         logprobs,
         old,
         adv,
@@ -321,3 +337,37 @@ def _micro_batch_loss(
         importance_weights=weights,
         importance_sampling_level=a.importance_sampling_level,
     )
+    if liger is not None:
+        loss = liger_grpo_loss(
+            liger.head, liger.hidden, mb.completion_ids, mask, adv, a,
+            temperature=settings.rollout.temperature,
+            max_completion_length=settings.rollout.max_completion_length,
+            old_logprobs=None if first else old, ref_logprobs=ref, importance_weights=weights,
+        )  # fmt: skip
+    return loss, metrics
+
+
+@dataclass(frozen=True)
+class LigerStates:
+    """A micro-batch's input to Liger's loss: the lm_head and its (B, C, H) input states."""
+
+    head: torch.nn.Module
+    hidden: torch.Tensor
+    vocab: int
+
+
+def _liger_states(learner: Learner, mb: MicroBatch) -> LigerStates | None:
+    """Return the hidden states Liger's loss runs on (``logprob_head: liger``), else None."""
+    if learner.head.path != "liger":
+        return None
+    head = output_layer(learner.model)
+    states = completion_hidden_states(learner.model, mb, learner.share_prompts, head)
+    if head is None or states is None:
+        raise ValueError(
+            "logprob_head: liger needs the model's logits to be its output layer applied to its "
+            "last hidden states, and that layer unsharded; this model's are not (FSDP, "
+            "soft-capped or scaled logits): use logprob_head: auto"
+        )
+    weight = head.weight
+    assert isinstance(weight, torch.Tensor)  # output_layer returns only heads with a weight
+    return LigerStates(head, states, int(weight.shape[0]))

@@ -230,8 +230,8 @@ def test_a_model_whose_logits_are_not_its_head_output_uses_the_chunked_path() ->
 def test_head_choice_validates_and_reads_the_config() -> None:
     from grpo_train.config import TrainConfig
 
-    with pytest.raises(ValueError, match="auto, chunked or fused"):
-        HeadChoice("liger")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="auto, chunked, fused or liger"):
+        HeadChoice("triton")  # type: ignore[arg-type]
     cfg = TrainConfig.from_flat({"logprob_head": "fused", "fused_head_above_mib": 1})
     assert HeadChoice.from_config(cfg.optim) == HeadChoice("fused", 1)
     # auto: 256 MiB of float32 logits: 441 tokens of Qwen's vocabulary
@@ -300,7 +300,7 @@ def test_packed_micro_batches_hold_real_tokens_within_the_budget() -> None:
 
 
 def _packed_vs_padded(model: Any, use_cache: bool, head: str = "chunked") -> dict[str, Any]:
-    from grpo_train.loss import _output_layer, _packed_logprobs
+    from grpo_train.loss import _packed_logprobs, output_layer
 
     prompts, completions = _skewed(1000)
     (padded,) = make_micro_batches(prompts, completions, 10**6, pad_id=0)
@@ -315,7 +315,7 @@ def _packed_vs_padded(model: Any, use_cache: bool, head: str = "chunked") -> dic
         rows = list(mb.rows)
         if name == "packed":
             lp, ent = _packed_logprobs(
-                model, mb, 0.9, True, HeadChoice(head), _output_layer(model), 1000, use_cache
+                model, mb, 0.9, True, HeadChoice(head), output_layer(model), 1000, use_cache
             )
         else:
             lp, ent = token_logprobs(model, mb, 0.9, True, head=HeadChoice(head))
