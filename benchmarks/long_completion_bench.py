@@ -22,6 +22,9 @@ above the RSS it had then, so that variants do not pollute each other:
   from the final hidden states of the same padded batch, ``compiled=False`` (its
   ``torch.compile`` would add minutes of compilation to one update); where ``liger-kernel`` is
   installed (it imports on a CPU without Triton), else the table says so;
+* ``liger-head``: ``logprob_head: liger``, the same loss as the update runs it: Liger's loss
+  from our ``completion_hidden_states``, plus the gradient-free pass of our fused head that
+  gives the old policy's log-probs and the entropy metric;
 * ``bound``: the lower bound, computed: gradients + AdamW's two moments (float32) +
   checkpointed activations (one hidden state per layer and token), above the weights (as the
   measured peaks are).
@@ -64,6 +67,7 @@ VARIANTS = (
     "checkpointed",
     "trl",
     "liger",
+    "liger-head",
 )
 PROMPT_TOKENS = 64
 
@@ -190,6 +194,8 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
             loss = _trl_loss(trainer, model, mb, advantages[rows])
         elif variant == "liger":
             loss = _liger_loss(model, mb, advantages[rows])
+        elif variant == "liger-head":
+            loss = _liger_head_loss(model, mb, advantages[rows])
         else:
             if variant == "previous":
                 logprobs, _entropy = previous_logprobs(model, mb, True)
@@ -283,6 +289,26 @@ def _liger_loss(model: Any, mb: Any, advantages: Any) -> Any:
     return loss
 
 
+def _liger_head_loss(model: Any, mb: Any, advantages: Any) -> Any:
+    """``logprob_head: liger`` as ``grpo_update`` runs it (dapo, beta 0, first pass)."""
+    import torch
+
+    from grpo_train.config import AlgorithmConfig
+    from grpo_train.liger_loss import liger_grpo_loss
+    from grpo_train.logprobs import fused_logprobs
+    from grpo_train.loss import completion_hidden_states, output_layer
+
+    head = output_layer(model)
+    states = completion_hidden_states(model, mb, False, head)
+    mask = mb.completion_mask.float()
+    with torch.no_grad():  # the old policy's log-probs and the entropy metric
+        fused_logprobs(head, states.detach(), mb.completion_ids, 1.0, True, vocab=head.out_features)
+    return liger_grpo_loss(
+        head, states, mb.completion_ids, mask, advantages, AlgorithmConfig(beta=0.0),
+        temperature=1.0, max_completion_length=None,
+    )  # fmt: skip
+
+
 def _run(spec: dict[str, Any]) -> dict[str, Any]:
     """The least peak and seconds of ``spec["repeats"]`` fresh workers.
 
@@ -298,7 +324,7 @@ def _run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_once(spec: dict[str, Any]) -> dict[str, Any]:
-    if spec["variant"] == "liger":
+    if spec["variant"] in ("liger", "liger-head"):
         try:
             import liger_kernel.chunked_loss  # noqa: F401
         except ImportError:

@@ -247,3 +247,33 @@ def test_a_liger_update_moves_the_model_as_the_fused_head_does(case: str) -> Non
     for key in ("entropy", "clip_frac", "ratio_mean", "kl", "is_ratio_mean"):
         if key in fused_metrics:
             assert liger_metrics[key] == pytest.approx(fused_metrics[key], rel=1e-5, abs=1e-7), key
+
+
+def test_a_training_run_with_liger_follows_the_fused_run(tiny_model_path, tmp_path) -> None:
+    """The trainer end to end (start-up check, learner, update): one step of each, same seed."""
+    from test_trainer import make_config, run
+
+    from grpo_train.run_log import read_metrics
+
+    common = {"max_steps": 1, "eval_size": 0, "log_every_samples": 0, "seed": 2, "mu": 2}
+    fused, _ = run(make_config(tiny_model_path, tmp_path / "fused", logprob_head="fused", **common))
+    liger, _ = run(make_config(tiny_model_path, tmp_path / "liger", logprob_head="liger", **common))
+    assert liger.setup.learner.head.path == "liger"
+    f_row, l_row = read_metrics(tmp_path / "fused")[0], read_metrics(tmp_path / "liger")[0]
+    assert l_row["reward/mean"] == f_row["reward/mean"] > 0  # the same rollouts, a signal
+    assert l_row["loss"] == pytest.approx(f_row["loss"], rel=1e-4, abs=1e-7)
+    assert l_row["entropy"] == pytest.approx(f_row["entropy"], rel=1e-5)
+    # AdamW's first steps move a parameter by about lr x sign(gradient), so one whose gradient is
+    # float noise may step either way: compare the whole update, not element by element.
+    from transformers import AutoModelForCausalLM
+
+    start = AutoModelForCausalLM.from_pretrained(tiny_model_path).state_dict()
+
+    def update(trainer: Any) -> torch.Tensor:
+        state = trainer.setup.model.state_dict()
+        return torch.cat([(state[k] - v).flatten() for k, v in start.items() if k in state])
+
+    ours, theirs = update(fused), update(liger)
+    assert float(ours.norm()) > 0
+    assert float(torch.nn.functional.cosine_similarity(ours, theirs, dim=0)) > 0.999
+    assert float(theirs.norm() / ours.norm()) == pytest.approx(1.0, abs=1e-3)
