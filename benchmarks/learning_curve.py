@@ -71,7 +71,7 @@ class RunSpec:
     trainer: str  # "ours" or "trl"
     steps: int
     learning_rate: float
-    overrides: dict[str, str] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)
     seed: int | None = None
     """The run's seed (prompt order, sampling, initialisation of anything random); None: the
     shared ``--seed``."""
@@ -79,6 +79,21 @@ class RunSpec:
     def seed_or(self, default: int) -> int:
         """This run's seed, or ``default`` when it has none of its own."""
         return default if self.seed is None else self.seed
+
+    def arm_name(self) -> str:
+        """The trainer, with our overrides when it has some: one arm of the race each.
+
+        >>> RunSpec("a", "ours", 2, 2e-5, {"engine": "hf"}).arm_name()
+        'ours[engine=hf]'
+        """
+        if not self.overrides:
+            return self.trainer
+        return (
+            self.trainer
+            + "["
+            + ",".join(f"{k}={v}" for k, v in sorted(self.overrides.items()))
+            + "]"
+        )
 
 
 @dataclass(frozen=True)
@@ -666,14 +681,15 @@ def mean_se(values: Sequence[float]) -> MeanSE:
 
 
 Arm = tuple[str, float]
-"""A trainer at a learning rate: what the seeds are repeats of."""
+"""A trainer (with its overrides, ``RunSpec.arm_name``) at a learning rate: what the seeds are
+repeats of."""
 
 
 def by_arm(results: Sequence[RunResult]) -> dict[Arm, list[RunResult]]:
     """The runs of each (trainer, learning rate), in the order they ran."""
     arms: dict[Arm, list[RunResult]] = {}
     for r in results:
-        arms.setdefault((r.spec.trainer, r.spec.learning_rate), []).append(r)
+        arms.setdefault((r.spec.arm_name(), r.spec.learning_rate), []).append(r)
     return arms
 
 
@@ -723,9 +739,9 @@ def paired_differences(results: Sequence[RunResult]) -> list[str]:
     """
     arms = by_arm(results)
     lines = []
-    for (trainer, lr), ours in arms.items():
+    for (name, lr), ours in arms.items():
         trl = arms.get(("trl", lr))
-        if trainer != "ours" or trl is None:
+        if not name.startswith("ours") or trl is None:
             continue
         trl_by_seed = {r.spec.seed: r for r in trl}
         steps = sorted({p.step for r in ours + trl for p in r.points})
@@ -742,7 +758,7 @@ def paired_differences(results: Sequence[RunResult]) -> list[str]:
             noise = d.se is None or abs(d.mean) < 2 * d.se
             verdict = "within noise" if noise else ("ours ahead" if d.mean > 0 else "TRL ahead")
             lines.append(
-                f"lr {lr:g}, step {step}: ours - TRL = {d.percent()} points over "
+                f"lr {lr:g}, step {step}: {name} - TRL = {d.percent()} points over "
                 f"{d.n} seeds: {verdict}"
             )
     return lines
@@ -851,11 +867,11 @@ def seed_report(results: Sequence[RunResult], base: float, target: float) -> str
     ]
     for o in races:
         t = next((r for r in races if r.arm == ("trl", o.arm[1])), None)
-        if o.arm[0] != "ours" or t is None:
+        if not o.arm[0].startswith("ours") or t is None:
             continue
         if o.median_step_s and t.median_step_s:
             lines.append(
-                f"lr {o.arm[1]:g}: ours {t.median_step_s.mean / o.median_step_s.mean:.1f}x "
+                f"lr {o.arm[1]:g}: {o.arm[0]} {t.median_step_s.mean / o.median_step_s.mean:.1f}x "
                 "faster per step (mean over seeds of each seed's median s/step)"
             )
         if o.reached and t.reached and not o.censored and not t.censored:
@@ -863,7 +879,7 @@ def seed_report(results: Sequence[RunResult], base: float, target: float) -> str
                 mean_se([r.seconds or 0.0 for r in o.reached]).mean
                 / mean_se([r.seconds or 0.0 for r in t.reached]).mean
             )
-            lines.append(f"lr {o.arm[1]:g}: mean time-to-target, ours / TRL = {ratio:.2f}")
+            lines.append(f"lr {o.arm[1]:g}: mean time-to-target, {o.arm[0]} / TRL = {ratio:.2f}")
         elif o.reached or t.reached:
             lines.append(
                 f"lr {o.arm[1]:g}: some seeds never reached the target, so no ratio of means "
@@ -873,10 +889,11 @@ def seed_report(results: Sequence[RunResult], base: float, target: float) -> str
         if medians[0] is not None and medians[1] is not None:
             lines.append(
                 f"lr {o.arm[1]:g}: median time-to-target (censored seeds counted as slowest), "
-                f"ours {medians[0]:.0f} s / TRL {medians[1]:.0f} s = {medians[0] / medians[1]:.2f}"
+                f"{o.arm[0]} {medians[0]:.0f} s / TRL {medians[1]:.0f} s = "
+                f"{medians[0] / medians[1]:.2f}"
             )
         else:
-            who = " and ".join(n for n, m in zip(("ours", "TRL"), medians) if m is None)
+            who = " and ".join(n for n, m in zip((o.arm[0], "TRL"), medians) if m is None)
             lines.append(
                 f"lr {o.arm[1]:g}: median time-to-target not defined for {who} (half the "
                 "seeds or more never reached the target)"
@@ -898,13 +915,26 @@ def build_runs(args: argparse.Namespace) -> list[RunSpec]:
     """The runs asked for: ours, trl, and our loss/std-scaling variants."""
     ours_lr = args.lr if args.lr is not None else default_learning_rate()
     runs: list[RunSpec] = []
+    import yaml
+
+    ablation = {
+        key: yaml.safe_load(value)  # a YAML value, as in a config file: 0.999, off, hf
+        for key, value in (item.split("=", 1) for item in args.ours_overrides)
+    }
     if args.seeds:
         # Seeds x learning rates, both trainers at each, interleaved and alternating which goes
         # first, so that load drifting on a shared machine falls on both alike.
         lrs = args.lrs or [ours_lr]
         for i, (seed, lr) in enumerate((s, lr) for s in args.seeds for lr in lrs):
             pair = [
-                RunSpec(f"{name}@{lr:g}#s{seed}", name, steps, lr, seed=seed)
+                RunSpec(
+                    f"{name}@{lr:g}#s{seed}",
+                    name,
+                    steps,
+                    lr,
+                    ablation if name == "ours" else {},
+                    seed=seed,
+                )
                 for name, steps in (("ours", args.steps), ("trl", args.trl_steps))
                 if name in args.runs
             ]
@@ -957,6 +987,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="JSON kwargs for grpo_envs.make (the same reward for both trainers)",
     )
     p.add_argument("--runs", nargs="+", default=["ours", "trl", "variants"])
+    p.add_argument(
+        "--ours-overrides",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="our config fields for every run of ours (an ablation: its own arm, paired with "
+        "TRL's runs of the same seeds, e.g. from another saved race given to --report)",
+    )
     p.add_argument("--steps", type=int, default=20, help="our training steps")
     p.add_argument("--trl-steps", type=int, default=20)
     p.add_argument("--variant-steps", type=int, default=10)
