@@ -53,7 +53,7 @@ from grpo_train.distributed import RankInfo
 from grpo_train.learning_signal import AutoHeuristics
 from grpo_train.logprobs import DEFAULT_HEAD, HeadChoice
 from grpo_train.lora import LoraSettings, reference_logprobs
-from grpo_train.loss import ForwardCost, MicroBatch, token_logprobs
+from grpo_train.loss import ForwardCost, MicroBatch, output_layer, token_logprobs
 from grpo_train.prompts import PromptFormat
 from grpo_train.rollout import build_engine
 from grpo_train.rollout.base import LostEngine, RolloutEngine
@@ -359,6 +359,14 @@ def _learner(
             wrapped, ref_model, device, cfg.rollout.temperature, lora is not None,
             cfg.policy.offload_reference, share_prompts, HeadChoice.from_config(cfg.optim),
         )  # fmt: skip
+    head = HeadChoice.from_config(cfg.optim)
+    layer = output_layer(wrapped)
+    if head.path == "liger" and type(layer) is not torch.nn.Linear:
+        what = "sharded by FSDP" if layer is None else f"a {type(layer).__name__}"
+        raise ValueError(
+            "logprob_head: liger runs the output layer as one weight matrix; this model's is "
+            f"{what} (LoRA on lm_head, a quantized or sharded head): use logprob_head: auto"
+        )
     return Learner(
         model=wrapped,
         pad_id=tokenizer.pad_token_id,
@@ -367,7 +375,7 @@ def _learner(
         autocast=functools.partial(training_autocast, cfg.policy, device),
         reference=reference,
         accelerator=accelerator,
-        head=HeadChoice.from_config(cfg.optim),
+        head=head,
         packing=packing,
         forward_cost=ForwardCost.of(getattr(getattr(wrapped, "module", wrapped), "config", None)),
     )

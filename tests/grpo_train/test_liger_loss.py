@@ -277,3 +277,16 @@ def test_a_training_run_with_liger_follows_the_fused_run(tiny_model_path, tmp_pa
     assert float(ours.norm()) > 0
     assert float(torch.nn.functional.cosine_similarity(ours, theirs, dim=0)) > 0.999
     assert float(theirs.norm() / ours.norm()) == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.filterwarnings("ignore:Model has `tie_word_embeddings=True`:UserWarning")
+def test_liger_with_lora_on_the_lm_head_is_refused_at_start_up(tiny_model_path, tmp_path) -> None:
+    from test_trainer import make_config
+
+    from grpo_train.trainer import Trainer
+
+    cfg = make_config(
+        tiny_model_path, tmp_path, logprob_head="liger", lora_r=4, target_modules="q_proj,lm_head"
+    )
+    with pytest.raises(ValueError, match=r"liger runs the output layer.*logprob_head: auto"):
+        Trainer(cfg)
