@@ -724,6 +724,42 @@ def seed_table(results: Sequence[RunResult], base: float) -> str:
     return "\n".join(lines)
 
 
+def signal_table(results: Sequence[RunResult]) -> str:
+    """Right answers each arm drew in training, per step: the signal its updates learned from.
+
+    Per step the mean over seeds of the sampled completions' accuracy (``train_accuracy``, in
+    percent), and how many seeds drew none at all in their first two steps (nothing to learn
+    from before the step-2 evaluation).
+
+    >>> a = RunResult(RunSpec("ours#s0", "ours", 2, 2e-5, seed=0), train_accuracy=[0.0, 0.0])
+    >>> b = RunResult(RunSpec("ours#s1", "ours", 2, 2e-5, seed=1), train_accuracy=[0.5, 0.0])
+    >>> print(signal_table([a, b]))
+    step                  ours@2e-05
+    1                           25.0
+    2                            0.0
+    none in steps 1-2         1 of 2
+    """
+    arms = by_arm(results)
+    steps = max((len(r.train_accuracy) for r in results), default=0)
+    width = max(14, *(len(f"{t}@{lr:g}") + 2 for t, lr in arms))
+    rows = [("step", [f"{t}@{lr:g}" for t, lr in arms])]
+    for step in range(steps):
+        cells = []
+        for runs in arms.values():
+            rates = [r.train_accuracy[step] for r in runs if len(r.train_accuracy) > step]
+            rates = [x for x in rates if x == x]  # NaN: a step without a scored row
+            cells.append(f"{100 * sum(rates) / len(rates):.1f}" if rates else "-")
+        rows.append((str(step + 1), cells))
+    dry = []
+    for runs in arms.values():
+        none = sum(1 for r in runs if r.train_accuracy[:2] and max(r.train_accuracy[:2]) == 0)
+        dry.append(f"{none} of {len(runs)}")
+    rows.append(("none in steps 1-2", dry))
+    return "\n".join(
+        label.ljust(18) + "".join(c.rjust(width) for c in cells) for label, cells in rows
+    )
+
+
 def paired_differences(results: Sequence[RunResult]) -> list[str]:
     """Ours minus TRL at each learning rate and step, paired by seed (same prompts per seed).
 
@@ -858,6 +894,9 @@ def seed_report(results: Sequence[RunResult], base: float, target: float) -> str
     lines = [
         "held-out accuracy, mean ± standard error across seeds (seeds evaluated):",
         seed_table(results, base),
+        "",
+        "sampled training accuracy, % (the right answers each arm learned from):",
+        signal_table(results),
         "",
         "ours - TRL, paired by seed:",
         *paired_differences(results),
