@@ -70,6 +70,12 @@ class Summary:
     max_logprob_gap: float | None
     mean_abs_logprob_gap: float | None
     seconds: float
+    pit_ks: float | None = None
+    """KS distance of the tokens' PIT values from uniform (``teacher_forced_gap``)."""
+    pit_ks_5pct: float | None = None
+    """The 5% critical distance for that many independent tokens: 1.36 / sqrt(n)."""
+    logprob_excess: tuple[float, float, int] | None = None
+    """Mean of log p(sampled) + H(p) over tokens, its standard error, the token count."""
     per_prompt_reward: list[float] = field(default_factory=list)
 
 
@@ -196,29 +202,61 @@ def draw_engine(engine, prompts, n, max_new, temperature, seed) -> list[Drawn]:
 
 
 def teacher_forced_gap(model, prompts, drawn: list[Drawn], temperature: float, limit: int):
-    """Max and mean |sampler logprob - trainer logprob| over the first ``limit`` prompts' tokens.
+    """Sampler against the trainer's distribution, over the first ``limit`` prompts' tokens.
 
-    The trainer's logprob is ``log_softmax(logits / T)`` from one forward over prompt +
-    completion per row (no padding: one row at a time), the quantity the update uses.
+    The trainer's distribution is ``softmax(logits / T)`` from one forward over prompt +
+    completion per row (no padding: one row at a time), the quantity the update uses. Returns:
+
+    * max and mean |sampler logprob - trainer logprob| (samplers that report logprobs): does the
+      sampler score a token as the trainer does;
+    * does it draw as the trainer's distribution says. Two checks that need no sampler
+      logprobs. (1) Each token's randomised probability integral transform under the trainer's
+      distribution, ``u = P(X < x) + V * P(X = x)`` (V uniform, vocabulary order), is uniform
+      on [0, 1] exactly when the tokens are drawn from that distribution: the Kolmogorov-
+      Smirnov distance of the u's from uniform (about 1.36 / sqrt(n) at the 5% level for
+      independent draws). (2) The mean over tokens of ``log p(x) + H(p)``, the sampled
+      token's log-probability above its expectation, is 0 for a faithful sampler; a sharper
+      one (a lower effective temperature, a top-k or top-p cut) makes it positive. With its
+      standard error (tokens of one completion are dependent, so the error is taken over
+      completions).
     """
     import torch
 
+    gen = torch.Generator().manual_seed(12345)
     gaps: list[float] = []
+    pit: list[float] = []
+    excess_per_row: list[tuple[float, int]] = []
     for d in drawn[:limit]:
-        if d.logprobs is None:
-            continue
-        for ids, lps in zip(d.token_ids, d.logprobs, strict=True):
+        for k, ids in enumerate(d.token_ids):
             if not ids:
                 continue
             full = torch.tensor([prompts[d.prompt] + ids])
             with torch.no_grad():
                 logits = model(input_ids=full).logits[0, len(prompts[d.prompt]) - 1 : -1]
-            ref = torch.log_softmax(logits.float() / temperature, dim=-1)
-            ref = ref.gather(1, torch.tensor(ids).unsqueeze(1)).squeeze(1)
-            gaps += (ref - torch.tensor(lps)).abs().tolist()
-    if not gaps:
-        return None, None
-    return max(gaps), sum(gaps) / len(gaps)
+            ref_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+            picked = torch.tensor(ids).unsqueeze(1)
+            ref = ref_all.gather(1, picked).squeeze(1)
+            if d.logprobs is not None:
+                gaps += (ref - torch.tensor(d.logprobs[k])).abs().tolist()
+            probs = ref_all.exp()
+            below = probs.cumsum(dim=1).gather(1, picked).squeeze(1) - ref.exp()
+            v = torch.rand(len(ids), generator=gen)
+            pit += (below + v * ref.exp()).clamp(0, 1).tolist()
+            entropy = -(probs * ref_all).sum(dim=1)
+            excess_per_row.append((float((ref + entropy).sum()), len(ids)))
+    gap = (max(gaps), sum(gaps) / len(gaps)) if gaps else (None, None)
+    if not pit:
+        return (*gap, None, None, None)
+    pit.sort()
+    n = len(pit)
+    ks = max(max((i + 1) / n - u, u - i / n) for i, u in enumerate(pit))
+    tokens = sum(c for _, c in excess_per_row)
+    mean = sum(e for e, _ in excess_per_row) / tokens
+    # ratio estimator's standard error over completions (clusters of dependent tokens)
+    rows = len(excess_per_row)
+    var = sum((e - mean * c) ** 2 for e, c in excess_per_row) / max(rows - 1, 1)
+    se = (var * rows) ** 0.5 / tokens
+    return (*gap, ks, 1.36 / n**0.5, (mean, se, n))
 
 
 def summarise(name, drawn, samples, env, tokenizer, gap, seconds) -> tuple[Summary, Counter]:
@@ -249,6 +287,9 @@ def summarise(name, drawn, samples, env, tokenizer, gap, seconds) -> tuple[Summa
         max_logprob_gap=gap[0],
         mean_abs_logprob_gap=gap[1],
         seconds=seconds,
+        pit_ks=gap[2],
+        pit_ks_5pct=gap[3],
+        logprob_excess=gap[4],
         per_prompt_reward=per_prompt,
     ), firsts
 
@@ -371,6 +412,18 @@ def report(summaries: Sequence[Summary], firsts: Sequence[Counter]) -> str:
         (
             "logprob gap mean",
             lambda s: "-" if s.mean_abs_logprob_gap is None else f"{s.mean_abs_logprob_gap:.1e}",
+        ),
+        (
+            "PIT KS distance (5% critical)",
+            lambda s: "-" if s.pit_ks is None else f"{s.pit_ks:.4f} ({s.pit_ks_5pct:.4f})",
+        ),
+        (
+            "log p(sampled) + H, mean ± se (tokens)",
+            lambda s: (
+                "-"
+                if s.logprob_excess is None
+                else "{:+.4f} ± {:.4f} ({})".format(*s.logprob_excess)
+            ),
         ),
         ("seconds", lambda s: f"{s.seconds:.0f}"),
     ]
