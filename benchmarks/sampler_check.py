@@ -201,31 +201,14 @@ def draw_engine(engine, prompts, n, max_new, temperature, seed) -> list[Drawn]:
     return out
 
 
-def teacher_forced_gap(model, prompts, drawn: list[Drawn], temperature: float, limit: int):
-    """Sampler against the trainer's distribution, over the first ``limit`` prompts' tokens.
+def _teacher_forced(model, prompts, drawn: list[Drawn], temperature: float, limit: int):
+    """Yield (drawn group, completion index, token ids, the trainer's (C, V) log-probs).
 
-    The trainer's distribution is ``softmax(logits / T)`` from one forward over prompt +
-    completion per row (no padding: one row at a time), the quantity the update uses. Returns:
-
-    * max and mean |sampler logprob - trainer logprob| (samplers that report logprobs): does the
-      sampler score a token as the trainer does;
-    * does it draw as the trainer's distribution says. Two checks that need no sampler
-      logprobs. (1) Each token's randomised probability integral transform under the trainer's
-      distribution, ``u = P(X < x) + V * P(X = x)`` (V uniform, vocabulary order), is uniform
-      on [0, 1] exactly when the tokens are drawn from that distribution: the Kolmogorov-
-      Smirnov distance of the u's from uniform (about 1.36 / sqrt(n) at the 5% level for
-      independent draws). (2) The mean over tokens of ``log p(x) + H(p)``, the sampled
-      token's log-probability above its expectation, is 0 for a faithful sampler; a sharper
-      one (a lower effective temperature, a top-k or top-p cut) makes it positive. With its
-      standard error (tokens of one completion are dependent, so the error is taken over
-      completions).
+    The trainer's distribution is ``log_softmax(logits / T)`` from one forward over prompt +
+    completion per row (no padding: one row at a time), the quantity the update uses.
     """
     import torch
 
-    gen = torch.Generator().manual_seed(12345)
-    gaps: list[float] = []
-    pit: list[float] = []
-    excess_per_row: list[tuple[float, int]] = []
     for d in drawn[:limit]:
         for k, ids in enumerate(d.token_ids):
             if not ids:
@@ -233,30 +216,61 @@ def teacher_forced_gap(model, prompts, drawn: list[Drawn], temperature: float, l
             full = torch.tensor([prompts[d.prompt] + ids])
             with torch.no_grad():
                 logits = model(input_ids=full).logits[0, len(prompts[d.prompt]) - 1 : -1]
-            ref_all = torch.log_softmax(logits.float() / temperature, dim=-1)
-            picked = torch.tensor(ids).unsqueeze(1)
-            ref = ref_all.gather(1, picked).squeeze(1)
-            if d.logprobs is not None:
-                gaps += (ref - torch.tensor(d.logprobs[k])).abs().tolist()
-            probs = ref_all.exp()
-            below = probs.cumsum(dim=1).gather(1, picked).squeeze(1) - ref.exp()
-            v = torch.rand(len(ids), generator=gen)
-            pit += (below + v * ref.exp()).clamp(0, 1).tolist()
-            entropy = -(probs * ref_all).sum(dim=1)
-            excess_per_row.append((float((ref + entropy).sum()), len(ids)))
-    gap = (max(gaps), sum(gaps) / len(gaps)) if gaps else (None, None)
+            yield d, k, ids, torch.log_softmax(logits.float() / temperature, dim=-1)
+
+
+def teacher_forced_gap(model, prompts, drawn: list[Drawn], temperature: float, limit: int):
+    """Max and mean |sampler logprob - trainer logprob| over the first ``limit`` prompts' tokens.
+
+    Does the sampler score a token as the trainer does (samplers that report log-probs).
+    """
+    import torch
+
+    gaps: list[float] = []
+    for d, k, ids, ref_all in _teacher_forced(model, prompts, drawn, temperature, limit):
+        if d.logprobs is not None:
+            ref = ref_all.gather(1, torch.tensor(ids).unsqueeze(1)).squeeze(1)
+            gaps += (ref - torch.tensor(d.logprobs[k])).abs().tolist()
+    if not gaps:
+        return None, None
+    return max(gaps), sum(gaps) / len(gaps)
+
+
+def sampling_fidelity(model, prompts, drawn: list[Drawn], temperature: float, limit: int):
+    """Does the sampler draw as the trainer's distribution says: two checks needing no logprobs.
+
+    (1) Each token's randomised probability integral transform under the trainer's
+    distribution, ``u = P(X < x) + V * P(X = x)`` (V uniform, vocabulary order), is uniform on
+    [0, 1] exactly when the tokens are drawn from that distribution: returns the Kolmogorov-
+    Smirnov distance of the u's from uniform and its 5% critical value for independent draws
+    (1.36 / sqrt(n)). (2) The mean over tokens of ``log p(x) + H(p)``, the sampled token's
+    log-probability above its expectation: 0 for a faithful sampler, positive for a sharper one
+    (a lower effective temperature, a top-k or top-p cut); with its standard error taken over
+    completions (a completion's tokens are dependent) and the token count. None without tokens.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(12345)
+    pit: list[float] = []
+    rows: list[tuple[float, int]] = []  # (sum of log p + H, tokens) per completion
+    for _, _, ids, ref_all in _teacher_forced(model, prompts, drawn, temperature, limit):
+        picked = torch.tensor(ids).unsqueeze(1)
+        probs = ref_all.exp()
+        p_x = probs.gather(1, picked).squeeze(1)
+        below = probs.cumsum(dim=1).gather(1, picked).squeeze(1) - p_x
+        pit += (below + torch.rand(len(ids), generator=gen) * p_x).clamp(0, 1).tolist()
+        entropy = -(probs * ref_all).sum(dim=1)
+        rows.append((float((p_x.log() + entropy).sum()), len(ids)))
     if not pit:
-        return (*gap, None, None, None)
+        return None, None, None
     pit.sort()
     n = len(pit)
     ks = max(max((i + 1) / n - u, u - i / n) for i, u in enumerate(pit))
-    tokens = sum(c for _, c in excess_per_row)
-    mean = sum(e for e, _ in excess_per_row) / tokens
-    # ratio estimator's standard error over completions (clusters of dependent tokens)
-    rows = len(excess_per_row)
-    var = sum((e - mean * c) ** 2 for e, c in excess_per_row) / max(rows - 1, 1)
-    se = (var * rows) ** 0.5 / tokens
-    return (*gap, ks, 1.36 / n**0.5, (mean, se, n))
+    tokens = sum(c for _, c in rows)
+    mean = sum(e for e, _ in rows) / tokens
+    var = sum((e - mean * c) ** 2 for e, c in rows) / max(len(rows) - 1, 1)
+    se = (var * len(rows)) ** 0.5 / tokens  # the ratio estimator's, over completions
+    return ks, 1.36 / n**0.5, (mean, se, n)
 
 
 def summarise(name, drawn, samples, env, tokenizer, gap, seconds) -> tuple[Summary, Counter]:
@@ -385,6 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 engine.close()
         seconds = time.perf_counter() - t
         gap = teacher_forced_gap(model, prompts, drawn, args.temperature, args.gap_prompts)
+        gap += sampling_fidelity(model, prompts, drawn, args.temperature, args.gap_prompts)
         s, first = summarise(name, drawn, samples, env, tokenizer, gap, seconds)
         summaries.append(s)
         firsts.append(first)

@@ -45,6 +45,8 @@ def test_both_samplers_draw_from_the_trainers_own_distribution(tiny):
         assert all(len(d.token_ids) == 4 and d.logprobs for d in drawn)
         worst, mean = sc.teacher_forced_gap(model, prompts, drawn, 1.0, limit=len(prompts))
         assert worst is not None and worst < 1e-4 and mean < 1e-5
+        _, _, excess = sc.sampling_fidelity(model, prompts, drawn, 1.0, limit=len(prompts))
+        assert excess is not None and abs(excess[0]) < 4 * excess[1]  # no sharpening
 
 
 def test_a_logits_processor_shows_up_in_the_gap(tiny):
@@ -62,3 +64,6 @@ def test_a_logits_processor_shows_up_in_the_gap(tiny):
     ]  # fmt: skip
     worst, _ = sc.teacher_forced_gap(model, prompts, drawn, 1.0, limit=len(prompts))
     assert worst is not None and worst > 1e-2
+    # and the fidelity checks, which need no sampler logprobs, see the cut: sharper draws
+    ks, critical, excess = sc.sampling_fidelity(model, prompts, drawn, 1.0, limit=len(prompts))
+    assert excess is not None and excess[0] > 4 * excess[1] and ks > critical
