@@ -266,16 +266,9 @@ def _liger_loss(model: Any, mb: Any, advantages: Any) -> Any:
     """Liger's fused GRPO loss (dapo, beta 0) from the hidden states before the lm_head."""
     from liger_kernel.chunked_loss import LigerFusedLinearGRPOLoss
 
-    c_len = mb.completion_ids.shape[1]
-    out = model(
-        input_ids=mb.input_ids,
-        attention_mask=mb.attention_mask,
-        position_ids=mb.position_ids,
-        logits_to_keep=1,
-        output_hidden_states=True,
-        use_cache=False,
-    )
-    hidden = out.hidden_states[-1][:, -c_len - 1 : -1]  # the positions predicting completions
+    from grpo_train.loss import completion_hidden_states
+
+    hidden = completion_hidden_states(model, mb)  # the positions predicting completions
     loss_fn = LigerFusedLinearGRPOLoss(
         beta=0.0, compiled=False, use_ref_model=False, loss_type="dapo", temperature=1.0
     )

@@ -201,14 +201,19 @@ def draw_engine(engine, prompts, n, max_new, temperature, seed) -> list[Drawn]:
     return out
 
 
-def _teacher_forced(model, prompts, drawn: list[Drawn], temperature: float, limit: int):
-    """Yield (drawn group, completion index, token ids, the trainer's (C, V) log-probs).
+def against_trainer(model, prompts, drawn: list[Drawn], temperature: float, limit: int):
+    """The sampler against the trainer's distribution, over the first ``limit`` prompts' tokens.
 
     The trainer's distribution is ``log_softmax(logits / T)`` from one forward over prompt +
-    completion per row (no padding: one row at a time), the quantity the update uses.
+    completion per row (no padding: one row at a time), the quantity the update uses. One pass
+    gives ``teacher_forced_gap``'s two values and ``sampling_fidelity``'s three, in that order.
     """
     import torch
 
+    gen = torch.Generator().manual_seed(12345)
+    gaps: list[float] = []
+    pit: list[float] = []
+    rows: list[tuple[float, int]] = []  # (sum of log p + H, tokens) per completion
     for d in drawn[:limit]:
         for k, ids in enumerate(d.token_ids):
             if not ids:
@@ -216,24 +221,35 @@ def _teacher_forced(model, prompts, drawn: list[Drawn], temperature: float, limi
             full = torch.tensor([prompts[d.prompt] + ids])
             with torch.no_grad():
                 logits = model(input_ids=full).logits[0, len(prompts[d.prompt]) - 1 : -1]
-            yield d, k, ids, torch.log_softmax(logits.float() / temperature, dim=-1)
+            ref_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+            picked = torch.tensor(ids).unsqueeze(1)
+            ref = ref_all.gather(1, picked).squeeze(1)
+            if d.logprobs is not None:
+                gaps += (ref - torch.tensor(d.logprobs[k])).abs().tolist()
+            probs, p_x = ref_all.exp(), ref.exp()
+            below = probs.cumsum(dim=1).gather(1, picked).squeeze(1) - p_x
+            pit += (below + torch.rand(len(ids), generator=gen) * p_x).clamp(0, 1).tolist()
+            entropy = -(probs * ref_all).sum(dim=1)
+            rows.append((float((ref + entropy).sum()), len(ids)))
+    gap = (max(gaps), sum(gaps) / len(gaps)) if gaps else (None, None)
+    if not pit:
+        return (*gap, None, None, None)
+    pit.sort()
+    n = len(pit)
+    ks = max(max((i + 1) / n - u, u - i / n) for i, u in enumerate(pit))
+    tokens = sum(c for _, c in rows)
+    mean = sum(e for e, _ in rows) / tokens
+    var = sum((e - mean * c) ** 2 for e, c in rows) / max(len(rows) - 1, 1)
+    se = (var * len(rows)) ** 0.5 / tokens  # the ratio estimator's, over completions
+    return (*gap, ks, 1.36 / n**0.5, (mean, se, n))
 
 
 def teacher_forced_gap(model, prompts, drawn: list[Drawn], temperature: float, limit: int):
-    """Max and mean |sampler logprob - trainer logprob| over the first ``limit`` prompts' tokens.
+    """Max and mean |sampler logprob - trainer logprob| (``against_trainer``).
 
     Does the sampler score a token as the trainer does (samplers that report log-probs).
     """
-    import torch
-
-    gaps: list[float] = []
-    for d, k, ids, ref_all in _teacher_forced(model, prompts, drawn, temperature, limit):
-        if d.logprobs is not None:
-            ref = ref_all.gather(1, torch.tensor(ids).unsqueeze(1)).squeeze(1)
-            gaps += (ref - torch.tensor(d.logprobs[k])).abs().tolist()
-    if not gaps:
-        return None, None
-    return max(gaps), sum(gaps) / len(gaps)
+    return against_trainer(model, prompts, drawn, temperature, limit)[:2]
 
 
 def sampling_fidelity(model, prompts, drawn: list[Drawn], temperature: float, limit: int):
@@ -248,29 +264,7 @@ def sampling_fidelity(model, prompts, drawn: list[Drawn], temperature: float, li
     (a lower effective temperature, a top-k or top-p cut); with its standard error taken over
     completions (a completion's tokens are dependent) and the token count. None without tokens.
     """
-    import torch
-
-    gen = torch.Generator().manual_seed(12345)
-    pit: list[float] = []
-    rows: list[tuple[float, int]] = []  # (sum of log p + H, tokens) per completion
-    for _, _, ids, ref_all in _teacher_forced(model, prompts, drawn, temperature, limit):
-        picked = torch.tensor(ids).unsqueeze(1)
-        probs = ref_all.exp()
-        p_x = probs.gather(1, picked).squeeze(1)
-        below = probs.cumsum(dim=1).gather(1, picked).squeeze(1) - p_x
-        pit += (below + torch.rand(len(ids), generator=gen) * p_x).clamp(0, 1).tolist()
-        entropy = -(probs * ref_all).sum(dim=1)
-        rows.append((float((p_x.log() + entropy).sum()), len(ids)))
-    if not pit:
-        return None, None, None
-    pit.sort()
-    n = len(pit)
-    ks = max(max((i + 1) / n - u, u - i / n) for i, u in enumerate(pit))
-    tokens = sum(c for _, c in rows)
-    mean = sum(e for e, _ in rows) / tokens
-    var = sum((e - mean * c) ** 2 for e, c in rows) / max(len(rows) - 1, 1)
-    se = (var * len(rows)) ** 0.5 / tokens  # the ratio estimator's, over completions
-    return ks, 1.36 / n**0.5, (mean, se, n)
+    return against_trainer(model, prompts, drawn, temperature, limit)[2:]
 
 
 def summarise(name, drawn, samples, env, tokenizer, gap, seconds) -> tuple[Summary, Counter]:
@@ -398,8 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if name == "vllm":
                 engine.close()
         seconds = time.perf_counter() - t
-        gap = teacher_forced_gap(model, prompts, drawn, args.temperature, args.gap_prompts)
-        gap += sampling_fidelity(model, prompts, drawn, args.temperature, args.gap_prompts)
+        gap = against_trainer(model, prompts, drawn, args.temperature, args.gap_prompts)
         s, first = summarise(name, drawn, samples, env, tokenizer, gap, seconds)
         summaries.append(s)
         firsts.append(first)

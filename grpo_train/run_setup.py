@@ -360,7 +360,7 @@ def _learner(
             cfg.policy.offload_reference, share_prompts, HeadChoice.from_config(cfg.optim),
         )  # fmt: skip
     head = HeadChoice.from_config(cfg.optim)
-    layer = output_layer(wrapped)
+    layer = output_layer(wrapped) if head.path == "liger" else None
     if head.path == "liger" and type(layer) is not torch.nn.Linear:
         what = "sharded by FSDP" if layer is None else f"a {type(layer).__name__}"
         raise ValueError(
