@@ -155,6 +155,10 @@ class RunResult:
     prompt_ids: list[list[str]] = field(default_factory=list)
     """TRL: the sample ids its reward function scored at each step, in order (checked against
     the prompt order the seed asks for: ``check_prompts``)."""
+    mean_length: list[float] = field(default_factory=list)
+    """Mean sampled completion length in tokens, per step (EOS included)."""
+    truncated: list[float] = field(default_factory=list)
+    """Share of the step's sampled completions cut at the length limit, per step."""
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -203,12 +207,9 @@ def evaluate(model_dir: str, task: Task, n: int, max_new_tokens: int, batch: int
 # --------------------------------------------------------------------------- the two trainers
 
 
-def run_ours(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
-    """Train with ``grpo train`` (default preset + matched settings) and collect its checkpoints."""
-    from grpo_train.checkpoint import MODEL_DIR, list_checkpoints
-    from grpo_train.run_log import read_metrics
-
-    config = {
+def ours_config(spec: RunSpec, shared: Shared, out: Path) -> dict[str, Any]:
+    """The ``--config`` file of one of our runs: the matched settings, then the run's overrides."""
+    return {
         "env": [{"id": shared.task.env_id, "kwargs": dict(shared.task.kwargs)}],
         "model": shared.model,
         "num_generations": shared.group,
@@ -226,7 +227,16 @@ def run_ours(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
         **({"num_threads": shared.threads} if shared.threads > 0 else {}),
         **spec.overrides,
     }
+
+
+def run_ours(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
+    """Train with ``grpo train`` (default preset + matched settings) and collect its checkpoints."""
     import yaml
+
+    from grpo_train.checkpoint import MODEL_DIR, list_checkpoints
+    from grpo_train.run_log import read_metrics
+
+    config = ours_config(spec, shared, out)
 
     # Variant names such as "grpo/group" nest one folder deeper than the run folder itself.
     (out.parent / f"{spec.name}.yaml").parent.mkdir(parents=True, exist_ok=True)
@@ -255,6 +265,8 @@ def run_ours(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
         cumulative[int(row["step"])] = elapsed
         result.step_s.append(float(row["time/step"]))
         result.train_accuracy.append(float(row.get("accuracy", float("nan"))))
+        result.mean_length.append(float(row.get("length/mean", float("nan"))))
+        result.truncated.append(float(row.get("length/clipped_frac", float("nan"))))
     for ckpt in list_checkpoints(out):
         step = int(ckpt.name.split("-")[-1])
         result.points.append(Point(step, cumulative.get(step, float("nan")), str(ckpt / MODEL_DIR)))
@@ -329,11 +341,19 @@ def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(shared.model, dtype=torch.float32)
     reward = trl_reward_funcs(env)[0]
     scored: list[tuple[list[str], list[float]]] = []
+    lengths: list[list[int]] = []
+    stops = {tokenizer.eos_token_id, *_as_list(model.generation_config.eos_token_id)}
 
     def recorded(completions, **kwargs):
-        """The environment's reward, recording which samples each step scored and how well."""
+        """The environment's reward, recording which samples each step scored and how well,
+        and the step's batch itself (``batches.jsonl``: ids, completion token ids, rewards)."""
         rewards = reward(completions, **kwargs)
-        scored.append(([str(i) for i in kwargs.get("id") or ()], [float(r) for r in rewards]))
+        ids = [str(i) for i in kwargs.get("id") or ()]
+        tokens = [list(map(int, c)) for c in kwargs.get("completion_ids") or ()]
+        scored.append((ids, [float(r) for r in rewards]))
+        lengths.append([len(c) if c and c[-1] in stops else -len(c) for c in tokens])
+        with (out / "batches.jsonl").open("a") as f:
+            f.write(json.dumps({"ids": ids, "completion_ids": tokens, "rewards": rewards}) + "\n")
         return rewards
 
     recorded.__name__ = reward.__name__
@@ -381,8 +401,16 @@ def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
         # appears once per completion, so the distinct ids in order are the step's prompts.
         "prompt_ids": [list(dict.fromkeys(ids)) for ids, _ in scored],
         "train_accuracy": [sum(r >= 1.0 for r in rs) / max(len(rs), 1) for _, rs in scored],
+        # Per step: a negative length marks a completion without EOS (cut at the limit).
+        "mean_length": [sum(map(abs, ls)) / max(len(ls), 1) for ls in lengths],
+        "truncated": [sum(x < 0 for x in ls) / max(len(ls), 1) for ls in lengths],
     }
     (out / "points.json").write_text(json.dumps(payload))
+
+
+def _as_list(value: Any) -> list[Any]:
+    """A generation config's ``eos_token_id``: None, one id or a list of ids, as a list."""
+    return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def prompt_order(size: int, seed: int, draws: int) -> list[int]:
@@ -431,6 +459,8 @@ def run_trl(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
         result.step_s = [float(x) for x in data.get("step_s", [])]
         result.prompt_ids = data.get("prompt_ids", [])
         result.train_accuracy = data.get("train_accuracy", [])
+        result.mean_length = data.get("mean_length", [])
+        result.truncated = data.get("truncated", [])
         problem = check_prompts(result.prompt_ids, expected_prompt_ids(spec, shared))
         if problem:
             result.error = (result.error + "; " if result.error else "") + problem
@@ -724,12 +754,13 @@ def seed_table(results: Sequence[RunResult], base: float) -> str:
     return "\n".join(lines)
 
 
-def signal_table(results: Sequence[RunResult]) -> str:
-    """Right answers each arm drew in training, per step: the signal its updates learned from.
+def signal_table(results: Sequence[RunResult], field_name: str = "train_accuracy") -> str:
+    """A per-step quantity of the sampled batches, per arm: the mean over seeds at each step.
 
-    Per step the mean over seeds of the sampled completions' accuracy (``train_accuracy``, in
-    percent), and how many seeds drew none at all in their first two steps (nothing to learn
-    from before the step-2 evaluation).
+    ``train_accuracy`` (default, in percent): the right answers each arm drew, the signal its
+    updates learned from, plus how many seeds drew none at all in their first two steps
+    (nothing to learn from before the step-2 evaluation). ``truncated`` (percent) and
+    ``mean_length`` (tokens): what else the batches held.
 
     >>> a = RunResult(RunSpec("ours#s0", "ours", 2, 2e-5, seed=0), train_accuracy=[0.0, 0.0])
     >>> b = RunResult(RunSpec("ours#s1", "ours", 2, 2e-5, seed=1), train_accuracy=[0.5, 0.0])
@@ -738,23 +769,31 @@ def signal_table(results: Sequence[RunResult]) -> str:
     1                           25.0
     2                            0.0
     none in steps 1-2         1 of 2
+    >>> a.mean_length, b.mean_length = [40.0, 30.0], [50.0]
+    >>> print(signal_table([a, b], "mean_length"))
+    step                  ours@2e-05
+    1                           45.0
+    2                           30.0
     """
     arms = by_arm(results)
-    steps = max((len(r.train_accuracy) for r in results), default=0)
+    scale = 1.0 if field_name == "mean_length" else 100.0
+    series = {id(r): list(getattr(r, field_name)) for r in results}
+    steps = max((len(v) for v in series.values()), default=0)
     width = max(14, *(len(f"{t}@{lr:g}") + 2 for t, lr in arms))
     rows = [("step", [f"{t}@{lr:g}" for t, lr in arms])]
     for step in range(steps):
         cells = []
         for runs in arms.values():
-            rates = [r.train_accuracy[step] for r in runs if len(r.train_accuracy) > step]
-            rates = [x for x in rates if x == x]  # NaN: a step without a scored row
-            cells.append(f"{100 * sum(rates) / len(rates):.1f}" if rates else "-")
+            values = [series[id(r)][step] for r in runs if len(series[id(r)]) > step]
+            values = [x for x in values if x == x]  # NaN: a step without a scored row
+            cells.append(f"{scale * sum(values) / len(values):.1f}" if values else "-")
         rows.append((str(step + 1), cells))
-    dry = []
-    for runs in arms.values():
-        none = sum(1 for r in runs if r.train_accuracy[:2] and max(r.train_accuracy[:2]) == 0)
-        dry.append(f"{none} of {len(runs)}")
-    rows.append(("none in steps 1-2", dry))
+    if field_name == "train_accuracy":
+        dry = []
+        for runs in arms.values():
+            none = sum(1 for r in runs if r.train_accuracy[:2] and max(r.train_accuracy[:2]) == 0)
+            dry.append(f"{none} of {len(runs)}")
+        rows.append(("none in steps 1-2", dry))
     return "\n".join(
         label.ljust(18) + "".join(c.rjust(width) for c in cells) for label, cells in rows
     )
@@ -897,6 +936,12 @@ def seed_report(results: Sequence[RunResult], base: float, target: float) -> str
         "",
         "sampled training accuracy, % (the right answers each arm learned from):",
         signal_table(results),
+        "",
+        "sampled completions cut at the length limit, %:",
+        signal_table(results, "truncated"),
+        "",
+        "sampled completion length, mean tokens:",
+        signal_table(results, "mean_length"),
         "",
         "ours - TRL, paired by seed:",
         *paired_differences(results),
