@@ -10,7 +10,10 @@ training rows ``grpo train`` draws first with ``--seed``, rendered by the traine
   of the model's generation config plus the tokenizer's), on a model TRL has prepared (pad id
   mirrored onto the model);
 - ``hf``: our ``HFEngine`` (the static-cache decode loop);
-- ``vllm``: our ``VLLMEngine`` as ``grpo train`` starts it.
+- ``vllm``: our ``VLLMEngine`` as ``grpo train`` starts it;
+- ``trl-trainer``: TRL's ``GRPOTrainer`` itself with the race's ``GRPOConfig``, stopped at its
+  reward call (before any update), for the rows of each call: the real generation path, not a
+  replica of it (no sampler log-probs, so only the checks that need none apply).
 
 and prints, for each: reward rate (the environment's score), EOS rate, truncation rate,
 completion lengths, distinct completions per group, the first-token distribution, and the paired
@@ -25,6 +28,11 @@ logits processor, a wrong position id under padding or a different EOS rule show
 gap far above float noise.
 
     .venv/bin/python benchmarks/sampler_check.py --prompts 200 --samplers trl vllm hf
+
+``--race-seeds K`` takes the race's step-1 prompts instead (the first 4 rows of each of seeds
+0 .. K-1: what both trainers sample from before their first update), and ``--rounds R`` draws
+every prompt R times (round r seeded with ``--seed`` + r), for reward rates over thousands of
+completions; per-prompt rates pool the rounds.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ import argparse
 import json
 import math
 import os
+import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -178,6 +188,84 @@ def draw_trl(model, tokenizer, prompts, n, max_new, temperature, seed) -> list[D
     return out
 
 
+class _Drawn(Exception):
+    """Raised by the recording reward function: the batch is drawn, the update is not wanted."""
+
+
+def draw_trl_trainer(model_path, dataset, env, n, max_new, temperature, seed) -> list[Drawn]:
+    """TRL's ``GRPOTrainer`` as the race builds it, stopped at its reward call, per 4 rows.
+
+    ``dataset`` holds the environment's rows (TRL renders their prompts itself); call ``c``
+    runs a fresh trainer with ``GRPOConfig(seed=seed x 1,000,003 + c)`` on rows ``4c .. 4c+3``
+    and records the completions its first batch scored. The model is loaded afresh each call
+    (nothing is updated, but TRL prepares the model it is given).
+    """
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # learning_curve.py lies beside
+    from learning_curve import race_grpo_config
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+
+    from grpo_envs.adapters import trl_reward_funcs
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    reward = trl_reward_funcs(env)[0]
+    out: list[Drawn] = []
+    batch: dict[str, list] = {}  # what the current call's trainer scored
+
+    def record(completions, **kwargs):
+        batch["ids"] = [str(i) for i in kwargs["id"]]
+        batch["tokens"] = [list(map(int, c)) for c in kwargs["completion_ids"]]
+        raise _Drawn
+
+    record.__name__ = reward.__name__
+    with tempfile.TemporaryDirectory() as tmp:
+        for call, start in enumerate(range(0, len(dataset), CALL_PROMPTS)):
+            rows = dataset.select(range(start, min(start + CALL_PROMPTS, len(dataset))))
+            batch.clear()
+            config = race_grpo_config(
+                Path(tmp) / f"call-{call}",
+                prompts=len(rows),
+                group=n,
+                completion_length=max_new,
+                temperature=temperature,
+                learning_rate=1e-6,
+                steps=1,
+                seed=seed * 1_000_003 + call,
+            )
+            model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+            trainer = GRPOTrainer(
+                model=model,
+                reward_funcs=[record],
+                args=config,
+                train_dataset=rows,
+                processing_class=tokenizer,
+            )
+            try:
+                trainer.train()
+            except _Drawn:
+                pass
+            else:
+                raise RuntimeError("GRPOTrainer finished a step without calling its reward")
+            eos = {tokenizer.eos_token_id, *_eos_ids(model)}
+            by_id = {str(row_id): k for k, row_id in enumerate(rows["id"])}
+            drawn = {k: Drawn(start + k, [], [], []) for k in range(len(rows))}
+            for row_id, ids in zip(batch["ids"], batch["tokens"], strict=True):
+                d = drawn[by_id[row_id]]
+                d.token_ids.append(ids)
+                d.texts.append(tokenizer.decode(ids, skip_special_tokens=True))
+                d.stopped.append(bool(ids) and ids[-1] in eos)
+            out += [drawn[k] for k in range(len(rows))]
+    return out
+
+
+def _eos_ids(model) -> list[int]:
+    """The model's generation config's EOS ids as a list (None, one id or several)."""
+    eos = model.generation_config.eos_token_id
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+
+
 def draw_engine(engine, prompts, n, max_new, temperature, seed) -> list[Drawn]:
     """Our engine, called as ``grpo train``'s rollout calls it (one seeded call per step)."""
     from grpo_train.rollout.base import SamplingConfig
@@ -274,11 +362,15 @@ def summarise(name, drawn, samples, env, tokenizer, gap, seconds) -> tuple[Summa
     correct = [float(s.correct) for s in scores]
     lengths = [len(ids) for d in drawn for ids in d.token_ids]
     stopped = [s for d in drawn for s in d.stopped]
-    per_prompt, i = [], 0
-    for d in drawn:
+    right: dict[int, float] = {}
+    count: dict[int, int] = {}
+    i = 0
+    for d in drawn:  # a prompt drawn in several rounds pools them
         k = len(d.texts)
-        per_prompt.append(sum(correct[i : i + k]) / k)
+        right[d.prompt] = right.get(d.prompt, 0.0) + sum(correct[i : i + k])
+        count[d.prompt] = count.get(d.prompt, 0) + k
         i += k
+    per_prompt = [right[q] / count[q] for q in sorted(right)]
     firsts = Counter(ids[0] for d in drawn for ids in d.token_ids if ids)
     total = sum(firsts.values())
     top = [(repr(tokenizer.decode([t])), c / total) for t, c in firsts.most_common(6)]
@@ -302,6 +394,28 @@ def summarise(name, drawn, samples, env, tokenizer, gap, seconds) -> tuple[Summa
     ), firsts
 
 
+def first_rows(size: int, seed: int, count: int) -> list[int]:
+    """The first ``count`` training rows ``grpo train`` draws with ``seed`` (one environment).
+
+    >>> rows = first_rows(100, 3, 5)
+    >>> len(rows) == len(set(rows)) == 5 and rows == first_rows(100, 3, 8)[:5]
+    True
+    """
+    from grpo_train.training_prompts import PromptSampler
+
+    order = PromptSampler([size], [1.0], seed)
+    return [order.next_row()[1] for _ in range(count)]
+
+
+def race_step1_rows(size: int, seeds: int) -> list[int]:
+    """The race's step-1 rows: the first ``CALL_PROMPTS`` of each of seeds 0 .. ``seeds`` - 1.
+
+    >>> race_step1_rows(100, 2) == first_rows(100, 0, 4) + first_rows(100, 1, 4)
+    True
+    """
+    return [row for seed in range(seeds) for row in first_rows(size, seed, CALL_PROMPTS)]
+
+
 def total_variation(a: Counter, b: Counter) -> float:
     """Total variation distance between two empirical distributions.
 
@@ -323,6 +437,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--completion-length", type=int, default=64)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--race-seeds",
+        type=int,
+        default=0,
+        help="K > 0: the race's step-1 prompts of seeds 0 .. K-1 (4 each) instead of --prompts",
+    )
+    p.add_argument("--rounds", type=int, default=1, help="draws per prompt (round r: seed + r)")
     p.add_argument("--samplers", nargs="+", default=["trl", "vllm", "hf"])
     p.add_argument("--gap-prompts", type=int, default=8, help="prompts for the logprob check")
     p.add_argument("--threads", type=int, default=0)
@@ -336,15 +457,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from grpo_envs.types import Sample
     from grpo_train.models import resolve_model
     from grpo_train.prompts import encode_prompt
-    from grpo_train.training_prompts import PromptSampler
 
     if args.threads:
         torch.set_num_threads(args.threads)
     path = resolve_model(args.model)
     env = grpo_envs.make(args.env, **json.loads(args.env_kwargs))
     rows = env.dataset("train")
-    order = PromptSampler([len(rows)], [1.0], args.seed)
-    picked = [order.next_row()[1] for _ in range(args.prompts)]
+    picked = (
+        race_step1_rows(len(rows), args.race_seeds)
+        if args.race_seeds
+        else first_rows(len(rows), args.seed, args.prompts)
+    )
     samples = [Sample.from_row(rows[i]) for i in picked]
     tokenizer = AutoTokenizer.from_pretrained(path)
     prompts = [encode_prompt(tokenizer, s, max_tokens=256).ids for s in samples]
@@ -363,16 +486,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if name == "trl":
             _, _, kwargs = trl_generation(model, tokenizer, args.completion_length, 1.0)
             print(f"trl GenerationConfig kwargs: {kwargs}", flush=True)
-            drawn = draw_trl(
-                model,
-                tokenizer,
-                prompts,
-                args.group,
-                args.completion_length,
-                args.temperature,
-                args.seed,
-            )
-        else:
+        engine = None
+        if name in ("hf", "vllm"):
             from grpo_train.rollout import make_engine
 
             engine = (
@@ -386,11 +501,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                     max_model_len=256 + args.completion_length,
                 )
             )
-            drawn = draw_engine(
-                engine, prompts, args.group, args.completion_length, args.temperature, args.seed
-            )
-            if name == "vllm":
-                engine.close()
+        drawn: list[Drawn] = []
+        for round_ in range(args.rounds):
+            seed = args.seed + round_
+            shape = (args.group, args.completion_length, args.temperature, seed)
+            if name == "trl":
+                drawn += draw_trl(model, tokenizer, prompts, *shape)
+            elif name == "trl-trainer":
+                drawn += draw_trl_trainer(path, rows.select(picked), env, *shape)
+            elif engine is not None:
+                drawn += draw_engine(engine, prompts, *shape)
+            else:
+                raise SystemExit(f"unknown sampler {name!r}: trl, trl-trainer, hf or vllm")
+            print(f"{name} round {round_ + 1}/{args.rounds} drawn", flush=True)
+        if name == "vllm" and engine is not None:
+            engine.close()
         seconds = time.perf_counter() - t
         gap = against_trainer(model, prompts, drawn, args.temperature, args.gap_prompts)
         s, first = summarise(name, drawn, samples, env, tokenizer, gap, seconds)

@@ -67,3 +67,38 @@ def test_a_logits_processor_shows_up_in_the_gap(tiny):
     # and the fidelity checks, which need no sampler logprobs, see the cut: sharper draws
     ks, critical, excess = sc.sampling_fidelity(model, prompts, drawn, 1.0, limit=len(prompts))
     assert excess is not None and excess[0] > 4 * excess[1] and ks > critical
+
+
+@pytest.mark.slow
+def test_trl_trainer_draws_are_trls_own_batch_rendered_as_ours(tmp_path):
+    """The real ``GRPOTrainer``, stopped at its reward call: each prompt gets its n completions in
+    order, a seed reproduces its draw and another seed draws anew, and TRL's prompts are the
+    ones ``encode_prompt`` renders (else the fidelity check, run on ours, would see a shift)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import grpo_envs
+    from grpo_envs.types import Sample
+    from grpo_train.models import build_tiny_model
+    from grpo_train.prompts import encode_prompt
+
+    path = build_tiny_model(tmp_path / "tiny")
+    env = grpo_envs.make("math/arithmetic-v0", task="add2", answer="loose")
+    picked = sc.race_step1_rows(len(env.dataset("train")), 2)[:6]  # two calls: 4 rows, then 2
+    rows = env.dataset("train").select(picked)
+    draw = [sc.draw_trl_trainer(str(path), rows, env, 3, 10, 1.0, seed) for seed in (7, 7, 8)]
+    first, again, other = draw
+    assert [d.prompt for d in first] == list(range(6))
+    assert all(len(d.token_ids) == len(d.texts) == len(d.stopped) == 3 for d in first)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    for d in first:
+        for ids, text, stopped in zip(d.token_ids, d.texts, d.stopped, strict=True):
+            assert 1 <= len(ids) <= 10 and text == tokenizer.decode(ids, skip_special_tokens=True)
+            assert stopped == (ids[-1] == tokenizer.eos_token_id)
+    assert [d.token_ids for d in again] == [d.token_ids for d in first]
+    assert [d.token_ids for d in other] != [d.token_ids for d in first]
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    prompts = [encode_prompt(tokenizer, Sample.from_row(r), max_tokens=256).ids for r in rows]
+    pooled = first + other
+    ks, critical, excess = sc.sampling_fidelity(model, prompts, pooled, 1.0, limit=len(pooled))
+    assert excess is not None and abs(excess[0]) < 4 * excess[1] and ks < 1.5 * critical
