@@ -195,10 +195,10 @@ class _Drawn(Exception):
 def draw_trl_trainer(model_path, dataset, env, n, max_new, temperature, seed) -> list[Drawn]:
     """TRL's ``GRPOTrainer`` as the race builds it, stopped at its reward call, per 4 rows.
 
-    ``dataset`` holds the environment's rows (TRL renders their prompts itself); call ``c``
-    runs a fresh trainer with ``GRPOConfig(seed=seed x 1,000,003 + c)`` on rows ``4c .. 4c+3``
-    and records the completions its first batch scored. The model is loaded afresh each call
-    (nothing is updated, but TRL prepares the model it is given).
+    ``dataset`` holds the environment's rows (TRL renders their prompts itself); call ``c`` runs
+    a fresh trainer with ``GRPOConfig(seed=(seed x 1,000,003 + c) mod 2^32)`` on rows
+    ``4c .. 4c+3`` and records the completions its first batch scored. The model is loaded
+    afresh each call (nothing is updated, but TRL prepares the model it is given).
     """
     import torch
 
@@ -232,7 +232,7 @@ def draw_trl_trainer(model_path, dataset, env, n, max_new, temperature, seed) ->
                 temperature=temperature,
                 learning_rate=1e-6,
                 steps=1,
-                seed=seed * 1_000_003 + call,
+                seed=(seed * 1_000_003 + call) % 2**32,  # numpy's seeds are 32-bit
             )
             model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
             trainer = GRPOTrainer(
