@@ -416,6 +416,85 @@ def race_step1_rows(size: int, seeds: int) -> list[int]:
     return [row for seed in range(seeds) for row in first_rows(size, seed, CALL_PROMPTS)]
 
 
+def count_distribution(rates: Sequence[float], draws: int) -> list[float]:
+    """Distribution of the total right answers when prompt i is drawn ``draws`` times at
+    ``rates[i]`` (a sum of binomials, by convolution): index k holds P(total = k).
+
+    >>> [round(x, 4) for x in count_distribution([0.5, 0.0], 2)]
+    [0.25, 0.5, 0.25, 0.0, 0.0]
+    >>> round(sum(count_distribution([0.1, 0.3, 0.02], 8)), 10)
+    1.0
+    """
+    total = [1.0]
+    for rate in rates:
+        one = [math.comb(draws, k) * rate**k * (1 - rate) ** (draws - k) for k in range(draws + 1)]
+        merged = [0.0] * (len(total) + draws)
+        for i, a in enumerate(total):
+            for k, b in enumerate(one):
+                merged[i + k] += a * b
+        total = merged
+    return total
+
+
+def race_step1_surprise(
+    rates: Sequence[float], right_by_seed: dict[int, int], draws: int
+) -> tuple[int, float, float, float]:
+    """How a race arm's step-1 right answers compare with what the samplers' rates predict.
+
+    ``rates``: per prompt, the race's step-1 prompts of seeds 0, 1, ... (``CALL_PROMPTS`` each,
+    as ``race_step1_rows`` orders them); ``right_by_seed``: the arm's right answers at step 1 per
+    seed (seeds beyond the rates are left out); ``draws``: completions per prompt. Returns the
+    observed total, its expectation, P(total >= observed) and P(total <= observed).
+
+    >>> obs, expected, upper, lower = race_step1_surprise([0.5] * 4, {0: 4, 1: 9}, 2)
+    >>> obs, expected, round(upper, 4), round(lower, 4)
+    (4, 4.0, 0.6367, 0.6367)
+    """
+    seeds = sorted(s for s in right_by_seed if (s + 1) * CALL_PROMPTS <= len(rates))
+    picked = [rates[s * CALL_PROMPTS + k] for s in seeds for k in range(CALL_PROMPTS)]
+    dist = count_distribution(picked, draws)
+    observed = sum(right_by_seed[s] for s in seeds)
+    expected = sum(k * p for k, p in enumerate(dist))
+    return observed, expected, sum(dist[observed:]), sum(dist[: observed + 1])
+
+
+def pooled_rates(summaries: Sequence[Summary]) -> list[float]:
+    """Per-prompt reward rates pooled over samplers, each weighted by its completions."""
+    weights = [s.completions / len(s.per_prompt_reward) for s in summaries]
+    return [
+        sum(w * s.per_prompt_reward[i] for w, s in zip(weights, summaries, strict=True))
+        / sum(weights)
+        for i in range(len(summaries[0].per_prompt_reward))
+    ]
+
+
+def race_report(summaries: Sequence[Summary], races: Sequence[Path], group: int) -> str:
+    """Each race arm's step-1 right answers against the pooled rates (``race_step1_surprise``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # learning_curve.py lies beside
+    import learning_curve as lc
+
+    rates = pooled_rates(summaries)
+    arms: dict[str, dict[int, int]] = {}
+    for path in races:
+        _, _, results = lc.load(path)
+        for r in results:
+            if r.train_accuracy and not r.error:
+                seed = r.spec.seed_or(0)
+                right = round(r.train_accuracy[0] * group * CALL_PROMPTS)
+                arms.setdefault(r.spec.arm_name(), {})[seed] = right
+    lines = [
+        f"step-1 right answers in the race against the pooled rates "
+        f"({sum(s.completions for s in summaries)} completions, {len(rates)} prompts):"
+    ]
+    for arm, by_seed in sorted(arms.items()):
+        observed, expected, upper, lower = race_step1_surprise(rates, by_seed, group)
+        lines.append(
+            f"  {arm}: {observed} right, expected {expected:.1f}; "
+            f"P(>= {observed}) = {upper:.4f}, P(<= {observed}) = {lower:.4f}"
+        )
+    return "\n".join(lines)
+
+
 def total_variation(a: Counter, b: Counter) -> float:
     """Total variation distance between two empirical distributions.
 
@@ -444,11 +523,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="K > 0: the race's step-1 prompts of seeds 0 .. K-1 (4 each) instead of --prompts",
     )
     p.add_argument("--rounds", type=int, default=1, help="draws per prompt (round r: seed + r)")
+    p.add_argument(
+        "--pool",
+        nargs="+",
+        default=[],
+        help="draw nothing: pool the rates of these --out files (same --race-seeds) and compare "
+        "the step-1 right answers of the --race runs with them",
+    )
+    p.add_argument("--race", nargs="*", default=[], help="learning_curve.json files, with --pool")
     p.add_argument("--samplers", nargs="+", default=["trl", "vllm", "hf"])
     p.add_argument("--gap-prompts", type=int, default=8, help="prompts for the logprob check")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
+    if args.pool:
+        files = [json.loads(Path(path).read_text()) for path in args.pool]
+        pooled = [Summary(**row) for rows in files for row in rows]
+        if len({len(s.per_prompt_reward) for s in pooled}) != 1:
+            raise SystemExit("--pool: the files cover different prompts (use one --race-seeds)")
+        print(race_report(pooled, [Path(r) for r in args.race], args.group))
+        return 0
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -102,3 +102,32 @@ def test_trl_trainer_draws_are_trls_own_batch_rendered_as_ours(tmp_path):
     pooled = first + other
     ks, critical, excess = sc.sampling_fidelity(model, prompts, pooled, 1.0, limit=len(pooled))
     assert excess is not None and abs(excess[0]) < 4 * excess[1] and ks < 1.5 * critical
+
+
+def test_pool_compares_each_race_arms_step1_right_answers_with_the_pooled_rates(tmp_path, capsys):
+    """``--pool`` reads the samplers' per-prompt rates and the race's runs: an arm that drew
+    far more right answers at step 1 than the rates predict gets a small upper tail."""
+    import json
+    from dataclasses import asdict
+
+    rates = [0.0, 0.25, 0.0, 0.25] * 2  # seeds 0 and 1, four prompts each
+    summary = sc.Summary(
+        "vllm", 64, 0.125, 1.0, 0.0, 10.0, (1, 2, 3), 8.0, [], None, None, 1.0,
+        per_prompt_reward=rates,
+    )  # fmt: skip
+    (tmp_path / "rates.json").write_text(json.dumps([asdict(summary)]))
+
+    def run(trainer, seed, right):
+        spec = {"name": f"{trainer}#s{seed}", "trainer": trainer, "steps": 1,
+                "learning_rate": 2e-5, "seed": seed}  # fmt: skip
+        return {"spec": spec, "points": [], "train_accuracy": [right / 32]}
+
+    results = [run("trl", 0, 12), run("trl", 1, 13), run("ours", 0, 4), run("ours", 1, 4)]
+    race = tmp_path / "race.json"
+    race.write_text(json.dumps({"base_accuracy": 0.1, "args": {}, "results": results}))
+    argv = ["--race-seeds", "2", "--pool", str(tmp_path / "rates.json"), "--race", str(race)]
+    assert sc.main(argv) == 0
+    lines = {line.split(":")[0].strip(): line for line in capsys.readouterr().out.splitlines()}
+    ours, trl = lines["ours"], lines["trl"]
+    assert "8 right, expected 8.0" in ours
+    assert "25 right, expected 8.0" in trl and "P(>= 25) = 0.0000" in trl
