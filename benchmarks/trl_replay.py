@@ -254,6 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     print(table(replayed))
     out = Path(args.out) if args.out else race
+    out.mkdir(parents=True, exist_ok=True)
     (out / "trl_replay.json").write_text(json.dumps([r.__dict__ for r in replayed], indent=1))
     return 0
 

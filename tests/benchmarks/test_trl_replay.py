@@ -101,8 +101,9 @@ def test_ours_trains_on_exactly_the_recorded_batches(tmp_path):
     (race / "learning_curve.json").write_text(
         json.dumps({"base_accuracy": 0.0, "args": args, "results": [asdict(trl_run)]})
     )
-    assert tr.main(["--race", str(race), "--seeds", str(seed)]) == 0
-    (replayed,) = json.loads((race / "trl_replay.json").read_text())
+    out = tmp_path / "replay" / "new"  # --out: a folder made if missing
+    assert tr.main(["--race", str(race), "--seeds", str(seed), "--out", str(out)]) == 0
+    (replayed,) = json.loads((out / "trl_replay.json").read_text())
     assert replayed["rewards_agree"] is True  # every right answer scored right, and no other
     assert replayed["steps"] == [1, 2] and replayed["trl"] == [0.5, 0.5]
     assert all(0.0 <= a <= 1.0 for a in replayed["ours"])
