@@ -537,6 +537,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
     if args.pool:
+        missing = [path for path in [*args.pool, *args.race] if not Path(path).is_file()]
+        if missing:
+            raise SystemExit(f"--pool / --race: no such file: {', '.join(missing)}")
         files = [json.loads(Path(path).read_text()) for path in args.pool]
         pooled = [Summary(**row) for rows in files for row in rows]
         if len({len(s.per_prompt_reward) for s in pooled}) != 1:
