@@ -490,7 +490,7 @@ def race_report(summaries: Sequence[Summary], races: Sequence[Path], group: int)
         observed, expected, upper, lower = race_step1_surprise(rates, by_seed, group)
         lines.append(
             f"  {arm}: {observed} right, expected {expected:.1f}; "
-            f"P(>= {observed}) = {upper:.4f}, P(<= {observed}) = {lower:.4f}"
+            f"P(>= {observed}) = {upper:.2g}, P(<= {observed}) = {lower:.2g}"
         )
     return "\n".join(lines)
 
