@@ -49,6 +49,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import learning_curve as lc  # the race's prompt order and TRL config
+
 CALL_PROMPTS = 4
 """Prompts per generation call: the race's prompts per step."""
 
@@ -201,9 +204,6 @@ def draw_trl_trainer(model_path, dataset, env, n, max_new, temperature, seed) ->
     afresh each call (nothing is updated, but TRL prepares the model it is given).
     """
     import torch
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # learning_curve.py lies beside
-    from learning_curve import race_grpo_config
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOTrainer
 
@@ -224,7 +224,7 @@ def draw_trl_trainer(model_path, dataset, env, n, max_new, temperature, seed) ->
         for call, start in enumerate(range(0, len(dataset), CALL_PROMPTS)):
             rows = dataset.select(range(start, min(start + CALL_PROMPTS, len(dataset))))
             batch.clear()
-            config = race_grpo_config(
+            config = lc.race_grpo_config(
                 Path(tmp) / f"call-{call}",
                 prompts=len(rows),
                 group=n,
@@ -248,7 +248,7 @@ def draw_trl_trainer(model_path, dataset, env, n, max_new, temperature, seed) ->
                 pass
             else:
                 raise RuntimeError("GRPOTrainer finished a step without calling its reward")
-            eos = {tokenizer.eos_token_id, *_eos_ids(model)}
+            eos = {tokenizer.eos_token_id, *lc._as_list(model.generation_config.eos_token_id)}
             by_id = {str(row_id): k for k, row_id in enumerate(rows["id"])}
             drawn = {k: Drawn(start + k, [], [], []) for k in range(len(rows))}
             for row_id, ids in zip(batch["ids"], batch["tokens"], strict=True):
@@ -258,12 +258,6 @@ def draw_trl_trainer(model_path, dataset, env, n, max_new, temperature, seed) ->
                 d.stopped.append(bool(ids) and ids[-1] in eos)
             out += [drawn[k] for k in range(len(rows))]
     return out
-
-
-def _eos_ids(model) -> list[int]:
-    """The model's generation config's EOS ids as a list (None, one id or several)."""
-    eos = model.generation_config.eos_token_id
-    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
 
 def draw_engine(engine, prompts, n, max_new, temperature, seed) -> list[Drawn]:
@@ -394,26 +388,14 @@ def summarise(name, drawn, samples, env, tokenizer, gap, seconds) -> tuple[Summa
     ), firsts
 
 
-def first_rows(size: int, seed: int, count: int) -> list[int]:
-    """The first ``count`` training rows ``grpo train`` draws with ``seed`` (one environment).
-
-    >>> rows = first_rows(100, 3, 5)
-    >>> len(rows) == len(set(rows)) == 5 and rows == first_rows(100, 3, 8)[:5]
-    True
-    """
-    from grpo_train.training_prompts import PromptSampler
-
-    order = PromptSampler([size], [1.0], seed)
-    return [order.next_row()[1] for _ in range(count)]
-
-
 def race_step1_rows(size: int, seeds: int) -> list[int]:
     """The race's step-1 rows: the first ``CALL_PROMPTS`` of each of seeds 0 .. ``seeds`` - 1.
 
-    >>> race_step1_rows(100, 2) == first_rows(100, 0, 4) + first_rows(100, 1, 4)
+    >>> rows = race_step1_rows(100, 2)
+    >>> rows == lc.prompt_order(100, 0, 4) + lc.prompt_order(100, 1, 4) and len(set(rows[:4])) == 4
     True
     """
-    return [row for seed in range(seeds) for row in first_rows(size, seed, CALL_PROMPTS)]
+    return [row for seed in range(seeds) for row in lc.prompt_order(size, seed, CALL_PROMPTS)]
 
 
 def count_distribution(rates: Sequence[float], draws: int) -> list[float]:
@@ -470,9 +452,6 @@ def pooled_rates(summaries: Sequence[Summary]) -> list[float]:
 
 def race_report(summaries: Sequence[Summary], races: Sequence[Path], group: int) -> str:
     """Each race arm's step-1 right answers against the pooled rates (``race_step1_surprise``)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # learning_curve.py lies beside
-    import learning_curve as lc
-
     rates = pooled_rates(summaries)
     arms: dict[str, dict[int, int]] = {}
     for path in races:
@@ -563,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     picked = (
         race_step1_rows(len(rows), args.race_seeds)
         if args.race_seeds
-        else first_rows(len(rows), args.seed, args.prompts)
+        else lc.prompt_order(len(rows), args.seed, args.prompts)
     )
     samples = [Sample.from_row(rows[i]) for i in picked]
     tokenizer = AutoTokenizer.from_pretrained(path)
