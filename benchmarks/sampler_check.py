@@ -510,7 +510,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the step-1 right answers of the --race runs with them",
     )
     p.add_argument("--race", nargs="*", default=[], help="learning_curve.json files, with --pool")
-    p.add_argument("--samplers", nargs="+", default=["trl", "vllm", "hf"])
+    p.add_argument(
+        "--samplers",
+        nargs="+",
+        default=["trl", "vllm", "hf"],
+        choices=["trl", "trl-trainer", "hf", "vllm"],
+    )
     p.add_argument("--gap-prompts", type=int, default=8, help="prompts for the logprob check")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--out", default="")
@@ -585,12 +590,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 drawn += draw_trl(model, tokenizer, prompts, *shape)
             elif name == "trl-trainer":
                 drawn += draw_trl_trainer(path, rows.select(picked), env, *shape)
-            elif engine is not None:
-                drawn += draw_engine(engine, prompts, *shape)
             else:
-                raise SystemExit(f"unknown sampler {name!r}: trl, trl-trainer, hf or vllm")
+                assert engine is not None  # hf or vllm (argparse checked the names)
+                drawn += draw_engine(engine, prompts, *shape)
             print(f"{name} round {round_ + 1}/{args.rounds} drawn", flush=True)
-        if name == "vllm" and engine is not None:
+        if name == "vllm":
+            assert engine is not None
             engine.close()
         seconds = time.perf_counter() - t
         gap = against_trainer(model, prompts, drawn, args.temperature, args.gap_prompts)
