@@ -365,7 +365,7 @@ def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
         temperature=shared.temperature,
         learning_rate=spec.learning_rate,
         steps=spec.steps,
-        seed=seed,
+        seed=trl_sampling_seed(spec, shared),
     )
     trainer = GRPOTrainer(
         model=model,
@@ -406,6 +406,44 @@ def trl_child(spec: RunSpec, shared: Shared, out: Path) -> None:
         "truncated": [sum(x < 0 for x in ls) / max(len(ls), 1) for ls in lengths],
     }
     (out / "points.json").write_text(json.dumps(payload))
+
+
+SAMPLING_SEEDS = ("race", "hashed")
+"""How a TRL run seeds its sampling (``--trl-sampling-seed``): with the race seed itself, or
+with a hash of it. TRL's seed moves nothing but the sampler here (the policy is loaded, the
+prompts come in ``prompt_order``'s order unshuffled), so the hashed arm draws the same prompts
+with a seed that is not a small integer: a check that the race's result is not a property of
+TRL's draws at seeds 0, 1, 2, ..."""
+
+
+def hashed_seed(seed: int) -> int:
+    """A 32-bit seed derived from ``seed`` by SHA-256: stable across runs and machines, unlike
+    Python's ``hash``, and far from the small integers races use.
+
+    >>> hashed_seed(0), hashed_seed(1)
+    (2871604570, 2568625472)
+    """
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(f"trl-sampling-{seed}".encode()).digest()[:4], "big")
+
+
+def trl_sampling_seed(spec: RunSpec, shared: Shared) -> int:
+    """The seed a TRL run gives ``GRPOConfig``: the race seed, or its hash when the run's
+    overrides say ``sampling_seed=hashed``.
+
+    >>> shared = Shared("m", Task("e", {}), 4, 8, 64, 1.0, 2, seed=0)
+    >>> trl_sampling_seed(RunSpec("trl", "trl", 6, 2e-5, seed=3), shared)
+    3
+    >>> run = RunSpec("trl", "trl", 6, 2e-5, {"sampling_seed": "hashed"}, seed=3)
+    >>> trl_sampling_seed(run, shared) == hashed_seed(3)
+    True
+    """
+    seed = spec.seed_or(shared.seed)
+    how = spec.overrides.get("sampling_seed", "race")
+    if how not in SAMPLING_SEEDS:
+        raise ValueError(f"sampling_seed={how!r}: one of {', '.join(SAMPLING_SEEDS)}")
+    return hashed_seed(seed) if how == "hashed" else seed
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -799,6 +837,36 @@ def signal_table(results: Sequence[RunResult], field_name: str = "train_accuracy
     )
 
 
+def arm_pairs(
+    arms: dict[Arm, list[RunResult]],
+) -> list[tuple[Arm, list[RunResult], Arm, list[RunResult]]]:
+    """Every arm of ours with every TRL arm (``trl``, ``trl[sampling_seed=hashed]``) at the same
+    learning rate: the pairs a race compares.
+
+    >>> runs = [RunSpec("a", "ours", 2, 1e-5), RunSpec("b", "trl", 2, 1e-5), RunSpec("c", "trl",
+    ...         2, 1e-5, {"sampling_seed": "hashed"}), RunSpec("d", "trl", 2, 3e-5)]
+    >>> arms = by_arm([RunResult(s) for s in runs])
+    >>> [(o[0], t[0]) for o, _, t, _ in arm_pairs(arms)]
+    [('ours', 'trl'), ('ours', 'trl[sampling_seed=hashed]')]
+    """
+    return [
+        (o, ours, t, trl)
+        for o, ours in arms.items()
+        if o[0].startswith("ours")
+        for t, trl in arms.items()
+        if t[0].startswith("trl") and t[1] == o[1]
+    ]
+
+
+def trl_label(arm_name: str) -> str:
+    """How the report names a TRL arm: TRL, with its overrides when it has some.
+
+    >>> trl_label("trl"), trl_label("trl[sampling_seed=hashed]")
+    ('TRL', 'TRL[sampling_seed=hashed]')
+    """
+    return "TRL" + arm_name[len("trl") :]
+
+
 def paired_differences(results: Sequence[RunResult]) -> list[str]:
     """Ours minus TRL at each learning rate and step, paired by seed (same prompts per seed).
 
@@ -817,10 +885,7 @@ def paired_differences(results: Sequence[RunResult]) -> list[str]:
     """
     arms = by_arm(results)
     lines = []
-    for (name, lr), ours in arms.items():
-        trl = arms.get(("trl", lr))
-        if not name.startswith("ours") or trl is None:
-            continue
+    for (name, lr), ours, (trl_name, _), trl in arm_pairs(arms):
         trl_by_seed = {r.spec.seed: r for r in trl}
         steps = sorted({p.step for r in ours + trl for p in r.points})
         for step in steps:
@@ -834,10 +899,11 @@ def paired_differences(results: Sequence[RunResult]) -> list[str]:
                 continue
             d = mean_se(diffs)
             noise = d.se is None or abs(d.mean) < 2 * d.se
-            verdict = "within noise" if noise else ("ours ahead" if d.mean > 0 else "TRL ahead")
+            ahead = "ours ahead" if d.mean > 0 else f"{trl_label(trl_name)} ahead"
+            verdict = "within noise" if noise else ahead
             lines.append(
-                f"lr {lr:g}, step {step}: {name} - TRL = {d.percent()} points over "
-                f"{d.n} seeds: {verdict} (sign-flip p {sign_flip_p(diffs):.2f})"
+                f"lr {lr:g}, step {step}: {name} - {trl_label(trl_name)} = {d.percent()} points "
+                f"over {d.n} seeds: {verdict} (sign-flip p {sign_flip_p(diffs):.2f})"
             )
     return lines
 
@@ -981,21 +1047,27 @@ def seed_report(results: Sequence[RunResult], base: float, target: float) -> str
         f"time-to-target (held-out accuracy >= {target:.1%}), training seconds:",
         *(race.line() for race in races),
     ]
-    for o in races:
-        t = next((r for r in races if r.arm == ("trl", o.arm[1])), None)
-        if not o.arm[0].startswith("ours") or t is None:
-            continue
+    for o, t in (
+        (o, t)
+        for o in races
+        if o.arm[0].startswith("ours")
+        for t in races
+        if t.arm[0].startswith("trl") and t.arm[1] == o.arm[1]
+    ):
+        label = trl_label(t.arm[0])
         if o.median_step_s and t.median_step_s:
             lines.append(
                 f"lr {o.arm[1]:g}: {o.arm[0]} {t.median_step_s.mean / o.median_step_s.mean:.1f}x "
-                "faster per step (mean over seeds of each seed's median s/step)"
+                f"faster per step than {label} (mean over seeds of each seed's median s/step)"
             )
         if o.reached and t.reached and not o.censored and not t.censored:
             ratio = (
                 mean_se([r.seconds or 0.0 for r in o.reached]).mean
                 / mean_se([r.seconds or 0.0 for r in t.reached]).mean
             )
-            lines.append(f"lr {o.arm[1]:g}: mean time-to-target, {o.arm[0]} / TRL = {ratio:.2f}")
+            lines.append(
+                f"lr {o.arm[1]:g}: mean time-to-target, {o.arm[0]} / {label} = {ratio:.2f}"
+            )
         elif o.reached or t.reached:
             lines.append(
                 f"lr {o.arm[1]:g}: some seeds never reached the target, so no ratio of means "
@@ -1005,11 +1077,11 @@ def seed_report(results: Sequence[RunResult], base: float, target: float) -> str
         if medians[0] is not None and medians[1] is not None:
             lines.append(
                 f"lr {o.arm[1]:g}: median time-to-target (censored seeds counted as slowest), "
-                f"{o.arm[0]} {medians[0]:.0f} s / TRL {medians[1]:.0f} s = "
+                f"{o.arm[0]} {medians[0]:.0f} s / {label} {medians[1]:.0f} s = "
                 f"{medians[0] / medians[1]:.2f}"
             )
         else:
-            who = " and ".join(n for n, m in zip((o.arm[0], "TRL"), medians) if m is None)
+            who = " and ".join(n for n, m in zip((o.arm[0], label), medians) if m is None)
             lines.append(
                 f"lr {o.arm[1]:g}: median time-to-target not defined for {who} (half the "
                 "seeds or more never reached the target)"
@@ -1037,6 +1109,9 @@ def build_runs(args: argparse.Namespace) -> list[RunSpec]:
         key: yaml.safe_load(value)  # a YAML value, as in a config file: 0.999, off, hf
         for key, value in (item.split("=", 1) for item in args.ours_overrides)
     }
+    trl_overrides: dict[str, Any] = (
+        {} if args.trl_sampling_seed == "race" else {"sampling_seed": args.trl_sampling_seed}
+    )
     if args.seeds:
         # Seeds x learning rates, both trainers at each, interleaved and alternating which goes
         # first, so that load drifting on a shared machine falls on both alike.
@@ -1048,7 +1123,7 @@ def build_runs(args: argparse.Namespace) -> list[RunSpec]:
                     name,
                     steps,
                     lr,
-                    ablation if name == "ours" else {},
+                    ablation if name == "ours" else trl_overrides,
                     seed=seed,
                 )
                 for name, steps in (("ours", args.steps), ("trl", args.trl_steps))
@@ -1110,6 +1185,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="our config fields for every run of ours (an ablation: its own arm, paired with "
         "TRL's runs of the same seeds, e.g. from another saved race given to --report)",
+    )
+    p.add_argument(
+        "--trl-sampling-seed",
+        choices=SAMPLING_SEEDS,
+        default="race",
+        help="what seeds TRL's sampling: the race seed (default) or a hash of it, an arm of its "
+        "own (trl[sampling_seed=hashed]) with the same prompts per seed",
     )
     p.add_argument("--steps", type=int, default=20, help="our training steps")
     p.add_argument("--trl-steps", type=int, default=20)

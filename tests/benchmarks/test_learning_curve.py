@@ -226,6 +226,48 @@ def test_seed_report_states_noise_and_censoring():
     assert "median time-to-target not defined for ours" in text
 
 
+def test_a_hashed_sampling_seed_is_an_arm_of_its_own_paired_with_ours():
+    args = lc.parse_args(
+        ["--runs", "ours", "trl", "--seeds", "0", "1", "--trl-sampling-seed", "hashed"]
+    )
+    specs = lc.build_runs(args)
+    trl = [s for s in specs if s.trainer == "trl"]
+    assert [s.seed for s in trl] == [0, 1]  # the race seed: the same prompts as ours
+    assert {s.arm_name() for s in trl} == {"trl[sampling_seed=hashed]"}
+    assert all(not s.overrides for s in specs if s.trainer == "ours")
+    shared = lc.shared_settings(args)
+    # TRL samples with the hash, never with the small seed itself.
+    assert [lc.trl_sampling_seed(s, shared) for s in trl] == [lc.hashed_seed(0), lc.hashed_seed(1)]
+    assert len({lc.hashed_seed(s) for s in range(1000)}) == 1000
+    with pytest.raises(ValueError, match="sampling_seed='lucky'"):
+        lc.trl_sampling_seed(lc.RunSpec("t", "trl", 2, 2e-5, {"sampling_seed": "lucky"}), shared)
+
+    def seeded(spec, accs, step_s):
+        r = lc.RunResult(spec, step_s=step_s)
+        r.points = [lc.Point(i + 1, sum(step_s[: i + 1]), "", a) for i, a in enumerate(accs)]
+        return r
+
+    hashed = {"sampling_seed": "hashed"}
+    runs = [
+        seeded(lc.RunSpec("o0", "ours", 2, 2e-5, seed=0), [0.2, 0.5], [10.0, 10.0]),
+        seeded(lc.RunSpec("t0", "trl", 2, 2e-5, seed=0), [0.4, 0.7], [30.0, 30.0]),
+        seeded(lc.RunSpec("h0", "trl", 2, 2e-5, hashed, seed=0), [0.1, 0.4], [30.0, 30.0]),
+        seeded(lc.RunSpec("o1", "ours", 2, 2e-5, seed=1), [0.1, 0.3], [10.0, 10.0]),
+        seeded(lc.RunSpec("t1", "trl", 2, 2e-5, seed=1), [0.3, 0.6], [30.0, 30.0]),
+        seeded(lc.RunSpec("h1", "trl", 2, 2e-5, hashed, seed=1), [0.1, 0.2], [30.0, 30.0]),
+    ]
+    text = lc.seed_report(runs, 0.1, 0.4)
+    # Each TRL arm is paired with ours on its own: step 2, ours - TRL = -0.2 and -0.3;
+    # ours - hashed = +0.1 and +0.1.
+    assert "step 2: ours - TRL = -25.0 ± 5.0 points over 2 seeds: TRL ahead" in text
+    assert "step 2: ours - TRL[sampling_seed=hashed] = 10.0 ± 0.0 points over 2 seeds" in text
+    assert "ours 3.0x faster per step than TRL[sampling_seed=hashed]" in text
+    # ours reaches 0.4 at s0 only (20 s); hashed at s0 only (60 s): medians are undefined...
+    assert "median time-to-target not defined for ours and TRL[sampling_seed=hashed]" in text
+    # ...while TRL at the race seeds gets there at both (30 s and 60 s)
+    assert "median time-to-target not defined for ours (half" in text
+
+
 def test_mean_se_matches_a_hand_computation():
     m = lc.mean_se([0.1, 0.3, 0.8])
     # mean 0.4; deviations -0.3, -0.1, 0.4; sum of squares 0.26; s = sqrt(0.13); se = s / sqrt(3)
