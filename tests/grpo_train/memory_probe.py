@@ -11,6 +11,7 @@ prints ``{"kib": ...}`` as its last line. One process per measurement keeps prob
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -47,6 +48,14 @@ def peak_kib(script: str, *args: object, repeats: int = 1) -> float:
     return min(_one_peak_kib(script, args) for _ in range(repeats))
 
 
+PROBE_ENV = {"MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
+"""glibc raises its mmap threshold each time a large block is freed (up to 32 MiB), after which
+blocks of that size come from the heap, where fragmentation can keep freed ones resident: the
+high-water mark then counts memory that is free. A fixed threshold (glibc's initial 128 KiB;
+setting it turns the raising off) returns every large block to the kernel when it is freed, so
+the mark counts what was live."""
+
+
 def _one_peak_kib(script: str, args: tuple[object, ...]) -> float:
     done = subprocess.run(
         [sys.executable, "-c", PRELUDE + script, *map(str, args)],
@@ -54,5 +63,6 @@ def _one_peak_kib(script: str, args: tuple[object, ...]) -> float:
         text=True,
         check=True,
         timeout=600,
+        env={**os.environ, **PROBE_ENV},
     )
     return float(json.loads(done.stdout.strip().splitlines()[-1])["kib"])
