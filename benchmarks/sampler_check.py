@@ -195,11 +195,28 @@ class _Drawn(Exception):
     """Raised by the recording reward function: the batch is drawn, the update is not wanted."""
 
 
-def draw_trl_trainer(model_path, dataset, env, n, max_new, temperature, seed) -> list[Drawn]:
+def trainer_seed(seed: int, call: int, hashed: bool = False) -> int:
+    """The ``GRPOConfig`` seed of call ``call``: ``(seed x 1,000,003 + call) mod 2^32``, or with
+    ``hashed`` the race's hashed TRL seed of race seed ``seed + call`` (``--seed 0``: exactly the
+    hashed race arm's step 1, call c being race seed c).
+
+    >>> trainer_seed(0, 3), trainer_seed(2, 3)
+    (3, 2000009)
+    >>> trainer_seed(0, 3, hashed=True) == lc.hashed_seed(3)
+    True
+    """
+    if hashed:
+        return lc.hashed_seed(seed + call)
+    return (seed * 1_000_003 + call) % 2**32  # numpy's seeds are 32-bit
+
+
+def draw_trl_trainer(
+    model_path, dataset, env, n, max_new, temperature, seed, hashed: bool = False
+) -> list[Drawn]:
     """TRL's ``GRPOTrainer`` as the race builds it, stopped at its reward call, per 4 rows.
 
     ``dataset`` holds the environment's rows (TRL renders their prompts itself); call ``c`` runs
-    a fresh trainer with ``GRPOConfig(seed=(seed x 1,000,003 + c) mod 2^32)`` on rows
+    a fresh trainer with ``GRPOConfig(seed=trainer_seed(seed, c, hashed))`` on rows
     ``4c .. 4c+3`` and records the completions its first batch scored. The model is loaded
     afresh each call (nothing is updated, but TRL prepares the model it is given).
     """
@@ -232,7 +249,7 @@ def draw_trl_trainer(model_path, dataset, env, n, max_new, temperature, seed) ->
                 temperature=temperature,
                 learning_rate=1e-6,
                 steps=1,
-                seed=(seed * 1_000_003 + call) % 2**32,  # numpy's seeds are 32-bit
+                seed=trainer_seed(seed, call, hashed),
             )
             model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
             trainer = GRPOTrainer(
@@ -516,10 +533,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=["trl", "vllm", "hf"],
         choices=["trl", "trl-trainer", "hf", "vllm"],
     )
+    p.add_argument(
+        "--trl-seed-hash",
+        action="store_true",
+        help="trl-trainer: seed call c with the race's hashed TRL seed of seed + c "
+        "(learning_curve.py --trl-sampling-seed hashed) instead of seed x 1,000,003 + c",
+    )
     p.add_argument("--gap-prompts", type=int, default=8, help="prompts for the logprob check")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
+    if args.trl_seed_hash and args.rounds > 1:
+        # Round r would seed call c with round 0's seed of call c + r: the same random stream
+        # for other prompts, correlated draws counted as independent ones.
+        p.error("--trl-seed-hash: one round per run (give each run its own --seed: 0, 100, ...)")
     if args.pool:
         missing = [path for path in [*args.pool, *args.race] if not Path(path).is_file()]
         if missing:
@@ -589,7 +616,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if name == "trl":
                 drawn += draw_trl(model, tokenizer, prompts, *shape)
             elif name == "trl-trainer":
-                drawn += draw_trl_trainer(path, rows.select(picked), env, *shape)
+                drawn += draw_trl_trainer(
+                    path, rows.select(picked), env, *shape, hashed=args.trl_seed_hash
+                )
             else:
                 assert engine is not None  # hf or vllm (argparse checked the names)
                 drawn += draw_engine(engine, prompts, *shape)

@@ -132,3 +132,11 @@ def test_pool_compares_each_race_arms_step1_right_answers_with_the_pooled_rates(
     assert "8 right, expected 8.0" in ours
     assert "25 right, expected 8.0" in trl
     assert float(trl.split("P(>= 25) = ")[1].split(",")[0]) < 1e-4
+
+
+def test_hashed_trainer_seeds_take_one_round_per_run(capsys):
+    """Round r of a hashed run would seed call c with round 0's seed of call c + r."""
+    assert sc.trainer_seed(0, 5, hashed=True) == sc.trainer_seed(4, 1, hashed=True)  # the trap
+    with pytest.raises(SystemExit):
+        sc.main(["--samplers", "trl-trainer", "--trl-seed-hash", "--rounds", "2"])
+    assert "--trl-seed-hash: one round per run" in capsys.readouterr().err
