@@ -1047,13 +1047,9 @@ def seed_report(results: Sequence[RunResult], base: float, target: float) -> str
         f"time-to-target (held-out accuracy >= {target:.1%}), training seconds:",
         *(race.line() for race in races),
     ]
-    for o, t in (
-        (o, t)
-        for o in races
-        if o.arm[0].startswith("ours")
-        for t in races
-        if t.arm[0].startswith("trl") and t.arm[1] == o.arm[1]
-    ):
+    race_of_arm = {race.arm: race for race in races}
+    for ours_arm, _, trl_arm, _ in arm_pairs(by_arm(results)):
+        o, t = race_of_arm[ours_arm], race_of_arm[trl_arm]
         label = trl_label(t.arm[0])
         if o.median_step_s and t.median_step_s:
             lines.append(
