@@ -62,6 +62,9 @@ EXPECTED_NOISE: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     ("vllm", re.compile(r"Reset SSM cache type to float32 for accelerated GDN mamba .*")),
+    # An engine in the trainer's process seeds the global generators; the engine's start gives
+    # the trainer its own random state back (rollout/vllm_engine.py, _random_state_kept).
+    ("vllm", re.compile(r"The global random seed is set to \d+\. Since VLLM_ENABLE_V1_.*")),
 )
 
 

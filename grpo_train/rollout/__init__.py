@@ -133,8 +133,7 @@ def build_engine(
     )
     if config.rollout.vllm_sleep_mode:
         extra["enable_sleep_mode"] = True
-    if config.rollout.vllm_in_process:
-        extra["in_process"] = True
+    extra["in_process"] = config.rollout.vllm_in_process
     return make_engine(
         "vllm",
         model_path,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,8 +29,14 @@ def trainer_model(tiny_model_path: Path) -> torch.nn.Module:
 def module_engine(tiny_model_path: Path) -> Iterator:
     from grpo_train.rollout.vllm_engine import VLLMEngine
 
+    random.seed(7)
+    torch.manual_seed(7)
+    states = random.getstate(), torch.get_rng_state()
     engine = make_engine("vllm", tiny_model_path, dtype="float32", max_model_len=256, seed=0)
     assert isinstance(engine, VLLMEngine)
+    # An engine in this process (the CPU default) seeds the global generators while it starts;
+    # the caller gets its own random state back.
+    assert random.getstate() == states[0] and torch.equal(torch.get_rng_state(), states[1])
     yield engine
     engine.close()
 
@@ -136,7 +143,7 @@ def test_seeded_batch_larger_than_one_prefill_step(engine) -> None:
     assert [c.token_ids for g in again for c in g] == [c.token_ids for g in first for c in g]
 
 
-def test_in_process_cpu_engine_samples_the_same_and_syncs(
+def test_cpu_engine_runs_in_process_by_default_and_samples_as_a_child_engine_does(
     tiny_model_path: Path, engine, trainer_model
 ) -> None:
     import os
@@ -145,13 +152,22 @@ def test_in_process_cpu_engine_samples_the_same_and_syncs(
 
     if not engine.on_cpu:
         pytest.skip("in_process is a CPU option (GPU engines always run in process)")
+    # The default: no engine process of its own (none spinning beside the trainer), and
+    # vLLM's CPU worker left torch.set_num_threads working (it replaces it with a no-op).
+    assert engine.in_process and engine.workers_in_process and not engine.processes.pids
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    assert torch.get_num_threads() == 1
+    torch.set_num_threads(before)
     set_num_threads = torch.set_num_threads
     env_before = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
-    inner = VLLMEngine(tiny_model_path, dtype="float32", max_model_len=256, seed=0, in_process=True)
+    inner = VLLMEngine(
+        tiny_model_path, dtype="float32", max_model_len=256, seed=0, in_process=False
+    )
     try:
-        assert inner.in_process  # and the switch was only for building it:
+        assert not inner.in_process and inner.processes.pids  # the engine core and its worker
         assert os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == env_before
-        assert torch.set_num_threads is set_num_threads  # restored after vLLM replaced it
+        assert torch.set_num_threads is set_num_threads
         sampling = SamplingConfig(n=4, max_new_tokens=16, temperature=0.8, seed=3)
         assert inner.generate(PROMPTS, sampling) == engine.generate(PROMPTS, sampling)
         moved = copy.deepcopy(trainer_model)

@@ -360,15 +360,17 @@ def _run_chain(
     links: list[Link],
     max_steps: int,
     reference_extra: tuple[str, ...] = (),
+    extra: tuple[str, ...] = (),
 ) -> tuple[str, list[str]]:
     """Interrupt one run at each link in turn, resume it, and compare with an uninterrupted run.
 
     The last link stops in the last step: every link after the first resumes the previous one's
     checkpoint, and each saved checkpoint must hold the uninterrupted run's weights. Returns the
-    uninterrupted run's output (run with ``reference_extra`` too) and each link's.
+    uninterrupted run's output (run with ``reference_extra`` too) and each link's. ``extra``:
+    arguments of every run.
     """
     full, cut = tmp / "full", tmp / "cut"
-    every = ("--max_steps", str(max_steps))
+    every = ("--max_steps", str(max_steps), *extra)
     reference = _launch(
         [*_args(model, full, engine, *every, "--save_every", "1", *reference_extra)], ranks, _env()
     )
@@ -405,6 +407,10 @@ def _run_chain(
 
 
 INT, TERM = signal.SIGINT, signal.SIGTERM
+
+#: The vLLM engine in child processes (on CPU the default runs it in the trainer's process):
+#: processes of its own, which a group's signal or the kernel's OOM killer reaches on their own.
+CHILD_ENGINE = ("--vllm_in_process", "false")
 
 #: Every phase of a step, each with one of the two signals (they alternate).
 HF_LINKS = [
@@ -444,13 +450,13 @@ def test_every_phase_two_ranks_hf(tiny_model_path, tmp_path):
 @pytest.mark.vllm
 @pytest.mark.timeout(1500)
 def test_vllm_engine_start_generation_and_weight_sync(tiny_model_path, tmp_path):
-    # The engine's processes die with the signal: during its start (nothing trained: step 0
-    # saved), during generation (the step is undone: the previous one is saved) and during the
-    # weight sync (the update stands: the step is saved).
+    # The CPU default: the engine runs in the trainer's process, so the group's signal reaches
+    # no engine process and, as with the HF engine, the phase in progress finishes: the engine's
+    # start (step 0 saved), the generation (the step finishes and is saved), the weight sync.
     links = [
-        Link("engine start (vLLM)", TERM),
-        Link("generation@2", INT),
-        Link("weight sync@2", TERM),
+        Link("engine start", TERM, engine_in_rank=True),
+        Link("generation@1", INT, engine_in_rank=True),
+        Link("weight sync@2", TERM, engine_in_rank=True),
     ]
     # The uninterrupted run at debug shows vLLM's reload warnings; every interrupted one, at the
     # default level, must not (test_console's check, here without an engine start of its own).
@@ -461,6 +467,21 @@ def test_vllm_engine_start_generation_and_weight_sync(tiny_model_path, tmp_path)
     assert "Failed to load weights" in reference_output
     for output in outputs[1:]:  # each ran a step (and its weight sync) and printed its summary
         check_quiet_vllm_run(output)
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.timeout(1500)
+def test_child_process_vllm_engine_start_generation_and_weight_sync(tiny_model_path, tmp_path):
+    # vllm_in_process: false: the engine's processes die with the signal: during its start
+    # (nothing trained: step 0 saved), during generation (the step is undone: the previous one
+    # is saved) and during the weight sync (the update stands: the step is saved).
+    links = [
+        Link("engine start (vLLM)", TERM),
+        Link("generation@2", INT),
+        Link("weight sync@2", TERM),
+    ]
+    _run_chain(tiny_model_path, tmp_path, "vllm", 1, links, max_steps=2, extra=CHILD_ENGINE)
 
 
 @pytest.mark.slow
@@ -533,8 +554,8 @@ def test_grpo_eval_keeps_every_finished_sample(tiny_model_path, tmp_path, engine
     lines = [m for line in output.splitlines() if (m := EVAL_STOPPED.match(line))]
     assert len(lines) == 1, output[-3000:]
     name, done, total, kept, command = lines[0].groups()
-    # Signalled before batch 3: the HF engine finishes it, vLLM's processes end with the signal.
-    finished = 3 if engine == "hf" else 2
+    # Signalled before batch 3: both engines run in the eval's process and finish it.
+    finished = 3
     assert name == signal.Signals(signum).name and (int(done), int(total)) == (finished, 6)
     assert len(_samples(cut)) == finished and Path(kept) == cut / "samples.jsonl"
     time.sleep(1)
@@ -568,7 +589,8 @@ def test_a_killed_trainer_takes_its_engine_processes_and_their_shared_memory_wit
     marker = tmp_path / "pause"
     env = _env(**{PAUSE_AT_ENV: "generation@1", PAUSE_FILE_ENV: str(marker)})
     shm_before = {p.name for p in Path("/dev/shm").glob("psm_*")}
-    proc = _launch(_args(tiny_model_path, tmp_path / "run", "vllm", "--max_steps", "2"), 1, env)
+    proc = _launch(_args(tiny_model_path, tmp_path / "run", "vllm", *CHILD_ENGINE, "--max_steps",
+                         "2"), 1, env)  # fmt: skip
     try:
         while not Path(f"{marker}.0").exists():
             assert proc.poll() is None, proc.communicate()[0][-3000:]
@@ -600,7 +622,7 @@ def test_a_killed_engine_process_is_one_line_naming_it_and_the_checkpoint(
     marker = tmp_path / "pause"
     env = _env(**{PAUSE_AT_ENV: "generation@2", PAUSE_FILE_ENV: str(marker)})
     shm_before = {p.name for p in Path("/dev/shm").glob("psm_*")}
-    proc = _launch(_args(tiny_model_path, out, "vllm", "--max_steps", "4"), 1, env)
+    proc = _launch(_args(tiny_model_path, out, "vllm", *CHILD_ENGINE, "--max_steps", "4"), 1, env)
     try:
         while not Path(f"{marker}.0").exists():
             assert proc.poll() is None, proc.communicate()[0][-3000:]
