@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-VARIANTS = ("ours-hf", "ours-vllm", "ours-vllm-inproc", "trl-hf")
+VARIANTS = ("ours-hf", "ours-vllm", "ours-vllm-child", "trl-hf")
 
 
 @dataclass
@@ -158,7 +158,8 @@ def make_env(n_prompts: int):
 
 
 def run_ours(args: argparse.Namespace, variant: str) -> Result:
-    """``ours-hf``, ``ours-vllm`` or ``ours-vllm-inproc`` (``vllm_in_process: true``)."""
+    """``ours-hf``, ``ours-vllm`` (on CPU in process, the default) or ``ours-vllm-child``
+    (``vllm_in_process: false``)."""
     from grpo_train.config import TrainConfig
     from grpo_train.run_log import read_metrics
     from grpo_train.trainer import Trainer
@@ -184,7 +185,7 @@ def run_ours(args: argparse.Namespace, variant: str) -> Result:
             "log_every_samples": 0,
             "micro_batch_tokens": args.micro_batch_tokens,
             "vllm_cpu_kv_cache_gib": args.kv_cache_gib,
-            **({"vllm_in_process": True} if variant == "ours-vllm-inproc" else {}),
+            **({"vllm_in_process": False} if variant == "ours-vllm-child" else {}),
         }
     )
     start = time.perf_counter()
