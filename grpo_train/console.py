@@ -11,9 +11,9 @@ nothing to act on (``EXPECTED_NOISE``):
 - Triton probing on a CPU machine, LD_PRELOAD performance hints, and the notes vLLM prints about
   settings we chose on purpose (eager mode, whole prefills).
 
-vLLM's engine runs in child processes: the filter reaches them through vLLM's own
-``VLLM_LOGGING_CONFIG_PATH`` (a logging config file naming ``ExpectedNoise``). ``debug`` shows
-everything.
+The filter reaches vLLM's loggers through vLLM's own ``VLLM_LOGGING_CONFIG_PATH`` (a logging
+config file naming ``ExpectedNoise``), in this process and in the engine's child processes
+(``vllm_in_process: false``, ``grpo serve``) alike. ``debug`` shows everything.
 
 ``grpo train`` (``setup_logging(level, details_to_file=True)``) keeps its console to the progress
 bar, the summary and what needs the user's attention: at ``info`` the console shows warnings and
