@@ -23,8 +23,12 @@ from itertools import islice
 #: ``-n 2``. A ``slow`` test missing here counts as ``DEFAULT_SLOW_S``, any other as short.
 #: Only the order depends on these numbers: a stale one costs balance, never a result.
 MEASURED_S: dict[str, float] = {
-    # A fresh clone's .ci/run on a quiet machine (2026-12-02, pytest 1011 s under -n 2).
-    "tests/grpo_train/test_stop_signals.py::test_vllm_engine_start_generation_and_weight_sync": 188,
+    # A fresh clone's .ci/run (2026-12-05, pytest 791 s under -n 2), once the in-process vLLM
+    # engine became the CPU default:
+    "tests/grpo_train/test_stop_signals.py::"
+    "test_child_process_vllm_engine_start_generation_and_weight_sync": 124,
+    "tests/grpo_train/test_stop_signals.py::test_vllm_engine_start_generation_and_weight_sync": 54,
+    # A fresh clone's .ci/run on a quiet machine (2026-12-02, pytest 1011 s under -n 2):
     "tests/grpo_train/test_stop_signals.py::test_vllm_on_two_ranks_generation": 81,
     "tests/grpo_train/test_stop_signals.py::test_every_phase_two_ranks_hf": 77,
     "tests/test_readme_going_further.py::test_going_further_commands_run_as_written": 77,
