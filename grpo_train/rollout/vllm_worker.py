@@ -29,7 +29,7 @@ class GrpoWorkerExtension:
         return _refresh_tied_heads(worker.model_runner.get_model())
 
     def grpo_reload_tensors(self, weights: list[tuple[str, Any]]) -> int:
-        """Reload weights in place from (name, tensor) pairs; for an in-process engine (GPU).
+        """Reload weights in place from (name, tensor) pairs; for a worker in this process.
 
         Only meaningful when the worker shares the trainer's process
         (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the tensors then arrive by reference.
