@@ -12,7 +12,7 @@ Weight sync:
   ``reload_weights(weights_iterator=...)``: no file, no copy across processes, and vLLM's
   post-load processing still runs, which on CPU re-packs the weights for its GEMM kernels
   (calling the model's ``load_weights`` directly fails there: the repacked parameters are
-  empty). On SmolLM2-135M this took 0.22-0.37 s per sync against 0.45-0.68 s through a file.
+  empty). On SmolLM2-135M (one thread) a sync took 0.22-0.37 s, through a file 0.53-1.27 s.
   A tied LM head needs one more step (see vllm_worker.py).
 - An engine in processes of its own (CPU with ``in_process=False``; ``tensor_parallel_size`` > 1
   without ``external_launcher``: ``grpo serve``): the tensors are saved as one safetensors file
