@@ -94,8 +94,8 @@ class VLLMEngine:
                 default; a fixed size is predictable on a shared machine.
             enforce_eager: skip graph capture / compilation (default: on for CPU, where it
                 avoids a long torch.compile at start; off on GPU).
-            sync_dir: where CPU weight sync writes its safetensors file (default: a fresh folder
-                under /dev/shm, else the temp dir).
+            sync_dir: where the weight sync of an engine in child processes writes its
+                safetensors file (default: a fresh folder under /dev/shm, else the temp dir).
             in_process: CPU: run vLLM's engine core and its worker in this process (the
                 default; GPU engines always do). False: in child processes, where vLLM's engine
                 core busy-waits on its worker through shared memory during every generate (a
