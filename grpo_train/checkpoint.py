@@ -437,7 +437,8 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return ours[-1] if ours else None
 
 
-def _rng_state() -> dict[str, object]:
+def rng_state() -> dict[str, object]:
+    """Return the process's global random states: Python's, NumPy's, torch's CPU and CUDA."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()  # type: ignore[misc]
     return {
         "python": random.getstate(),
@@ -447,7 +448,8 @@ def _rng_state() -> dict[str, object]:
     }
 
 
-def _set_rng_state(state: dict[str, object]) -> None:
+def set_rng_state(state: dict[str, object]) -> None:
+    """Restore the global random states ``rng_state`` returned."""
     random.setstate(state["python"])  # type: ignore[arg-type]
     numpy_state = cast(tuple[str, torch.Tensor, int, int, float], state["numpy"])
     kind, keys, pos, has_gauss, gauss = numpy_state
@@ -648,7 +650,7 @@ def _write_files(
         "step": step,
         "optimizer": None if optimizer is None else optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
-        "rng": _rng_state(),
+        "rng": rng_state(),
         "sampler": {
             "draws": sampler.draws,
             "positions": list(sampler.positions),
@@ -717,7 +719,7 @@ def load_checkpoint(
             f"({type(err).__name__}{': ' + first if first else ''}). {offer_previous(path)}"
         ) from None
     scheduler.load_state_dict(state["scheduler"])
-    _set_rng_state(state["rng"])
+    set_rng_state(state["rng"])
     if sharded_ckpt:
         # Model and optimizer shards, and each rank's own RNG states (after rank 0's above).
         accelerator.load_state(str(path / ACCELERATE_DIR))

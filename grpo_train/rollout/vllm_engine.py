@@ -420,21 +420,13 @@ def _random_state_kept() -> Iterator[None]:
     engine runs in the calling process (it warns that this "may affect the random state of the
     Python process"): the trainer's own state, seeded and checkpointed for resume, stays its own.
     """
-    import random
+    from grpo_train.checkpoint import rng_state, set_rng_state
 
-    import numpy as np
-    import torch
-
-    python, numpy, cpu = random.getstate(), np.random.get_state(), torch.get_rng_state()
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    saved = rng_state()
     try:
         yield
     finally:
-        random.setstate(python)
-        np.random.set_state(numpy)
-        torch.set_rng_state(cpu)
-        if cuda is not None:
-            torch.cuda.set_rng_state_all(cuda)
+        set_rng_state(saved)
 
 
 @contextlib.contextmanager
