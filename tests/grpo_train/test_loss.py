@@ -5,10 +5,14 @@ import pytest
 import torch
 
 from grpo_train.loss import (
+    ForwardCost,
     MicroBatch,
+    completion_bins,
+    completion_hidden_states,
     grpo_loss,
     loss_share,
     make_micro_batches,
+    packing_pays,
     rows_with_gradient,
     token_logprobs,
     truncated_is_weights,
@@ -240,6 +244,176 @@ def test_shared_prompt_forward_gives_the_plain_logprobs_and_gradients(tiny_model
     torch.testing.assert_close(got[True][1][on], got[False][1][on], atol=1e-5, rtol=1e-5)
     for name, grad in got[False][2].items():
         torch.testing.assert_close(got[True][2][name], grad, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("lengths", "owners", "capacity", "expected"),
+    [
+        ([64, 20, 30, 64, 10, 50], [0, 0, 0, 1, 1, 1], 64, [[0], [2, 1], [3], [5, 4]]),
+        ([3, 3, 3], [0, 0, 0], 3, [[0], [1], [2]]),  # all full: one bin per row
+        ([1, 1, 1, 1], [0, 0, 0, 0], 4, [[0, 1, 2, 3]]),
+        ([2, 2, 2], [0, 1, 0], 4, [[0, 2], [1]]),  # rows of another prompt never join
+        ([0, 4, 0], [0, 0, 0], 4, [[1, 0, 2]]),  # empty completions take no room
+    ],
+)
+def test_completion_bins_hand_cases(lengths, owners, capacity, expected):
+    assert completion_bins(lengths, owners, capacity) == expected
+
+
+def test_completion_bins_hold_each_row_once_within_capacity_and_one_prompt():
+    rng = random.Random(3)
+    for _ in range(200):
+        n = rng.randint(1, 40)
+        lengths = [rng.randint(0, 50) for _ in range(n)]
+        owners = [rng.randint(0, 4) for _ in range(n)]
+        capacity = max(lengths) or 1
+        bins = completion_bins(lengths, owners, capacity)
+        assert sorted(r for b in bins for r in b) == list(range(n))
+        assert all(sum(lengths[r] for r in b) <= capacity for b in bins)
+        assert all(len({owners[r] for r in b}) == 1 for b in bins)
+        # never more token positions than the padded rows: one bin per row at worst
+        assert len(bins) <= n
+
+
+def _tiny_qwen3(vocab: int) -> torch.nn.Module:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=4096,
+    )
+    return Qwen3ForCausalLM(config)
+
+
+def _groups(vocab: int, seed: int) -> MicroBatch:
+    """Three GRPO groups: prompts of 3, 7 and 12 tokens (left padding), each with a truncated
+    completion and shorter ones (which share bins), one empty completion."""
+    rng = random.Random(seed)
+    prompts, completions = [], []
+    for p_len, lengths in ((3, [24, 5, 11, 24, 2]), (7, [9, 24, 0]), (12, [13, 6, 4, 1])):
+        prompt = [rng.randrange(1, vocab) for _ in range(p_len)]
+        for n in lengths:
+            prompts.append(prompt)
+            completions.append([rng.randrange(1, vocab) for _ in range(n)])
+    (mb,) = make_micro_batches(prompts, completions, 10**6, pad_id=0, group_prompts=True)
+    return mb
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3-152k"])
+def test_shared_prompt_bins_give_the_plain_logprobs_entropy_and_gradients(
+    tiny_model_path, attention, arch
+):
+    """Short completions of one prompt share a row of the shared forward (bins): each attends to
+    the cached prompt and to itself only, so values and gradients are the plain forward's."""
+    from transformers import AutoModelForCausalLM
+
+    if arch == "llama":
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    else:
+        model = _tiny_qwen3(151_936)  # Qwen3's real vocabulary size
+    model.set_attn_implementation(attention)
+    model.train()
+    mb = _groups(int(model.config.vocab_size), seed=4)
+    rows_run: list[int] = []
+    model.register_forward_pre_hook(
+        lambda _, args, kwargs: rows_run.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    got = {}
+    for share in (False, True):
+        model.zero_grad()
+        rows_run.clear()
+        lp, entropy = token_logprobs(model, mb, 0.7, True, share_prompts=share)
+        (lp * mb.completion_mask).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        got[share] = (lp.detach(), entropy, grads, list(rows_run))
+    # 12 rows: plain runs them all; shared runs 3 prompts, then 6 bins (24 | 24 | 11+5+2,
+    # 24 | 9+0, 13+6+4+1): 6 x 24 completion positions instead of 12 x 24
+    assert got[False][3] == [12] and got[True][3] == [3, 6]
+    on = mb.completion_mask.bool()
+    assert on.sum() == 123
+    torch.testing.assert_close(got[True][0][on], got[False][0][on], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[True][1][on], got[False][1][on], atol=1e-5, rtol=1e-5)
+    past_end = ~on[:, 1:]  # after each completion's first token, which the prompt predicts
+    assert got[True][0][:, 1:][past_end].abs().max() == 0
+    assert got[True][2].keys() == got[False][2].keys()
+    for name, grad in got[False][2].items():  # float32 sums in another order: ~1e-6 relative
+        assert (got[True][2][name] - grad).norm() <= 1e-5 * grad.norm(), name
+        torch.testing.assert_close(got[True][2][name], grad, atol=1e-4, rtol=1e-4)
+
+
+def test_shared_prompt_bins_give_the_plain_hidden_states(tiny_model_path):
+    """The fused head and Liger's loss read the states predicting each completion token."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path).train()
+    mb = _groups(int(model.config.vocab_size), seed=5)
+    plain = completion_hidden_states(model, mb, share_prompts=False)
+    shared = completion_hidden_states(model, mb, share_prompts=True)
+    assert plain is not None and shared is not None and shared.shape == plain.shape
+    on = mb.completion_mask.bool()
+    torch.testing.assert_close(shared[on], plain[on], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("attention", "varlen", "bins"),
+    [("sdpa", False, True), ("eager", False, True), ("flash_attention_2", True, False)],
+)
+def test_forward_cost_knows_where_completions_share_bins(attention, varlen, bins):
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(
+        hidden_size=64, num_hidden_layers=2, vocab_size=1000, _attn_implementation=attention
+    )
+    cost = ForwardCost.of(config)
+    assert (cost.varlen, cost.bins) == (varlen, bins)
+
+
+def test_packing_pays_counts_the_shared_forwards_bins():
+    """One truncated completion of 64 and seven of 8 under a 30-token prompt: padded rows cost
+    30 + 8 x 64 = 542 positions, more than the pack's 8 x 30 + 64 + 56 = 360; in bins (64 |
+    7 x 8) the shared forward costs 30 + 2 x 64 = 158."""
+    prompts = [[1] * 30] * 8
+    completions = [[2] * 64] + [[3] * 8] * 7
+    assert packing_pays(prompts, completions, 10**6, cost=ForwardCost(bins=False))
+    assert not packing_pays(prompts, completions, 10**6, cost=ForwardCost(bins=True))
+
+
+class _Stop(Exception):
+    """Raised by a hook once the completions' forward has been called (its rows recorded)."""
+
+
+@pytest.mark.parametrize(("attention", "rows"), [("sdpa", 6), ("flash_attention_2", 12)])
+def test_shared_prompt_bins_need_an_attention_that_takes_a_custom_mask(
+    tiny_model_path, attention, rows
+):
+    """Flash-attention kernels take no custom mask: there the completions keep their rows."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path).train()
+    mb = _groups(int(model.config.vocab_size), seed=6)
+    seen: list[int] = []
+
+    def record(_: object, args: object, kwargs: dict[str, torch.Tensor]) -> None:
+        seen.append(kwargs["input_ids"].shape[0])
+        if len(seen) == 2:
+            raise _Stop
+
+    def switch(*_: object) -> None:  # after the prompts' forward (sdpa), before the choice
+        model.config._attn_implementation = attention
+
+    model.register_forward_pre_hook(record, with_kwargs=True)
+    model.register_forward_hook(switch)
+    with pytest.raises(_Stop):
+        token_logprobs(model, mb, share_prompts=True)
+    assert seen == [3, rows]
 
 
 def test_group_prompts_keeps_each_prompts_completions_together():
