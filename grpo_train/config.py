@@ -339,9 +339,12 @@ class OptimConfig:
     1,000 tokens in float32); raise it on a GPU. A row longer than the budget runs alone."""
     share_prompt_forward: Free[bool] = True
     """Run each group's prompt once in the update and reuse its KV cache for the group's
-    completions (single process, no gradient checkpointing). False runs one full forward per
-    row (packed unless ``packing: off``): the same math in another float32 summation order, as
-    data-parallel runs (which never share prompts) compute it, for comparisons with them."""
+    completions (single process, no gradient checkpointing); with SDPA or eager attention a
+    group's short completions also share rows as long as its longest one (``completion_bins``:
+    a custom mask keeps each on the prompt and itself), so fewer padded positions run, equal
+    within float tolerance. False runs one full forward per row (packed unless ``packing:
+    off``): the same math in another float32 summation order, as data-parallel runs (which
+    never share prompts) compute it, for comparisons with them."""
     packing: Free[Literal["auto", "on", "off"]] = "auto"
     """Padding-free micro-batches: each micro-batch's rows end to end in one sequence whose
     positions restart per row, cut at micro_batch_tokens real tokens (no padding to the longest

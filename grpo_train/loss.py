@@ -866,31 +866,31 @@ def _bins_of(mb: MicroBatch, owner: torch.Tensor, prompt_mask: torch.Tensor) -> 
     n, device = len(bins), mb.completion_ids.device
     ids = torch.zeros((n, c_len), dtype=torch.long, device=device)
     targets = torch.zeros_like(ids)
-    positions = torch.zeros_like(ids)
-    allowed = torch.zeros((n, 1, c_len, p_len + c_len), dtype=torch.bool, device=device)
-    causal = torch.ones((c_len, c_len), dtype=torch.bool, device=device).tril()
+    offsets = torch.zeros_like(ids)  # token index within its completion
+    # The row each bin position holds; free positions get ids of their own (-1, -2, ...).
+    segment = -1 - torch.arange(n * c_len, device=device).reshape(n, c_len)
     source = torch.zeros((len(lengths), c_len - 1), dtype=torch.long, device=device)
     valid = torch.zeros((len(lengths), c_len - 1), dtype=torch.bool, device=device)
-    bin_owner = torch.tensor([owners[rows[0]] for rows in bins], dtype=torch.long, device=device)
-    prompt_lengths = prompt_mask.sum(dim=1)
     for k, rows in enumerate(bins):
-        allowed[k, 0, :, :p_len] = prompt_mask[bin_owner[k]].bool()
         start = 0
         for r in (r for r in rows if lengths[r]):
-            n_r = lengths[r]
-            end = start + n_r
-            ids[k, start:end] = mb.completion_ids[r, :n_r]
-            targets[k, start : end - 1] = mb.completion_ids[r, 1:n_r]
-            positions[k, start:end] = prompt_lengths[bin_owner[k]] + torch.arange(
-                n_r, device=device
-            )
-            allowed[k, 0, start:end, p_len + start : p_len + end] = causal[:n_r, :n_r]
-            source[r, : n_r - 1] = k * c_len + torch.arange(start, end - 1, device=device)
-            valid[r, : n_r - 1] = True
+            end = start + lengths[r]
+            ids[k, start:end] = mb.completion_ids[r, : lengths[r]]
+            targets[k, start : end - 1] = mb.completion_ids[r, 1 : lengths[r]]
+            offsets[k, start:end] = torch.arange(lengths[r], device=device)
+            segment[k, start:end] = r
+            source[r, : lengths[r] - 1] = k * c_len + torch.arange(start, end - 1, device=device)
+            valid[r, : lengths[r] - 1] = True
             start = end
-        # Bin positions past its last completion attend to themselves only (no empty softmax).
-        free = torch.arange(start, c_len, device=device)
-        allowed[k, 0, free, p_len + free] = True
+    bin_owner = torch.tensor([owners[rows[0]] for rows in bins], dtype=torch.long, device=device)
+    # Query q may attend to key j of its bin where both hold the same completion and j is not
+    # after q (a free position: only itself, so no softmax is empty); and to its real prompt.
+    allowed = torch.empty((n, 1, c_len, p_len + c_len), dtype=torch.bool, device=device)
+    allowed[:, 0, :, :p_len] = prompt_mask.bool()[bin_owner][:, None, :]
+    same = allowed[:, 0, :, p_len:]
+    torch.eq(segment[:, :, None], segment[:, None, :], out=same)
+    same &= offsets[:, None, :] <= offsets[:, :, None]
+    positions = prompt_mask.sum(dim=1)[bin_owner][:, None] + offsets
     return _Bins(bin_owner, ids, positions, allowed, targets, source, valid)
 
 
