@@ -93,6 +93,47 @@ def make_engine(
     )
 
 
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU has bfloat16 dot-product instructions (AVX512-BF16 or AMX-BF16)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def vllm_dtype_for(setting: str, policy_dtype: str, *, on_cpu: bool, cpu_bf16: bool) -> str:
+    """Return the vLLM engine's weight dtype for ``vllm_dtype: setting`` beside this policy.
+
+    ``auto``: bfloat16 for a float32 policy on a CPU with bfloat16 instructions, where decoding
+    is bound by the bytes of weights each step reads (SmolLM2-135M: 5.1 s of generation a step
+    against 10.1 s in float32, and no fewer points per step over 6 paired seeds); otherwise the
+    policy's dtype (a policy at ``dtype: auto`` trains in float32 on a CPU).
+
+    >>> vllm_dtype_for("auto", "float32", on_cpu=True, cpu_bf16=True)
+    'bfloat16'
+    >>> vllm_dtype_for("auto", "auto", on_cpu=True, cpu_bf16=False)  # emulated bf16 is slow
+    'float32'
+    >>> vllm_dtype_for("auto", "float32", on_cpu=False, cpu_bf16=True)  # GPU: the policy's
+    'float32'
+    >>> vllm_dtype_for("float32", "float32", on_cpu=True, cpu_bf16=True)
+    'float32'
+    """
+    if setting != "auto":
+        return setting
+    policy = "float32" if on_cpu and policy_dtype == "auto" else policy_dtype
+    if on_cpu and cpu_bf16 and policy == "float32":
+        return "bfloat16"
+    return policy
+
+
 def build_engine(
     config: TrainConfig, model_path: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
 ) -> RolloutEngine:
@@ -137,7 +178,12 @@ def build_engine(
     return make_engine(
         "vllm",
         model_path,
-        dtype=dtype,
+        dtype=vllm_dtype_for(
+            config.rollout.vllm_dtype,
+            dtype,
+            on_cpu=not _cuda_available(),
+            cpu_bf16=cpu_has_native_bf16(),
+        ),
         max_model_len=config.data.max_prompt_length + config.rollout.max_completion_length,
         gpu_memory_utilization=config.rollout.vllm_memory_fraction,
         cpu_kv_cache_gib=config.rollout.vllm_cpu_kv_cache_gib,

@@ -224,8 +224,9 @@ def test_vllm_async_run_trains_within_the_staleness_bound(tiny_model_path, tmp_p
 
     before = AutoModelForCausalLM.from_pretrained(tiny_model_path).state_dict()
     config = make_config(
-        tiny_model_path, tmp_path, engine="vllm", max_steps=3, eval_size=4, async_generation=True
-    )
+        tiny_model_path, tmp_path, engine="vllm", max_steps=3, eval_size=4, async_generation=True,
+        vllm_dtype="float32",  # the engine's logprobs as the trainer's: a ratio off 1 is the lag
+    )  # fmt: skip
     trainer, result = _run(config, None)
     assert result.steps == 3 and result.accuracy_after is not None  # evaluated after the syncs
     changed = [
@@ -279,3 +280,26 @@ def test_an_engine_dying_in_the_producer_ends_the_run_with_the_last_step_saved(
     assert ckpt.name == "step-000002" and read_rollouts(ckpt) == []
     state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
     assert state["sampler"]["draws"] == 2 * config.rollout.prompts_per_step
+
+
+@pytest.mark.parametrize(
+    ("policy_dtype", "vllm_dtype", "cpu_bf16", "engine_dtype"),
+    [("float32", "auto", True, "bfloat16"), ("float32", "auto", False, "float32"),
+     ("float32", "float32", True, "float32"), ("float32", "bfloat16", False, "bfloat16"),
+     ("bfloat16", "auto", True, "bfloat16"), ("bfloat16", "float32", True, "float32")],
+)  # fmt: skip
+def test_the_cpu_vllm_engine_takes_vllm_dtype_else_bf16_where_native_else_the_policys(
+    monkeypatch, policy_dtype, vllm_dtype, cpu_bf16, engine_dtype
+):
+    import grpo_train.rollout as rollout
+    from grpo_train.config import TrainConfig
+
+    built: dict = {}
+    monkeypatch.setattr(rollout, "make_engine", lambda name, path, **kw: built.update(kw))
+    monkeypatch.setattr(rollout, "_cuda_available", lambda: False)
+    monkeypatch.setattr(rollout, "cpu_has_native_bf16", lambda: cpu_bf16)
+    config = TrainConfig.from_flat(
+        {"engine": "vllm", "dtype": policy_dtype, "vllm_dtype": vllm_dtype}
+    )
+    rollout.build_engine(config, "model-path", None, None)  # type: ignore[arg-type]
+    assert built["dtype"] == engine_dtype

@@ -41,6 +41,7 @@ def _args(model: Path, out: Path) -> list[str]:
         "--eval_every", "0", "--save_every", "0", "--learning_rate", "5e-3", "--seed", "1",
         "--progress", "false", "--log_every_samples", "1", "--num_threads", "1",
         "--vllm_cpu_kv_cache_gib", "0.25", "--output_dir", str(out),
+        "--vllm_dtype", "float32",  # the engine's logprobs within LOGPROB_TOL of the trainer's
     ]  # fmt: skip
 
 
