@@ -225,13 +225,16 @@ class RolloutConfig:
     vllm_cpu_kv_cache_gib: Free[float] = 1.0
     """CPU only: vLLM's KV-cache size in GiB (on CPU it takes a fixed size, not a fraction)."""
     vllm_dtype: Free[Literal["auto", "float32", "bfloat16"]] = "auto"
-    """The vLLM engine's weight dtype. ``auto``: bfloat16 for a float32 policy on a CPU with
+    """The colocated vLLM engine's weight dtype (a ``grpo serve`` replica takes ``--dtype``).
+    ``auto``: bfloat16 for a float32 policy on a CPU with
     bfloat16 instructions (AVX512-BF16, AMX), else the policy's (``dtype``). There bfloat16
     halves the bytes of weights a decode step reads, which bound CPU decoding: SmolLM2-135M
     generated a step's 4 x 8 completions of up to 64 tokens in 5.1 s against 10.1 s in float32
     on one core. The engine then samples from a bfloat16 rounding of the policy; the update's
-    truncated importance weights (``is_correction``) correct for the gap. ``float32`` keeps
-    the engine's logprobs within 1e-5 of the trainer's."""
+    truncated importance weights (``is_correction``) correct for the gap; the run's periodic
+    held-out evaluation decodes on the same engine. ``float32`` keeps the engine's logprobs
+    within 1e-5 of the trainer's (``grpo eval`` loads its own engine: float32 unless
+    ``--dtype``)."""
     vllm_in_process: Free[bool] = True
     """CPU only: run vLLM's engine in the trainer's process (GPU always does). False: in child
     processes, whose engine core keeps a core busy-waiting during generation and leaves the

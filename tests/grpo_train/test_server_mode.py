@@ -107,6 +107,7 @@ def make_config(model_path: Path, out: Path, **overrides: object) -> TrainConfig
         "learning_rate": 1e-2, "max_steps": 3, "output_dir": str(out), "eval_size": 8,
         "save_every": 0, "progress": False, "log_every_samples": 1, "seed": 3,
         "vllm_cpu_kv_cache_gib": 0.25,
+        "vllm_dtype": "float32",  # colocated as the float32 replicas: bit-identical samples
     }  # fmt: skip
     values.update(overrides)
     return TrainConfig.from_flat(values)
