@@ -3,6 +3,7 @@ import random
 
 import pytest
 import torch
+from test_logprobs import _qwen3
 
 from grpo_train.loss import (
     ForwardCost,
@@ -275,23 +276,6 @@ def test_completion_bins_hold_each_row_once_within_capacity_and_one_prompt():
         assert len(bins) <= n
 
 
-def _tiny_qwen3(vocab: int) -> torch.nn.Module:
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=vocab,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=4096,
-    )
-    return Qwen3ForCausalLM(config)
-
-
 def _groups(vocab: int, seed: int) -> MicroBatch:
     """Three GRPO groups: prompts of 3, 7 and 12 tokens (left padding), each with a truncated
     completion and shorter ones (which share bins), one empty completion."""
@@ -318,7 +302,7 @@ def test_shared_prompt_bins_give_the_plain_logprobs_entropy_and_gradients(
     if arch == "llama":
         model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
     else:
-        model = _tiny_qwen3(151_936)  # Qwen3's real vocabulary size
+        model = _qwen3(vocab=151_936)  # Qwen3's real vocabulary size
     model.set_attn_implementation(attention)
     model.train()
     mb = _groups(int(model.config.vocab_size), seed=4)
