@@ -49,7 +49,9 @@ The mapping from an episode (verl's name -> grpo-kit's):
 
 - the row's ``extra_info`` -> the environment: ``adapters.to_verl_rows`` writes its id and
   ``make`` kwargs, ``adapters.env_from_reference`` rebuilds it in the worker;
-- ``self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)`` -> the prompt ids;
+- the prompt ids -> ``EpisodeRenderer(self.tokenizer).prompt_ids(sample)`` (not the
+  tokenizer's own ``apply_chat_template(..., tokenize=True)``, which would turn control strings
+  in the data into control tokens: environment text is plain text, ``grpo_train.plain_text``);
 - one turn, ``await self.server_manager.generate(request_id, prompt_ids=history,
   sampling_params=sampling_params)`` -> ``TokenOutput.token_ids`` / ``.log_probs`` ->
   ``SampledTurn(ids, logprobs)``; its decoded text goes to ``episodic(env).step(state, text,

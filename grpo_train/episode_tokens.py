@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from grpo_train.plain_text import chat_segments, drop_chars, encode_segments, join
+
 
 class ChatTokenizer(Protocol):
     """What ``render_continuation`` uses of a Hugging Face tokenizer."""
@@ -221,8 +223,15 @@ def render_continuation(
     as at the end of the whole rendering (no token merges across the boundary).
     """
     extended = [*history, *reply]
-    after = _render(tokenizer, extended, True, tools)
-    restart = tuple(tokenizer.encode(after, add_special_tokens=False))
+    # Every content but the assistant's turns is plain text (``grpo_train.plain_text``).
+    after_segments = chat_segments(
+        lambda ms: _render(tokenizer, ms, True, tools),
+        tokenizer,
+        extended,
+        [m.get("role") != "assistant" for m in extended],
+    )
+    after = join(after_segments)
+    restart = tuple(encode_segments(tokenizer, after_segments))
     if not history or history[-1].get("role") != "assistant":
         raise ValueError("history must end with the assistant turn that was sampled")
     before = _render(tokenizer, history, False, tools)
@@ -252,8 +261,9 @@ def render_continuation(
             f"(sampled tail {sampled_text[len(content) :][:40]!r}, template {closing[:40]!r})",
             restart,
         )
-    inserted_text = closing[len(sampled_tail) :] + after[len(before) :]
-    inserted = tuple(tokenizer.encode(inserted_text, add_special_tokens=False))
+    # closing[len(sampled_tail):] + after[len(before):], the closing being the end of ``before``
+    cut = len(before) - len(closing) + len(sampled_tail)
+    inserted = tuple(encode_segments(tokenizer, drop_chars(after_segments, cut)))
     if inserted and restart[-len(inserted) :] != inserted:
         return TemplateBreak("the inserted text tokenizes differently in context", restart)
     return Extension(inserted)

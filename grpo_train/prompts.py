@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_envs.types import Sample
+from grpo_train.plain_text import Segment, chat_segments, encode_segments, join
 
 if TYPE_CHECKING:
     from grpo_train.config import DataConfig
@@ -108,8 +109,12 @@ class PromptFormat:
             messages = [{"role": "system", "content": self.system_prompt}, *rest]
         return messages
 
-    def render(self, tokenizer: Any, sample: Sample) -> tuple[str, bool]:
-        """Return the prompt text and whether a chat template made it."""
+    def render(self, tokenizer: Any, sample: Sample) -> tuple[list[Segment], bool]:
+        """Return the prompt as segments and whether a chat template made it.
+
+        Every message's content (the dataset's question, its system text, the run's system
+        prompt) is data: plain text, never a control token (``grpo_train.plain_text``).
+        """
         messages = self.messages(sample)
         template = self.template_text()
         use_chat = self.chat_template.strip() != PLAIN and bool(
@@ -117,23 +122,30 @@ class PromptFormat:
         )
         if not use_chat:
             body = "\n\n".join(m["content"] for m in messages)
-            return self.prompt_template.replace("{prompt}", body), False
+            return [Segment(self.prompt_template.replace("{prompt}", body), True)], False
         kwargs: dict[str, Any] = dict(self.chat_template_kwargs)
         if template is not None:
             kwargs["chat_template"] = template
-        try:
+
+        def render(conversation: list[dict[str, str]]) -> str:
             text = tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True, **kwargs
+                conversation, tokenize=False, add_generation_prompt=True, **kwargs
             )
+            if not isinstance(text, str):
+                raise PromptFormatError(
+                    f"apply_chat_template returned {type(text).__name__}, expected str"
+                )
+            return text
+
+        try:
+            segments = chat_segments(render, tokenizer, messages, [True] * len(messages))
+        except PromptFormatError:
+            raise
         except Exception as err:  # jinja errors, a template that rejects a role...
             raise PromptFormatError(
                 f"the chat template failed on sample {sample.id!r}: {type(err).__name__}: {err}"
             ) from err
-        if not isinstance(text, str):
-            raise PromptFormatError(
-                f"apply_chat_template returned {type(text).__name__}, expected str"
-            )
-        return text, True
+        return segments, True
 
 
 @dataclass(frozen=True)
@@ -157,9 +169,11 @@ def encode_prompt(
     The one encoding of training and ``grpo eval``: the chat template (or the plain-text format
     for base models), the run's system prompt and template kwargs. A cut prompt is warned about.
     """
-    text, chat = (fmt or PromptFormat()).render(tokenizer, sample)
-    # A chat template writes its own special tokens; plain text gets the tokenizer's (BOS).
-    ids = [int(i) for i in tokenizer(text, add_special_tokens=not chat)["input_ids"]]
+    segments, chat = (fmt or PromptFormat()).render(tokenizer, sample)
+    text = join(segments)
+    ids = encode_segments(tokenizer, segments)
+    if not chat:  # a chat template writes its own special tokens; plain text gets the BOS
+        ids = _with_special_tokens(tokenizer, text, ids)
     if not ids:
         raise PromptFormatError(f"sample {sample.id!r}: the tokenizer produced no prompt tokens")
     if max_tokens is not None and len(ids) > max_tokens:
@@ -172,3 +186,17 @@ def encode_prompt(
         )
         return EncodedPrompt(text, ids[-max_tokens:], True)
     return EncodedPrompt(text, ids, False)
+
+
+def _with_special_tokens(tokenizer: Any, text: str, ids: list[int]) -> list[int]:
+    """Return ``ids`` with the special tokens the tokenizer adds around ``text`` (its BOS).
+
+    They are read off the tokenizer's own encoding of ``text``: what it adds before and after
+    the ids it gives without them.
+    """
+    bare = [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
+    full = [int(i) for i in tokenizer(text, add_special_tokens=True)["input_ids"]]
+    for start in range(len(full) - len(bare) + 1):
+        if full[start : start + len(bare)] == bare:
+            return [*full[:start], *ids, *full[start + len(bare) :]]
+    return ids

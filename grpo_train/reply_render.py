@@ -40,6 +40,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from grpo_train.plain_text import (
+    Segment,
+    chat_segments,
+    drop_chars,
+    encode_segments,
+    join,
+)
+
 logger = logging.getLogger(__name__)
 
 #: The anchor assistant turn's content: a private-use character no template writes on its own.
@@ -139,23 +147,35 @@ class ReplyRenderer:
 
     def suffix(self, reply: Sequence[Mapping[str, str]]) -> str:
         """Return the text after an assistant turn's content: closing, reply, generation prompt."""
+        return join(self.suffix_segments(reply))
+
+    def suffix_segments(self, reply: Sequence[Mapping[str, str]]) -> list[Segment]:
+        """Return ``suffix`` as the template's text and the reply's contents (plain text)."""
         messages = self.messages(reply)
         anchor = [{"role": "user", "content": ANCHOR_USER}, {"role": "assistant", "content": MARK}]
-        text = self.render([*anchor, *messages], True)
+        conversation = [*anchor, *messages]
+        segments = chat_segments(
+            lambda ms: self.render(ms, True),
+            self.codec,
+            conversation,
+            [i >= len(anchor) for i in range(len(conversation))],
+        )
+        text = join(segments)
         at = text.rfind(MARK)
         if at < 0:
             raise TemplateError(
                 f"chat template {self.template}: an assistant turn's content is not in its "
                 "rendering when a reply follows (the template drops or rewrites it)"
             )
-        suffix = text[at + len(MARK) :]
+        rest = drop_chars(segments, at + len(MARK))
+        suffix = join(rest)
         for m in messages:
             if not _shows(m["content"], suffix):
                 raise TemplateError(
                     f"chat template {self.template}: a {m['role']!r} message's content is not in "
                     "its rendering (the template drops that role)"
                 )
-        return suffix
+        return rest
 
     def inserted(
         self, reply: Sequence[Mapping[str, str]], turn_ids: Sequence[int], stopped: bool
@@ -165,22 +185,32 @@ class ReplyRenderer:
         ``turn_ids``: the ids the engine sampled; ``stopped``: whether it ended on a stop token
         (``finish_reason == "stop"``). That token's text, when the template's closing starts
         with it, is the terminator the engine sampled: the closing's rest follows it. Otherwise
-        (a turn cut by its budget, or another stop token) the whole closing is inserted.
+        (a turn cut by its budget, or another stop token) the whole closing is inserted. The
+        reply's contents are plain text (``grpo_train.plain_text``): whatever they hold, the
+        only control tokens inserted are the template's own.
         """
-        text = self.suffix(reply)
-        if stopped and turn_ids:
+        segments = self.suffix_segments(reply)
+        if stopped and turn_ids and segments and not segments[0].data:
             last = self.codec.decode([turn_ids[-1]], skip_special_tokens=False)
-            if last and text.startswith(last):
-                text = text[len(last) :]
-        return tuple(int(i) for i in self.codec.encode(text, add_special_tokens=False))
+            if last and segments[0].text.startswith(last):
+                segments = drop_chars(segments, len(last))
+        return tuple(encode_segments(self.codec, segments))
 
     def render_ids(
         self, messages: Sequence[Mapping[str, str]], generation_prompt: bool = True
     ) -> tuple[int, ...]:
-        """Return the ids of a whole conversation as the template renders it (``RERENDER``)."""
+        """Return the ids of a whole conversation as the template renders it (``RERENDER``).
+
+        Every content but the assistant's turns is plain text (``grpo_train.plain_text``).
+        """
         fixed = self.messages(messages)  # tool results as the template takes them
-        text = self.render(fixed, generation_prompt)
-        return tuple(int(t) for t in self.codec.encode(text, add_special_tokens=False))
+        segments = chat_segments(
+            lambda ms: self.render(ms, generation_prompt),
+            self.codec,
+            fixed,
+            [m["role"] != "assistant" for m in fixed],
+        )
+        return tuple(encode_segments(self.codec, segments))
 
     def describe(self) -> str:
         """One line for the run log: the template and how replies are rendered."""

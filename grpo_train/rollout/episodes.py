@@ -60,6 +60,7 @@ from grpo_train.episode_tokens import (
     TrainingSequence,
     assemble_episode,
 )
+from grpo_train.plain_text import encode_plain
 from grpo_train.prompts import PLAIN, PromptFormat, encode_prompt
 from grpo_train.reply_render import HistoryPolicy, ReplyRenderer, TemplateError, check_template
 from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
@@ -146,8 +147,8 @@ class EpisodeRenderer:
         A reply the template cannot render is a ``TemplateBreak`` (not a fork).
         """
         observation = state.observations[-1]
-        if not self.chat:
-            return Extension(tuple(self.encode(observation.text)))
+        if not self.chat:  # the observation's text is data: plain text, no control token
+            return Extension(tuple(encode_plain(self, observation.text)))
         reply = _dicts(observation.messages)
         last = completions[-1]
         try:

@@ -49,8 +49,10 @@ class DigitEnv(Environment):
         )
 
 
-def digit_retry_env(size: int = 64, max_turns: int = 3, reply_role: str = "user"):
-    """``DigitEnv`` as episodes: a turn that does not start with a digit is answered "Say a digit."
+def digit_retry_env(
+    size: int = 64, max_turns: int = 3, reply_role: str = "user", reply: str = "Say a digit."
+):
+    """``DigitEnv`` as episodes: a turn that does not start with a digit is answered ``reply``.
 
     The rubric scores the last turn as ``DigitEnv`` does; each turn after the first costs 0.1.
     ``reply_role="tool"`` sends the reply as a tool result (a tool environment's messages).
@@ -66,7 +68,7 @@ def digit_retry_env(size: int = 64, max_turns: int = 3, reply_role: str = "user"
         text = turn.lstrip()
         if text and text[0].isdigit():
             return Step.end()
-        return Step.reply("Say a digit.", role=reply_role)
+        return Step.reply(reply, role=reply_role)
 
     def rows(offset: int, n: int) -> list[dict[str, str]]:
         return [
