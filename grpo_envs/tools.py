@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -173,9 +174,31 @@ def tool_result_message(record: ToolRecord, fmt: ToolFormat) -> Message:
     return Message("user", f"```output\n{status}{record.output}\n```")
 
 
-# The exit codes by which the runner says how the call ended (none is 0: a cell's own
-# ``os._exit(0)`` must not read as success). Any other ending means the replay itself died.
-_EXIT_OK, _EXIT_RAISED, _EXIT_ENDED, _EXIT_CRASHED, _EXIT_REPLAY = 90, 91, 92, 93, 94
+@dataclass(frozen=True)
+class RunnerExits:
+    """The exit codes by which the runner says how a call ended; drawn afresh for every call.
+
+    A replayed cell runs in the runner's own process, so it could end that process with the code
+    that means "done" (``os._exit(code)``) and be stored as a success that, replayed, silently
+    ends every later call before it runs. Codes drawn per call (never 0-2, which code exits with
+    by itself) make such a cell end a later call with a code that means nothing there, which is
+    reported as a failed replay. Any other ending means the runner died while replaying.
+    """
+
+    ok: int
+    raised: int
+    ended: int
+    crashed: int
+    replay_failed: int
+
+    @classmethod
+    def draw(cls) -> RunnerExits:
+        """Five distinct codes in [64, 250]."""
+        codes = _EXIT_DRAW.sample(range(64, 251), 5)
+        return cls(*codes)
+
+
+_EXIT_DRAW = random.SystemRandom()
 
 # The program run in the sandbox. The cells arrive as a JSON literal (never spliced as code) and
 # run in their own globals, so the runner's names are invisible to them. A cell whose last
@@ -292,14 +315,14 @@ _os._exit(__CRASHED__)
 """
 
 
-def runner_program(cells: Sequence[str]) -> str:
+def runner_program(cells: Sequence[str], exits: RunnerExits) -> str:
     """Return the sandboxed program that replays ``cells[:-1]`` silently and runs ``cells[-1]``."""
     codes = {
-        "__OK__": _EXIT_OK,
-        "__RAISED__": _EXIT_RAISED,
-        "__ENDED__": _EXIT_ENDED,
-        "__CRASHED__": _EXIT_CRASHED,
-        "__REPLAY__": _EXIT_REPLAY,
+        "__OK__": exits.ok,
+        "__RAISED__": exits.raised,
+        "__ENDED__": exits.ended,
+        "__CRASHED__": exits.crashed,
+        "__REPLAY__": exits.replay_failed,
     }
     program = _RUNNER
     for name, code in codes.items():
@@ -323,9 +346,9 @@ class PythonTool:
     memory_mb: int = 512
     sandbox: Sandbox | None = field(default=None, compare=False)
 
-    def program(self, history: Sequence[str], code: str) -> str:
+    def program(self, history: Sequence[str], code: str, exits: RunnerExits) -> str:
         """Return the sandboxed program that replays ``history`` and runs ``code``."""
-        return runner_program([*history, code])
+        return runner_program([*history, code], exits)
 
     def run(
         self, history: Sequence[str], code: str, *, timeout_s: float | None = None
@@ -352,26 +375,33 @@ class PythonTool:
             memory_mb=self.memory_mb,
             output_bytes=max(64 * self.output_chars, 1 << 16),
         )
-        results = box.run_many([Job(self.program(h, c), limits=limits) for h, c in calls])
+        exits = [RunnerExits.draw() for _ in calls]
+        jobs = [Job(self.program(h, c, e), limits=limits) for (h, c), e in zip(calls, exits)]
+        results = box.run_many(jobs)
         return [
-            self._record(code, res, limit) for (_, code), res in zip(calls, results, strict=True)
+            self._record(code, res, limit, e)
+            for (_, code), res, e in zip(calls, results, exits, strict=True)
         ]
 
-    def _record(self, code: str, result: ExecResult, limit: float) -> ToolRecord:
+    def _record(
+        self, code: str, result: ExecResult, limit: float, exits: RunnerExits
+    ) -> ToolRecord:
         from sandbox import Status
 
         output = result.stdout + result.stderr
+        seconds = result.wall_s
         if result.status is Status.TIMEOUT:
             status, output = ToolStatus.TIMEOUT, output + f"timed out after {limit:g} s"
+            seconds = max(seconds, limit)  # a call that timed out used its whole limit
         elif result.status is Status.SANDBOX_ERROR:
             status, output = ToolStatus.SANDBOX_ERROR, f"the tool is unavailable ({result.detail})"
         elif result.status in (Status.MEMORY, Status.OUTPUT_LIMIT):
             status, output = ToolStatus.ERROR, output + f"({result.status.value}: {result.detail})"
-        elif result.exit_code == _EXIT_OK:
+        elif result.exit_code == exits.ok:
             status = ToolStatus.OK
-        elif result.exit_code in (_EXIT_RAISED, _EXIT_REPLAY):
+        elif result.exit_code in (exits.raised, exits.replay_failed):
             status = ToolStatus.ERROR
-        elif result.exit_code in (_EXIT_ENDED, _EXIT_CRASHED):
+        elif result.exit_code in (exits.ended, exits.crashed):
             status = ToolStatus.EXITED
         else:
             # The runner itself died while replaying (a replayed cell ended the interpreter).
@@ -381,7 +411,7 @@ class PythonTool:
                 f" (the interpreter ended: {result.detail or result.status.value})"
             )
         return ToolRecord(
-            "python", code, status, result.wall_s, truncate_output(output, self.output_chars)
+            "python", code, status, seconds, truncate_output(output, self.output_chars)
         )
 
 
@@ -500,6 +530,7 @@ __all__ = [
     "MalformedCall",
     "ParsedCall",
     "PythonTool",
+    "RunnerExits",
     "ToolCall",
     "ToolFormat",
     "parse_calls",
