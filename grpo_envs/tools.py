@@ -17,15 +17,42 @@ wrong and may retry); a failing or timed-out tool call is an observation too, wi
 
 How the python tool keeps state. An episode's variables must persist across calls and nothing may
 leak between episodes. We REPLAY: each call runs, in a fresh sandboxed process, the episode's
-earlier successful cells (their output discarded) and then the new cell. Rejected alternative: a
-persistent interpreter per episode, which keeps a live process, its files and any child it spawned
-between turns (a leak channel and a resource held across engine calls, lost on a worker crash).
-Replay is isolated by construction (a run sees only the cells of its own episode, passed in
-from outside), survives anything the code does (no process to corrupt), makes a tool call a pure
-function of the episode's transcript (``check_env``'s determinism, exact resume), and batches
-across episodes (``PythonTool.run_many``). Its cost: earlier cells re-run, so the time limit of a
-call covers the replay too (the tool seconds an episode spends grow with its cells: tool-using
-math episodes have a few short cells), and code whose results are random without a seed can differ
+earlier successful cells and then the new cell. The replayed cells write to /dev/null at the fd
+level (print, ``sys.stderr``, ``os.write(1/2)``, subprocesses, C code's stdio are all silenced,
+and the C buffers are flushed there), so each call shows only its own output. The new cell runs
+in a forked child with the real stdout/stderr; its parent, the runner, runs no model code after
+the replay and reads how the child ended: a ``SystemExit`` of any code, ``exit()``/``quit()``,
+``KeyboardInterrupt``, ``os._exit`` or a fatal signal (a segfault, ``os.abort``, ``SIGKILL``)
+ends THAT call with ``ToolStatus.EXITED`` and a message saying so, and the cell is not kept: the
+next call replays the earlier cells only. The parent keeps /dev/null on its own fds, so threads
+and processes that replayed cells left running print nowhere, and ``atexit`` handlers never run
+(the session has not ended). Tracebacks start at the cell's own frame: the runner's frames and
+names never reach the model. The runner reports the outcome by exit codes drawn afresh for each
+call (``RunnerExits``), so a stored cell cannot end a later replay with the code that means
+success; a replay that fails or dies is an ``ERROR`` naming the call, never a silent ``ok``.
+
+Budgets (``python_tool_step``): at most ``max_calls`` calls of a reply run, and with the
+episode's ``EpisodeBudget.max_tool_s`` a call starts only while tool seconds are left, its limit
+the smaller of ``PythonTool.timeout_s`` and what is left (a timed-out call counts its whole
+limit). Calls that do not run get a ``REFUSED`` record the model sees.
+
+Why replay rather than a persistent interpreter per episode (kept alive across turns, forked
+for branches). Measured with ``benchmarks/tool_session_bench.py`` (2 shared vCPUs, load 10,
+medians of 5): tiny cells 0.037 / 0.120 / 0.307 s per episode of 1 / 4 / 8 calls by replay
+against 0.092 / 0.075 / 0.090 s for an unsandboxed persistent prototype (0.41x / 1.60x /
+3.43x); cells of ~10 ms of work 0.064 / 0.426 / 1.087 s against 0.119 / 0.214 / 0.308 s
+(0.54x / 1.99x / 3.53x). Persistent wins from 4 calls on, by tens to hundreds of
+milliseconds per episode: small next to the seconds a turn of sampling takes, and bounded by
+``max_tool_s``. Keeping it
+would need what the sandbox does not have: a run held open across engine calls and fed cells
+one at a time, reaped when the episode ends or its worker dies, and forked per branch; and it
+would make a call's result depend on a live process rather than on the transcript, losing what
+replay gives by construction: isolation (a run sees only its own episode's cells, passed in from
+outside), survival of anything the code does (no process to corrupt; one exit costs one call),
+a call that is a pure function of the episode's transcript (``check_env``'s determinism, exact
+resume) and batching across episodes (``PythonTool.run_many``). Replay's costs: earlier cells
+re-run (side effects included: a file written by cell 1 is written again each call), the time
+limit of a call covers the replay, and code whose results are random without a seed can differ
 on replay (a replayed cell that now fails is reported as such).
 """
 
