@@ -118,7 +118,7 @@ class ToolStatus(StrEnum):
     """How one tool call ended; every one of them is an observation the model sees."""
 
     OK = "ok"
-    ERROR = "error"  # the code raised / exited non-zero / the tool refused its arguments
+    ERROR = "error"  # the code raised / its earlier calls failed on replay / ran out of memory
     MALFORMED = "malformed"  # the call could not be parsed (bad JSON, no name, unknown tool)
     TIMEOUT = "timeout"  # the tool ran out of time
     SANDBOX_ERROR = "sandbox_error"  # the sandbox itself failed (not the model's fault)
