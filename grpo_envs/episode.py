@@ -83,6 +83,18 @@ class EpisodeBudget:
         ):
             raise ValueError(f"max_tool_s must be a positive number or None, got {self.max_tool_s}")
 
+    def tool_s_left(self, used_s: float) -> float | None:
+        """Seconds of tool time left after ``used_s`` (None: no cap; 0 once spent).
+
+        >>> EpisodeBudget(max_tool_s=1.5).tool_s_left(1.0), EpisodeBudget().tool_s_left(9.0)
+        (0.5, None)
+        >>> EpisodeBudget(max_tool_s=1.5).tool_s_left(2.0)
+        0.0
+        """
+        if self.max_tool_s is None:
+            return None
+        return max(self.max_tool_s - used_s, 0.0)
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -106,10 +118,15 @@ class ToolStatus(StrEnum):
     """How one tool call ended; every one of them is an observation the model sees."""
 
     OK = "ok"
-    ERROR = "error"  # the code raised / exited non-zero / the tool refused its arguments
+    ERROR = "error"  # the code raised / its earlier calls failed on replay / ran out of memory
     MALFORMED = "malformed"  # the call could not be parsed (bad JSON, no name, unknown tool)
     TIMEOUT = "timeout"  # the tool ran out of time
     SANDBOX_ERROR = "sandbox_error"  # the sandbox itself failed (not the model's fault)
+    # The code ended the interpreter (sys.exit, KeyboardInterrupt, os._exit, a fatal signal): that
+    # call ended there, the tool's session goes on without it.
+    EXITED = "exited"
+    # Not run: the episode's tool budget (tool seconds, calls per reply) was spent.
+    REFUSED = "refused"
 
 
 @dataclass(frozen=True)

@@ -17,28 +17,57 @@ wrong and may retry); a failing or timed-out tool call is an observation too, wi
 
 How the python tool keeps state. An episode's variables must persist across calls and nothing may
 leak between episodes. We REPLAY: each call runs, in a fresh sandboxed process, the episode's
-earlier successful cells (their output discarded) and then the new cell. Rejected alternative: a
-persistent interpreter per episode, which keeps a live process, its files and any child it spawned
-between turns (a leak channel and a resource held across engine calls, lost on a worker crash).
-Replay is isolated by construction (a run sees only the cells of its own episode, passed in
-from outside), survives anything the code does (no process to corrupt), makes a tool call a pure
-function of the episode's transcript (``check_env``'s determinism, exact resume), and batches
-across episodes (``PythonTool.run_many``). Its cost: earlier cells re-run, so the time limit of a
-call covers the replay too (the tool seconds an episode spends grow with its cells: tool-using
-math episodes have a few short cells), and code whose results are random without a seed can differ
+earlier successful cells and then the new cell. The replayed cells write to /dev/null at the fd
+level (print, ``sys.stderr``, ``os.write(1/2)``, subprocesses, C code's stdio are all silenced,
+and the C buffers are flushed there), so each call shows only its own output. The new cell runs
+in a forked child with the real stdout/stderr; its parent, the runner, runs no model code after
+the replay and reads how the child ended: a ``SystemExit`` of any code, ``exit()``/``quit()``,
+``KeyboardInterrupt``, ``os._exit`` or a fatal signal (a segfault, ``os.abort``, ``SIGKILL``)
+ends THAT call with ``ToolStatus.EXITED`` and a message saying so, and the cell is not kept: the
+next call replays the earlier cells only. The parent keeps /dev/null on its own fds, so threads
+and processes that replayed cells left running print nowhere, and ``atexit`` handlers never run
+(the session has not ended). Tracebacks start at the cell's own frame: the runner's frames and
+names never reach the model. The runner reports the outcome by exit codes drawn afresh for each
+call (``RunnerExits``), so a stored cell cannot end a later replay with the code that means
+success; a replay that fails or dies is an ``ERROR`` naming the call, never a silent ``ok``.
+
+Budgets (``python_tool_step``): at most ``max_calls`` calls of a reply run, and with the
+episode's ``EpisodeBudget.max_tool_s`` a call starts only while tool seconds are left, its limit
+the smaller of ``PythonTool.timeout_s`` and what is left (a timed-out call counts its whole
+limit). Calls that do not run get a ``REFUSED`` record the model sees.
+
+Why replay rather than a persistent interpreter per episode (kept alive across turns, forked
+for branches). Measured with ``benchmarks/tool_session_bench.py`` (2 shared vCPUs, load 10,
+medians of 5): tiny cells 0.037 / 0.120 / 0.307 s per episode of 1 / 4 / 8 calls by replay
+against 0.092 / 0.075 / 0.090 s for an unsandboxed persistent prototype (0.41x / 1.60x /
+3.43x); cells of ~10 ms of work 0.064 / 0.426 / 1.087 s against 0.119 / 0.214 / 0.308 s
+(0.54x / 1.99x / 3.53x). Persistent wins from 4 calls on, by tens to hundreds of
+milliseconds per episode: small next to the seconds a turn of sampling takes, and bounded by
+``max_tool_s``. Keeping it
+would need what the sandbox does not have: a run held open across engine calls and fed cells
+one at a time, reaped when the episode ends or its worker dies, and forked per branch; and it
+would make a call's result depend on a live process rather than on the transcript, losing what
+replay gives by construction: isolation (a run sees only its own episode's cells, passed in from
+outside), survival of anything the code does (no process to corrupt; one exit costs one call),
+a call that is a pure function of the episode's transcript (``check_env``'s determinism, exact
+resume) and batching across episodes (``PythonTool.run_many``). Replay's costs: earlier cells
+re-run (side effects included: a file written by cell 1 is written again each call), the time
+limit of a call covers the replay, and code whose results are random without a seed can differ
 on replay (a replayed cell that now fails is reported as such).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from grpo_envs.episode import EpisodeState, Step, StepFn, ToolRecord, ToolStatus
+from grpo_envs.episode import EpisodeBudget, EpisodeState, Step, StepFn, ToolRecord, ToolStatus
 from grpo_envs.types import JSONValue, Message
 
 if TYPE_CHECKING:
@@ -172,16 +201,52 @@ def tool_result_message(record: ToolRecord, fmt: ToolFormat) -> Message:
     return Message("user", f"```output\n{status}{record.output}\n```")
 
 
+@dataclass(frozen=True)
+class RunnerExits:
+    """The exit codes by which the runner says how a call ended; drawn afresh for every call.
+
+    A replayed cell runs in the runner's own process, so it could end that process with the code
+    that means "done" (``os._exit(code)``) and be stored as a success that, replayed, silently
+    ends every later call before it runs. Codes drawn per call (never 0-2, which code exits with
+    by itself) make such a cell end a later call with a code that means nothing there, which is
+    reported as a failed replay. Any other ending means the runner died while replaying.
+    """
+
+    ok: int
+    raised: int
+    ended: int
+    crashed: int
+    replay_failed: int
+
+    @classmethod
+    def draw(cls) -> RunnerExits:
+        """Five distinct codes in [64, 250]."""
+        codes = _EXIT_DRAW.sample(range(64, 251), 5)
+        return cls(*codes)
+
+
+_EXIT_DRAW = random.SystemRandom()
+
 # The program run in the sandbox. The cells arrive as a JSON literal (never spliced as code) and
-# run in their own globals, so the wrapper's names are invisible to them. A cell whose last
-# statement is an expression prints its repr, as a notebook does.
+# run in their own globals, so the runner's names are invisible to them. A cell whose last
+# statement is an expression prints its repr, as a notebook does. The earlier cells are replayed
+# with fds 1 and 2 on /dev/null (whatever writes there: print, os.write, subprocesses, C code);
+# the new cell runs in a forked child with the real fds, and the runner (its parent, which runs no
+# model code after the replay) reads how the child ended: a SystemExit or KeyboardInterrupt, an
+# os._exit or a fatal signal ends that call only. The parent keeps /dev/null on its own fds, so
+# threads and processes that replayed cells left running print nowhere.
 _RUNNER = """\
-import ast as _ast, contextlib as _cl, io as _io, json as _json, linecache as _lc, sys as _sys
-import traceback as _tb
-_cells = _json.loads({cells!r})
-_g = {{"__name__": "__main__"}}
+import ast as _ast, builtins as _bi, json as _json, linecache as _lc, os as _os, sys as _sys
+import _sitebuiltins
+# What ``site`` gives an interactive interpreter (the sandbox starts without site).
+_bi.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
+_bi.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
+_cells = _json.loads(__CELLS__)
+_g = {"__name__": "__main__", "__builtins__": _bi}
+_OUT, _ERR = _sys.stdout, _sys.stderr
 
 def _run(source, name):
+    _sys.stdout, _sys.stderr = _OUT, _ERR
     _lc.cache[name] = (len(source), None, source.splitlines(True), name)
     tree = _ast.parse(source, name)
     last = tree.body.pop() if tree.body and isinstance(tree.body[-1], _ast.Expr) else None
@@ -191,24 +256,105 @@ def _run(source, name):
         if value is not None:
             print(repr(value))
 
+def _flush():
+    for stream in (_sys.stdout, _sys.stderr, _OUT, _ERR):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    ctypes = _sys.modules.get("ctypes")
+    if ctypes is not None:  # C code's buffered stdio (printf without fflush)
+        try:
+            ctypes.CDLL(None).fflush(None)
+        except BaseException:
+            pass
+
+def _say(fd, text):
+    data = text.encode("utf-8", "backslashreplace")
+    while data:
+        try:
+            data = data[_os.write(fd, data):]
+        except OSError:
+            return
+
+def _error_text(e):
+    import traceback as tb
+    frames = tb.extract_tb(e.__traceback__)
+    first = next((i for i, f in enumerate(frames) if f.filename.startswith("<cell")), len(frames))
+    frames = frames[first:]  # from the cell's own frame on: the runner's frames are not shown
+    head = "".join(tb.format_list(frames))
+    if head:
+        head = "Traceback (most recent call last):\\n" + head
+    return head + "".join(tb.format_exception_only(type(e), e))
+
+_flush()
+_real_out, _real_err = _os.dup(1), _os.dup(2)
+_null = _os.open(_os.devnull, _os.O_WRONLY)
+_os.dup2(_null, 1)
+_os.dup2(_null, 2)
 for _i, _cell in enumerate(_cells[:-1]):
     try:
-        with _cl.redirect_stdout(_io.StringIO()), _cl.redirect_stderr(_io.StringIO()):
-            _run(_cell, "<cell %d>" % (_i + 1))
-    except Exception as _e:
-        print("an earlier cell failed when replayed: %r" % (_e,), file=_sys.stderr)
-        _sys.exit(1)
-try:
-    _run(_cells[-1], "<cell %d>" % len(_cells))
-except Exception as _e:
-    # Only the cells' own frames: the model should not see (or learn) this wrapper.
-    _frames = [f for f in _tb.extract_tb(_e.__traceback__) if f.filename.startswith("<cell")]
-    if _frames:
-        _sys.stderr.write("Traceback (most recent call last):\\n")
-        _sys.stderr.write("".join(_tb.format_list(_frames)))
-    _sys.stderr.write("".join(_tb.format_exception_only(type(_e), _e)))
-    _sys.exit(1)
+        _run(_cell, "<cell %d>" % (_i + 1))
+    except BaseException as _e:
+        _flush()
+        _say(_real_err, "call %d of this session failed when run again, so this call did not"
+             " run:\\n%s" % (_i + 1, _error_text(_e)))
+        _os._exit(__REPLAY__)
+    _flush()
+_pid = _os.fork()
+if _pid == 0:
+    _os.dup2(_real_out, 1)
+    _os.dup2(_real_err, 2)
+    for _fd in (_real_out, _real_err, _null):
+        _os.close(_fd)
+    _OUT.reconfigure(line_buffering=True)  # what was printed survives a crash
+    try:
+        _run(_cells[-1], "<cell %d>" % len(_cells))
+    except (SystemExit, KeyboardInterrupt) as _e:
+        _flush()
+        _what = type(_e).__name__
+        if isinstance(_e, SystemExit) and _e.code is not None:
+            _what += "(%r)" % (_e.code,)
+        _say(2, "%s: the code stopped the interpreter; this call ended there and its variables"
+             " are lost; the variables of earlier calls are kept\\n" % _what)
+        _os._exit(__ENDED__)
+    except BaseException as _e:
+        _flush()
+        _say(2, _error_text(_e))
+        _os._exit(__RAISED__)
+    _flush()
+    _os._exit(__OK__)
+_status = _os.waitpid(_pid, 0)[1]
+if _os.WIFEXITED(_status) and _os.WEXITSTATUS(_status) in (__OK__, __RAISED__, __ENDED__):
+    _os._exit(_os.WEXITSTATUS(_status))
+if _os.WIFSIGNALED(_status):
+    import signal as _signal
+    _n = _os.WTERMSIG(_status)
+    try:
+        _how = "killed by signal %s" % _signal.Signals(_n).name
+    except ValueError:
+        _how = "killed by signal %d" % _n
+else:
+    _how = "exit status %d, from os._exit or C code" % _os.WEXITSTATUS(_status)
+_say(_real_err, "the interpreter ended during this call (%s); this call's variables are lost;"
+     " the variables of earlier calls are kept\\n" % _how)
+_os._exit(__CRASHED__)
 """
+
+
+def runner_program(cells: Sequence[str], exits: RunnerExits) -> str:
+    """Return the sandboxed program that replays ``cells[:-1]`` silently and runs ``cells[-1]``."""
+    codes = {
+        "__OK__": exits.ok,
+        "__RAISED__": exits.raised,
+        "__ENDED__": exits.ended,
+        "__CRASHED__": exits.crashed,
+        "__REPLAY__": exits.replay_failed,
+    }
+    program = _RUNNER
+    for name, code in codes.items():
+        program = program.replace(name, str(code))
+    return program.replace("__CELLS__", repr(json.dumps(list(cells))))
 
 
 @dataclass(frozen=True)
@@ -227,43 +373,72 @@ class PythonTool:
     memory_mb: int = 512
     sandbox: Sandbox | None = field(default=None, compare=False)
 
-    def program(self, history: Sequence[str], code: str) -> str:
+    def program(self, history: Sequence[str], code: str, exits: RunnerExits) -> str:
         """Return the sandboxed program that replays ``history`` and runs ``code``."""
-        return _RUNNER.format(cells=json.dumps([*history, code]))
+        return runner_program([*history, code], exits)
 
-    def run(self, history: Sequence[str], code: str) -> ToolRecord:
-        """Run ``code`` after replaying the episode's earlier cells ``history``."""
-        return self.run_many([(history, code)])[0]
+    def run(
+        self, history: Sequence[str], code: str, *, timeout_s: float | None = None
+    ) -> ToolRecord:
+        """Run ``code`` after replaying the episode's earlier cells ``history``.
 
-    def run_many(self, calls: Sequence[tuple[Sequence[str], str]]) -> list[ToolRecord]:
+        ``timeout_s`` lowers the call's time limit below ``self.timeout_s`` (what is left of the
+        episode's tool budget); it never raises it.
+        """
+        return self.run_many([(history, code)], timeout_s=timeout_s)[0]
+
+    def run_many(
+        self, calls: Sequence[tuple[Sequence[str], str]], *, timeout_s: float | None = None
+    ) -> list[ToolRecord]:
         """Run many calls (of different episodes) in parallel over the sandbox's workers."""
         from sandbox import Job, Limits
 
+        limit = self.timeout_s if timeout_s is None else min(self.timeout_s, timeout_s)
+        if not limit > 0:
+            raise ValueError(f"a tool call needs a positive time limit, got {limit}")
         box = self.sandbox if self.sandbox is not None else _shared()
         limits = Limits(
-            timeout_s=self.timeout_s,
+            timeout_s=limit,
             memory_mb=self.memory_mb,
             output_bytes=max(64 * self.output_chars, 1 << 16),
         )
-        results = box.run_many([Job(self.program(h, c), limits=limits) for h, c in calls])
-        return [self._record(code, res) for (_, code), res in zip(calls, results, strict=True)]
+        exits = [RunnerExits.draw() for _ in calls]
+        jobs = [Job(self.program(h, c, e), limits=limits) for (h, c), e in zip(calls, exits)]
+        results = box.run_many(jobs)
+        return [
+            self._record(code, res, limit, e)
+            for (_, code), res, e in zip(calls, results, exits, strict=True)
+        ]
 
-    def _record(self, code: str, result: ExecResult) -> ToolRecord:
+    def _record(
+        self, code: str, result: ExecResult, limit: float, exits: RunnerExits
+    ) -> ToolRecord:
         from sandbox import Status
 
         output = result.stdout + result.stderr
-        if result.status is Status.OK:
-            status = ToolStatus.OK
-        elif result.status is Status.TIMEOUT:
-            status, output = ToolStatus.TIMEOUT, output + f"timed out after {self.timeout_s:g} s"
+        seconds = result.wall_s
+        if result.status is Status.TIMEOUT:
+            status, output = ToolStatus.TIMEOUT, output + f"timed out after {limit:g} s"
+            seconds = max(seconds, limit)  # a call that timed out used its whole limit
         elif result.status is Status.SANDBOX_ERROR:
             status, output = ToolStatus.SANDBOX_ERROR, f"the tool is unavailable ({result.detail})"
-        else:
+        elif result.status in (Status.MEMORY, Status.OUTPUT_LIMIT):
+            status, output = ToolStatus.ERROR, output + f"({result.status.value}: {result.detail})"
+        elif result.exit_code == exits.ok:
+            status = ToolStatus.OK
+        elif result.exit_code in (exits.raised, exits.replay_failed):
             status = ToolStatus.ERROR
-            if result.status is not Status.RUNTIME_ERROR:
-                output += f"({result.status.value}: {result.detail})"
+        elif result.exit_code in (exits.ended, exits.crashed):
+            status = ToolStatus.EXITED
+        else:
+            # The runner itself died while replaying (a replayed cell ended the interpreter).
+            status = ToolStatus.ERROR
+            output += (
+                "the earlier calls of this session could not be run again"
+                f" (the interpreter ended: {result.detail or result.status.value})"
+            )
         return ToolRecord(
-            "python", code, status, result.wall_s, truncate_output(output, self.output_chars)
+            "python", code, status, seconds, truncate_output(output, self.output_chars)
         )
 
 
@@ -283,13 +458,24 @@ def python_tool_step(
     fmt: ToolFormat = ToolFormat.HERMES,
     *,
     max_calls: int = 4,
+    budget: EpisodeBudget | None = None,
 ) -> StepFn:
     """Return a step function running each turn's python calls; a turn without calls ends it.
 
-    Every call's result (output, error, timeout, a malformed or unknown call) is a message the
-    model sees next; the episode's final answer is the first turn that makes no call.
+    Every call's result (output, error, timeout, a malformed or unknown call, a call refused for
+    budget) is a message the model sees next; the episode's final answer is the first turn that
+    makes no call.
+
+    Budgets: at most ``max_calls`` calls of a reply run (the rest get one ``REFUSED`` record).
+    With ``budget.max_tool_s``, a call starts only while the episode has tool seconds left
+    (``EpisodeState.tool_s`` plus this reply's calls so far), and its time limit is the smaller of
+    ``tool.timeout_s`` and what is left; a call that cannot start is ``REFUSED``. Pass the
+    environment's own ``EpisodeBudget`` so that one reply never runs past the episode's budget.
     """
+    if max_calls < 1:
+        raise ValueError(f"max_calls must be >= 1, got {max_calls}")
     python = tool if tool is not None else PythonTool()
+    limits = budget if budget is not None else EpisodeBudget()
 
     def step(state: EpisodeState, turn: str) -> Step:
         calls = parse_calls(turn, fmt, max_calls=max_calls)
@@ -297,11 +483,12 @@ def python_tool_step(
             return Step.end()
         history = python_history(state)
         records: list[ToolRecord] = []
-        for call in calls:
-            record = _refused(call)
+        for index, call in enumerate(calls):
+            left = limits.tool_s_left(state.tool_s + math.fsum(r.seconds for r in records))
+            record = _refused(call, index, max_calls, left)
             if record is None:
                 assert isinstance(call, ToolCall)
-                record = python.run(history, str(call.arguments["code"]))
+                record = python.run(history, str(call.arguments["code"]), timeout_s=left)
                 if record.status is ToolStatus.OK:
                     history.append(record.code)
             records.append(record)
@@ -311,8 +498,21 @@ def python_tool_step(
     return step
 
 
-def _refused(call: ParsedCall) -> ToolRecord | None:
-    """Return a MALFORMED record for a call the python tool cannot run, else None."""
+def _refused(
+    call: ParsedCall, index: int, max_calls: int, tool_s_left: float | None
+) -> ToolRecord | None:
+    """Return the record of a call that is not run (malformed, unknown, over budget), else None.
+
+    ``index`` is the call's place in the reply: the parsers put their one marker for the calls
+    past ``max_calls`` at index ``max_calls``.
+    """
+    if index >= max_calls:
+        return ToolRecord(
+            "python",
+            "",
+            ToolStatus.REFUSED,
+            output=f"not run: only {max_calls} tool calls per reply are run",
+        )
     if isinstance(call, MalformedCall):
         return ToolRecord(
             "?", call.raw, ToolStatus.MALFORMED, output=f"invalid tool call: {call.reason}"
@@ -321,9 +521,17 @@ def _refused(call: ParsedCall) -> ToolRecord | None:
         return ToolRecord(
             call.name, "", ToolStatus.MALFORMED, output=f"unknown tool {call.name!r}; use 'python'"
         )
-    if not isinstance(call.arguments.get("code"), str):
+    code = call.arguments.get("code")
+    if not isinstance(code, str):
         return ToolRecord(
             "python", "", ToolStatus.MALFORMED, output='the python tool needs "code": a string'
+        )
+    if tool_s_left is not None and tool_s_left <= 0:
+        return ToolRecord(
+            "python",
+            code,
+            ToolStatus.REFUSED,
+            output="not run: this episode's tool time is spent",
         )
     return None
 
@@ -349,6 +557,7 @@ __all__ = [
     "MalformedCall",
     "ParsedCall",
     "PythonTool",
+    "RunnerExits",
     "ToolCall",
     "ToolFormat",
     "parse_calls",
@@ -356,6 +565,7 @@ __all__ = [
     "parse_hermes",
     "python_history",
     "python_tool_step",
+    "runner_program",
     "tool_result_message",
     "truncate_output",
 ]

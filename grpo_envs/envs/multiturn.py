@@ -226,11 +226,13 @@ def math_python_env(
     """Math with a Python tool over the math environment ``base`` (built with its kwargs)."""
     fmt = ToolFormat(tool_format)
     made = _base(base, base_kwargs)
+    # One budget for the episode and its step: a reply's calls stop where the tool time does.
+    budget = EpisodeBudget(max_turns=max_turns, max_tool_s=max_tool_s)
     return MultiTurnEnv(
         _rows(made, system=TOOL_SYSTEM_PROMPT.format(how=_HOW[fmt])),
         _verified_rubric(made),
-        python_tool_step(PythonTool(timeout_s=tool_timeout_s), fmt),
-        budget=EpisodeBudget(max_turns=max_turns, max_tool_s=max_tool_s),
+        python_tool_step(PythonTool(timeout_s=tool_timeout_s), fmt, budget=budget),
+        budget=budget,
         reference=made.reference_completion,
         splits=made.splits,
     )

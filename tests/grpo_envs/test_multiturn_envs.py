@@ -9,7 +9,7 @@ import grpo_envs
 from grpo_envs.checker import check_env
 from grpo_envs.code.scoring import CodeTask
 from grpo_envs.envs.multiturn import split_tests
-from grpo_envs.episode import EpisodeEnd, ToolStatus, run_episode, scripted
+from grpo_envs.episode import EpisodeEnd, ToolStatus, episodic, run_episode, scripted
 from grpo_envs.types import Outcome, Sample
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -122,3 +122,20 @@ def test_math_with_a_python_tool_is_verified_as_the_base_env_verifies(tool_forma
     assert "python" in row["prompt"][0]["content"]  # the tool is explained in the system prompt
     base = grpo_envs.make("math/add2-v0", train_size=4, test_size=2)
     assert env.score("\\boxed{1}", row).reward == base.score("\\boxed{1}", row).reward == 0.0
+
+
+def test_math_with_a_python_tool_bounds_a_reply_by_the_episodes_tool_time():
+    env = grpo_envs.make(
+        "math/python-tool-v0", train_size=2, test_size=2, tool_timeout_s=0.6, max_tool_s=0.9
+    )
+    episodes = episodic(env)
+    call = json.dumps({"name": "python", "arguments": {"code": "import time\ntime.sleep(0.4)"}})
+    # Four calls of 0.4 s in one reply (1.6 s unbounded) against 0.9 s of tool time.
+    state = episodes.step(
+        episodes.start(env.dataset("train")[0]), f"<tool_call>{call}</tool_call>" * 4
+    )
+    statuses = [t.status for t in state.tools]
+    assert statuses[0] is ToolStatus.OK and statuses[-1] is ToolStatus.REFUSED, state.tools
+    assert ToolStatus.TIMEOUT in statuses
+    assert 0.9 <= state.tool_s <= 0.9 + 0.1
+    assert state.end is EpisodeEnd.TOOL_TIME

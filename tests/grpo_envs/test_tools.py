@@ -1,6 +1,7 @@
 """Tool calls: parsing never raises, the python tool keeps state by replay and leaks nothing."""
 
 import json
+import re
 
 import pytest
 
@@ -236,3 +237,239 @@ def test_unknown_tools_and_bad_arguments_are_observations(tool):
     assert [r.status for r in reply.tools] == [ToolStatus.MALFORMED, ToolStatus.MALFORMED]
     texts = [m.content for m in reply.observation.messages]
     assert "unknown tool 'shell'" in texts[0] and '"code": a string' in texts[1]
+
+
+# --- each call shows its own output only, however it is written --------------------------------
+
+# ``shape(k)`` writes MARK<k> one way; call k of an episode must show MARK<k> and no other mark.
+OUTPUT_SHAPES = {
+    "print": lambda k: f"print('MARK{k}')",
+    "sys.stderr": lambda k: f"import sys\nsys.stderr.write('MARK{k}\\n')",
+    "os.write(1)": lambda k: f"import os\nos.write(1, b'MARK{k}\\n')",
+    "os.write(2)": lambda k: f"import os\nos.write(2, b'MARK{k}\\n')",
+    "os.system": lambda k: f"import os\nrc = os.system('echo MARK{k}')",
+    "subprocess stdout": lambda k: f"import subprocess\nr = subprocess.run(['echo', 'MARK{k}'])",
+    "subprocess stderr": lambda k: (
+        f"import subprocess\nr = subprocess.run('echo MARK{k} >&2', shell=True)"
+    ),
+    "libc printf + fflush": lambda k: (
+        f"import ctypes\nlibc = ctypes.CDLL(None)\n"
+        f"n = libc.printf(b'MARK{k}\\n')\nn = libc.fflush(None)"
+    ),
+    "libc puts, no fflush": lambda k: f"import ctypes\nn = ctypes.CDLL(None).puts(b'MARK{k}')",
+    "threads": lambda k: (
+        "import threading\n"
+        f"ts = [threading.Thread(target=print, args=('MARK{k}',)) for _ in range(3)]\n"
+        "for t in ts:\n    t.start()\nfor t in ts:\n    t.join()"
+    ),
+    "no newline": lambda k: f"print('MARK{k}', end='')",
+    "last expression": lambda k: f"'MARK{k}'",
+    "print, then raise": lambda k: f"print('MARK{k}')\nif {k} == 2:\n    raise ValueError('two')",
+}
+
+
+@pytest.mark.parametrize("shape", list(OUTPUT_SHAPES))
+def test_each_call_shows_only_its_own_output(tool, shape):
+    history: list[str] = []
+    for k in (1, 2, 3, 4):
+        record = tool.run(history, OUTPUT_SHAPES[shape](k))
+        assert set(re.findall(r"MARK\d", record.output)) == {f"MARK{k}"}, (k, record.output)
+        if record.status is ToolStatus.OK:
+            history.append(record.code)
+    assert len(history) >= 3
+
+
+# Things an earlier call leaves running or registered; none may print into a later call.
+LEFTOVERS = {
+    "daemon thread": (
+        "import threading, time\n"
+        "def spam():\n    while True:\n"
+        "        print('LEFTOVER', flush=True)\n        time.sleep(0.02)\n"
+        "threading.Thread(target=spam, daemon=True).start()"
+    ),
+    "background process": (
+        "import subprocess\n"
+        "p = subprocess.Popen('for i in 1 2 3 4 5 6 7 8; do echo LEFTOVER; sleep 0.05; done',"
+        " shell=True)"
+    ),
+    "forked child": (
+        "import os, time\n"
+        "if os.fork() == 0:\n    time.sleep(0.1)\n    os.write(1, b'LEFTOVER\\n')\n    os._exit(0)"
+    ),
+    "atexit": "import atexit\natexit.register(print, 'LEFTOVER')",
+    "replaced sys.stdout": "import sys, io\nsys.stdout = io.StringIO()\nsys.stderr = io.StringIO()",
+}
+
+
+@pytest.mark.parametrize("leftover", list(LEFTOVERS))
+def test_what_an_earlier_call_left_running_prints_nowhere_later(tool, leftover):
+    first = tool.run([], LEFTOVERS[leftover])
+    assert first.status is ToolStatus.OK, first.output
+    later = tool.run([LEFTOVERS[leftover]], "import time\ntime.sleep(0.3)\nprint('two')")
+    assert (later.status, later.output) == (ToolStatus.OK, "two\n")
+
+
+# --- an exit or a crash ends that call, never the session ---------------------------------------
+
+EXITS = {
+    "import sys\nsys.exit()": "SystemExit",
+    "import sys\nsys.exit(3)": "SystemExit(3)",
+    "import sys\nsys.exit('msg')": "SystemExit('msg')",
+    "raise SystemExit": "SystemExit",
+    "exit()": "SystemExit",
+    "quit()": "SystemExit",
+    "import os\nos._exit(0)": "exit status 0",
+    "import os\nos._exit(7)": "exit status 7",
+    "raise KeyboardInterrupt": "KeyboardInterrupt",
+    "import os, signal\nos.kill(os.getpid(), signal.SIGINT)": "KeyboardInterrupt",
+    "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)": "SIGKILL",
+    "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)": "SIGSEGV",
+    "import signal\nsignal.raise_signal(signal.SIGTERM)": "SIGTERM",
+    "import os\nos.abort()": "SIGABRT",
+    "import ctypes\nctypes.string_at(0)": "SIGSEGV",
+}
+
+
+@pytest.mark.parametrize("code", list(EXITS))
+def test_an_exit_or_crash_ends_that_call_and_the_session_goes_on(tool, code):
+    ended = tool.run(["x = 41"], f"y = 1\nprint('before')\n{code}")
+    assert ended.status is ToolStatus.EXITED, ended.output
+    assert "before" in ended.output and EXITS[code] in ended.output
+    assert "earlier calls are kept" in ended.output
+    # The ended call is not part of the session: its variables are gone, earlier ones are kept.
+    after = tool.run(["x = 41"], "print(x + 1, 'y' in globals())")
+    assert (after.status, after.output) == (ToolStatus.OK, "42 False\n")
+
+
+def test_an_ended_call_is_never_replayed_in_an_episode(tool):
+    from grpo_envs.episode import EpisodeState
+    from grpo_envs.tools import python_history
+    from grpo_envs.types import Sample
+
+    step = python_tool_step(tool)
+    state = EpisodeState(Sample("0", (), "1"))
+    turn = "".join(
+        hermes(code=c) for c in ("x = 5", "import os\nos._exit(0)", "import sys\nsys.exit(0)", "x")
+    )
+    reply = step(state, turn)
+    assert [r.status for r in reply.tools] == [
+        ToolStatus.OK,
+        ToolStatus.EXITED,
+        ToolStatus.EXITED,
+        ToolStatus.OK,
+    ]
+    assert reply.tools[3].output == "5\n"
+    later = EpisodeState(state.sample, turns=(turn,), tools=reply.tools)
+    assert python_history(later) == ["x = 5", "x"]
+    assert reply.observation is not None
+    assert "[exited] " in reply.observation.messages[1].content
+
+
+@pytest.mark.parametrize(
+    "history, says",
+    [
+        (["1/0"], "ZeroDivisionError"),  # a cell that fails when run again (non-determinism)
+        (["import sys\nsys.exit(0)"], "SystemExit"),
+        # A stored cell that ends the interpreter (it could only get stored by guessing the
+        # exit code of its own call) ends the replay: that is reported, whatever its code.
+        *[([f"import os\nos._exit({code})"], "could not be run again") for code in (0, 1, 255)],
+    ],
+)
+def test_a_history_that_cannot_be_replayed_is_an_error_never_a_silent_ok(tool, history, says):
+    record = tool.run(history, "print('new')")
+    assert record.status is ToolStatus.ERROR and says in record.output, record.output
+    assert "new" not in record.output
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "def f(a):\n    return a / 0\nf(1)",
+        "def f(:",
+        "def f():\n    f()\nf()",
+        "class A:\n    def __repr__(self):\n        raise TypeError('no repr')\nA()",
+        "import fractions\nfractions.Fraction('x')",
+        "undefined_name",
+        "raise MemoryError",
+        "import os\nos._exit(3)",
+        "import sys\nsys.exit('bye')",
+        "import ctypes\nctypes.string_at(0)",
+    ],
+)
+def test_no_message_shows_the_runners_frames_or_names(tool, code):
+    record = tool.run(["a = 1"], code)
+    assert record.status is not ToolStatus.OK
+    for name in ("main.py", "_run", "_g", "_cells", "_flush", "_say", "_error_text", "waitpid"):
+        assert name not in record.output, (name, record.output)
+    frames = [line for line in record.output.splitlines() if line.startswith('  File "')]
+    assert all('"<cell 2>"' in f or "/lib/" in f for f in frames), record.output
+
+
+# --- budgets bound what they name ----------------------------------------------------------------
+
+
+def _state_after(seconds: float):
+    from grpo_envs.episode import EpisodeState
+    from grpo_envs.types import Sample
+
+    used = (ToolRecord("python", "pass", ToolStatus.OK, seconds),) if seconds else ()
+    return EpisodeState(Sample("0", (), "1"), turns=("",), tools=used)
+
+
+def test_a_reply_never_runs_past_the_episodes_tool_time():
+    import time
+
+    budget = EpisodeBudget(max_turns=4, max_tool_s=1.2)
+    step = python_tool_step(PythonTool(timeout_s=1.0), budget=budget)
+    sleep = hermes(code="import time\ntime.sleep(0.5)\nprint('slept')")
+    began = time.perf_counter()
+    reply = step(_state_after(0.0), sleep * 4)
+    wall = time.perf_counter() - began
+    statuses = "".join(r.status.value[0] for r in reply.tools)  # o(k), t(imeout), r(efused)
+    # Unbounded, the four calls would take 2 s: the call that meets the budget is cut where it
+    # ends, and the calls after it never start.
+    assert re.fullmatch("o+tr+", statuses), reply.tools
+    # Used: the whole budget, plus the sandbox's latency in killing the call that met it.
+    assert 1.2 <= sum(r.seconds for r in reply.tools) <= 1.2 + 0.1, reply.tools
+    assert wall <= 1.2 + 0.5, wall
+    assert all(r.seconds == 0.0 for r in reply.tools if r.status is ToolStatus.REFUSED)
+    assert reply.observation is not None
+    assert "tool time is spent" in reply.observation.messages[-1].content
+
+
+def test_a_call_gets_what_is_left_of_the_budget_and_none_once_spent(tool):
+    budget = EpisodeBudget(max_tool_s=2.0)
+    step = python_tool_step(PythonTool(timeout_s=1.0), budget=budget)
+    sleep = hermes(code="import time\ntime.sleep(0.6)\nprint('slept')")
+    cut = step(_state_after(1.7), sleep)
+    assert [r.status for r in cut.tools] == [ToolStatus.TIMEOUT]
+    assert "timed out after 0.3 s" in cut.tools[0].output
+    assert 0.3 <= cut.tools[0].seconds <= 0.3 + 0.1
+    spent = step(_state_after(2.0), sleep + hermes(code="print('x')"))
+    assert [r.status for r in spent.tools] == [ToolStatus.REFUSED, ToolStatus.REFUSED]
+    assert all(r.seconds == 0.0 and "slept" not in r.output for r in spent.tools)
+    # Without a tool-time cap every call gets the tool's own limit.
+    free = python_tool_step(PythonTool(timeout_s=1.0))(_state_after(100.0), sleep)
+    assert [(r.status, r.output) for r in free.tools] == [(ToolStatus.OK, "slept\n")]
+
+
+def test_calls_past_the_per_reply_limit_are_refused_and_said_so(tool):
+    step = python_tool_step(tool, max_calls=2)
+    reply = step(_state_after(0.0), "".join(hermes(code=f"print({i})") for i in range(6)))
+    assert [r.status for r in reply.tools] == [ToolStatus.OK, ToolStatus.OK, ToolStatus.REFUSED]
+    assert [r.output for r in reply.tools[:2]] == ["0\n", "1\n"]
+    assert "only 2 tool calls per reply" in reply.tools[2].output
+    with pytest.raises(ValueError, match="max_calls"):
+        python_tool_step(tool, max_calls=0)
+
+
+def test_the_runners_exit_codes_are_drawn_per_call():
+    from grpo_envs.tools import RunnerExits, runner_program
+
+    draws = {RunnerExits.draw() for _ in range(20)}
+    assert len(draws) == 20
+    for exits in draws:
+        codes = [exits.ok, exits.raised, exits.ended, exits.crashed, exits.replay_failed]
+        assert len(set(codes)) == 5 and all(64 <= c <= 250 for c in codes)
+    program = runner_program(["x = 1", "x"], RunnerExits(70, 71, 72, 73, 74))
+    assert "_os._exit(70)" in program and "__OK__" not in program
