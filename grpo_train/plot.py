@@ -81,8 +81,9 @@ class RunFacts:
 
         def number(key: str) -> float | None:
             value = flat.get(key)
-            plain = isinstance(value, int | float) and not isinstance(value, bool)
-            return float(value) if plain else None
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return None
+            return float(value)
 
         length = number("max_completion_length")
         return cls(number("beta"), None if length is None else int(length), number("max_grad_norm"))
