@@ -159,6 +159,28 @@ def _dequantize_gguf(gguf: Path, out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
+def model_shape(name_or_path: str) -> tuple[int, int] | None:
+    """Return a local model folder's (layers, hidden size) from its config.json; None otherwise.
+
+    A hub id, the embedded model's alias or a config without those fields gives None (nothing
+    is downloaded or converted to find out).
+    """
+    import json
+
+    path = Path(name_or_path).expanduser() / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(config, dict) and isinstance(config.get("text_config"), dict):
+        config = config["text_config"]  # multimodal configs nest the language model's
+    layers = config.get("num_hidden_layers") if isinstance(config, dict) else None
+    hidden = config.get("hidden_size") if isinstance(config, dict) else None
+    if isinstance(layers, int) and isinstance(hidden, int) and layers > 0 and hidden > 0:
+        return layers, hidden
+    return None
+
+
 def resolve_model(name_or_path: str | None) -> str:
     """Map a ``--model`` value to something transformers and vLLM can load.
 

@@ -14,12 +14,12 @@ import json
 import logging
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grpo_train.records import CompletionRecord
+from grpo_train.records import CompletionRecord, RewardPart, TurnRecord
 
 if TYPE_CHECKING:
     from grpo_train.config import TrainConfig
@@ -60,6 +60,25 @@ class TrainingSample(CompletionRecord):
     step: int
     advantage: float
     finish_reason: str
+    components: tuple[RewardPart, ...] = ()
+    """Where the reward came from: the score's components (the reward is their weighted sum;
+    empty where scoring failed, ``score_details`` then says why)."""
+    score_details: Mapping[str, object] | None = None
+    """What the scorer noted (extracted answer, failure reason, an episode's end and turns)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpisodeSample(TrainingSample):
+    """A multi-turn training row: the episode turn by turn, and how it ended.
+
+    ``completion`` stays a plain transcript (``[role]`` lines before the environment's replies,
+    for grep); ``turns`` says who wrote what, with token counts and tool calls.
+    """
+
+    turns: tuple[TurnRecord, ...]
+    episode_end: str
+    """A ``grpo_envs.episode.EpisodeEnd`` value: ``done`` (the environment ended it) or the
+    budget that cut it (``max_turns``, ``max_tokens``...)."""
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
@@ -318,12 +337,36 @@ def _finite(value: float) -> float | None:
 
 
 def sample_records(
-    step: int, group: Group, env_name: str, advantages: Sequence[float]
+    step: int,
+    group: Group,
+    env_name: str,
+    advantages: Sequence[float],
+    episode_terms: Collection[str] = (),
 ) -> list[TrainingSample]:
-    """Return the completions of one group as ``samples.jsonl`` records."""
+    """Return the completions of one group as ``samples.jsonl`` records.
+
+    Multi-turn groups give ``EpisodeSample`` rows (each turn, its tool calls, the scored turn);
+    ``episode_terms`` names the score components computed over the whole episode (the rest
+    judged the final turn).
+    """
+    from grpo_train.rollout.episodes import episode_turns
+
     prompt = group.sample.prompt[-1].content if group.sample.prompt else ""
-    return [
-        TrainingSample(
+    rows: list[TrainingSample] = []
+    for i, (c, s, adv) in enumerate(zip(group.completions, group.scores, advantages)):
+        episode = group.episodes[i] if i < len(group.episodes) else None
+        judged = "completion" if episode is None else "final_turn"
+        parts = tuple(
+            RewardPart(
+                name=p.name,
+                value=p.value,
+                weight=p.weight,
+                weighted=p.weighted,
+                judged="episode" if p.name in episode_terms else judged,
+            )
+            for p in s.components
+        )
+        common = dict(
             env_id=env_name,
             sample_id=group.sample.id,
             prompt=prompt,
@@ -333,6 +376,18 @@ def sample_records(
             step=step,
             advantage=adv,
             finish_reason=c.finish_reason,
+            components=parts,
+            score_details=dict(s.details),
         )
-        for c, s, adv in zip(group.completions, group.scores, advantages)
-    ]
+        if episode is None:
+            rows.append(TrainingSample(**common))  # type: ignore[arg-type]
+        else:
+            end = episode.state.end
+            rows.append(
+                EpisodeSample(
+                    **common,  # type: ignore[arg-type]
+                    turns=episode_turns(episode),
+                    episode_end="" if end is None else end.value,
+                )
+            )
+    return rows

@@ -26,13 +26,16 @@ from grpo_train.config import (
     TRL_ALIASES,
     TRL_TRANSLATED,
     ConfigError,
+    DefaultChoice,
     TrainConfig,
     field_docs,
     field_owners,
     field_types,
     preset_config,
+    real_model_defaults,
 )
 from grpo_train.console import setup_logging
+from grpo_train.models import model_shape
 from grpo_train.run_dir import with_output_dir
 
 if TYPE_CHECKING:  # the trainer imports torch: only when a run starts
@@ -135,7 +138,53 @@ def join_negative_values(argv: Sequence[str]) -> list[str]:
 
 def resolve_config(args: argparse.Namespace) -> TrainConfig:
     """Layer the base (preset or plain defaults) <- YAML file <- command-line flags."""
-    config = preset_config() if _wants_preset(args) else TrainConfig()
+    return resolve_with_defaults(args)[0]
+
+
+def resolve_with_defaults(
+    args: argparse.Namespace,
+) -> tuple[TrainConfig, tuple[DefaultChoice, ...]]:
+    """Resolve the configuration and return the real-model defaults it applied.
+
+    A named model (not the embedded quick start) gets ``config.real_model_defaults`` for its
+    shape under the YAML file and the flags: a field either of them gives is theirs, and is not
+    among the defaults returned.
+    """
+    if _wants_preset(args):
+        return _layered(args, preset_config()), ()
+    plain = _layered(args, TrainConfig())
+    given = _given_fields(args)
+    chosen = tuple(
+        c for c in real_model_defaults(model_shape(plain.policy.model)) if c.field not in given
+    )
+    if not chosen:
+        return plain, ()
+    base = TrainConfig.from_flat({c.field: c.value for c in chosen})
+    return _layered(args, base), chosen
+
+
+def _given_fields(args: argparse.Namespace) -> set[str]:
+    """Return the fields the command line or the YAML file sets (under our names)."""
+    given = {name for name in field_owners() if getattr(args, name) is not None}
+    given |= {
+        TRL_ALIASES.get(key.removeprefix("trl__"), "")
+        for key, value in vars(args).items()
+        if key.startswith("trl__") and value is not None
+    }
+    if args.config:
+        import yaml
+
+        try:
+            raw = yaml.safe_load(Path(args.config).read_text())
+        except (OSError, yaml.YAMLError):
+            raw = None  # from_yaml has already reported it
+        for key, value in (raw or {}).items() if isinstance(raw, dict) else ():
+            given |= set(value) if isinstance(value, dict) else {key}
+    return {TRL_ALIASES.get(str(name), str(name)) or str(name) for name in given}
+
+
+def _layered(args: argparse.Namespace, config: TrainConfig) -> TrainConfig:
+    """Layer the YAML file and the command-line flags over ``config``."""
     if args.config:
         config = TrainConfig.from_yaml(args.config, base=config)
     overrides: dict[str, object] = {
@@ -173,7 +222,7 @@ def _main(argv: list[str] | None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(join_negative_values(raw))
     try:
-        config = resolve_config(args)
+        config, chosen = resolve_with_defaults(args)
         setup_logging(config.run.log_level, details_to_file=True)
     except ConfigError as err:
         print(f"grpo train: {err}", file=sys.stderr)
@@ -183,10 +232,10 @@ def _main(argv: list[str] | None) -> int:
 
     stop = StopRequest()
     with stop.installed():  # from here on a signal is a stop request, loading included
-        return _train(config, stop)
+        return _train(config, stop, chosen)
 
 
-def _train(config: TrainConfig, stop: StopRequest) -> int:
+def _train(config: TrainConfig, stop: StopRequest, chosen: Sequence[DefaultChoice] = ()) -> int:
     from grpo_envs.types import DataUnavailableError
     from grpo_train.checkpoint import CheckpointError, latest_checkpoint
     from grpo_train.models import ModelNotAvailableError
@@ -200,6 +249,8 @@ def _train(config: TrainConfig, stop: StopRequest) -> int:
         f"steps={config.run.max_steps} -> {config.run.output_dir}",
         flush=True,
     )
+    if chosen:
+        print(defaults_line(chosen), flush=True)
     resume = f"`{resume_command(Path(config.run.output_dir) / 'config.yaml')}`"
     try:
         # The run folder is checked there, on the resolved config (dtype auto -> what the saved
@@ -370,6 +421,20 @@ def _episodes_line(run_dir: Path, history_policy: str) -> str:
             "template_breaks: error stops the run instead)"
         )
     return line
+
+
+def defaults_line(chosen: Sequence[DefaultChoice]) -> str:
+    """Return the start-up line naming the real-model defaults a named model got, and why.
+
+    >>> defaults_line([DefaultChoice("gradient_checkpointing", True, "a real model")])
+    'real-model defaults: gradient_checkpointing=true (a real model); a flag or --config sets \
+them otherwise'
+    """
+    return (
+        "real-model defaults: "
+        + "; ".join(c.describe() for c in chosen)
+        + "; a flag or --config sets them otherwise"
+    )
 
 
 def _switches_line(result: TrainResult) -> str:

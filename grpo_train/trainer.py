@@ -402,7 +402,11 @@ class Trainer:
         trained = bool(batch.samples) and not batch.padding
         group = batch.samples[0] if trained else sampled[0]
         values = advantages[0].tolist() if trained else [0.0] * len(group.completions)
-        log.log_samples(sample_records(step, group, s.env_names[group.env_index], values))
+        env = s.envs[group.env_index]
+        # MultiTurnEnv's terms over the whole episode (a per-turn penalty); the rubric's judge
+        # the final turn.
+        terms = [t.name for t in getattr(env, "episode_components", ())]
+        log.log_samples(sample_records(step, group, s.env_names[group.env_index], values, terms))
 
     def advantages(self, batch: RolloutBatch) -> torch.Tensor:
         """Return the (P, G) advantages of this rank's groups, computed over every rank's.

@@ -62,6 +62,7 @@ from grpo_train.episode_tokens import (
 )
 from grpo_train.plain_text import encode_plain
 from grpo_train.prompts import PLAIN, PromptFormat, encode_prompt
+from grpo_train.records import ToolCallRecord, TurnRecord
 from grpo_train.reply_render import HistoryPolicy, ReplyRenderer, TemplateError, check_template
 from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
 
@@ -265,6 +266,9 @@ class EpisodeRollout:
     assembled: AssembledEpisode
     end_break: TemplateBreak | None = None
     """The break that ended the episode under ``BreakPolicy.END`` (``TEMPLATE_BREAK``)."""
+    tools_after_turn: tuple[int, ...] = ()
+    """Per model turn: how many of ``state.tools`` had been made once its step ran (turn ``t``'s
+    calls are ``state.tools[tools_after_turn[t - 1]:tools_after_turn[t]]``)."""
 
     @property
     def sequence(self) -> TrainingSequence:
@@ -348,6 +352,7 @@ class _Live:
     completions: list[Completion] = field(default_factory=list)
     continuations: list[Continuation] = field(default_factory=list)
     end_break: TemplateBreak | None = None
+    tools_after_turn: list[int] = field(default_factory=list)
 
 
 def generate_episodes(
@@ -418,6 +423,7 @@ def generate_episodes(
                 tuple(e.continuations),
                 assembled,
                 e.end_break,
+                tuple(e.tools_after_turn),
             )
         )
     return groups
@@ -479,6 +485,7 @@ def _take_turn(
         )
         for i, state in zip(members, states):
             live[i].state = state
+            live[i].tools_after_turn.append(len(state.tools))
     for e in live:
         if not e.state.done:
             _extend(e, renderer, settings)
@@ -568,6 +575,53 @@ def episode_row(rollout: EpisodeRollout) -> Completion:
     )
 
 
+def episode_turns(rollout: EpisodeRollout) -> tuple[TurnRecord, ...]:
+    """Return the episode turn by turn: each model turn, then the environment's reply to it.
+
+    A model turn carries its sampled ids, finish reason and the tool calls its step ran (with
+    their results); the last model turn is marked ``scored`` (the rubric judges the final turn).
+    A reply carries the ids it inserted into the training sequence (None where the template
+    re-rendered the history, or the reply ended the episode without entering it).
+    """
+    state = rollout.state
+    bounds = (0, *rollout.tools_after_turn)
+    out: list[TurnRecord] = []
+    for i, turn in enumerate(state.turns):
+        done = rollout.completions[i] if i < len(rollout.completions) else None
+        tools = state.tools[bounds[i] : bounds[i + 1]] if i + 1 < len(bounds) else ()
+        out.append(
+            TurnRecord(
+                role="assistant",
+                text=turn,
+                tokens=None if done is None else len(done.token_ids),
+                finish_reason="" if done is None else done.finish_reason,
+                tool_calls=tuple(
+                    ToolCallRecord(
+                        name=t.name,
+                        call=t.code,
+                        status=t.status.value,
+                        seconds=t.seconds,
+                        output=t.output,
+                    )
+                    for t in tools
+                ),
+                scored=i == len(state.turns) - 1,
+            )
+        )
+        if i < len(state.observations):
+            reply = state.observations[i].messages
+            follow = rollout.continuations[i] if i < len(rollout.continuations) else None
+            roles = list(dict.fromkeys(m.role for m in reply))
+            out.append(
+                TurnRecord(
+                    role="+".join(roles),
+                    text="\n".join(m.content for m in reply),
+                    tokens=len(follow.ids) if isinstance(follow, Extension) else None,
+                )
+            )
+    return tuple(out)
+
+
 def score_episodes(
     envs: Sequence[Episodic], rollouts: Sequence[Sequence[EpisodeRollout]]
 ) -> list[list[Score]]:
@@ -645,6 +699,7 @@ __all__ = [
     "EpisodeStats",
     "TemplateBreakError",
     "episode_row",
+    "episode_turns",
     "generate_episodes",
     "is_multi_turn",
     "score_episodes",

@@ -115,7 +115,9 @@ def test_grpo_train_then_grpo_plot_end_to_end(tiny_model_path, tmp_path):
         "reward.png",
         "accuracy.png",
         "length.png",
-        "kl.png",
+        "policy.png",
+        "optimization.png",
+        "speed.png",
     }
 
     out = tmp_path / "again"
@@ -126,7 +128,7 @@ def test_grpo_train_then_grpo_plot_end_to_end(tiny_model_path, tmp_path):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert len(list(out.glob("*.png"))) == 4
+    assert len(list(out.glob("*.png"))) == 6
     assert all(p.stat().st_size > 1000 for p in out.glob("*.png"))
 
 
