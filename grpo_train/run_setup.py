@@ -171,6 +171,7 @@ def setup_run(
     optimizer, scheduler = build_optimizer(cfg, model)
     wrapped: torch.nn.Module = model
     if is_distributed:  # DDP / FSDP / ZeRO wrappers; gradients reduced by them
+        distributed.set_deepspeed_micro_batch_size(accelerator)  # no dataloader to infer it
         wrapped, optimizer = accelerator.prepare(model, optimizer)
     start_step, baselines, sampler, switches = _restore_training_state(
         cfg, resume_from, saved, optimizer, scheduler, accelerator if is_distributed else None
