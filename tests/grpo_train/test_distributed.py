@@ -627,3 +627,25 @@ if __name__ == "__main__":
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     _worker(args.model, args.out)
+
+
+@pytest.mark.parametrize("given", ["auto", None, 4])
+def test_deepspeed_gets_a_micro_batch_size_without_a_dataloader(given: object) -> None:
+    """accelerate's prepare() resolves ``auto`` from a dataloader, which the trainer has not:
+    the DeepSpeed plugin the zero*.yaml examples build gets a number, a user's own is kept."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DeepSpeedPlugin
+
+    from grpo_train.distributed import set_deepspeed_micro_batch_size
+
+    plugin = DeepSpeedPlugin(zero_stage=2, gradient_accumulation_steps=1)
+    if given is None:
+        del plugin.deepspeed_config["train_micro_batch_size_per_gpu"]
+    else:
+        plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = given
+    set_deepspeed_micro_batch_size(SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=plugin)))
+    # what prepare() reads (through the plugin's HfDeepSpeedConfig)
+    assert not plugin.is_auto("train_micro_batch_size_per_gpu")
+    assert plugin.get_value("train_micro_batch_size_per_gpu") == (4 if given == 4 else 1)
+    set_deepspeed_micro_batch_size(SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=None)))

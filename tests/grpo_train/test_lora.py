@@ -237,3 +237,71 @@ def test_load_lora_policy_fresh_and_resumed(
             token_logprobs(resumed, mb)[0], token_logprobs(lora_model, mb)[0], rtol=0, atol=1e-6
         )
     assert any(p.requires_grad for n, p in resumed.named_parameters() if "lora_" in n)
+
+
+class Params4bit(torch.nn.Parameter):
+    """Stand-in for bitsandbytes' 4-bit parameter, as far as the export reads one.
+
+    peft recognises it by class name and dequantizes it with
+    ``bitsandbytes.functional.dequantize_4bit(param.data, param.quant_state)``; here the stored
+    data is the weight divided by a per-row scale (``quant_state``), so an export that skips
+    dequantizing returns wrong values, and one that walks into the layer emits its name.
+    """
+
+    quant_state: torch.Tensor
+
+    def __new__(cls, weight: torch.Tensor) -> Params4bit:
+        scale = weight.abs().amax(dim=1, keepdim=True).clamp_min(1e-6)
+        param = super().__new__(cls, weight.detach() / scale, requires_grad=False)
+        param.quant_state = scale
+        return param
+
+
+def _fake_bitsandbytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    module = types.ModuleType("bitsandbytes")
+    module.functional = types.SimpleNamespace(  # type: ignore[attr-defined]
+        dequantize_4bit=lambda data, quant_state: data * quant_state
+    )
+    monkeypatch.setitem(sys.modules, "bitsandbytes", module)
+
+
+def _quantize_linears(model: torch.nn.Module) -> None:
+    """Give every base Linear (LoRA-wrapped or not) a 4-bit stand-in weight, as QLoRA loads it."""
+    base: Any = unwrap_peft(model).get_base_model()
+    for name, module in base.named_modules():
+        if type(module) is torch.nn.Linear and ".lora_" not in name and name != "lm_head":
+            module.weight = Params4bit(module.weight)
+    base.is_loaded_in_4bit = True
+
+
+@pytest.mark.parametrize("targets", ["all-linear", ("q_proj", "v_proj"), ("down_proj",)])
+def test_quantized_export_has_exactly_the_base_model_names(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_model_path: Path, targets: Any
+) -> None:
+    """A 4-bit base exports (engine sync and save_merged) under the base checkpoint's names
+    only, dequantized and merged: no ``base_layer`` name, which vLLM's loader rejects."""
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    from grpo_train.weight_export import is_quantized
+
+    plain = _load(tiny_model_path)
+    names = set(plain.state_dict()) - {"lm_head.weight"}  # tied: emitted once, as the embedding
+    settings = LoraSettings(lora_r=4, lora_alpha=8, target_modules=targets)
+    model = apply_lora(plain, settings)
+    _randomize_adapter(model)
+    expected = export_state_dict(model)
+    _quantize_linears(model)
+    _fake_bitsandbytes(monkeypatch)
+    assert is_quantized(model)
+    exported = export_state_dict(model)
+    assert set(exported) == names == set(expected)
+    for name, tensor in expected.items():
+        torch.testing.assert_close(exported[name], tensor, rtol=1e-6, atol=1e-6)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    out = save_merged(model, tokenizer, tmp_path / "merged")
+    saved = {k for f in out.glob("*.safetensors") for k in load_file(f)}
+    assert saved == names

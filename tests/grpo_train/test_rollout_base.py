@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -67,3 +72,67 @@ def test_vllm_engine_sleeps_only_on_cuda_with_sleep_mode(monkeypatch: pytest.Mon
     assert engine.sleep() is False
     assert object.__new__(HFEngine).sleep() is False
     assert calls == ["sleep2", "wake"]
+
+
+class PerThreadCuda:
+    """torch.cuda's current device as CUDA keeps it: one per thread, device 0 in a new thread."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+
+    def current_device(self) -> int:
+        return getattr(self.local, "device", 0)
+
+    def set_device(self, device: int) -> None:
+        self.local.device = device
+
+
+@pytest.fixture
+def rank_3_gpu(monkeypatch: pytest.MonkeyPatch) -> PerThreadCuda:
+    """This thread on GPU 3, as rank 3 of a launched run sets it; CUDA in use."""
+    import torch
+
+    cuda = PerThreadCuda()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", cuda.current_device)
+    monkeypatch.setattr(torch.cuda, "set_device", cuda.set_device)
+    cuda.set_device(3)
+    return cuda
+
+
+def test_engine_requests_on_a_helper_thread_run_on_the_callers_gpu(
+    rank_3_gpu: PerThreadCuda,
+) -> None:
+    """A watched request (generate, weight sync) runs on a helper thread: on rank 3's GPU."""
+    from grpo_train.rollout.processes import EngineProcesses
+
+    before = EngineProcesses.current_children()
+    engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    watched = EngineProcesses.started_since(before, roots=[engine.pid])
+    try:
+        seen = watched.call(lambda: (threading.get_ident(), rank_3_gpu.current_device()), "sync")
+    finally:
+        watched.end(grace_s=0.1)
+    assert seen[0] != threading.get_ident()  # it did run on a helper thread
+    assert seen[1] == 3
+
+
+def test_the_rollout_producer_thread_generates_on_the_callers_gpu(
+    rank_3_gpu: PerThreadCuda,
+) -> None:
+    from test_rollout_pipeline import FakeCollector, _drive
+
+    from grpo_train.rollout_pipeline import RolloutPipeline
+
+    engine = SimpleNamespace(version=0, syncing=False)
+    devices: list[int] = []
+    collector = FakeCollector(engine)
+    sample = collector.sample_batch
+    collector.sample_batch = lambda *a: (devices.append(rank_3_gpu.current_device()), sample(*a))[1]
+    pipeline = RolloutPipeline(collector, 1, last_step=3)
+    try:
+        _drive(pipeline, engine, 3)
+    finally:
+        pipeline.close()
+    assert {c[2] for c in collector.calls} == {"rollouts"} and devices == [3, 3, 3]

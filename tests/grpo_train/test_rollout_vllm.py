@@ -166,6 +166,8 @@ def test_cpu_engine_runs_in_process_by_default_and_samples_as_a_child_engine_doe
     )
     try:
         assert not inner.in_process and inner.processes.pids  # the engine core and its worker
+        # told from other children of this process by vLLM's names for them
+        assert all(name.startswith("VLLM::") for name in inner.processes.pids.values())
         assert os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == env_before
         assert torch.set_num_threads is set_num_threads
         sampling = SamplingConfig(n=4, max_new_tokens=16, temperature=0.8, seed=3)

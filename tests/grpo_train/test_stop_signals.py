@@ -66,7 +66,7 @@ def test_a_request_to_a_dead_engine_raises_at_once_and_nothing_is_left():
     before = EngineProcesses.current_children()
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    watched = EngineProcesses.started_since(before)
+    watched = EngineProcesses.started_since(before, roots=[victim.pid, helper.pid])
     assert set(watched.pids) == {victim.pid, helper.pid}
     assert watched.call(lambda: 42, "generate") == 42 and watched.dead() is None
     victim.kill()
@@ -84,13 +84,54 @@ def test_a_killed_child_its_owner_has_not_polled_is_named_killed_by_its_signal()
     # zombie nobody has reaped, and the message must still give the signal (not "is gone").
     before = EngineProcesses.current_children()
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    watched = EngineProcesses.started_since(before)  # exitcodes: an owner that never polled
+    # exitcodes: an owner that never polled
+    watched = EngineProcesses.started_since(before, roots=[victim.pid])
     os.kill(victim.pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while (cause := watched.dead()) is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert cause is not None and f"pid {victim.pid}) was killed by SIGKILL" in cause
     assert victim.wait(timeout=5) == -signal.SIGKILL  # left for its owner to reap
+
+
+# vLLM's engine core as the process tree shows it: named by setproctitle (the kernel keeps 15
+# characters), with its worker as a child.
+NAMED_ENGINE = """
+import subprocess, sys, time
+from pathlib import Path
+Path("/proc/self/comm").write_text(sys.argv[1])
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+print(worker.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def _short_lived_child(seconds: float) -> subprocess.Popen[bytes]:
+    """A child of the trainer that is not the engine's (torch inductor's compile workers)."""
+    return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"])
+
+
+@pytest.mark.parametrize("by", ["name", "roots"])
+def test_only_the_engines_processes_are_watched_other_children_may_come_and_go(by: str) -> None:
+    before = EngineProcesses.current_children()
+    helper = _short_lived_child(1.0)  # started with the engine, ended while it runs
+    # by roots: vLLM's own list of its engine core processes, without setproctitle's names
+    name = "VLLM::EngineCore" if by == "name" else "python"
+    engine = subprocess.Popen([sys.executable, "-c", NAMED_ENGINE, name], stdout=subprocess.PIPE)
+    worker = int(engine.stdout.readline())  # type: ignore[union-attr]
+    roots = [engine.pid] if by == "roots" else []
+    watched = EngineProcesses.started_since(before, roots=roots)
+    try:
+        assert set(watched.pids) == {engine.pid, worker}
+        later = _short_lived_child(0.2)  # a compile pool started after the engine was up
+        assert watched.call(lambda: (helper.wait(), later.wait(), 42)[2], "generate") == 42
+        assert watched.dead() is None
+        os.kill(worker, signal.SIGKILL)
+        with pytest.raises(EngineDied, match=f"during generate: .*pid {worker}"):
+            watched.call(lambda: time.sleep(30), "generate")
+    finally:
+        watched.end(grace_s=0.5)
+        engine.wait(timeout=5)
 
 
 # A process whose main thread has ended while another still runs: how a killed multithreaded
@@ -108,7 +149,7 @@ def test_a_process_whose_threads_are_still_ending_is_named_by_its_exit_code():
     # thread exits: the message must wait for the code rather than say "is gone".
     before = EngineProcesses.current_children()
     victim = subprocess.Popen([sys.executable, "-c", LEADER_GONE_FIRST])
-    watched = EngineProcesses.started_since(before)
+    watched = EngineProcesses.started_since(before, roots=[victim.pid])
     deadline = time.monotonic() + 10
     while _running(victim.pid) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -126,7 +167,7 @@ engine = subprocess.Popen([sys.executable, "-c", sys.argv[1]])  # maps a segment
 while not Path(f"/dev/shm/{sys.argv[2]}").exists():
     time.sleep(0.05)
 time.sleep(0.5)
-processes = EngineProcesses.started_since(before)
+processes = EngineProcesses.started_since(before, roots=[engine.pid])
 processes.reap_when_owner_dies(remove=[owned_dirs_pattern("grpo-kit-test-", Path(sys.argv[3]))])
 folder = owned_dir("grpo-kit-test-", Path(sys.argv[3]))  # made after the reaper started
 if sys.argv[4] == "end":

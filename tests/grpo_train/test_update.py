@@ -203,3 +203,57 @@ def test_auto_packing_packs_only_the_steps_where_padding_costs_more(tiny_model_p
     for name, grad in always["grads"].items():
         assert torch.equal(auto["grads"][name], grad), name  # the same packed path, bitwise
         torch.testing.assert_close(padded["grads"][name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+class RecordingDeepSpeedEngine:
+    """The calls accelerate's ``DeepSpeedEngineWrapper.backward`` makes on DeepSpeed's engine."""
+
+    def __init__(self) -> None:
+        self.boundaries: list[bool] = []
+        self.steps = 0
+
+    def set_gradient_accumulation_boundary(self, is_boundary: bool) -> None:
+        self.boundaries.append(is_boundary)
+
+    def backward(self, loss: torch.Tensor, **kwargs: object) -> None:
+        loss.backward()
+
+    def step(self) -> None:  # DeepSpeed's optimizer step (clip, step, zero)
+        self.steps += 1
+
+
+@pytest.mark.parametrize(("mu", "micro_batch_tokens"), [(1, 16), (2, 16), (1, 10**6), (2, 10**6)])
+def test_deepspeed_steps_once_per_optimizer_step_whatever_the_micro_batches(
+    tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch, mu: int, micro_batch_tokens: int
+) -> None:
+    """accelerate's own backward under DeepSpeed steps the engine whenever ``sync_gradients``
+    is set; the update sets it on the last micro-batch of each pass only."""
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedType
+    from accelerate.utils.deepspeed import DeepSpeedEngineWrapper
+
+    from grpo_train.models import load_policy
+
+    model, _ = load_policy(str(tiny_model_path))
+    accelerator = Accelerator(cpu=True)
+    monkeypatch.setattr(accelerator.state, "distributed_type", DistributedType.DEEPSPEED)
+    engine = RecordingDeepSpeedEngine()
+    accelerator.deepspeed_engine_wrapped = DeepSpeedEngineWrapper(engine)
+    passes: list[bool] = []  # sync_gradients as the optimizer step sees it
+
+    def optimizer_step(loss: float) -> float:
+        passes.append(accelerator.sync_gradients)
+        model.zero_grad(set_to_none=True)
+        return 0.0
+
+    settings = UpdateSettings.of(mu=mu, micro_batch_tokens=micro_batch_tokens)
+    learner = Learner(model, pad_id=0, accelerator=accelerator)
+    advantages = torch.tensor([[1.0, -1.0], [-0.5, 0.5]])
+    grpo_update(learner, optimizer_step, make_batch(all_tokens()), advantages, settings)
+    per_pass = len(engine.boundaries) // mu
+    assert len(engine.boundaries) == per_pass * mu and per_pass >= 1
+    assert engine.boundaries == ([False] * (per_pass - 1) + [True]) * mu
+    assert engine.steps == mu and passes == [True] * mu
+    assert accelerator.sync_gradients  # left as accelerate's default
+    if micro_batch_tokens == 16:
+        assert per_pass > 1  # the case that matters: several micro-batches

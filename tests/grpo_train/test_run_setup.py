@@ -1,0 +1,79 @@
+"""``run_setup``: the dtype full fine-tuning trains in, and the optimizer built for it."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from grpo_train.config import OptimConfig, PolicyConfig, TrainConfig
+from grpo_train.run_setup import (
+    build_optimizer,
+    load_run_policy,
+    parameter_dtype,
+    training_autocast,
+)
+
+
+def _config(model: Path, dtype: str, lora_r: int = 0) -> TrainConfig:
+    base = TrainConfig()
+    return dataclasses.replace(
+        base,
+        policy=PolicyConfig(model=str(model), dtype=dtype, lora_r=lora_r),  # type: ignore[arg-type]
+        optim=OptimConfig(learning_rate=1e-6, warmup_steps=0),
+    )
+
+
+def _moved_fraction(cfg: TrainConfig, model_path: Path, steps: int = 5) -> dict[str, float]:
+    """Train ``steps`` AdamW steps as a run would; return the fraction of changed elements."""
+    from grpo_train.run_setup import lora_settings
+
+    model = load_run_policy(cfg, lora_settings(cfg), "cpu", str(model_path), None, None)[0]
+    optimizer, _ = build_optimizer(cfg, model)
+    trained = {n: p for n, p in model.named_parameters() if p.requires_grad and p.dim() == 2}
+    before = {n: p.detach().clone() for n, p in trained.items()}
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (2, 24), generator=generator)
+    for _ in range(steps):
+        with training_autocast(cfg.policy, "cpu"):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return {n: (p.detach() != before[n]).float().mean().item() for n, p in trained.items()}
+
+
+def test_bfloat16_full_fine_tuning_moves_every_weight_at_a_small_learning_rate(
+    tiny_model_path: Path,
+) -> None:
+    """bfloat16 parameters would round a 1e-6 AdamW step away (under 1% of elements change);
+    float32 master weights under bfloat16 autocast take it on (nearly all change)."""
+    cfg = _config(tiny_model_path, "bfloat16")
+    moved = _moved_fraction(cfg, tiny_model_path)
+    assert min(moved.values()) > 0.9, sorted(moved.items(), key=lambda kv: kv[1])[:3]
+    reference = _moved_fraction(_config(tiny_model_path, "float32"), tiny_model_path)
+    assert min(reference.values()) > 0.9  # the same steps in float32, for comparison
+
+
+def test_bfloat16_run_computes_in_bfloat16_over_float32_weights(tiny_model_path: Path) -> None:
+    cfg = _config(tiny_model_path, "bfloat16")
+    model = load_run_policy(cfg, None, "cpu", str(tiny_model_path), None, None)[0]
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    with training_autocast(cfg.policy, "cpu"):
+        logits = model(input_ids=torch.tensor([[1, 2, 3]])).logits
+    assert logits.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize(
+    ("dtype", "lora_r", "loaded"),
+    [("bfloat16", 0, "float32"), ("float32", 0, "float32"), ("bfloat16", 8, "bfloat16"),
+     ("float32", 8, "float32")],
+)  # fmt: skip
+def test_parameter_dtype(dtype: str, lora_r: int, loaded: str) -> None:
+    policy = PolicyConfig(dtype=dtype, lora_r=lora_r)  # type: ignore[arg-type]
+    assert parameter_dtype(policy) == loaded
+    # float32 runs on CPU are never autocast (their tests compare results exactly)
+    autocast = training_autocast(policy, "cpu")
+    assert isinstance(autocast, torch.autocast) == (loaded != dtype)
