@@ -10,10 +10,13 @@ Two call formats (``ToolFormat``):
   run, and its output comes back as a user message holding an ``output`` block (the
   convention of tool-integrated reasoning: ToRA, arXiv:2309.17452).
 
-Whatever the model writes, parsing never raises: a call that cannot be parsed is a
-``MalformedCall``, which the step function turns into an observation (the model sees what was
-wrong and may retry); a failing or timed-out tool call is an observation too, with a typed
-``ToolStatus``.
+Whatever the model writes, parsing never raises and takes time linear in the turn: a call that
+cannot be parsed (not JSON, integers past Python's int-string limit, nesting deeper than the
+decoder's stack, a name or arguments of the wrong type, an unclosed tag) is a ``MalformedCall``,
+which the step function turns into an observation (the model sees what was wrong and may retry);
+a failing or timed-out tool call is an observation too, with a typed ``ToolStatus``. Model text
+thus never ends an episode as an environment error, which the trainer would drop from its
+baseline and loss.
 
 How the python tool keeps state. An episode's variables must persist across calls and nothing may
 leak between episodes. We REPLAY: each call runs, in a fresh sandboxed process, the episode's

@@ -415,6 +415,7 @@ ENVS: dict[str, dict[str, object]] = {
     "math/countdown-v0": SMALL,
     "format/think-answer-v0": SMALL,
     "rg/reasoning-gym-v0": SMALL,
+    "rg/prime_factorization-v0": SMALL,
     "math/gsm8k-v0": {"data_path": str(FIXTURES / "gsm8k"), "limit": 4},
     "math/math500-v0": {"data_path": str(FIXTURES / "math500")},
     "math/aime24-v0": {"data_path": str(BENCH / "aime24")},
@@ -535,6 +536,14 @@ def test_bare_code_search_is_bounded_on_junk_that_fails_only_at_its_end():
     assert time.perf_counter() - start < 10.0
 
 
+def test_a_long_line_of_tildes_is_scanned_for_fences_in_linear_time():
+    # The fence and its info string both matched tildes: 45 s of backtracking for 40,000.
+    start = time.perf_counter()
+    assert fenced_blocks("~" * 40_000) == [] and extract_code("~" * 40_000) is None
+    assert time.perf_counter() - start < 2.0
+    assert fenced_blocks("~~~~ python\nprint(1)\n~~~~\n") == ["print(1)\n"]
+
+
 @pytest.mark.parametrize(
     "completion",
     [
@@ -570,3 +579,13 @@ def test_code_feedback_episode_never_ends_in_an_environment_error(code_feedback_
     state = env.step(env.start(env.dataset("test")[0]), text)
     assert state.end is not EpisodeEnd.ENV_ERROR, state.error
     assert not scoring_failed(env.score_episode(state))
+
+
+@pytest.mark.parametrize("answer", ["-", "1e999999", "9" * 5000, "\ud800", "[[", "nan"])
+def test_a_task_scorer_that_raises_on_the_answer_makes_it_wrong(answer):
+    # reasoning-gym's prime_factorization scorer runs int() on every factor: it raised
+    # ValueError on these answers, and each came back as an error outcome.
+    env = grpo_envs.make("rg/prime_factorization-v0", train_size=2, test_size=2)
+    score = env.unwrapped.score(f"<answer>{answer}</answer>", env.dataset("test")[0])
+    assert score.outcome is Outcome.WRONG, score
+    assert "scorer failed" in str(score.details["reason"])
