@@ -589,3 +589,19 @@ def test_a_task_scorer_that_raises_on_the_answer_makes_it_wrong(answer):
     score = env.unwrapped.score(f"<answer>{answer}</answer>", env.dataset("test")[0])
     assert score.outcome is Outcome.WRONG, score
     assert "scorer failed" in str(score.details["reason"])
+
+
+@pytest.mark.parametrize(
+    "turn",
+    [
+        '<tool_call>{"name": "python", "arguments": {"code": "x = \\"\\ud800\\"\\nx"}}</tool_call>',
+        '<tool_call>{"name": "python", "arguments": {"code": "print(\'\\u0000\')"}}</tool_call>',
+        '<tool_call>{"name": "python", "arguments": {"code": "10 ** 5000"}}</tool_call>',
+    ],
+    ids=["lone-surrogate", "nul", "past-int-limit"],
+)
+def test_hostile_code_in_the_sandboxed_python_tool_is_a_typed_tool_error(python_tool_env, turn):
+    env = python_tool_env
+    state = env.step(env.start(env.dataset("test")[0]), turn)
+    assert state.end is None, state.error
+    assert [t.status for t in state.tools] == [ToolStatus.ERROR]
