@@ -3,7 +3,9 @@ r"""Format rewards: R1-style tags, boxed answers, DAPO's overlong penalty; plus 
 Each reward is a plain function ``str -> float`` (easy to test) with a ``*_component`` factory that
 wraps it as a weighted ``RewardComponent``. The tag checks count tags: a duplicated or mismatched
 tag earns nothing, a known way format rewards get gamed (verifiers' XML format reward gives partial
-credit for stray tags).
+credit for stray tags). Every reward here is 0 or 1 for any text, in time linear in its length
+(substring counts and ``rfind``; the one regex runs only once each tag occurs exactly once): model
+text never makes one raise.
 
 Example:
     >>> think_answer_strict("<think>2+2</think><answer>4</answer>")

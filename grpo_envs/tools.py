@@ -10,10 +10,13 @@ Two call formats (``ToolFormat``):
   run, and its output comes back as a user message holding an ``output`` block (the
   convention of tool-integrated reasoning: ToRA, arXiv:2309.17452).
 
-Whatever the model writes, parsing never raises: a call that cannot be parsed is a
-``MalformedCall``, which the step function turns into an observation (the model sees what was
-wrong and may retry); a failing or timed-out tool call is an observation too, with a typed
-``ToolStatus``.
+Whatever the model writes, parsing never raises and takes time linear in the turn: a call that
+cannot be parsed (not JSON, integers past Python's int-string limit, nesting deeper than the
+decoder's stack, a name or arguments of the wrong type, an unclosed tag) is a ``MalformedCall``,
+which the step function turns into an observation (the model sees what was wrong and may retry);
+a failing or timed-out tool call is an observation too, with a typed ``ToolStatus``. Model text
+thus never ends an episode as an environment error, which the trainer would drop from its
+baseline and loss.
 
 How the python tool keeps state. An episode's variables must persist across calls and nothing may
 leak between episodes. We REPLAY: each call runs, in a fresh sandboxed process, the episode's
@@ -99,7 +102,7 @@ class MalformedCall:
 
 ParsedCall = ToolCall | MalformedCall
 
-_HERMES_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_OPEN_TAG, _CLOSE_TAG = "<tool_call>", "</tool_call>"
 _CODE_BLOCK = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL)
 _OPEN_CODE_BLOCK = re.compile(r"```(?:python|py)[ \t]*\n")
 
@@ -108,21 +111,29 @@ def parse_hermes(text: str, *, max_calls: int = 8) -> list[ParsedCall]:
     """Return the ``<tool_call>`` JSON calls of ``text`` in order (at most ``max_calls``).
 
     ``arguments`` may be an object or a JSON string holding one (models write both). An opening
-    tag without its closing one is a ``MalformedCall``.
+    tag without its closing one is a ``MalformedCall``. The scan is linear in ``text`` (tags are
+    found with ``str.find``: a lazy regex is quadratic on many unclosed ``<tool_call>`` tags), and
+    at most ``max_calls + 1`` bodies are decoded.
 
     >>> parse_hermes('<tool_call>{"name": "python", "arguments": {"code": "1+1"}}</tool_call>')
     [ToolCall(name='python', arguments={'code': '1+1'})]
     >>> parse_hermes("<tool_call>{name: python}</tool_call>")[0].reason[:22]
     'the call is not JSON: '
+    >>> parse_hermes("<tool_call>" * 3)[0].reason
+    'a <tool_call> tag was not closed with </tool_call>'
     """
     calls: list[ParsedCall] = []
-    for match in _HERMES_CALL.finditer(text):
-        calls.append(_hermes_call(match[1].strip()))
-    tail = (
-        text[text.rfind("</tool_call>") + len("</tool_call>") :] if "</tool_call>" in text else text
-    )
-    if "<tool_call>" in tail:
-        calls.append(MalformedCall("a <tool_call> tag was not closed with </tool_call>"))
+    position = 0
+    while len(calls) <= max_calls:
+        start = text.find(_OPEN_TAG, position)
+        if start == -1:
+            break
+        end = text.find(_CLOSE_TAG, start + len(_OPEN_TAG))
+        if end == -1:
+            calls.append(MalformedCall("a <tool_call> tag was not closed with </tool_call>"))
+            break
+        calls.append(_hermes_call(text[start + len(_OPEN_TAG) : end].strip()))
+        position = end + len(_CLOSE_TAG)
     return _capped(calls, max_calls)
 
 
@@ -130,15 +141,17 @@ def _hermes_call(body: str) -> ParsedCall:
     raw = body[:200]
     try:
         obj = json.loads(body)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        return MalformedCall(f"the call is not JSON: {exc}", raw)
+    except (ValueError, RecursionError) as exc:
+        # ValueError: JSONDecodeError, and integers past Python's int-string conversion limit
+        # (4300 digits); RecursionError: nesting deeper than the decoder's stack.
+        return MalformedCall(f"the call is not JSON: {str(exc)[:200]}", raw)
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return MalformedCall('a call must be a JSON object with a "name" string', raw)
     arguments = obj.get("arguments", {})
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):
             return MalformedCall('"arguments" must be a JSON object', raw)
     if not isinstance(arguments, dict):
         return MalformedCall('"arguments" must be a JSON object', raw)

@@ -4,6 +4,9 @@ Models answer in three shapes: a fenced Markdown block (often after prose or a `
 section), bare code, or, for HumanEval-style prompts, the continuation of a function body. The
 extractors here are pure functions that return ``None`` when no code that Python can parse is
 found; the environments turn that into ``Outcome.UNPARSABLE``.
+
+They never raise and their work is bounded on any text (NUL bytes, invalid Unicode, deep nesting,
+huge literals, megabytes of junk): model text never turns into a scoring failure here.
 """
 
 from __future__ import annotations
@@ -19,8 +22,11 @@ PYTHON_TAGS = frozenset({"", "python", "python3", "py", "py3", "python 3"})
 
 # An opening fence (``` or ~~~, 3 or more), its info string, the body, and the matching close or
 # the end of the text (a generation cut off by max_tokens leaves the last block unterminated).
+# The fence and the info string are possessive (``*+``): a line of many tildes with no newline
+# after it otherwise backtracks through every split of fence and info string (quadratic: 45 s
+# for a 40,000-tilde line).
 _FENCE_RE = re.compile(
-    r"^[ \t]{0,3}(?P<fence>`{3,}|~{3,})[ \t]*(?P<tag>[^\n`]*)\n"
+    r"^[ \t]{0,3}(?P<fence>`{3,}+|~{3,}+)[ \t]*+(?P<tag>[^\n`]*+)\n"
     r"(?P<body>.*?)(?:^[ \t]{0,3}(?P=fence)[ \t]*$|\Z)",
     re.DOTALL | re.MULTILINE,
 )
@@ -29,6 +35,10 @@ _THINK_END = "</think>"
 _CODE_START_RE = re.compile(r"^(def |async def |class |import |from \S+ import |@)")
 #: Completions longer than this are not searched line by line for bare code (bounds the work).
 MAX_BARE_LINES = 400
+#: The most characters the line-by-line search for bare code compiles in all (each candidate is
+#: compiled whole, so without a budget 400 lines of junk that fails only at its end cost
+#: 400 compilations of the whole text: minutes for a megabyte).
+MAX_BARE_SEARCH_CHARS = 2_000_000
 
 
 class ExtractionMethod(StrEnum):
@@ -103,12 +113,16 @@ def _bare_code(text: str) -> str | None:
     lines = stripped.split("\n")
     if len(lines) > MAX_BARE_LINES:
         return None
+    budget = MAX_BARE_SEARCH_CHARS
     for start, line in enumerate(lines):
         if not _CODE_START_RE.match(line):
             continue
         # Drop trailing prose one line at a time; the first end that parses wins (largest).
         for end in range(len(lines), start, -1):
             candidate = "\n".join(lines[start:end])
+            budget -= len(candidate)
+            if budget < 0:
+                return None
             if parses(candidate):
                 return candidate
         return None  # the first code-looking line starts no parsable program

@@ -313,8 +313,9 @@ class CodeEnvironment(SingleTurnEnv):
     def judge_many(self, contexts: Sequence[ScoringContext]) -> list[Judgement]:
         """Run the programs of ``contexts`` in the sandbox; one ``Judgement`` each, input order.
 
-        Malformed samples judge ``error``, code that cannot be extracted ``unparsable``; a GRPO
-        group's repeated programs run once.
+        Malformed samples judge ``error``, code that cannot be extracted ``unparsable`` (also when
+        the extractor raises: model text never yields ``error``); a GRPO group's repeated
+        programs run once.
         """
         deadline = getattr(self._local, "deadline", None)
         if deadline is None:
@@ -330,8 +331,10 @@ class CodeEnvironment(SingleTurnEnv):
             try:
                 program = self.extract(ctx.completion, task, ctx.sample)
             except Exception as exc:  # an extractor bug costs this item, not the batch
+                # Logged, but judged from the model's side: the extractor sees only model text,
+                # and model text never yields an error outcome (the trainer would drop the item).
                 log.exception("extracting code for %s raised", ctx.sample.id)
-                judged[i] = _failed(Outcome.ERROR, f"extraction raised {exc!r}")
+                judged[i] = _failed(Outcome.UNPARSABLE, f"extraction raised {exc!r}")
                 continue
             if program is None:
                 judged[i] = _failed(Outcome.UNPARSABLE, "no parsable Python code found")

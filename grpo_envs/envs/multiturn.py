@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -254,6 +255,9 @@ HINTS = ("direction", "none")
 _RETRY = "Try again, with the final answer in \\boxed{}."
 #: Answers longer than this are not compared as numbers (bounded work on junk).
 _MAX_NUMBER_CHARS = 40
+# What ``as_number`` reads: no exponent, since ``Fraction("1e999999999")`` builds a billion-digit
+# integer (hours of work in the step function, which no time limit covers).
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:/[+-]?\d+)?")
 
 
 def as_number(text: str) -> Fraction | None:
@@ -261,9 +265,11 @@ def as_number(text: str) -> Fraction | None:
 
     >>> as_number("1,024"), as_number("-0.5"), as_number("3/4"), as_number("x + 1")
     (Fraction(1024, 1), Fraction(-1, 2), Fraction(3, 4), None)
+    >>> as_number("1e999999999") is None  # an exponent is not read (unbounded work)
+    True
     """
     cleaned = text.strip().strip("$").replace(",", "").replace(" ", "").rstrip(".")
-    if not cleaned or len(cleaned) > _MAX_NUMBER_CHARS:
+    if not cleaned or len(cleaned) > _MAX_NUMBER_CHARS or not _PLAIN_NUMBER.fullmatch(cleaned):
         return None
     try:
         return Fraction(cleaned)

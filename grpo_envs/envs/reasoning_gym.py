@@ -8,7 +8,9 @@ dataset size share items. The test split therefore uses ``seed + TEST_SEED_OFFSE
 addition, drops any test item whose question also occurs in the train split.
 
 Its scorers can give partial credit through substring matches (a known hack); by default the
-reward is 1 only for a full score (``partial_credit=True`` passes the raw score through).
+reward is 1 only for a full score (``partial_credit=True`` passes the raw score through). Some task
+scorers raise on malformed answers (``int()`` of junk); model text never yields an ``error``
+outcome: such an answer is ``wrong``, with the scorer's failure in ``details["reason"]``.
 
 The answer is read from ``<answer>`` tags, else the last ``\boxed{}``. Small chat models answer
 in prose ("The GCD of 435 and 335 is 1."): ``answer="loose"`` then takes the final stated answer,
@@ -20,6 +22,7 @@ words still needs the tags.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -164,7 +167,17 @@ class ReasoningGymEnv(SingleTurnEnv):
             if self.answer == "loose":
                 reason += ", and no final stated answer"
             return Judgement(0.0, Outcome.UNPARSABLE, {"reason": reason})
-        raw = float(self._source_scorer().score_answer(extracted, self._entry(ctx.sample)))
+        try:
+            raw = float(self._source_scorer().score_answer(extracted, self._entry(ctx.sample)))
+        except Exception as exc:
+            # Task scorers parse the answer themselves and some raise on malformed ones
+            # (prime_factorization: int("-"), coin_flip: OverflowError): the answer is wrong.
+            reason = f"the task's scorer failed on this answer: {type(exc).__name__}: {exc}"
+            return Judgement(
+                0.0, Outcome.WRONG, {"extracted": extracted[:200], "reason": reason[:300]}
+            )
+        if not math.isfinite(raw):
+            raw = 0.0  # a scorer's NaN for a malformed answer is no credit, not a broken score
         full = raw >= 1.0 - 1e-9
         value = raw if self.partial_credit else float(full)
         details: dict[str, Scalar] = {"extracted": extracted[:200], "rg_score": raw}

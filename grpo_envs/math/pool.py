@@ -28,11 +28,18 @@ STARTUP_TIMEOUT_S = executor.STARTUP_TIMEOUT_S
 
 @dataclass(frozen=True)
 class WorkerReply:
-    """The answer of one comparison in a worker. ``equal`` is meaningful only when status is OK."""
+    """The answer of one comparison in a worker.
+
+    ``equal`` is meaningful only when status is OK. ``compared`` is False when sympy failed on
+    the pair (raised, ran out of memory, recursed too deeply): status is then OK, since the worker
+    did its job, and ``detail`` says why the answers could not be compared. ERROR is left for
+    failures of the worker itself (it would not start, it died).
+    """
 
     status: ReplyStatus
     equal: bool = False
     detail: str = ""
+    compared: bool = True
 
 
 class WorkerPool(executor.WorkerPool):
@@ -45,6 +52,8 @@ class WorkerPool(executor.WorkerPool):
     def compare(self, gold: Node, pred: Node, timeout_s: float) -> WorkerReply:
         """Compare two parsed answers in a worker, within ``timeout_s`` seconds of worker time."""
         reply = self.call((gold, pred), timeout_s)
+        if reply.status is ReplyStatus.OK and isinstance(reply.value, str):
+            return WorkerReply(ReplyStatus.OK, False, reply.value, compared=False)
         equal = bool(reply.value) if reply.status is ReplyStatus.OK else False
         detail = reply.detail.replace("worker failed", "math worker failed")
         if detail == "the worker ran out of memory":

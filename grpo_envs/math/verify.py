@@ -5,6 +5,13 @@ both into typed trees (``normalize``), compare in-process with exact number arit
 (``FastComparator``), and only when that cannot decide, send the pair to a killable sympy worker
 (``pool``) with a timeout. Bad gold or completion values never raise: every failure is an
 ``Outcome``. Caller bugs (misaligned lists, a non-positive timeout) raise ``ValueError``.
+
+Model text never yields ``Outcome.ERROR``: ERROR means the gold answer or the verifier itself
+failed, and the trainer leaves such items out of its baseline and loss. Whatever the completion
+holds (huge numbers, deep nesting, invalid Unicode, megabytes of text, expressions sympy cannot
+handle), its answer is CORRECT, WRONG (an answer that makes the extraction, the parser or sympy
+fail is wrong, the failure kept in ``detail``), UNPARSABLE or TIMEOUT (the comparison ran out of
+time: a typed verdict, scored 0 like a wrong answer).
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ class MathResult:
     ``correct``: the extracted answer equals the gold answer. ``extracted``: the answer found in the
     completion (None when there was none). ``outcome``: CORRECT, WRONG, UNPARSABLE (no answer
     found), TIMEOUT (the comparison ran out of time; counted as not correct) or ERROR (bad gold or
-    a scorer failure). ``detail``: a short reason for logs.
+    a failure of the verifier itself, never caused by the completion's text). ``detail``: a short
+    reason for logs.
     """
 
     correct: bool
@@ -79,6 +87,11 @@ def _gold_duration(gold: str) -> str | None:
 
 
 def _prepare(gold: str, completion: str, strict: bool) -> MathResult | _Pending:
+    """Parse the gold (its failures are ERROR: the data's fault) and judge the completion.
+
+    Whatever the completion holds, its side never yields ERROR: an answer that makes the
+    extraction or the parser fail is WRONG, with the failure in ``detail``.
+    """
     if not isinstance(gold, str) or not isinstance(completion, str):
         return MathResult(
             False,
@@ -87,13 +100,29 @@ def _prepare(gold: str, completion: str, strict: bool) -> MathResult | _Pending:
             f"gold and completion must be str, got {type(gold).__name__} and "
             f"{type(completion).__name__}",
         )
-    gold_node = _gold_node(gold)
+    try:
+        gold_node = _gold_node(gold)
+        duration_gold = _gold_duration(gold)
+    except Exception as exc:  # a bug on the gold's side must cost one sample, not the run
+        return MathResult(False, None, Outcome.ERROR, _failure("the gold answer", exc))
     if isinstance(gold_node, str):
         return MathResult(False, None, Outcome.ERROR, gold_node)
+    try:
+        return _judge(gold_node, duration_gold, completion, strict)
+    except Exception as exc:
+        return MathResult(False, None, Outcome.WRONG, _failure("the answer", exc))
+
+
+def _failure(what: str, exc: Exception) -> str:
+    return f"{what} could not be checked: {type(exc).__name__}: {exc}"[:300]
+
+
+def _judge(
+    gold_node: Node, duration_gold: str | None, completion: str, strict: bool
+) -> MathResult | _Pending:
     extracted = extract_answer(completion, strict=strict)
     if extracted is None:
         return MathResult(False, None, Outcome.UNPARSABLE, "no final answer found")
-    duration_gold = _gold_duration(gold)
     if duration_gold is not None:
         # 1.5 hours against 1:30 or 90 minutes: compared as lengths of time (``duration``).
         same = same_duration(duration_gold, extracted, completion)
@@ -104,10 +133,14 @@ def _prepare(gold: str, completion: str, strict: bool) -> MathResult | _Pending:
         pred = _as_listed_option(gold_node, pred, extracted, completion)
     except AnswerRejected as exc:
         return MathResult(False, extracted, Outcome.WRONG, str(exc))
+    except Exception as exc:
+        return MathResult(False, extracted, Outcome.WRONG, _failure("the answer", exc))
     try:
         equal = compare(gold_node, pred, _FAST)
     except NeedsSymbolic:
         return _Pending(gold_node, pred, extracted)
+    except Exception as exc:
+        return MathResult(False, extracted, Outcome.WRONG, _failure("the answer", exc))
     return _verdict(equal, extracted, "exact")
 
 
@@ -148,6 +181,8 @@ def _verdict(equal: bool, extracted: str, how: str) -> MathResult:
 
 def _finish(pending: _Pending, reply: WorkerReply) -> MathResult:
     if reply.status is ReplyStatus.OK:
+        if not reply.compared:  # sympy failed on this answer: the answer's fault, not ours
+            return MathResult(False, pending.extracted, Outcome.WRONG, reply.detail)
         return _verdict(reply.equal, pending.extracted, "sympy")
     outcome = Outcome.TIMEOUT if reply.status is ReplyStatus.TIMEOUT else Outcome.ERROR
     return MathResult(False, pending.extracted, outcome, reply.detail)
