@@ -259,11 +259,13 @@ def test_tool_call_parsers_return_typed_calls_for_any_turn(turn, max_calls):
     for fmt in ToolFormat:
         calls = parse_calls(turn, fmt, max_calls=max_calls)
         _check_calls(calls, max_calls)
-        for call in calls:
-            record = _refused(call)
+        for index, call in enumerate(calls):
+            record = _refused(call, index, max_calls, None)
             if record is None:  # runnable: a python call whose code is a string
                 assert isinstance(call, ToolCall) and call.name == "python"
                 assert isinstance(call.arguments["code"], str)
+            elif index >= max_calls:  # the parsers' marker for the calls past the limit
+                assert record.status is ToolStatus.REFUSED
             else:
                 assert record.status is ToolStatus.MALFORMED
 
@@ -281,7 +283,7 @@ class _RecordingTool:
     def __init__(self) -> None:
         self.codes: list[str] = []
 
-    def run(self, history: list[str], code: str) -> ToolRecord:
+    def run(self, history: list[str], code: str, *, timeout_s: float | None = None) -> ToolRecord:
         self.codes.append(code)
         return ToolRecord("python", code, ToolStatus.OK, 0.0, "ok")
 
