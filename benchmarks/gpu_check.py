@@ -1,545 +1,562 @@
-"""GPU check: a few GRPO training steps of the tiny model and a mid-size one, in bf16.
+"""Device check: the training paths a GPU run depends on, each PASS / FAIL / SKIP with a reason.
 
-For each model it prints generated tokens per second, the split of a step's time (generate /
-score / train / sync) and peak GPU memory, for the hf engine and, where vLLM is installed, the
-vllm engine (colocated) and ``vllm-server`` (``vllm_mode: server``: a ``grpo serve`` replica
-in a process of its own, weights broadcast over NCCL, or gloo on a single GPU). On a machine
-without CUDA it says so and exits 0 (no test may need a GPU).
+Every path runs on a tiny random model (``grpo_train.models.build_tiny_model``, no network) in a
+subprocess of its own with a timeout, and checks a result, not only that the code ran:
 
-``hf-async`` / ``vllm-async`` / ``vllm-server-async``: the same with ``async_generation`` and
-``max_staleness: 1`` (step t+1's rollouts generated while step t trains; trainer mode only).
-``hf-async`` needs no vLLM: the hf engine gets its own copy of the weights on the GPU (the
-shared module cannot generate while the update changes it), synced after every step, so it
-exercises the producer thread, the staleness schedule and the weight sync on CUDA; its overlap is
-bounded, as both threads queue kernels on the same device and Python holds the GIL between
-launches. The table's ``wait`` column is the time the trainer waited for rollouts (for
-synchronous engines: generation + scoring), ``idle`` the engine's idle time per step.
+* ``bf16-full-ft``: bfloat16 full fine-tuning as the trainer sets it up (weights in
+  ``run_setup.parameter_dtype``, forward under ``run_setup.training_autocast``): 5 AdamW steps at
+  lr 1e-6 change more than half of every weight matrix's entries.
+* ``logprob-heads``: ``chunked_logprobs`` and ``fused_logprobs`` under bf16 autocast equal
+  ``plain_logprobs`` (values and gradients of the hidden states, within 2e-2).
+* ``lora-gc-kl``: one ``grpo_update`` with peft LoRA, gradient checkpointing and beta = 0.1:
+  finite metrics, every ``lora_B`` moved, no base weight moved.
+* ``qlora-export``: a 4-bit base (needs bitsandbytes and CUDA) with LoRA, saved with
+  ``lora.save_merged``: the saved names are exactly the base checkpoint's.
+* ``liger-head``: the update's loss and gradients with ``logprob_head: liger`` (needs
+  liger_kernel) equal those with the fused head.
+* ``vllm-sync``: ``VLLMEngine`` (needs vllm) after ``sync_weights`` of moved weights samples
+  with logprobs equal to the trainer's recomputation (within 5e-2).
+* ``checkpoint-resume``: ``checkpoint.save_checkpoint`` then ``load_checkpoint``: the weights
+  and the AdamW state come back equal.
+* ``long-completion``: one update on a 2,000-token completion; its peak memory
+  (``torch.cuda.max_memory_allocated``, or the growth of ``ru_maxrss`` on CPU) is reported.
 
-Two modes:
+A missing optional package or device feature gives SKIP; an exception, a crash or a timeout of a
+path's subprocess gives FAIL with the last lines of its stderr. The exit status is 1 when any path
+failed. This file's top level imports only the standard library, so it starts anywhere; each path
+imports what it needs inside its own subprocess.
 
-* ``--mode trainer`` (default): the real ``grpo_train.trainer.Trainer`` on ``math/add2-v0``, with
-  the timings it logs per step in ``metrics.jsonl``;
-* ``--mode minimal``: a GRPO step assembled here from the library's parts (HF/vLLM generate,
-  score, ``compute_advantages``, the trainer's own ``grpo_train.update.grpo_update`` with AdamW,
-  weight sync), without the ``Trainer``; also the fallback (announced) when trainer mode fails.
+On a lent GPU machine (one run, well under 6 minutes; each path has ``--timeout`` seconds):
 
-The first step of each run is a warm-up (CUDA kernels, vLLM graphs) and is left out of the
-medians. Run from the repository root:
+    PYTHONPATH=$PWD python benchmarks/gpu_check.py --device auto --timeout 120
+    PYTHONPATH=$PWD python benchmarks/gpu_check.py --paths logprob-heads,lora-gc-kl
 
-    python benchmarks/gpu_check.py                       # tiny + SmolLM2-135M, hf (+ vllm)
-    python benchmarks/gpu_check.py --model Qwen/Qwen2.5-0.5B-Instruct --engines vllm
-    python benchmarks/gpu_check.py --engines vllm,vllm-server   # colocate vs server mode
-    python benchmarks/gpu_check.py --engines hf,hf-async --skip-mid    # async against sync
-    python benchmarks/gpu_check.py --allow-cpu --skip-mid --steps 2   # smoke run without a GPU
-    python benchmarks/gpu_check.py --long-completion     # peak CUDA memory vs completion length
-
-``--long-completion``: one update (forward, backward) of a random Qwen3-architecture model with
-Qwen's 151,936-row vocabulary (2 layers, hidden 128, bf16) on 1 prompt x 2 completions of 1k to
-16k tokens, per log-prob head: ``previous`` (the full float32 log-softmax kept), ``chunked``
-and ``fused`` (``grpo_train.logprobs``), padded and packed; the table gives the peak CUDA memory
-above the model's and its growth per completion token (the fused head should grow by the
-activations only, far below one float32 vocabulary row, 594 KiB).
+A machine with only torch, transformers, peft and accelerate needs these pure-Python wheels
+besides grpo-kit's own (``pip wheel --no-deps . -w wheels``, about 1 MB), carried and installed
+with ``pip install --no-deps --no-index wheels/*.whl``: pyyaml (about 1 MB, usually present with
+transformers), safetensors (already a transformers dependency), tokenizers (idem), and what
+``grpo_train``'s imports pull in that transformers does not: numpy and the grpo_envs registry's
+imports; ``pip install --no-index`` names any wheel still missing. Together well under 60 MB.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib.util
-import shutil
-import statistics
+import os
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import torch
-
-if TYPE_CHECKING:
-    pass
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+RESULT = "GPU_CHECK_RESULT"
+PATHS = (
+    "bf16-full-ft",
+    "logprob-heads",
+    "lora-gc-kl",
+    "qlora-export",
+    "liger-head",
+    "vllm-sync",
+    "checkpoint-resume",
+    "long-completion",
+)
 
-ENV_ID = "math/add2-v0"
+
+class Skip(Exception):
+    """A path cannot run here (a package or a device feature is missing)."""
 
 
 @dataclass(frozen=True)
-class Report:
-    """Median per-step numbers of one (model, engine) run, warm-up step excluded."""
+class Outcome:
+    """One path's verdict as the parent prints it."""
 
-    model: str
-    engine: str
-    mode: str
-    steps: int
-    tokens_per_s: float
-    step_s: float
-    generate_s: float
-    score_s: float
-    train_s: float
-    sync_s: float
-    peak_allocated_mb: float | None
-    peak_reserved_mb: float | None
-    wait_s: float = float("nan")
-    idle_s: float = float("nan")
+    path: str
+    status: str  # PASS, FAIL or SKIP
+    detail: str
+    seconds: float
 
 
-def _median(rows: Sequence[dict[str, float]], key: str) -> float:
-    values = [r[key] for r in rows if key in r]
-    return statistics.median(values) if values else float("nan")
+# ------------------------------------------------------------------------------------- helpers
+# (run inside a path's subprocess only)
 
 
-def _report(model: str, engine: str, mode: str, rows: Sequence[dict[str, float]]) -> Report:
-    """Summarise per-step rows (medians) with the peak GPU memory seen so far."""
-    from grpo_train.metrics import peak_memory  # lazy, like every grpo_train import here
+def _need(module: str) -> None:
+    import importlib.util
 
-    peak = peak_memory()
-    producer = "producer_" if engine.endswith("-async") else ""  # async: the producer's seconds
-    return Report(
-        model=model,
-        engine=engine,
-        mode=mode,
-        steps=len(rows),
-        tokens_per_s=_median(rows, "tokens_per_s"),
-        step_s=_median(rows, "time/step"),
-        generate_s=_median(rows, f"time/{producer}generate"),
-        score_s=_median(rows, f"time/{producer}score"),
-        train_s=_median(rows, "time/train"),
-        sync_s=_median(rows, "time/sync"),
-        peak_allocated_mb=peak.cuda_allocated_mb,
-        peak_reserved_mb=peak.cuda_reserved_mb,
-        wait_s=_median(rows, "time/wait")
-        if engine.endswith("-async")
-        else _median(rows, "time/generate") + _median(rows, "time/score"),
-        idle_s=_median(rows, "time/engine_idle"),
+    if importlib.util.find_spec(module) is None:
+        raise Skip(f"{module} is not installed")
+
+
+def _load(model_dir: Path, device: str, dtype: str = "float32") -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
+    return model.to(device).train()
+
+
+def _batch(prompts: list[list[int]], completions: list[list[int]]) -> Any:
+    """A rollout batch of ``len(prompts)`` groups of ``len(completions) / len(prompts)``."""
+    import torch
+
+    from grpo_train.batch import RolloutBatch
+
+    p, g = len(prompts), len(completions) // len(prompts)
+    return RolloutBatch(
+        prompt_ids=tuple(tuple(x) for x in prompts),
+        completion_ids=tuple(tuple(c) for c in completions),
+        loss_mask=tuple(torch.ones(len(c), dtype=torch.bool) for c in completions),
+        sampling_logprobs=tuple((0.0,) * len(c) for c in completions),
+        rewards=torch.arange(p * g, dtype=torch.float64).view(p, g) % 2,
+        scored=torch.ones(p, g, dtype=torch.bool),
+        trainable=torch.ones(p, g, dtype=torch.bool),
+        truncated=torch.zeros(p, g, dtype=torch.bool),
+        env_index=torch.zeros(p, dtype=torch.long),
     )
 
 
-# ------------------------------------------------------------------------------- trainer mode
+def _small_batch(vocab: int) -> tuple[Any, Any]:
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+
+    def ids(n: int) -> list[int]:
+        return torch.randint(3, vocab, (n,), generator=gen).tolist()
+
+    batch = _batch([ids(5), ids(4)], [ids(9), ids(6), ids(7), ids(8)])
+    return batch, torch.tensor([[1.0, -1.0], [-0.5, 0.5]])
 
 
-def run_trainer(model: str, engine: str, args: argparse.Namespace, out: Path) -> Report:
-    """Run ``Trainer`` for ``args.steps`` steps and summarise its logged timings."""
-    from grpo_train.config import TrainConfig
-    from grpo_train.metrics import reset_peak_memory
-    from grpo_train.run_log import read_metrics
-    from grpo_train.trainer import Trainer
-
-    base = engine.removesuffix("-async")
-    values: dict[str, object] = dict(
-        {
-            "model": model,
-            "dtype": args.dtype,
-            "env": [{"id": ENV_ID}],
-            "engine": base,
-            "async_generation": base != engine,
-            "max_staleness": 1,
-            "num_generations": args.group,
-            "prompts_per_step": args.prompts,
-            "max_completion_length": args.max_new_tokens,
-            "max_steps": args.steps,
-            "eval_size": 0,
-            "save_every": 0,
-            "log_every_samples": 0,
-            "learning_rate": 1e-6,
-            "micro_batch_tokens": args.micro_batch_tokens,
-            "gradient_checkpointing": args.gradient_checkpointing,
-            "vllm_memory_fraction": args.vllm_memory_fraction,
-            "output_dir": str(out),
-            "progress": False,
-        }
-    )
-    reset_peak_memory()
-    with _served(model, base, args) as server_settings:
-        config = TrainConfig.from_flat({**values, **server_settings})
-        own = None
-        if engine == "hf-async":  # its own weights: the shared module changes while it samples
-            from grpo_train.rollout import make_engine
-
-            own = make_engine("hf", model, dtype=args.dtype, device="auto")
-        trainer = Trainer(config, engine=own)
-        try:
-            trainer.train()
-        finally:
-            trainer.close()
-    rows = [r for r in read_metrics(out) if "time/step" in r][1:]  # drop the warm-up step
-    return _report(model, engine, "trainer", rows)
-
-
-@contextlib.contextmanager
-def _served(model: str, engine: str, args: argparse.Namespace) -> Iterator[dict[str, object]]:
-    """For ``vllm-server``: a ``grpo serve`` replica and the trainer settings that reach it.
-
-    With two GPUs or more the replica gets the last one and the weights go over NCCL; on one GPU
-    it shares the trainer's (NCCL refuses two ranks on one device: the broadcast goes through
-    host memory, gloo). Other engines: nothing is started.
-    """
-    if engine != "vllm-server":
-        yield {}
-        return
-    import json
-    import os
-    import subprocess
-    import urllib.request
-
-    from grpo_train.rollout.weight_channel import free_port
-
-    port = free_port()
-    gpus = torch.cuda.device_count()
-    env = dict(os.environ)
-    if gpus >= 2:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpus - 1)
-    command = [
-        sys.executable, "-m", "grpo_train.serve", "--model", model, "--port", str(port),
-        "--host", "127.0.0.1", "--dtype", args.dtype, "--max_model_len", "1024",
-        "--gpu_memory_utilization", str(args.vllm_memory_fraction),
-    ]  # fmt: skip
-    proc = subprocess.Popen(command, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"grpo serve did not come up (exit code {proc.poll()})")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=5) as reply:
-                    print(f"  server ready: {json.loads(reply.read())}", flush=True)
-                    break
-            except OSError:
-                time.sleep(2)
-        yield {
-            "vllm_mode": "server",
-            "vllm_server_urls": url,
-            "vllm_sync_backend": "nccl" if gpus >= 2 else "gloo",
-            "engine": "vllm",
-        }
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-# ------------------------------------------------------------------------------- minimal mode
-
-
-def run_minimal(model_name: str, engine_name: str, args: argparse.Namespace) -> Report:
-    """A self-contained GRPO loop: generate -> score -> advantages -> update -> sync."""
-    import grpo_envs
-    from grpo_train.memory import enable_gradient_checkpointing
-    from grpo_train.metrics import reset_peak_memory
-    from grpo_train.models import load_policy, resolve_model
-    from grpo_train.update import Learner, UpdateSettings
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    path = resolve_model(model_name)
-    model, tokenizer = load_policy(path, args.dtype, device)
-    if args.gradient_checkpointing:
-        enable_gradient_checkpointing(model)
-    engine = _minimal_engine(engine_name, path, model, tokenizer, args)
-    env = grpo_envs.make(ENV_ID)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
-
-    def adamw_step(loss: float) -> float:
-        norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+def _stepper(optimizer: Any) -> Callable[[float], float]:
+    def step(loss: float) -> float:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return norm
+        return 0.0
 
-    learner = Learner(model, pad_id=tokenizer.pad_token_id, device=device)
-    settings = UpdateSettings.of(
-        max_completion_length=args.max_new_tokens, micro_batch_tokens=args.micro_batch_tokens
+    return step
+
+
+def _capture(model: Any, into: dict[str, Any]) -> Callable[[float], float]:
+    def capture(loss: float) -> float:
+        into["loss"] = loss
+        into["grads"] = {
+            n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None
+        }
+        model.zero_grad(set_to_none=True)
+        return 0.0
+
+    return capture
+
+
+# --------------------------------------------------------------------------------------- paths
+
+
+def check_bf16_full_ft(model_dir: Path, device: str) -> str:
+
+    from grpo_train.config import TrainConfig
+    from grpo_train.run_setup import build_optimizer, parameter_dtype, training_autocast
+    from grpo_train.update import Learner, UpdateSettings, grpo_update
+
+    cfg = TrainConfig.from_flat({"dtype": "bfloat16", "learning_rate": 1e-6, "beta": 0.0})
+    model = _load(model_dir, device, parameter_dtype(cfg.policy))
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.ndim == 2}
+    optimizer, _ = build_optimizer(cfg, model)
+    learner = Learner(
+        model, pad_id=0, device=device, autocast=lambda: training_autocast(cfg.policy, device)
     )
-    reset_peak_memory()
-    records: list[dict[str, float]] = []
+    batch, advantages = _small_batch(model.config.vocab_size)
+    for _ in range(5):
+        grpo_update(
+            learner, _stepper(optimizer), batch, advantages, UpdateSettings.from_config(cfg)
+        )
+    moved = {
+        n: (p.detach() != before[n]).float().mean().item()
+        for n, p in model.named_parameters()
+        if n in before
+    }
+    worst = min(moved, key=moved.__getitem__)
+    assert moved[worst] > 0.5, f"{worst}: only {moved[worst]:.1%} of its entries changed"
+    dtype = next(model.parameters()).dtype
+    share = f"{moved[worst]:.1%}"
+    return f"master weights {dtype} under bf16 autocast; least-moved matrix {worst}: {share}"
+
+
+def check_logprob_heads(model_dir: Path, device: str) -> str:
+    import torch
+
+    from grpo_train.logprobs import chunked_logprobs, fused_logprobs, plain_logprobs
+
+    model = _load(model_dir, device)
+    head = model.get_output_embeddings()
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(2, 33, model.config.hidden_size, generator=gen).to(device)
+    ids = torch.randint(0, vocab, (2, 33), generator=gen).to(device)
+    results = {}
+    for name in ("plain", "chunked", "fused"):
+        h = hidden.clone().requires_grad_(True)
+        with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16):
+            if name == "plain":
+                lp, _ = plain_logprobs(head(h), ids, 1.0, False)
+            elif name == "chunked":
+                lp, _ = chunked_logprobs(head(h), ids, 1.0, False, chunk=7)
+            else:
+                lp, _ = fused_logprobs(head, h, ids, 1.0, False, vocab=vocab, chunk=7)
+        lp.float().sum().backward()
+        results[name] = (lp.detach().float(), h.grad.float())
+    worst = 0.0
+    for name in ("chunked", "fused"):
+        for got, want in zip(results[name], results["plain"], strict=True):
+            torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2, msg=f"{name} vs plain")
+            worst = max(worst, (got - want).abs().max().item())
+    return f"chunked and fused equal plain under bf16 autocast (max diff {worst:.1e}, tol 2e-2)"
+
+
+def check_lora_gc_kl(model_dir: Path, device: str) -> str:
+    import math
+
+    import torch
+
+    from grpo_train.config import TrainConfig
+    from grpo_train.lora import LoraSettings, apply_lora
+    from grpo_train.memory import enable_gradient_checkpointing
+    from grpo_train.run_setup import KLReference
+    from grpo_train.update import Learner, UpdateSettings, grpo_update
+
+    model = apply_lora(_load(model_dir, device), LoraSettings(lora_r=4, lora_alpha=8))
+    enable_gradient_checkpointing(model)
+    model.train()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    reference = KLReference(model, None, device, 1.0, lora=True, offload=False, share_prompts=False)
+    learner = Learner(model, pad_id=0, device=device, reference=reference)
+    cfg = TrainConfig.from_flat({"beta": 0.1})
+    batch, advantages = _small_batch(model.config.vocab_size)
+    metrics = grpo_update(
+        learner, _stepper(optimizer), batch, advantages, UpdateSettings.from_config(cfg)
+    )
+    bad = {k: v for k, v in metrics.items() if not math.isfinite(v)}
+    assert not bad, f"non-finite metrics {bad}"
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])}
+    lora_b = {n for n in before if "lora_B" in n}
+    base_moved = {n for n in changed if "lora_" not in n}
+    assert not base_moved, f"base weights moved: {sorted(base_moved)[:3]}"
+    assert lora_b and lora_b <= changed, f"lora_B not moved: {sorted(lora_b - changed)[:3]}"
+    loss = metrics.get("loss", float("nan"))
+    return f"{len(changed)} LoRA tensors moved, base unchanged, loss {loss:.4f}"
+
+
+def check_qlora_export(model_dir: Path, device: str) -> str:
+    _need("bitsandbytes")
+    import torch
+
+    if not device.startswith("cuda"):
+        raise Skip("4-bit NF4 needs CUDA")
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    from grpo_train.lora import LoraSettings, apply_lora, load_quantized_base, save_merged
+
+    plain = _load(model_dir, "cpu")
+    names = set(plain.state_dict()) - {"lm_head.weight"}  # tied: saved once, as the embedding
+    index = torch.device(device).index or 0
+    model = apply_lora(
+        load_quantized_base(str(model_dir), device_index=index),
+        LoraSettings(lora_r=4, lora_alpha=8, use_qlora=True),
+    )
+    with tempfile.TemporaryDirectory() as out:
+        saved_dir = save_merged(model, AutoTokenizer.from_pretrained(model_dir), Path(out) / "m")
+        saved = {k for f in Path(saved_dir).glob("*.safetensors") for k in load_file(f)}
+    assert saved == names, f"extra {sorted(saved - names)[:3]}, missing {sorted(names - saved)[:3]}"
+    return f"merged export has the base's {len(names)} names exactly"
+
+
+def check_liger_head(model_dir: Path, device: str) -> str:
+    _need("liger_kernel")
+    import torch
+
+    from grpo_train.logprobs import HeadChoice
+    from grpo_train.update import Learner, UpdateSettings, grpo_update
+
+    model = _load(model_dir, device)
+    batch, advantages = _small_batch(model.config.vocab_size)
+    runs: dict[str, dict[str, Any]] = {}
+    for head in ("fused", "liger"):
+        runs[head] = {}
+        learner = Learner(model, pad_id=0, device=device, head=HeadChoice(head))  # type: ignore[arg-type]
+        grpo_update(
+            learner, _capture(model, runs[head]), batch, advantages, UpdateSettings.of(beta=0.0)
+        )
+    fused, liger = runs["fused"], runs["liger"]
+    assert abs(fused["loss"] - liger["loss"]) < 1e-4, f"loss {liger['loss']} vs {fused['loss']}"
+    for name, grad in fused["grads"].items():
+        torch.testing.assert_close(liger["grads"][name], grad, rtol=1e-3, atol=1e-5, msg=name)
+    return f"loss {liger['loss']:.5f} and {len(fused['grads'])} gradients equal the fused head's"
+
+
+def check_vllm_sync(model_dir: Path, device: str) -> str:
+    _need("vllm")
+    import torch
+
+    from grpo_train.rollout.base import SamplingConfig
+    from grpo_train.rollout.vllm_engine import VLLMEngine
+    from grpo_train.weight_export import export_state_dict
+
+    model = _load(model_dir, device)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    engine = VLLMEngine(model_dir, dtype="float32", seed=0, max_model_len=256)
     try:
-        for step in range(args.steps):
-            records.append(
-                _minimal_step(step, engine, env, tokenizer, learner, adamw_step, settings, args)
-            )
+        engine.sync_weights(export_state_dict(model))
+        prompts = [[5, 6, 7, 8], [9, 10, 11]]
+        groups = engine.generate(prompts, SamplingConfig(n=2, max_new_tokens=16, seed=0))
     finally:
         engine.close()
-    kept = records[1:] if len(records) > 1 else records
-    return _report(model_name, engine_name, "minimal", kept)
+    worst = 0.0
+    with torch.no_grad():
+        for prompt, group in zip(prompts, groups, strict=True):
+            for c in group:
+                ids = torch.tensor([prompt + list(c.token_ids)], device=device)
+                logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+                mine = logits.log_softmax(-1).gather(-1, ids[0, len(prompt) :, None])[:, 0]
+                diff = (mine.cpu() - torch.tensor(c.logprobs)).abs().max().item()
+                worst = max(worst, diff)
+    assert worst < 5e-2, f"engine vs trainer logprobs differ by {worst:.3g} after the sync"
+    return f"engine and trainer logprobs agree after a sync (max diff {worst:.1e}, tol 5e-2)"
 
 
-def _minimal_engine(
-    engine_name: str, path: str, model: Any, tokenizer: Any, args: argparse.Namespace
-) -> Any:
-    """The rollout engine of minimal mode: vLLM on the model folder, or HF sharing ``model``."""
-    if engine_name == "vllm":
-        from grpo_train.rollout.vllm_engine import VLLMEngine
+def check_checkpoint_resume(model_dir: Path, device: str) -> str:
+    import torch
+    from transformers import AutoTokenizer
 
-        return VLLMEngine(
-            path,
-            dtype=args.dtype,
-            max_model_len=512 + args.max_new_tokens,
-            gpu_memory_utilization=args.vllm_memory_fraction,
+    from grpo_train.checkpoint import SamplerState, load_checkpoint, save_checkpoint
+    from grpo_train.config import TrainConfig
+    from grpo_train.run_setup import build_optimizer
+    from grpo_train.update import Learner, UpdateSettings, grpo_update
+
+    cfg = TrainConfig.from_flat({"learning_rate": 1e-3, "beta": 0.0})
+    model = _load(model_dir, device)
+    optimizer, scheduler = build_optimizer(cfg, model)
+    batch, advantages = _small_batch(model.config.vocab_size)
+
+    def step(loss: float) -> float:
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        return 0.0
+
+    grpo_update(
+        Learner(model, pad_id=0, device=device), step, batch, advantages, UpdateSettings.of()
+    )
+    with tempfile.TemporaryDirectory() as run_dir:
+        path = save_checkpoint(
+            run_dir,
+            1,
+            model=model,
+            tokenizer=AutoTokenizer.from_pretrained(model_dir),
+            optimizer=optimizer,
+            scheduler=scheduler,
+            sampler=SamplerState(4, (1, 0)),
+            config=cfg,
+            keep_last=1,
         )
-    from grpo_train.rollout.hf import HFEngine
+        restored = _load(path / "model", device)
+        optimizer2, scheduler2 = build_optimizer(cfg, restored)
+        state = load_checkpoint(path, optimizer=optimizer2, scheduler=scheduler2)
+    assert state.step == 1, f"step {state.step}"
+    weights = dict(model.named_parameters())
+    for name, p in restored.named_parameters():
+        assert torch.equal(p, weights[name]), f"weight {name} differs after reload"
+    saved, loaded = optimizer.state_dict()["state"], optimizer2.state_dict()["state"]
+    assert saved.keys() == loaded.keys() and saved, "optimizer state entries differ"
+    for key, entry in saved.items():
+        for field, value in entry.items():
+            assert torch.equal(
+                torch.as_tensor(loaded[key][field]).cpu(), torch.as_tensor(value).cpu()
+            ), f"optimizer state {key}.{field} differs"
+    return f"{len(weights)} weights and {len(saved)} AdamW states equal after reload"
 
-    return HFEngine(model, tokenizer)
 
+def check_long_completion(model_dir: Path, device: str) -> str:
+    import math
+    import resource
 
-def _minimal_step(
-    step: int,
-    engine: Any,
-    env: Any,
-    tokenizer: Any,
-    learner: Any,
-    adamw_step: Any,
-    settings: Any,
-    args: argparse.Namespace,
-) -> dict[str, float]:
-    """One timed GRPO step of minimal mode; return its time split and throughput."""
-    from grpo_envs.types import Sample
-    from grpo_train.advantages import compute_advantages
-    from grpo_train.batch import RolloutBatch
-    from grpo_train.groups import Group
-    from grpo_train.prompts import encode_prompt
-    from grpo_train.rollout.base import SamplingConfig
-    from grpo_train.update import grpo_update
-    from grpo_train.weight_export import sync_rollout_weights
+    import torch
 
-    times: dict[str, float] = {}
-    rows = env.dataset("train")
-    samples = [
-        Sample.from_row(rows[(step * args.prompts + i) % len(rows)]) for i in range(args.prompts)
-    ]
-    prompts = [encode_prompt(tokenizer, s).ids for s in samples]
-    _sync_cuda()
-    t = time.perf_counter()
-    sampling = SamplingConfig(n=args.group, max_new_tokens=args.max_new_tokens, seed=step)
-    groups = engine.generate(prompts, sampling)
-    _sync_cuda()
-    times["generate"] = time.perf_counter() - t
+    from grpo_train.update import Learner, UpdateSettings, grpo_update
 
-    t = time.perf_counter()
-    texts = [c.text for g in groups for c in g]
-    scores = env.score_batch(texts, [s for s in samples for _ in range(args.group)])
-    batch = RolloutBatch.from_groups(
-        [
-            Group(s, 0, p, list(g), scores[k * args.group : (k + 1) * args.group])
-            for k, (s, p, g) in enumerate(zip(samples, prompts, groups))
-        ],
-        args.group,
+    model = _load(model_dir, device)
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(0)
+    completion = torch.randint(3, vocab, (2000,), generator=gen).tolist()
+    batch = _batch([[5, 6, 7, 8]], [completion, completion[:1000]])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+    else:
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    metrics = grpo_update(
+        Learner(model, pad_id=0, device=device),
+        _stepper(optimizer),
+        batch,
+        torch.tensor([[1.0, -1.0]]),
+        UpdateSettings.of(beta=0.0, max_completion_length=2000),
     )
-    times["score"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    adv = compute_advantages(batch.rewards, valid=batch.scored).float()  # (P, G)
-    grpo_update(learner, adamw_step, batch, adv, settings)
-    total_tokens = sum(len(c) for c in batch.completion_ids)
-    _sync_cuda()
-    times["train"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    sync_rollout_weights(engine, learner.model)
-    _sync_cuda()
-    times["sync"] = time.perf_counter() - t
-    step_s = sum(times.values())
-    print(f"  step {step + 1}: {step_s:.2f} s, {total_tokens} tokens", flush=True)
-    return {
-        **{f"time/{k}": v for k, v in times.items()},
-        "time/step": step_s,
-        "tokens_per_s": total_tokens / step_s,
-    }
+    if cuda:
+        peak_mib = (torch.cuda.max_memory_allocated(device) - base) / 2**20
+        what = "peak CUDA memory above the model"
+    else:
+        peak_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+        what = "ru_maxrss growth"
+    assert all(math.isfinite(v) for v in metrics.values()), f"non-finite metrics {metrics}"
+    assert math.isfinite(peak_mib), "peak memory is not finite"
+    return f"2000-token completion: {what} {peak_mib:.0f} MiB"
 
 
-def _sync_cuda() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+CHECKS: dict[str, Callable[[Path, str], str]] = {
+    "bf16-full-ft": check_bf16_full_ft,
+    "logprob-heads": check_logprob_heads,
+    "lora-gc-kl": check_lora_gc_kl,
+    "qlora-export": check_qlora_export,
+    "liger-head": check_liger_head,
+    "vllm-sync": check_vllm_sync,
+    "checkpoint-resume": check_checkpoint_resume,
+    "long-completion": check_long_completion,
+}
 
 
-# ---------------------------------------------------------------------------------------- main
+# -------------------------------------------------------------------------------- child process
 
 
-def _print_table(reports: Sequence[Report]) -> None:
-    def mb(v: float | None) -> str:
-        return "-" if v is None else f"{v:,.0f}"
+def _child(path: str, device: str, model_dir: Path, fail: bool) -> int:
+    """Run one path; print its verdict as the last stdout line; exit 1 on FAIL."""
+    import traceback
 
-    header = (
-        f"{'model':<34} {'engine':<17} {'mode':<8} {'steps':>5} {'tok/s':>8} {'step s':>7} "
-        f"{'gen':>6} {'score':>6} {'train':>6} {'sync':>6} {'wait':>6} {'idle':>6} "
-        f"{'peak alloc MB':>14} {'peak resv MB':>13}"
-    )
-    print("\n" + header + "\n" + "-" * len(header))
-    for r in reports:
-        name = Path(r.model).name if Path(r.model).is_absolute() else r.model
-        name = name if len(name) <= 34 else "..." + name[-31:]
-        print(
-            f"{name:<34} {r.engine:<17} {r.mode:<8} {r.steps:>5} {r.tokens_per_s:>8.0f} "
-            f"{r.step_s:>7.2f} "
-            f"{r.generate_s:>6.2f} {r.score_s:>6.2f} {r.train_s:>6.2f} {r.sync_s:>6.2f} "
-            f"{r.wait_s:>6.2f} {r.idle_s:>6.2f} "
-            f"{mb(r.peak_allocated_mb):>14} {mb(r.peak_reserved_mb):>13}"
-        )
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--model", default="default", help="mid-size model (default: SmolLM2-135M-Instruct)"
-    )
-    parser.add_argument("--skip-mid", action="store_true", help="only the tiny model")
-    parser.add_argument("--skip-tiny", action="store_true", help="only the mid-size model")
-    parser.add_argument(
-        "--engines",
-        default="auto",
-        help="comma list of hf,vllm,vllm-server, each also as NAME-async; auto: hf, hf-async "
-        "(+ vllm, vllm-async, vllm-server if installed)",
-    )
-    parser.add_argument("--mode", choices=("trainer", "minimal"), default="trainer")
-    parser.add_argument(
-        "--steps", type=int, default=4, help="steps per run; the first is a warm-up"
-    )
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--group", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--micro-batch-tokens", type=int, default=8192)
-    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
-    parser.add_argument("--gradient-checkpointing", action="store_true")
-    parser.add_argument("--vllm-memory-fraction", type=float, default=0.3)
-    parser.add_argument(
-        "--allow-cpu", action="store_true", help="run without CUDA (smoke test only)"
-    )
-    parser.add_argument(
-        "--long-completion",
-        action="store_true",
-        help="only the long-completion case: peak CUDA memory of one update vs length",
-    )
-    parser.add_argument("--lengths", default="1024,4096,16384", help="for --long-completion")
-    args = parser.parse_args(argv)
-    if args.long_completion:
-        return long_completion_case(
-            [int(n) for n in args.lengths.split(",")], allow_cpu=args.allow_cpu
-        )
-
-    if not torch.cuda.is_available() and not args.allow_cpu:
-        print(
-            "gpu_check: no CUDA device here; nothing to measure "
-            "(pass --allow-cpu for a CPU smoke run)."
-        )
-        return 0
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        print(
-            f"gpu_check: {props.name}, {props.total_memory / 2**30:.0f} GiB, "
-            f"torch {torch.__version__}"
-        )
-    elif args.dtype == "bfloat16":
-        args.dtype = "float32"  # bf16 matmuls on CPU are slow and not what this checks
-
-    auto = ["hf", "hf-async"]
-    engines = [e.strip() for e in args.engines.split(",")] if args.engines != "auto" else auto
-    if args.engines == "auto" and importlib.util.find_spec("vllm") is not None:
-        engines += ["vllm", "vllm-async", "vllm-server"]
-
-    from grpo_train.models import ModelNotAvailableError, build_tiny_model
-
-    tmp = Path(tempfile.mkdtemp(prefix="gpu-check-"))
-    reports: list[Report] = []
     try:
-        models: list[str] = []
-        if not args.skip_tiny:
-            models.append(str(build_tiny_model(tmp / "tiny-llama", seed=0)))
-        if not args.skip_mid:
-            models.append(args.model)
-        for model in models:
-            for engine in engines:
-                print(f"\n== {model} / {engine} / {args.dtype} ==", flush=True)
-                try:
-                    reports.append(_run(model, engine, args, tmp / f"run-{len(reports)}"))
-                except ModelNotAvailableError as err:
-                    print(f"  skipped: {err}")
-                finally:
-                    if torch.cuda.is_available():
-                        torch.cuda.empty_cache()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    _print_table(reports)
-    return 0 if reports else 1
+        if fail:
+            raise AssertionError("failure forced by --fail-path")
+        status, detail = "PASS", CHECKS[path](model_dir, device)
+    except Skip as skip:
+        status, detail = "SKIP", str(skip)
+    except Exception as error:  # any error is this path's FAIL, reported with its message
+        traceback.print_exc()
+        status, detail = "FAIL", f"{type(error).__name__}: {error}".splitlines()[0][:300]
+    print(f"{RESULT} {status} {detail}", flush=True)
+    return 1 if status == "FAIL" else 0
 
 
-LONG_VARIANTS = ("previous", "chunked", "fused", "fused-packed")
+def _build_child(model_dir: Path, device: str) -> int:
+    from grpo_train.models import build_tiny_model
 
+    build_tiny_model(model_dir)
+    resolved = device
+    if device == "auto":
+        import torch
 
-def long_completion_case(lengths: Sequence[int], *, allow_cpu: bool = False) -> int:
-    """Print peak memory of one update per log-prob head and completion length (see the doc)."""
-    if not torch.cuda.is_available() and not allow_cpu:
-        print("gpu_check --long-completion: no CUDA device here; nothing to measure.")
-        return 0
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    print(f"\n| head | {' | '.join(f'{n} MiB' for n in lengths)} | KiB / token |")
-    print("|---" * (len(lengths) + 2) + "|")
-    for variant in LONG_VARIANTS:
-        peaks = []
-        for length in lengths:
-            try:
-                peaks.append(_long_completion_peak_mib(variant, length, device))
-            except torch.cuda.OutOfMemoryError:
-                peaks.append(float("nan"))
-            if device == "cuda":
-                torch.cuda.empty_cache()
-        growth = (peaks[-1] - peaks[0]) * 1024 / max(lengths[-1] - lengths[0], 1)
-        cells = " | ".join("OOM" if p != p else f"{p:.0f}" for p in peaks)
-        print(f"| {variant} | {cells} | {growth:.1f} |", flush=True)
+        resolved = "cuda" if torch.cuda.is_available() else "cpu"
+    print(f"{RESULT} {resolved}", flush=True)
     return 0
 
 
-def _long_completion_peak_mib(variant: str, length: int, device: str) -> float:
-    """Peak memory (MiB above the model's) of one forward + backward on 2 x ``length`` tokens."""
-    from transformers import Qwen3ForCausalLM
-
-    from benchmarks.long_completion_bench import previous_logprobs, tiny_qwen3_config
-    from grpo_train.logprobs import HeadChoice
-    from grpo_train.loss import make_micro_batches, token_logprobs
-
-    torch.manual_seed(0)
-    config = tiny_qwen3_config(length + 64)
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    model = Qwen3ForCausalLM(config).to(device=device, dtype=dtype).train()
-    prompt = torch.randint(3, 151_936, (64,)).tolist()
-    completions = [torch.randint(3, 151_936, (length,)).tolist() for _ in range(2)]
-    packed = variant == "fused-packed"
-    batches = make_micro_batches([prompt] * 2, completions, 10**9, pad_id=0, packed=packed)
-    cuda = device == "cuda"
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated() if cuda else 0
-    for mb in batches:
-        mb = mb.to(device)
-        if variant == "previous":
-            logprobs, _ = previous_logprobs(model, mb, True)
-        else:
-            head = HeadChoice("chunked" if variant == "chunked" else "fused")
-            logprobs, _ = token_logprobs(model, mb, 1.0, True, head=head)
-        (logprobs * mb.completion_mask).sum().backward()
-    if not cuda:
-        return 0.0
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - base) / 2**20
+# -------------------------------------------------------------------------------- parent process
 
 
-def _run(model: str, engine: str, args: argparse.Namespace, out: Path) -> Report:
-    """Trainer mode, falling back to minimal mode when the trainer cannot be set up."""
-    if engine.endswith("-async"):  # the pipeline lives in the Trainer: no minimal fallback
-        return run_trainer(model, engine, args, out)
-    if args.mode == "trainer":
-        try:
-            report = run_trainer(model, engine, args, out)
-        except Exception as err:  # the trainer's API moved, or it fails on this machine
-            # Report it and still measure: the numbers of the minimal step are worth having.
-            print(f"  trainer mode failed ({type(err).__name__}: {err}); falling back to minimal")
-        else:
-            return report
-    return run_minimal(model, engine, args)
+def _tail(text: str, lines: int = 6) -> str:
+    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
+
+
+def _spawn(args: list[str], timeout: float) -> tuple[int | None, str, str]:
+    """Run this script with ``args``; return (exit status or None on timeout, stdout, stderr)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    try:
+        done = subprocess.run(
+            [sys.executable, __file__, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=REPO,
+        )
+    except subprocess.TimeoutExpired as expired:
+
+        def text(raw: bytes | str | None) -> str:
+            return raw.decode(errors="replace") if isinstance(raw, bytes) else raw or ""
+
+        return None, text(expired.stdout), text(expired.stderr)
+    return done.returncode, done.stdout, done.stderr
+
+
+def _verdict(path: str, code: int | None, out: str, err: str, timeout: float) -> tuple[str, str]:
+    results = [line for line in out.splitlines() if line.startswith(RESULT + " ")]
+    if code is None:
+        return "FAIL", f"timed out after {timeout:.0f} s: {_tail(err)}"
+    if not results:
+        return "FAIL", f"crashed (exit {code}): {_tail(err)}"
+    status, _, detail = results[-1][len(RESULT) + 1 :].partition(" ")
+    if status == "FAIL":
+        return "FAIL", f"{detail} | {_tail(err, 3)}"
+    return status, detail
+
+
+def run_all(paths: list[str], device: str, timeout: float, fail_path: str | None) -> list[Outcome]:
+    """Build the tiny model, then run each path in its own subprocess; return the verdicts."""
+    outcomes = []
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(tmp) / "tiny"
+        code, out, err = _spawn(["--build", str(model_dir), "--device", device], timeout)
+        built = [line for line in out.splitlines() if line.startswith(RESULT + " ")]
+        if code != 0 or not built:
+            reason = f"tiny model build failed (exit {code}): {_tail(err)}"
+            return [Outcome(p, "FAIL", reason, 0.0) for p in paths]
+        device = built[-1].split(" ", 1)[1]
+        print(f"device: {device}", flush=True)
+        for path in paths:
+            args = ["--path", path, "--device", device, "--model-dir", str(model_dir)]
+            if path == fail_path:
+                args.append("--fail-path")
+            start = time.perf_counter()
+            code, out, err = _spawn(args, timeout)
+            status, detail = _verdict(path, code, out, err, timeout)
+            outcome = Outcome(path, status, detail, time.perf_counter() - start)
+            print(f"{status:<4}  {path:<18}  {detail}  ({outcome.seconds:.1f} s)", flush=True)
+            outcomes.append(outcome)
+    return outcomes
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: run the paths (parent) or one path (child, ``--path``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="auto", help="auto (cuda if available), cuda, cpu")
+    parser.add_argument("--paths", default=",".join(PATHS), help="comma-separated paths to run")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per path")
+    parser.add_argument(
+        "--fail-path", nargs="?", const="", default=None, help="make this path fail (self-test)"
+    )
+    parser.add_argument("--path", choices=PATHS, help=argparse.SUPPRESS)
+    parser.add_argument("--model-dir", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.build is not None:
+        return _build_child(args.build, args.device)
+    if args.path is not None:
+        return _child(args.path, args.device, args.model_dir, args.fail_path is not None)
+    paths = [p for p in args.paths.split(",") if p]
+    unknown = sorted(set(paths) - set(PATHS))
+    if unknown:
+        parser.error(f"unknown paths {unknown}; choose from {', '.join(PATHS)}")
+    outcomes = run_all(paths, args.device, args.timeout, args.fail_path)
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("PASS", "FAIL", "SKIP")}
+    print(f"summary: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['SKIP']} SKIP")
+    return 1 if counts["FAIL"] else 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""``benchmarks/gpu_check.py`` on CPU: a verdict line per path; a failing path fails the run."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "gpu_check.py"
+PATHS = (
+    "bf16-full-ft",
+    "logprob-heads",
+    "lora-gc-kl",
+    "qlora-export",
+    "liger-head",
+    "vllm-sync",
+    "checkpoint-resume",
+    "long-completion",
+)
+
+
+def run_check(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--device", "cpu", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=600,
+    )
+
+
+def verdicts(stdout: str) -> dict[str, str]:
+    return {
+        m.group(2): m.group(1)
+        for m in re.finditer(r"^(PASS|FAIL|SKIP)\s+(\S+)\s", stdout, flags=re.MULTILINE)
+    }
+
+
+@pytest.mark.slow
+def test_every_path_passes_or_skips_on_cpu() -> None:
+    done = run_check()
+    found = verdicts(done.stdout)
+    assert set(found) == set(PATHS), done.stdout
+    assert set(found.values()) <= {"PASS", "SKIP"}, done.stdout + done.stderr
+    assert done.returncode == 0, done.stdout
+    assert re.search(r"^summary: \d+ PASS, 0 FAIL, \d+ SKIP$", done.stdout, re.MULTILINE)
+
+
+@pytest.mark.parametrize("failing", ["logprob-heads", "qlora-export"])
+def test_a_failing_path_is_reported_and_fails_the_run(failing: str) -> None:
+    """A forced failure (also in a path that would otherwise SKIP) prints FAIL and exits 1."""
+    done = run_check("--paths", f"checkpoint-resume,{failing}", "--fail-path", failing)
+    assert verdicts(done.stdout) == {"checkpoint-resume": "PASS", failing: "FAIL"}, done.stdout
+    assert "failure forced by --fail-path" in done.stdout
+    assert done.returncode == 1
+    assert "summary: 1 PASS, 1 FAIL, 0 SKIP" in done.stdout
+
+
+def test_an_unknown_path_is_a_usage_error() -> None:
+    done = run_check("--paths", "no-such-path")
+    assert done.returncode == 2 and "unknown paths ['no-such-path']" in done.stderr
