@@ -79,8 +79,17 @@ class PersistentPrototype:
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(json.dumps(code) + "\n")
         self.process.stdin.flush()
-        ok, output = json.loads(self.process.stdout.readline())
-        return bool(ok), str(output)
+        stray = ""  # lines something else wrote into the reply channel (a child process)
+        while True:
+            line = self.process.stdout.readline()
+            if not line:
+                return False, stray + "the interpreter ended"
+            try:
+                ok, output = json.loads(line)
+            except (ValueError, TypeError):
+                stray += line
+                continue
+            return bool(ok), stray + str(output)
 
     def close(self) -> None:
         """End the episode: the interpreter exits."""
@@ -183,6 +192,78 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+#: Hostile sessions whose last call must show only its own output: (name, cells). Something an
+#: earlier call left running writes while the last call runs.
+HOSTILE: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "a thread an earlier call started",
+        (
+            "import threading, time\n"
+            "def spam():\n"
+            "    for _ in range(400):\n"
+            "        print('LEAK', flush=True)\n"
+            "        time.sleep(0.005)\n"
+            "threading.Thread(target=spam, daemon=True).start()",
+            "import time\ntime.sleep(0.05)",
+            "import time\ntime.sleep(0.1)\nprint('own')",
+        ),
+    ),
+    (
+        "a process an earlier call started",
+        (
+            "import subprocess, sys\n"
+            "p = subprocess.Popen([sys.executable, '-c', "
+            "'import time\\nfor _ in range(400): print(\"LEAK\", flush=True); time.sleep(0.005)'])",
+            "import time\ntime.sleep(0.05)",
+            "import time\ntime.sleep(0.1)\nprint('own')",
+        ),
+    ),
+)
+
+
+def own_output_only(outputs: Sequence[str]) -> bool:
+    """Whether the last call showed exactly what it printed (``own``), nothing an earlier left.
+
+    >>> own_output_only(["", "", "own\\n"]), own_output_only(["", "", "LEAK\\nown\\n"])
+    (True, False)
+    """
+    return outputs[-1].strip() == "own"
+
+
+def isolation(tool: object) -> list[tuple[str, bool, bool]]:
+    """Run each hostile session both ways: (name, replay's last call clean, persistent's)."""
+    from grpo_envs.tools import PythonTool
+
+    assert isinstance(tool, PythonTool)
+    rows = []
+    for name, cells in HOSTILE:
+        history: list[str] = []
+        replayed = []
+        for code in cells:
+            record = tool.run(history, code)
+            replayed.append(record.output)
+            history.append(code)
+        session = PersistentPrototype()
+        try:
+            persisted = [session.call(code)[1] for code in cells]
+        finally:
+            session.process.kill()
+            session.process.wait(timeout=10)
+        rows.append((name, own_output_only(replayed), own_output_only(persisted)))
+    return rows
+
+
+def isolation_table(rows: Sequence[tuple[str, bool, bool]]) -> str:
+    """Whether the last call of each hostile session showed only its own output, per design."""
+    lines = [
+        "| left running by an earlier call | replay: own output only |"
+        " persistent: own output only |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {n} | {'yes' if r else 'NO'} | {'yes' if p else 'NO'} |" for n, r, p in rows]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Measure and print the table."""
     from grpo_envs.tools import PythonTool
@@ -201,7 +282,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             for w in args.workloads
             for n in args.calls
         ]
+        hostile = isolation(tool)
     print(table(rows))
+    print()
+    print(isolation_table(hostile))
 
 
 if __name__ == "__main__":

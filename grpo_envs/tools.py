@@ -53,7 +53,10 @@ would make a call's result depend on a live process rather than on the transcrip
 replay gives by construction: isolation (a run sees only its own episode's cells, passed in from
 outside), survival of anything the code does (no process to corrupt; one exit costs one call),
 a call that is a pure function of the episode's transcript (``check_env``'s determinism, exact
-resume) and batching across episodes (``PythonTool.run_many``). Replay's costs: earlier cells
+resume) and batching across episodes (``PythonTool.run_many``). A live interpreter also cannot keep
+each call's output its own: a thread or process an earlier call started keeps writing while the
+next call runs, and Python cannot stop a thread (the benchmark's isolation table: replay shows
+only the last call's output, the persistent prototype does not). Replay's costs: earlier cells
 re-run (side effects included: a file written by cell 1 is written again each call), the time
 limit of a call covers the replay, and code whose results are random without a seed can differ
 on replay (a replayed cell that now fails is reported as such).

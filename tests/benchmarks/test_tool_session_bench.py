@@ -21,3 +21,13 @@ def test_each_workload_gives_distinct_cells_whose_last_line_is_an_expression():
         first, second = cell(1), cell(2)
         assert first != second and "1" in first.splitlines()[-1]
         compile(first, "<cell>", "exec")
+
+
+def test_the_isolation_table_says_which_design_showed_only_the_last_calls_output():
+    lines = bench.isolation_table([("a thread", True, False)]).splitlines()
+    assert lines[2] == "| a thread | yes | NO |"
+    # Each hostile session ends with a call printing "own" while something earlier still runs.
+    for _, cells in bench.HOSTILE:
+        assert "print('own')" in cells[-1] and len(cells) == 3
+        for cell in cells:
+            compile(cell, "<cell>", "exec")
