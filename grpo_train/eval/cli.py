@@ -571,17 +571,35 @@ def _protocol_label(record: Mapping[str, object]) -> str:
 
 def run_compare(argv: list[str]) -> int:
     """``grpo eval compare RUN_A RUN_B``."""
-    from grpo_train.eval.compare import compare_rates, compare_table, load_run, plot_deltas
+    from grpo_train.eval.compare import (
+        compare_notes,
+        compare_rates,
+        compare_table,
+        load_run,
+        plot_deltas,
+    )
 
     p = argparse.ArgumentParser(
-        prog="grpo eval compare", description="Per-suite deltas B - A with CIs.", allow_abbrev=False
+        prog="grpo eval compare",
+        description="Per-suite deltas B - A with a test and a confidence interval. Runs that "
+        "scored the same problems are compared per problem (exact McNemar test with one "
+        "completion per problem, sign-flip permutation test with several); runs with no shared "
+        "problems with Newcombe's interval for independent proportions.",
+        allow_abbrev=False,
     )
     p.add_argument("run_a")
     p.add_argument("run_b")
     p.add_argument("--png", default="eval_compare.png", help="bar chart path")
-    p.add_argument("--confidence", type=float, default=0.95)
-    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument(
+        "--confidence", type=float, default=0.95, help="interval level; the test's alpha is 1 - it"
+    )
+    p.add_argument(
+        "--resamples",
+        type=int,
+        default=10_000,
+        help="random sign patterns or bootstrap resamples, where exact enumeration is too large",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of those random resamples")
     p.add_argument(
         "--allow_mismatch",
         action="store_true",
@@ -615,7 +633,9 @@ def run_compare(argv: list[str]) -> int:
     if only:
         print(f"(tasks in only one run, not compared: {', '.join(only)})")
     print(compare_table(rows, Path(ns.run_a).name, Path(ns.run_b).name))
-    print(f"\n* the {100 * ns.confidence:g}% interval excludes 0")
+    print("")
+    for note in compare_notes(rows):
+        print(note)
     metrics = metric_table(ns.run_a, ns.run_b)
     if metrics:
         print("\n" + metrics)
