@@ -266,7 +266,7 @@ def _train(config: TrainConfig, stop: StopRequest) -> int:
     print(
         f"\nheld-out accuracy: before {fmt(result.accuracy_before)}"
         f" -> after {fmt(result.accuracy_after)}"
-        f"\nwall time: {result.wall_s:.0f} s for {result.steps} steps"
+        f"\n{_wall_time_line(result)}"
         f"{_speed_lines(result)}"
         f"\n{_switches_line(result)}"
         f"{_episodes_line(run_dir, trainer.setup.cfg.rollout.history_policy)}"
@@ -284,6 +284,31 @@ def _train(config: TrainConfig, stop: StopRequest) -> int:
         )
         return stop.exit_code
     return 0
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _wall_time_line(result: TrainResult) -> str:
+    """Say how long this launch took for the steps it ran, and the whole run when resumed.
+
+    >>> from pathlib import Path
+    >>> from grpo_train.trainer import TrainResult
+    >>> r = TrainResult(Path("r"), 6, 0.1, 0.5, 13.2, False, None, start_step=5, earlier_wall_s=70)
+    >>> _wall_time_line(r)
+    'wall time: 13 s for 1 step (resumed after step 5); the run: 83 s for 6 steps'
+    >>> _wall_time_line(TrainResult(Path("r"), 8, 0.1, 0.5, 95.0, False, None))
+    'wall time: 95 s for 8 steps'
+    """
+    ran = result.steps - result.start_step
+    line = f"wall time: {result.wall_s:.0f} s for {_plural(ran, 'step')}"
+    if result.start_step == 0:
+        return line
+    return (
+        f"{line} (resumed after step {result.start_step}); the run: "
+        f"{result.total_wall_s:.0f} s for {_plural(result.steps, 'step')}"
+    )
 
 
 def resume_command(config_path: Path, launcher: Sequence[str] | None = None) -> str:
