@@ -224,7 +224,7 @@ def test_scoring_failures_are_counted_warned_and_left_out_of_training(
     trainer.close()
     assert result.steps == 2
     rows = read_metrics(tmp_path)
-    assert [r["score/errors"] for r in rows] == [8.0, 8.0]  # 1 in 4 of 32 completions
+    assert [r["score/error_share"] for r in rows] == [0.25, 0.25]  # 8 of 32 completions
     warnings = [r.getMessage() for r in caplog.records if "failed to score" in r.getMessage()]
     assert len(warnings) == 2 and "8 of 32" in warnings[0] and "flaky scorer" in warnings[0]
     assert len(seen) == 2
