@@ -44,8 +44,12 @@ _EXIT_INTERRUPTED = 130  # the shell convention for "stopped by a signal": 128 +
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the parser: ``--config``, ``--preset``, a flag per config field, TRL's names."""
-    parser = argparse.ArgumentParser(
+    from grpo_envs.cli import ShortErrorParser
+
+    parser = ShortErrorParser(
         prog="grpo train",
+        # The generated usage names all of the ~200 flags and TRL aliases: dozens of lines.
+        usage="grpo train [--config FILE.yaml] [--preset {auto,default,none}] [--FIELD VALUE ...]",
         description="Train a model with GRPO. With no --model, --env or --config: the embedded "
         "default run (SmolLM2-135M-Instruct on two-digit addition, CPU; `--preset default` "
         "asks for it explicitly). Otherwise the defaults below apply, chosen for a real model.",
@@ -73,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
         shown = defaults[name]
         if name == "output_dir" and not shown:
             shown = "runs/<model>-<env>-<date>-<time>"
-        text = f"{docs[name]} (default: {shown!r})".replace("%", "%%")
+        # Field docstrings are reStructuredText (``x``); a terminal shows plain backquotes.
+        text = f"{docs[name]} (default: {shown!r})".replace("``", "`").replace("%", "%%")
         flags = [f"--{name}"] + ([f"--{name.replace('_', '-')}"] if "_" in name else [])
         if name == "resume":  # `--resume` alone means the newest checkpoint of output_dir
             group.add_argument(
