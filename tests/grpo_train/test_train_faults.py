@@ -276,6 +276,16 @@ def test_a_damaged_checkpoint_names_the_file_and_the_previous_good_one(
         (["--use_qlora", "--lora_r", "8"], None, "use_qlora: QLoRA"),
         (["--collective_timeout_s", "0"], None, "collective_timeout_s"),
         (["--max_reward_errors", "2"], None, "max_reward_errors"),
+        # nothing to resume in a new folder: not a silent fresh start
+        (["--resume"], None, "holds no checkpoint to resume"),
+        # a missing data file is the data file's fault, named with its option
+        (
+            ["--env", "{id: math/dataset-v0, kwargs: {path: nope/q.jsonl}}"],
+            None,
+            "env: math/dataset-v0: data file missing: nope/q.jsonl (the environment's path=",
+        ),
+        ([], "learning_rte: 0.1\n", "'learning_rte' (did you mean learning_rate?)"),
+        ([], "optim: {lr_schedler: cosine}\n", "did you mean lr_scheduler?"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_field_exit_2(
@@ -290,6 +300,7 @@ def test_bad_input_is_one_line_naming_the_field_exit_2(
     code, err = train(argv, capsys)
     assert code == 2
     assert expected in message(err)
+    assert not (tmp_path / "run").exists()  # a failed start leaves no folder behind
 
 
 def test_output_dir_that_is_a_file_or_unwritable_exits_2(tiny_model_path, tmp_path, capsys):
