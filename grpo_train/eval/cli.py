@@ -193,7 +193,13 @@ def _eval_parser() -> argparse.ArgumentParser:
         default=None,
         help="plain-text format for models without a chat template (default '{prompt}')",
     )
-    p.add_argument("--log_level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument(
+        "--log_level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="what the run folder's eval.log records (the console shows warnings and results; "
+        "debug: everything, on the console too)",
+    )
     add_protocol_arguments(p)
     return p
 
