@@ -16,6 +16,7 @@ import json
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import datasets
 
@@ -41,6 +42,58 @@ GARBAGE: tuple[object, ...] = (
 
 class EnvCheckError(AssertionError):
     """An environment broke the contract; the message says which check and where."""
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What ``check_env`` checked on an environment that passed."""
+
+    env_id: str
+    split_rows: tuple[tuple[str, int], ...]
+    """Each checked split and its number of rows."""
+    scored_rows: int
+    """Rows per split whose scoring was checked."""
+    references: int
+    """Reference completions (known-correct answers or solutions) that scored as successes."""
+    garbage: int
+    """Hostile completions that scored as failures, quickly."""
+    determinism: bool
+    """Whether a second build from the spec gave the same data and scores."""
+    episodes: bool
+    """Whether the multi-turn episode contract was checked."""
+
+    def describe(self) -> str:
+        """Say in a few lines what passed.
+
+        >>> report = CheckReport("x/y-v0", (("train", 10), ("test", 5)), 4, 8, 6, True, False)
+        >>> print(report.describe())
+        x/y-v0: passed
+          splits: train (10 rows), test (5 rows); scoring checked on 4 rows of each
+          references: 8 reference completions scored as successes
+          garbage: 6 hostile completions per split scored as failures, in time
+          score_batch: agrees with score
+          determinism: a second build from the spec gave the same rows and scores
+        """
+        splits = ", ".join(f"{name} ({rows} rows)" for name, rows in self.split_rows)
+        refs = (
+            f"{self.references} reference completions scored as successes"
+            if self.references
+            else "no reference completions (the environment offers none)"
+        )
+        lines = [
+            f"{self.env_id}: passed",
+            f"  splits: {splits}; scoring checked on {self.scored_rows} rows of each",
+            f"  references: {refs}",
+            f"  garbage: {self.garbage} hostile completions per split scored as failures, in time",
+            "  score_batch: agrees with score",
+        ]
+        if self.determinism:
+            lines.append(
+                "  determinism: a second build from the spec gave the same rows and scores"
+            )
+        if self.episodes:
+            lines.append("  episodes: the multi-turn contract holds on the checked rows")
+        return "\n".join(lines)
 
 
 def _fail(env: Environment, message: str) -> EnvCheckError:
@@ -110,8 +163,10 @@ def check_env(
     splits: Sequence[str] | None = None,
     check_determinism: bool = True,
     max_score_s: float = 10.0,
-) -> None:
+) -> CheckReport:
     """Run ``env`` through the contract; raise ``EnvCheckError`` naming the first broken rule.
+
+    Returns what was checked (``CheckReport.describe()`` says it in words).
 
     Args:
         env: the environment (built by ``make`` to also check determinism against its spec).
@@ -122,13 +177,27 @@ def check_env(
     """
     if not env.splits or not all(isinstance(s, str) for s in env.splits):
         raise _fail(env, f"splits must be a non-empty tuple of names, got {env.splits!r}")
+    from grpo_envs.episode import Episodic
+
+    split_rows, references, scored = [], 0, 0
     for split in splits if splits is not None else env.splits:
         ds = _check_split(env, split)
         rows = [Sample.from_row(r) for r in ds.select(range(min(n_samples, len(ds))))]
-        _check_scoring(env, rows, max_score_s)
+        references += _check_scoring(env, rows, max_score_s)
         if check_determinism and env.spec is not None:
             _check_determinism(env, split, ds, rows)
         _check_episodes(env, rows, check_determinism)
+        split_rows.append((split, len(ds)))
+        scored = max(scored, len(rows))
+    return CheckReport(
+        env.env_id or type(env).__name__,
+        tuple(split_rows),
+        scored,
+        references,
+        len(GARBAGE),
+        check_determinism and env.spec is not None,
+        isinstance(env.unwrapped, Episodic),
+    )
 
 
 def _check_episodes(env: Environment, rows: list[Sample], check_determinism: bool) -> None:
@@ -146,7 +215,8 @@ def _check_episodes(env: Environment, rows: list[Sample], check_determinism: boo
         raise EnvCheckError(str(exc)) from exc
 
 
-def _check_scoring(env: Environment, rows: list[Sample], max_score_s: float) -> None:
+def _check_scoring(env: Environment, rows: list[Sample], max_score_s: float) -> int:
+    """Check scoring on ``rows``; return how many reference completions scored as successes."""
     completions: list[object] = []
     samples: list[Sample] = []
     single: list[Score] = []
@@ -195,6 +265,7 @@ def _check_scoring(env: Environment, rows: list[Sample], max_score_s: float) -> 
                 f"score_batch item {i} gave {b.outcome}/{b.reward}, score gave "
                 f"{a.outcome}/{a.reward}",
             )
+    return len(completions) - len(GARBAGE)
 
 
 def _check_determinism(

@@ -2,6 +2,7 @@
 
     grpo envs list [--namespace math]
     grpo envs show ID [--kwargs '{"difficulty": 3}']
+    grpo envs check ID [--kwargs '{"path": "data/questions.jsonl"}']
     grpo envs score ID --completions FILE.jsonl [--split test] [--out scores.jsonl]
 
 ``score`` reads one JSON object a line: ``{"id": ..., "completion": ...}`` (the row of that id in
@@ -12,29 +13,82 @@ reward and outcome counts, and writes one JSON line per completion (id, score) t
 from __future__ import annotations
 
 import argparse
+import difflib
+import inspect
 import json
 import sys
+import typing
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NoReturn
 
 from grpo_envs.registration import RegistryError, families, list_envs, make, spec
 from grpo_envs.types import Outcome
 
 
+class ShortErrorParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line, a "did you mean" and a pointer to --help.
+
+    argparse prints the whole usage block (dozens of lines for ``grpo train``) before the line
+    that matters; the usage is one ``--help`` away.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        """Print the error, the closest known flags to an unknown one, and exit 2."""
+        lines = [f"{self.prog}: error: {message}"]
+        if message.startswith("unrecognized arguments:"):
+            known = sorted(_option_strings(self))
+            for word in message.split(":", 1)[1].split():
+                flag = word.split("=", 1)[0]
+                if not flag.startswith("-"):
+                    continue
+                close = difflib.get_close_matches(flag, known, n=3, cutoff=0.6)
+                if close:
+                    lines.append(f"{self.prog}: {flag}: did you mean {' or '.join(close)}?")
+        lines.append(f"{self.prog} --help lists every option")
+        self.exit(2, "\n".join(lines) + "\n")
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> set[str]:
+    """Every flag of ``parser`` and of its sub-commands (an unknown one is reported at the top)."""
+    found: set[str] = set()
+    for action in parser._actions:
+        found.update(action.option_strings)
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found |= _option_strings(child)
+    return found
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ShortErrorParser(
         prog="grpo envs", description=__doc__.split("\n")[0], allow_abbrev=False
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=ShortErrorParser)
     p_list = sub.add_parser("list", help="registered environment ids")
     p_list.add_argument("--namespace", help="only this namespace (e.g. math)")
-    p_show = sub.add_parser("show", help="spec, split sizes and a sample prompt")
-    p_show.add_argument("id")
+    p_show = sub.add_parser(
+        "show", help="spec, the arguments make() takes (with defaults), split sizes, a sample"
+    )
+    p_show.add_argument("id", help="an environment id, or MODULE:ID to import MODULE first")
     p_show.add_argument("--kwargs", default="{}", help="JSON object of make() overrides")
+    p_check = sub.add_parser(
+        "check",
+        help="run the contract checker (check_env): splits, reference solutions, hostile "
+        "completions, determinism; says what it checked",
+    )
+    p_check.add_argument("id", help="an environment id, or MODULE:ID to import MODULE first")
+    p_check.add_argument("--kwargs", default="{}", help="JSON object of make() overrides")
     p_score = sub.add_parser("score", help="score a JSONL file of completions")
     p_score.add_argument("id")
-    p_score.add_argument("--completions", required=True, type=Path)
+    p_score.add_argument(
+        "--completions",
+        required=True,
+        type=Path,
+        help='JSONL, one object a line: {"id": ROW_ID, "completion": TEXT} (the row of that id '
+        'in --split) or {"completion": TEXT, "sample": {...a full row...}}',
+    )
     p_score.add_argument("--split", default="test", help="split that --completions ids refer to")
     p_score.add_argument("--out", type=Path, help="per-sample JSONL output")
     p_score.add_argument("--kwargs", default="{}", help="JSON object of make() overrides")
@@ -61,6 +115,52 @@ def _list(namespace: str | None) -> int:
     return 0
 
 
+def factory_arguments(factory: object) -> list[str]:
+    """Describe the arguments an environment factory (function or class) takes, with defaults.
+
+    A function that passes ``**kwargs`` on to the class it returns lists that class's too.
+
+    >>> def demo(path: str, *, question: str = "question", limit: int | None = None, **options):
+    ...     pass
+    >>> factory_arguments(demo)
+    ['path (required)', "question='question'", 'limit=None', '**options']
+    """
+    target = factory.__init__ if inspect.isclass(factory) else factory  # type: ignore[misc]
+    try:
+        params = list(inspect.signature(target).parameters.values())  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return []
+    returned = None
+    if not inspect.isclass(factory) and any(p.kind is p.VAR_KEYWORD for p in params):
+        try:
+            returned = typing.get_type_hints(factory).get("return")
+        except Exception:  # an annotation that does not resolve: list what the function says
+            returned = None
+    if inspect.isclass(returned):
+        named = {p.name for p in params}
+        inner = factory_arguments(returned)
+        params = [p for p in params if p.kind is not p.VAR_KEYWORD]
+        extra = [a for a in inner if a.split("=")[0].split(" ")[0].lstrip("*") not in named]
+        return _describe(params) + extra
+    return _describe(params)
+
+
+def _describe(params: list[inspect.Parameter]) -> list[str]:
+    out = []
+    for param in params:
+        if param.name == "self":
+            continue
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            out.append(f"**{param.name}")
+        elif param.kind is inspect.Parameter.VAR_POSITIONAL:
+            out.append(f"*{param.name}")
+        elif param.default is inspect.Parameter.empty:
+            out.append(f"{param.name} (required)")
+        else:
+            out.append(f"{param.name}={param.default!r}")
+    return out
+
+
 def _show(env_id: str, overrides: dict[str, object]) -> int:
     env_spec = spec(env_id)
     print(f"id:          {env_spec.id}")
@@ -68,6 +168,9 @@ def _show(env_id: str, overrides: dict[str, object]) -> int:
     print(f"defaults:    {dict(env_spec.kwargs)}")
     if env_spec.description:
         print(f"description: {env_spec.description}")
+    arguments = factory_arguments(env_spec.load())
+    if arguments:
+        print(f"arguments:   {', '.join(arguments)}")
     env = make(env_id, **overrides)
     first = None
     unavailable = 0
@@ -87,6 +190,19 @@ def _show(env_id: str, overrides: dict[str, object]) -> int:
             print(f"  [{message['role']}] {message['content']}")
         print(f"  answer: {first['answer']}")
     return 1 if unavailable and first is None else 0
+
+
+def _check(env_id: str, overrides: dict[str, object]) -> int:
+    from grpo_envs.checker import EnvCheckError, check_env
+
+    env = make(env_id, **overrides)
+    try:
+        report = check_env(env)
+    except EnvCheckError as exc:
+        print(f"grpo envs: check failed: {exc}", file=sys.stderr)
+        return 1
+    print(report.describe())
+    return 0
 
 
 def _load_lines(path: Path) -> list[Mapping[str, object]]:
@@ -159,7 +275,16 @@ def main(argv: list[str] | None = None) -> int:
             return _list(args.namespace)
         if args.command == "show":
             return _show(args.id, _kwargs(args.kwargs))
+        if args.command == "check":
+            return _check(args.id, _kwargs(args.kwargs))
         return _score(args)
+    except ModuleNotFoundError as exc:
+        print(
+            f"grpo envs: {args.id}: cannot import module {exc.name!r}; put it on PYTHONPATH "
+            "(or pip install it), or check the spelling of MODULE:ID",
+            file=sys.stderr,
+        )
+        return 2
     except (
         RegistryError,
         ValueError,

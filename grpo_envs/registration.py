@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 import re
+import sys
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -244,12 +246,25 @@ def _unknown(env_id: str) -> RegistryError:
     )
 
 
+def import_user_module(module_name: str) -> None:
+    """Import the module of a ``module:ns/name-vN`` id, finding it in the current folder too.
+
+    The ``grpo`` command, unlike ``python -m``, does not put the current folder on the import
+    path, so a module beside the user's config would not be found; it is added at the end of
+    ``sys.path`` (installed packages keep precedence).
+    """
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.append(here)
+    importlib.import_module(module_name)
+
+
 def spec(env_id: str) -> EnvSpec:
     """Return the ``EnvSpec`` of ``env_id`` (``"module:ns/name-vN"`` imports ``module`` first)."""
     load_plugins()
     if ":" in env_id:
         module_name, env_id = env_id.split(":", 1)
-        importlib.import_module(module_name)
+        import_user_module(module_name)
     if env_id in registry:
         return registry[env_id]
     _parse_id(env_id)

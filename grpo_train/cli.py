@@ -9,6 +9,7 @@ import torch.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from grpo_train.console import quiet_child_process
@@ -70,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"grpo: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         return 2
+    if command in ("train", "eval") and "debug" not in rest:
+        # torch reads its C++ log level once, when it is first imported (importing the command
+        # may import it): its warnings (vLLM's CPU worker's NUMA binding) stay out of the console.
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     module = importlib.import_module(COMMANDS[command][0])
     return int(module.main(rest) or 0)
 

@@ -38,12 +38,13 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import inspect
 import itertools
 import textwrap
 import types
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from functools import cache
@@ -107,7 +108,8 @@ class PolicyConfig:
     """The model being trained."""
 
     model: Identity[str] = "default"
-    """HF hub id or local folder; ``default`` is the embedded SmolLM2-135M-Instruct."""
+    """HF hub id or local folder; ``default`` is the embedded SmolLM2-135M-Instruct, ``tiny`` a
+    tiny random model (seconds per step, learns nothing: for trying a setup)."""
     dtype: Identity[Literal["auto", "float32", "bfloat16"]] = "auto"
     """Parameter dtype for training: ``auto`` is bfloat16 on a GPU that supports it, else float32
     (the safe choice on CPU); the run's config.yaml records the resolved one."""
@@ -552,6 +554,22 @@ def real_model_defaults(shape: tuple[int, int] | None) -> tuple[DefaultChoice, .
     return (DefaultChoice("gradient_checkpointing", True, why),)
 
 
+def unknown_fields_text(unknown: Sequence[str], known: Sequence[str]) -> str:
+    """Name the unknown fields, each with its closest known names (a likely typo).
+
+    >>> text = unknown_fields_text(["learning_rte"], ["learning_rate", "lr_scheduler", "seed"])
+    >>> text.split(";")[0]
+    "unknown config field 'learning_rte' (did you mean learning_rate?)"
+    """
+    parts = []
+    for name in unknown:
+        close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.6)
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        parts.append(f"{name!r}{hint}")
+    plural = "s" if len(unknown) > 1 else ""
+    return f"unknown config field{plural} {', '.join(parts)}; `grpo train --help` lists them all"
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """The whole configuration of a training run."""
@@ -580,9 +598,7 @@ class TrainConfig:
         owners = field_owners()
         unknown = [k for k in values if k not in owners]
         if unknown:
-            raise ConfigError(
-                f"unknown config field(s) {unknown}; `grpo train --help` lists them all"
-            )
+            raise ConfigError(unknown_fields_text(unknown, [*owners, *SECTIONS]))
         problems: list[str] = []
         sections = {name: getattr(base or cls(), name) for name in SECTIONS}
         for section_name, section in sections.items():

@@ -68,6 +68,47 @@ EXPECTED_NOISE: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+#: Messages that belong in the run's log file, not on the console: true, but nothing to act on.
+DETAILS_ONLY: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # One per weight when the engine runs in bfloat16 for a float32 policy (vllm_dtype: auto on
+    # a CPU with bfloat16 instructions): the conversion is the point of that setting.
+    (
+        "vllm",
+        re.compile(
+            r"Attempted to load weight \S+ with dtype torch\.float32 into parameter with dtype "
+            r"torch\.bfloat16"
+        ),
+    ),
+    # vLLM's CPU linear layers use torch's kernel where oneDNN declines a shape or dtype.
+    ("vllm", re.compile(r"Failed to create oneDNN linear, fallback to torch linear\..*", re.S)),
+)
+
+
+def is_details_only(name: str, message: str) -> bool:
+    """Return whether a log message goes to the run's log file only (``DETAILS_ONLY``).
+
+    >>> is_details_only("vllm.model_executor.models.utils", "Attempted to load weight "
+    ...     "norm.weight with dtype torch.float32 into parameter with dtype torch.bfloat16")
+    True
+    >>> is_details_only("grpo_train", "Failed to create oneDNN linear, fallback to torch linear.")
+    False
+    """
+    return any(
+        name.startswith(prefix) and pattern.fullmatch(message) for prefix, pattern in DETAILS_ONLY
+    )
+
+
+def _to_run_log(record: logging.LogRecord) -> None:
+    """Write a details-only record to the command's run log (or its pending records), once."""
+    if getattr(record, "grpo_details_written", False):
+        return
+    record.grpo_details_written = True
+    for handler in logging.getLogger().handlers:
+        run_log = getattr(handler, "grpo_run_log", False) or isinstance(handler, _PendingRecords)
+        if run_log and record.levelno >= handler.level:
+            handler.emit(record)
+
+
 def is_expected_noise(name: str, message: str) -> bool:
     """Return whether a log message is one of ``EXPECTED_NOISE``.
 
@@ -100,12 +141,22 @@ class ExpectedNoise(logging.Filter):
     tearing_down = False
     """Set in a process once vLLM said that one of its engine's processes ended."""
 
+    def __init__(self, keep_details: bool = False) -> None:
+        super().__init__()
+        self.keep_details = keep_details
+        """The run log's own filter keeps ``DETAILS_ONLY`` records; a console's sends them there."""
+
     def filter(self, record: logging.LogRecord) -> bool:
-        """Keep the record unless it is expected noise."""
+        """Keep the record unless it is expected noise (or details, for a console)."""
         try:
             message = record.getMessage()
         except Exception:  # a malformed record is not ours to judge
             return True
+        if is_details_only(record.name, message):
+            if self.keep_details:
+                return True
+            _to_run_log(record)
+            return False
         if record.name.startswith("vllm"):
             ended = ENGINE_PROCESS_ENDED.fullmatch(message)
             if ended:
@@ -211,21 +262,22 @@ class _PendingRecords(logging.Handler):
         self.records.append(record)
 
 
-def attach_run_log(run_dir: str | Path) -> logging.Handler | None:
-    """Send the command's records to ``run_dir/train.log`` from now on, the pending ones first.
+def attach_run_log(run_dir: str | Path, name: str = RUN_LOG_FILE) -> logging.Handler | None:
+    """Send the command's records to ``run_dir/name`` from now on, the pending ones first.
 
-    Only under ``setup_logging(..., details_to_file=True)`` (``grpo train``); None otherwise.
-    The file stays open until the command ends (or the next ``setup_logging`` in this process).
+    Only under ``setup_logging(..., details_to_file=True)`` (``grpo train``, ``grpo eval``);
+    None otherwise. The file stays open until the command ends (or the next ``setup_logging``
+    in this process).
     """
     root = logging.getLogger()
     pending = next((h for h in root.handlers if isinstance(h, _PendingRecords)), None)
     if pending is None:
         return None
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(Path(run_dir) / RUN_LOG_FILE, encoding="utf-8")
+    handler = logging.FileHandler(Path(run_dir) / name, encoding="utf-8")
     handler.setLevel(pending.level)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(ExpectedNoise())
+    handler.addFilter(ExpectedNoise(keep_details=True))
     handler.grpo_run_log = True  # type: ignore[attr-defined]  # setup_logging closes it
     for record in pending.records:
         if handler.filter(record):

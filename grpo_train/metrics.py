@@ -81,9 +81,10 @@ def rollout_metrics(groups: Sequence[Group], env_names: Sequence[str]) -> dict[s
         "group/frac_zero_std": stats.frac_zero_std,
         "accuracy": sum(s.correct for s in scores) / len(scores),
         # Failed scores (scorer raised, malformed reward, broken sandbox): left out of training.
-        "score/errors": float(sum(scoring_failed(s) for s in scores)),
-        "score/groups_dropped": float(sum(g.dropped for g in groups)),
-        "score/timeouts": float(sum(s.outcome is Outcome.TIMEOUT for s in scores)),
+        # Shares, like every rate beside them, so that steps of different sizes compare.
+        "score/error_share": sum(scoring_failed(s) for s in scores) / len(scores),
+        "score/dropped_group_share": sum(g.dropped for g in groups) / len(groups),
+        "score/timeout_share": sum(s.outcome is Outcome.TIMEOUT for s in scores) / len(scores),
         "length/mean": sum(lengths) / len(lengths),
         "length/max": float(max(lengths)),
         "length/clipped_frac": sum(c.truncated for c in completions) / len(completions),

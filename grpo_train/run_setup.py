@@ -513,7 +513,9 @@ def check_output_dir(run_dir: Path) -> None:
     """Fail at start, naming the path, when the run folder cannot be created and written.
 
     Tried for real (a probe file), since permission bits say nothing for root or a read-only
-    mount.
+    mount. The folders the probe created are removed again: a start that fails later (a missing
+    data file, a model that does not load) leaves no empty run folder behind; the run log
+    creates the folder once the run starts.
     """
     blocker = next((p for p in (run_dir, *run_dir.parents) if p.exists()), None)
     if blocker is not None and not blocker.is_dir():
@@ -522,6 +524,7 @@ def check_output_dir(run_dir: Path) -> None:
             "another path (the folder is created)"
         )
     probe = run_dir / f".write-test-{os.getpid()}"
+    created = [p for p in (run_dir, *run_dir.parents) if not p.exists()]
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe.write_bytes(b"")
@@ -531,6 +534,10 @@ def check_output_dir(run_dir: Path) -> None:
         raise ConfigError(
             f"output_dir: cannot write in {run_dir} ({reason}); choose a writable folder"
         ) from None
+    finally:
+        for folder in created:  # deepest first; one that gained files meanwhile stays
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def make_envs(cfg: TrainConfig) -> list[Environment]:
@@ -550,10 +557,12 @@ def make_env(env_id: str, kwargs: Mapping[str, object]) -> Environment:
             f"env: {env_id}: cannot import module {err.name or module!r}; put it on "
             "PYTHONPATH (or pip install it), or check the spelling of MODULE:ID"
         ) from None
+    except FileNotFoundError as err:  # a data file (path=): not the run folder
+        raise ConfigError(f"env: {env_id}: {err}") from None
     except TypeError as err:
         raise ConfigError(
             f"env: {env_id} does not accept kwargs {dict(kwargs)} ({err}); "
-            "`grpo envs show ID` lists its arguments"
+            f"`grpo envs show {env_id}` lists its arguments"
         ) from None
     except (KeyError, ValueError, ImportError, AttributeError) as err:
         text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
@@ -618,8 +627,12 @@ def resume_path(cfg: TrainConfig, run_dir: Path) -> Path | None:
     if resume == "latest":
         path = latest_checkpoint(run_dir)
         if path is None:
-            logger.warning("resume=latest: no checkpoint in %s; starting from scratch", run_dir)
-            return None
+            # Training from scratch would silently throw away what the user meant to continue
+            # (a mistyped folder, a run that never saved).
+            raise CheckpointError(
+                f"resume: {run_dir} holds no checkpoint to resume; check the folder "
+                "(--output_dir), or drop --resume to start a new run there"
+            )
     else:
         path = checkpoint_arg("resume", resume)
     verify_files(path)

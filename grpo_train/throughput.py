@@ -103,15 +103,33 @@ class TimeToTarget:
         )
 
 
+def elapsed_at(rows: Sequence[Mapping[str, float]], step: int) -> float:
+    """Return the ``time/elapsed`` of the last row of ``step`` (0.0 when none has one).
+
+    A resumed launch continues the clock of the checkpoint it resumed (its step's row).
+
+    >>> elapsed_at([{"step": 4, "time/elapsed": 9.5}, {"step": 5, "time/elapsed": 12.0}], 4)
+    9.5
+    >>> elapsed_at([{"step": 0, "eval/accuracy": 0.1}], 0)
+    0.0
+    """
+    found = 0.0
+    for row in rows:
+        if int(row.get("step", -1)) == step and row.get("time/elapsed") is not None:
+            found = float(row["time/elapsed"])
+    return found
+
+
 def time_to_target(
     rows: Sequence[Mapping[str, float]], target: float | None = None
 ) -> TimeToTarget:
     """Find the first row whose ``eval/accuracy`` is at least ``target`` (None or 0: the best).
 
     ``rows``: a run's metric rows in file order. The wall time is ``time/elapsed`` (seconds since
-    the launch began training, evaluations included); a resumed run restarts that clock, so
-    each later launch is offset by the last ``time/elapsed`` logged before it (time an
-    interrupted launch spent after its last logged step is not counted). The step-0 evaluation
+    the run began training, evaluations included); a resumed launch continues the clock of its
+    checkpoint's step (``elapsed_at``). Runs logged before that restarted the clock at 0: such a
+    launch is offset by the last ``time/elapsed`` logged before it (time an interrupted launch
+    spent after its last logged step is not counted). The step-0 evaluation
     (before training) is at 0 s.
 
     >>> rows = [{"step": 0, "eval/accuracy": 0.1}, {"step": 1, "time/elapsed": 5.0},

@@ -47,8 +47,12 @@ _EXIT_INTERRUPTED = 130  # the shell convention for "stopped by a signal": 128 +
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the parser: ``--config``, ``--preset``, a flag per config field, TRL's names."""
-    parser = argparse.ArgumentParser(
+    from grpo_envs.cli import ShortErrorParser
+
+    parser = ShortErrorParser(
         prog="grpo train",
+        # The generated usage names all of the ~200 flags and TRL aliases: dozens of lines.
+        usage="grpo train [--config FILE.yaml] [--preset {auto,default,none}] [--FIELD VALUE ...]",
         description="Train a model with GRPO. With no --model, --env or --config: the embedded "
         "default run (SmolLM2-135M-Instruct on two-digit addition, CPU; `--preset default` "
         "asks for it explicitly). Otherwise the defaults below apply, chosen for a real model.",
@@ -76,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
         shown = defaults[name]
         if name == "output_dir" and not shown:
             shown = "runs/<model>-<env>-<date>-<time>"
-        text = f"{docs[name]} (default: {shown!r})".replace("%", "%%")
+        # Field docstrings are reStructuredText (``x``); a terminal shows plain backquotes.
+        text = f"{docs[name]} (default: {shown!r})".replace("``", "`").replace("%", "%%")
         flags = [f"--{name}"] + ([f"--{name.replace('_', '-')}"] if "_" in name else [])
         if name == "resume":  # `--resume` alone means the newest checkpoint of output_dir
             group.add_argument(
@@ -317,7 +322,7 @@ def _train(config: TrainConfig, stop: StopRequest, chosen: Sequence[DefaultChoic
     print(
         f"\nheld-out accuracy: before {fmt(result.accuracy_before)}"
         f" -> after {fmt(result.accuracy_after)}"
-        f"\nwall time: {result.wall_s:.0f} s for {result.steps} steps"
+        f"\n{_wall_time_line(result)}"
         f"{_speed_lines(result)}"
         f"\n{_switches_line(result)}"
         f"{_episodes_line(run_dir, trainer.setup.cfg.rollout.history_policy)}"
@@ -335,6 +340,31 @@ def _train(config: TrainConfig, stop: StopRequest, chosen: Sequence[DefaultChoic
         )
         return stop.exit_code
     return 0
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _wall_time_line(result: TrainResult) -> str:
+    """Say how long this launch took for the steps it ran, and the whole run when resumed.
+
+    >>> from pathlib import Path
+    >>> from grpo_train.trainer import TrainResult
+    >>> r = TrainResult(Path("r"), 6, 0.1, 0.5, 13.2, False, None, start_step=5, earlier_wall_s=70)
+    >>> _wall_time_line(r)
+    'wall time: 13 s for 1 step (resumed after step 5); the run: 83 s for 6 steps'
+    >>> _wall_time_line(TrainResult(Path("r"), 8, 0.1, 0.5, 95.0, False, None))
+    'wall time: 95 s for 8 steps'
+    """
+    ran = result.steps - result.start_step
+    line = f"wall time: {result.wall_s:.0f} s for {_plural(ran, 'step')}"
+    if result.start_step == 0:
+        return line
+    return (
+        f"{line} (resumed after step {result.start_step}); the run: "
+        f"{result.total_wall_s:.0f} s for {_plural(result.steps, 'step')}"
+    )
 
 
 def resume_command(config_path: Path, launcher: Sequence[str] | None = None) -> str:

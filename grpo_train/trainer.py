@@ -54,7 +54,7 @@ from grpo_train.run_log import (
 )
 from grpo_train.run_setup import RunSetup, setup_run
 from grpo_train.stop import StopRequest, pause_point
-from grpo_train.throughput import TimeToTarget, run_throughput, time_to_target
+from grpo_train.throughput import TimeToTarget, elapsed_at, run_throughput, time_to_target
 from grpo_train.update import grpo_update
 
 
@@ -77,6 +77,15 @@ class TrainResult:
     switches: tuple[Switch, ...] = ()
     """What ``curriculum=auto`` / ``dynamic_sampling=auto`` and the curriculum changed, and
     after which step (``learning_signal.AutoHeuristics``)."""
+    start_step: int = 0
+    """The step this launch resumed from (0 for a fresh run): it trained ``steps - start_step``."""
+    earlier_wall_s: float = 0.0
+    """Wall time of the earlier launches up to ``start_step`` (their ``time/elapsed``)."""
+
+    @property
+    def total_wall_s(self) -> float:
+        """Wall time of the whole run, earlier launches included."""
+        return self.earlier_wall_s + self.wall_s
 
 
 class Trainer:
@@ -163,6 +172,8 @@ class Trainer:
             s.launch,
         )
         step, acc_before, acc_after = s.start_step, None, None
+        # A resumed run continues its checkpoint's clock: time/elapsed is the run's.
+        earlier = elapsed_at(self._resumed_rows(), s.start_step) if s.start_step > 0 else 0.0
         last_ckpt = s.resume_from if self._resumed_here() else None
         stopped = False
         with self.stop.installed():  # the first Ctrl-C / SIGTERM: finish the step, save
@@ -190,9 +201,9 @@ class Trainer:
                         if main:  # the main's engine partners only take part
                             metrics.update(evaluated)
                             acc_after = metrics.get("eval/accuracy") if last else None
-                    # For accuracy against wall time: seconds since this launch began training,
+                    # For accuracy against wall time: seconds since the run began training,
                     # evaluations included.
-                    metrics["time/elapsed"] = time.perf_counter() - t0
+                    metrics["time/elapsed"] = earlier + time.perf_counter() - t0
                     advice = s.auto.watch(step, metrics)
                     if advice is not None:  # said once, in one line: what ran, what to try
                         log.write(advice)
@@ -244,7 +255,20 @@ class Trainer:
             time_to_target(rows, run.target_accuracy) if main else None,
             run_throughput(rows),
             tuple(s.auto.switches),
+            s.start_step,
+            earlier,
         )
+
+    def _resumed_rows(self) -> list[dict[str, float]]:
+        """Read the metric rows of the run the resumed checkpoint belongs to (its own folder)."""
+        s = self.setup
+        if s.resume_from is None:
+            return []
+        # A checkpoint is RUN_DIR/checkpoints/step-NNNNNN; resuming another run's checkpoint
+        # reads that run's rows.
+        owner = Path(s.resume_from).parent.parent
+        rows = read_metrics(owner)
+        return rows if rows else read_metrics(s.run_dir)
 
     def _resumed_here(self) -> bool:
         """Whether the resumed checkpoint is this run's own at the start step (saved already)."""
@@ -255,13 +279,14 @@ class Trainer:
         return Path(s.resume_from).resolve() == own.resolve()
 
     def _accuracy_before(self, log: RunLogger) -> float | None:
-        """Evaluate before training (main rank, step 0 only); a resumed step 0 reuses its row."""
+        """Evaluate before training (main rank, step 0); a resumed run reuses its step-0 row."""
         s = self.setup
+        if s.resume_from is not None:
+            old_row = [r for r in self._resumed_rows() if r.get("step") == 0]
+            if old_row and old_row[0].get("eval/accuracy") is not None:
+                return old_row[0]["eval/accuracy"]
         if not (s.start_step == 0 and s.cfg.data.eval_size > 0 and self._evaluates):
             return None
-        old_row = [r for r in read_metrics(s.run_dir) if r.get("step") == 0]
-        if s.resume_from is not None and old_row:
-            return old_row[0].get("eval/accuracy")
         pause_point("evaluation", 0)
         before = self._evaluate_if_engine()
         if not before or not s.rank.is_main:

@@ -3,7 +3,7 @@
 Every ``grpo`` line of the section's bash blocks is executed through the real CLI, in a scratch
 folder, with three kinds of substitution only: the hub model it names (or the embedded default)
 becomes the tiny test model; each run gets small limits appended (later flags win); paths that
-stand for "your run" or "your files" (``runs/grpo-default/.../step-000030``, ``eval_runs/A``,
+stand for "your run" or "your files" (``runs/grpo-default/.../step-000008``, ``eval_runs/A``,
 ``{...}``) become the ones the earlier commands produced.
 
 A ``grpo train`` line whose training path another run already takes (``trained_elsewhere``) is
@@ -149,7 +149,7 @@ def test_going_further_commands_run_as_written(tiny_model_path, tmp_path, monkey
             argv = ["eval", "compare", eval_runs[-2], eval_runs[-1], "--resamples", "200"]
             argv.append("--allow_mismatch")
         elif argv[0] == "eval":
-            argv = [checkpoint if "step-000030" in w else w for w in argv]
+            argv = [checkpoint if "step-000008" in w else w for w in argv]
             if "--model" not in argv:
                 argv += ["--model", tiny]
             argv += eval_limits

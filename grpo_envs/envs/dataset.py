@@ -150,8 +150,9 @@ class Table:
         kind = table.kind
         if kind == "missing":
             raise FileNotFoundError(
-                f"{path}: no such file or folder (a local dataset is a .jsonl, .json, .parquet or "
-                ".csv file, a folder of {split}.jsonl files, or a pattern with {split})"
+                f"data file missing: {path} (the environment's path= option): no such file or "
+                "folder; a local dataset is a .jsonl, .json, .parquet or .csv file, a folder of "
+                "{split}.jsonl files, or a pattern with {split}"
             )
         if kind == "hub" and (var := _offline()):
             raise ValueError(
@@ -234,7 +235,10 @@ class Table:
         if self.kind == "pattern":
             path = Path(self.path.replace("{split}", source_split)).expanduser()
             if not path.is_file():
-                raise FileNotFoundError(f"{path}: no such file (split {source_split!r})")
+                raise FileNotFoundError(
+                    f"data file missing: {path} for split {source_split!r} (the environment's "
+                    f"path= option, {self.path!r})"
+                )
             return str(path)
         folder = Path(self.path).expanduser()
         for suffix in FILE_SUFFIXES:
@@ -242,8 +246,9 @@ class Table:
             if candidate.is_file():
                 return str(candidate)
         raise FileNotFoundError(
-            f"{folder}: no {source_split}.jsonl, .json, .parquet or .csv file for split "
-            f"{source_split!r}"
+            f"data file missing: {folder} holds no {source_split}.jsonl, .json, .parquet or .csv "
+            f"file for split {source_split!r} (the environment's path= option; splits= maps "
+            "split names)"
         )
 
     def _hub(self, source_split: str) -> list[tuple[int, dict[str, object]]]:
@@ -412,7 +417,7 @@ class DatasetCodeEnv(CodeEnvironment):
         tests: str | None = "tests",
         inputs: str | None = None,
         outputs: str | None = None,
-        solution: str | None = None,
+        solution: str | None = "solution",
         id: str | None = None,
         splits: str | Sequence[str] | Mapping[str, str] | None = None,
         config: str | None = None,
@@ -444,7 +449,11 @@ class DatasetCodeEnv(CodeEnvironment):
     def _item(self, row: Row, split: str) -> Mapping[str, object]:
         text = _column(row, str(self.columns["question"]), "question")
         reference = ""
-        if self.solution is not None:
+        # The default column is read when the file has it (check_env then runs each reference
+        # solution against its tests); a column named explicitly must exist.
+        if self.solution is not None and (
+            self.solution in row.values or self.solution != "solution"
+        ):
             reference = str(_column(row, self.solution, "solution", required=False) or "")
         meta: dict[str, JSONValue]
         if self.columns["inputs"] is not None:
@@ -510,7 +519,9 @@ def code_dataset(path: str, **kwargs: Any) -> DatasetCodeEnv:
         tests: the column of tests: assert statements calling the solution's function (a list,
             a JSON list or one per line), or a list of ``{input, output}`` stdin/stdout cases.
         inputs, outputs: instead of ``tests``, two columns of stdin / expected stdout lists.
-        solution: the column of a reference solution (calibrates time limits; optional).
+        solution: the column of a reference solution (default ``solution``, read when the file
+            has it; ``None`` ignores it): calibrates time limits, and ``check_env`` runs it
+            against its tests, so a wrong reference fails the check.
         id, splits, config, test_fraction, limit, prompt_template, system_prompt: as for
             ``math/dataset-v0``.
         reward: ``binary`` (all tests pass: 1, else 0) or ``fraction`` (share of tests passed).

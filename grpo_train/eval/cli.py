@@ -20,7 +20,7 @@ import logging
 import re
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +40,19 @@ logger = logging.getLogger(__name__)
 
 #: Codex (Chen et al. 2021) sampled at T = 0.8 for pass@k with large k; our default when n > 1.
 DEFAULT_SAMPLING_TEMPERATURE = 0.8
+EVAL_LOG_FILE = "eval.log"
+"""The run folder's log: every record of the command at its level, with times."""
+CPU_TOKENS_PER_S = 150.0
+"""vLLM's CPU build decoding SmolLM2-135M, all sequences together: 147-168 tokens/s in
+benchmarks/README.md; a larger model is slower."""
+CPU_TOKEN_WARNING = 1_000_000
+"""Above this many tokens at most, a run on a CPU says what it may cost before starting."""
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 @dataclass(frozen=True)
@@ -80,8 +93,12 @@ def _eval_parser() -> argparse.ArgumentParser:
     from grpo_train.eval.suites import BUILTIN_SUITES
 
     suites = "; ".join(f"{s.name}: {', '.join(s.env_ids)}" for s in BUILTIN_SUITES.values())
-    p = argparse.ArgumentParser(
+    from grpo_envs.cli import ShortErrorParser
+
+    p = ShortErrorParser(
         prog="grpo eval",
+        usage="grpo eval [--model M] [--suite S,...] [--OPTION VALUE ...]; "
+        "grpo eval compare RUN_A RUN_B",
         description="Evaluate a model on benchmark suites (`grpo eval compare A B` compares runs). "
         "Reported per suite: avg@n, the accuracy averaged over the n completions of each problem, "
         "with its standard error across problems (and the part of it due to sampling only n); "
@@ -100,10 +117,18 @@ def _eval_parser() -> argparse.ArgumentParser:
         "--model",
         default=None,
         help="HF id, local folder, or a LoRA checkpoint folder (adapter: its base model is read "
-        "from adapter_config.json) (default: SmolLM2-135M-Instruct)",
+        "from adapter_config.json); 'tiny': a tiny random model for trying a setup in seconds "
+        "(default: SmolLM2-135M-Instruct)",
     )
     p.add_argument("--suite", default="gsm8k", help="comma-separated suite names or env ids")
-    p.add_argument("--suites_file", default=None, help="YAML file defining more suites")
+    p.add_argument(
+        "--suites_file",
+        default=None,
+        help="YAML file defining more suites: names mapped to env ids, or to {id, kwargs} "
+        "entries, e.g. `mine: [{id: math/dataset-v0, kwargs: {path: data/q.jsonl, "
+        "question: problem, answer: solution}}]` (a data file needs a question and an answer "
+        "column, named by those kwargs; `grpo envs show math/dataset-v0` lists them all)",
+    )
     p.add_argument(
         "--n", type=int, default=None, help="completions per prompt (default 1: greedy accuracy)"
     )
@@ -123,7 +148,13 @@ def _eval_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out", default=None, help="run folder (default: eval_runs/<model>-<suite>-...)"
     )
-    p.add_argument("--engine", default="auto", choices=("auto", "vllm", "hf"))
+    p.add_argument(
+        "--engine",
+        default="auto",
+        choices=("auto", "vllm", "hf"),
+        help="what generates: vllm (fast; its CPU build on a CPU), hf (transformers' generate, "
+        "slow, no vLLM needed); auto: vllm where installed",
+    )
     p.add_argument("--dtype", default="float32", help="weight dtype: float32, bfloat16, ...")
     p.add_argument(
         "--max_model_len",
@@ -131,7 +162,12 @@ def _eval_parser() -> argparse.ArgumentParser:
         default=None,
         help="vLLM context, prompt + completion (default 2048, or max_tokens + 2048 above 512)",
     )
-    p.add_argument("--split", default="test")
+    p.add_argument(
+        "--split",
+        default="test",
+        help="the environments' split to evaluate (default test, the held-out one; "
+        "`grpo envs show ID` lists an environment's splits)",
+    )
     p.add_argument("--batch_size", type=int, default=64, help="prompts per generate call")
     p.add_argument(
         "--env_kwargs",
@@ -157,7 +193,13 @@ def _eval_parser() -> argparse.ArgumentParser:
         default=None,
         help="plain-text format for models without a chat template (default '{prompt}')",
     )
-    p.add_argument("--log_level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument(
+        "--log_level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="what the run folder's eval.log records (the console shows warnings and results; "
+        "debug: everything, on the console too)",
+    )
     add_protocol_arguments(p)
     return p
 
@@ -379,6 +421,48 @@ def _eval_tasks(args: EvalArgs) -> tuple[list[Task], list[EvalTask]]:
     return tasks, envs
 
 
+@dataclass(frozen=True)
+class TaskBudget:
+    """The most one task can generate: problems x samples x tokens."""
+
+    label: str
+    problems: int
+    samples: int
+    max_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        """The most new tokens the task can generate."""
+        return self.problems * self.samples * self.max_tokens
+
+
+def budget_note(budgets: Sequence[TaskBudget], tokens_per_s: float = CPU_TOKENS_PER_S) -> str:
+    """Say what an evaluation can cost at most, per task and in all, and how to make it smaller.
+
+    ``tokens_per_s``: a rough decoding rate (tokens a second, all sequences together).
+
+    >>> print(budget_note([TaskBudget("aime24", 30, 64, 32768), TaskBudget("amc23", 40, 32, 32768)],
+    ...                   tokens_per_s=100))  # doctest: +NORMALIZE_WHITESPACE
+    this evaluation generates up to 104,857,600 tokens (aime24: 30 problems x 64 samples x 32,768
+    tokens; amc23: 40 x 32 x 32,768): about 291 hours at 100 tokens/s (a 135M model on a CPU;
+    larger models are slower); make it smaller with --limit (problems), --n (samples) and
+    --max_tokens
+    """
+    total = sum(b.tokens for b in budgets)
+    parts = [
+        f"{b.label}: {b.problems} problems x {b.samples} samples x {b.max_tokens:,} tokens"
+        if i == 0
+        else f"{b.label}: {b.problems} x {b.samples} x {b.max_tokens:,}"
+        for i, b in enumerate(budgets)
+    ]
+    hours = total / tokens_per_s / 3600
+    return (
+        f"this evaluation generates up to {total:,} tokens ({'; '.join(parts)}): about "
+        f"{hours:,.0f} hours at {tokens_per_s:g} tokens/s (a 135M model on a CPU; larger models "
+        "are slower); make it smaller with --limit (problems), --n (samples) and --max_tokens"
+    )
+
+
 def _eval_model_path(args: EvalArgs) -> str:
     """Return the model folder to evaluate: a LoRA adapter is merged into its base (cached)."""
     from grpo_train.models import resolve_model
@@ -403,6 +487,17 @@ def run_eval(args: EvalArgs) -> int:
     from grpo_train.rollout.base import SamplingConfig
 
     tasks, envs = _eval_tasks(args)
+    budgets = [
+        TaskBudget(
+            t.label,
+            min(len(t.env.dataset(args.split)), args.limit or 10**12),
+            t.n or args.n,
+            args.max_tokens,
+        )
+        for t in envs
+    ]
+    if sum(b.tokens for b in budgets) > CPU_TOKEN_WARNING and not _has_cuda():
+        print(f"grpo eval: {budget_note(budgets)}", file=sys.stderr, flush=True)
     prompt_format = resolve_prompt_format(args)
     prompt_format.template_text()  # a missing template file fails before the model loads
     model_path = _eval_model_path(args)
@@ -413,6 +508,9 @@ def run_eval(args: EvalArgs) -> int:
     from grpo_train.stop import StopRequest
 
     out = Path(args.out) if args.out else default_out_dir(args, model_path)
+    from grpo_train.console import attach_run_log
+
+    attach_run_log(out, EVAL_LOG_FILE)
     sampling = SamplingConfig(
         n=args.n,
         max_new_tokens=args.max_tokens,
@@ -511,7 +609,9 @@ def _generate(
             engine.close()
     table = summary.table()
     label = _protocol_label(record)
-    (out / "summary.md").write_text(f"protocol: {label}\n\n{table}\n")
+    (out / "summary.md").write_text(
+        f"model: {args.model or model_path}\nprotocol: {label}\n\n{table}\n"
+    )
     print(
         f"\nmodel {args.model or model_path}  split {args.split}  n={args.n}  "
         f"T={args.temperature:g}  max_tokens={args.max_tokens}  ({summary.num_generated} "
@@ -571,17 +671,36 @@ def _protocol_label(record: Mapping[str, object]) -> str:
 
 def run_compare(argv: list[str]) -> int:
     """``grpo eval compare RUN_A RUN_B``."""
-    from grpo_train.eval.compare import compare_rates, compare_table, load_run, plot_deltas
+    from grpo_envs.cli import ShortErrorParser
+    from grpo_train.eval.compare import (
+        compare_notes,
+        compare_rates,
+        compare_table,
+        load_run,
+        plot_deltas,
+    )
 
-    p = argparse.ArgumentParser(
-        prog="grpo eval compare", description="Per-suite deltas B - A with CIs.", allow_abbrev=False
+    p = ShortErrorParser(
+        prog="grpo eval compare",
+        description="Per-suite deltas B - A with a test and a confidence interval. Runs that "
+        "scored the same problems are compared per problem (exact McNemar test with one "
+        "completion per problem, sign-flip permutation test with several); runs with no shared "
+        "problems with Newcombe's interval for independent proportions.",
+        allow_abbrev=False,
     )
     p.add_argument("run_a")
     p.add_argument("run_b")
     p.add_argument("--png", default="eval_compare.png", help="bar chart path")
-    p.add_argument("--confidence", type=float, default=0.95)
-    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument(
+        "--confidence", type=float, default=0.95, help="interval level; the test's alpha is 1 - it"
+    )
+    p.add_argument(
+        "--resamples",
+        type=int,
+        default=10_000,
+        help="random sign patterns or bootstrap resamples, where exact enumeration is too large",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of those random resamples")
     p.add_argument(
         "--allow_mismatch",
         action="store_true",
@@ -615,7 +734,9 @@ def run_compare(argv: list[str]) -> int:
     if only:
         print(f"(tasks in only one run, not compared: {', '.join(only)})")
     print(compare_table(rows, Path(ns.run_a).name, Path(ns.run_b).name))
-    print(f"\n* the {100 * ns.confidence:g}% interval excludes 0")
+    print("")
+    for note in compare_notes(rows):
+        print(note)
     metrics = metric_table(ns.run_a, ns.run_b)
     if metrics:
         print("\n" + metrics)
@@ -637,7 +758,9 @@ def main(argv: list[str] | None = None) -> int:
             setup_logging("info")
             return run_compare(args[1:])
         parsed = parse_eval_args(args)
-        setup_logging(parsed.log_level)
+        # As grpo train: the console keeps warnings and the results; every record, with its
+        # time, goes to the run folder's eval.log.
+        setup_logging(parsed.log_level, details_to_file=True)
         return run_eval(parsed)
     except (
         ValueError,

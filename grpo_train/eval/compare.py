@@ -1,12 +1,26 @@
-"""Compare two evaluation runs: per-task accuracy deltas with confidence intervals.
+"""Compare two evaluation runs: per-task accuracy deltas, a test, and a confidence interval.
 
-When both runs scored the same samples (same env and sample ids) the interval comes from a seeded
-paired bootstrap over those shared samples (the per-sample success rate of run B minus run A,
-resampled with replacement; Efron & Tibshirani 1993, percentile interval). Pairing removes the
-between-problem variance, which dominates on benchmarks of a few hundred problems. Runs with no
-shared samples fall back to Newcombe's hybrid score interval for a difference of two independent
-binomial proportions (Newcombe 1998, "Interval estimation for the difference between independent
-proportions", method 10), which stays inside [-1, 1] and behaves at 0 % and 100 %.
+The unit of a comparison is the problem when both runs scored the same problems (same env and
+sample ids), since completions of one problem are not independent of each other:
+
+- one completion per problem in each run (binary outcomes): the exact McNemar test, a two-sided
+  binomial (sign) test on the discordant problems (solved by one run only), and Newcombe's hybrid
+  score interval for a difference of paired proportions ("Improved confidence intervals for the
+  difference between binomial proportions based on paired data", Newcombe 1998, method 10);
+- several completions per problem (per-problem success rates): the exact paired sign-flip
+  permutation test of the mean per-problem difference (Fisher's randomization test; all
+  ``2**m`` sign patterns of the ``m`` non-zero differences up to ``EXACT_SIGN_FLIPS``, seeded
+  random ones beyond), and the interval between the k-th smallest and k-th largest of the
+  ``2**n - 1`` subset means of the differences ("Using subsample values as typical values",
+  Hartigan 1969), the interval that inverts the same test; above ``EXACT_SUBSETS`` problems a
+  seeded paired bootstrap (percentile) interval, a large-sample method.
+
+A paired test cannot reach p <= alpha with fewer than ``log2(1/alpha) + 1`` problems that changed
+in the same direction (six at 95 %): with fewer shared problems the difference is reported as not
+resolvable, whatever its size. Runs with no shared problems fall back to Newcombe's hybrid score
+interval for two independent proportions ("Interval estimation for the difference between
+independent proportions", Newcombe 1998, method 10), which keeps its coverage at small counts and
+at 0 % and 100 %.
 """
 
 from __future__ import annotations
@@ -24,12 +38,23 @@ import numpy as np
 from grpo_train.eval.records import SampleRecord, SampleStore
 from grpo_train.eval.runner import SAMPLES_FILE, SUMMARY_FILE
 
+EXACT_SIGN_FLIPS = 16
+"""Up to this many non-zero paired differences the permutation test enumerates all sign patterns."""
+EXACT_SUBSETS = 16
+"""Up to this many shared problems the paired interval enumerates every subset mean."""
+
 
 class CIMethod(StrEnum):
-    """How a delta's confidence interval was computed."""
+    """How a delta's test and confidence interval were computed."""
 
-    PAIRED_BOOTSTRAP = "paired-bootstrap"
-    BINOMIAL = "binomial"
+    MCNEMAR = "paired-mcnemar"
+    """Exact McNemar test, Newcombe's paired score interval (one completion per problem)."""
+    PAIRED_PERMUTATION = "paired-permutation"
+    """Sign-flip permutation test, subset-mean interval (several completions per problem)."""
+    PAIRED_BOOTSTRAP = "paired-permutation+bootstrap"
+    """Sign-flip permutation test, bootstrap interval (more than ``EXACT_SUBSETS`` problems)."""
+    BINOMIAL = "unpaired-newcombe"
+    """No shared problems: Newcombe's hybrid score interval for independent proportions."""
 
 
 @dataclass(frozen=True)
@@ -41,16 +66,22 @@ class TaskRates:
     """``env_id/sample_id`` -> fraction of that prompt's completions that succeeded."""
     successes: int
     trials: int
+    completions: dict[str, int] | None = None
+    """``env_id/sample_id`` -> how many completions of that prompt were scored (1 when absent)."""
 
     @property
     def accuracy(self) -> float:
         """Mean success over all completions."""
         return self.successes / self.trials
 
+    def completions_of(self, sample: str) -> int:
+        """How many completions of ``sample`` were scored."""
+        return 1 if self.completions is None else self.completions[sample]
+
 
 @dataclass(frozen=True)
 class CompareRow:
-    """The delta (B - A) of one task's accuracy, with its confidence interval."""
+    """The delta (B - A) of one task's accuracy, with its test and confidence interval."""
 
     label: str
     accuracy_a: float
@@ -60,11 +91,21 @@ class CompareRow:
     ci_high: float
     method: CIMethod
     num_samples: int
-    """Shared samples (paired) or the smaller run's completions (binomial)."""
+    """Shared problems (paired) or the smaller run's completions (unpaired)."""
+    p_value: float | None = None
+    """Two-sided p-value of the paired test; None for unpaired runs (the interval decides)."""
+    confidence: float = 0.95
+    min_detectable: float | None = None
+    """Smallest |delta| the paired test could call significant with these problems; None when no
+    difference can be (too few problems) or for unpaired runs."""
+    resolvable: bool = True
+    """False when no outcome at this sample size could be significant."""
 
     @property
     def significant(self) -> bool:
-        """The interval excludes zero."""
+        """Paired: the test rejects no difference at 1 - confidence; unpaired: the CI excludes 0."""
+        if self.p_value is not None:
+            return self.p_value <= 1 - self.confidence + 1e-12
         return self.ci_low > 0 or self.ci_high < 0
 
 
@@ -91,8 +132,132 @@ def rates_from_records(records: Sequence[SampleRecord]) -> dict[str, TaskRates]:
             rates={sid: sum(v) / len(v) for sid, v in per_sample.items()},
             successes=sum(sum(v) for v in per_sample.values()),
             trials=trials,
+            completions={sid: len(v) for sid, v in per_sample.items()},
         )
     return out
+
+
+def min_changed_problems(confidence: float = 0.95) -> int:
+    """Fewest problems that must all change in one direction for a paired test to reach p <= alpha.
+
+    The smallest two-sided p-value of a sign test (or sign-flip test) on ``k`` non-zero
+    differences is ``2 * 0.5**k``.
+
+    >>> min_changed_problems(0.95)  # 2 * 0.5**5 = 0.0625 > 0.05, 2 * 0.5**6 = 0.03125
+    6
+    >>> min_changed_problems(0.99)  # 2 * 0.5**8 = 0.0078
+    8
+    """
+    _check_confidence(confidence)
+    alpha = 1 - confidence
+    k = 1
+    while 2 * 0.5**k > alpha + 1e-12:
+        k += 1
+    return k
+
+
+def mcnemar_exact_p(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar p-value: a binomial(k, 1/2) test on the ``k`` discordant problems.
+
+    >>> mcnemar_exact_p(0, 5)  # 2 * 0.5**5
+    0.0625
+    >>> mcnemar_exact_p(1, 6)  # 2 * (1 + 7) / 2**7
+    0.125
+    >>> mcnemar_exact_p(3, 3)
+    1.0
+    """
+    if only_a < 0 or only_b < 0:
+        raise ValueError(f"discordant counts must be >= 0, got {only_a}, {only_b}")
+    k = only_a + only_b
+    if k == 0:
+        return 1.0
+    tail = sum(math.comb(k, i) for i in range(min(only_a, only_b) + 1))
+    return min(1.0, 2 * tail / 2**k)
+
+
+def newcombe_paired_ci(
+    both: int, only_a: int, only_b: int, neither: int, *, confidence: float = 0.95
+) -> tuple[float, float, float]:
+    """``p_b - p_a`` of paired binary outcomes and Newcombe's (1998) paired method-10 interval.
+
+    ``both``/``neither``: problems both runs solved/failed; ``only_a``/``only_b``: problems only
+    run A/B solved. The two Wilson intervals are combined with the correlation ``phi`` of the
+    2x2 table, corrected as in the paper (0 when ``0 <= ad - bc <= n/2``).
+    """
+    n = both + only_a + only_b + neither
+    if min(both, only_a, only_b, neither) < 0 or n == 0:
+        raise ValueError(
+            f"paired counts must be >= 0 with a positive total, got {both, only_a, only_b, neither}"
+        )
+    _check_confidence(confidence)
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    pb, pa = (both + only_b) / n, (both + only_a) / n
+    lb, ub = _wilson(both + only_b, n, z)
+    la, ua = _wilson(both + only_a, n, z)
+    margins = (both + only_b) * (only_a + neither) * (both + only_a) * (only_b + neither)
+    cross = both * neither - only_b * only_a
+    corrected = cross - n / 2 if cross > n / 2 else (cross if cross < 0 else 0.0)
+    phi = corrected / math.sqrt(margins) if margins > 0 else 0.0
+    d = pb - pa
+    low = d - math.sqrt(max(0.0, (pb - lb) ** 2 - 2 * phi * (pb - lb) * (ua - pa) + (ua - pa) ** 2))
+    high = d + math.sqrt(
+        max(0.0, (ub - pb) ** 2 - 2 * phi * (ub - pb) * (pa - la) + (pa - la) ** 2)
+    )
+    return d, max(-1.0, low), min(1.0, high)
+
+
+def sign_flip_p(diffs: Sequence[float], *, resamples: int = 10_000, seed: int = 0) -> float:
+    """Two-sided p-value of the paired sign-flip permutation test of ``mean(diffs) == 0``.
+
+    Exact (every sign pattern of the non-zero differences) up to ``EXACT_SIGN_FLIPS`` of them;
+    beyond, ``resamples`` seeded random patterns with the ``(1 + hits) / (1 + resamples)``
+    estimate, which never understates p.
+
+    >>> sign_flip_p([0.5, 0.5, 0.0])  # patterns of two: sums 1, 0, 0, -1; |sum| >= 1 in 2 of 4
+    0.5
+    >>> sign_flip_p([1.0, 1.0, 1.0, 1.0, 1.0])  # 2 of 32 patterns reach |sum| = 5
+    0.0625
+    """
+    d = np.asarray(diffs, dtype=np.float64)
+    nonzero = d[d != 0]
+    if nonzero.size == 0:
+        return 1.0
+    observed = abs(nonzero.sum())
+    tolerance = 1e-9 * max(1.0, float(np.abs(nonzero).sum()))
+    if nonzero.size <= EXACT_SIGN_FLIPS:
+        patterns = np.array(np.meshgrid(*[[1.0, -1.0]] * nonzero.size)).reshape(nonzero.size, -1)
+        sums = np.abs(nonzero @ patterns)
+        return float(np.mean(sums >= observed - tolerance))
+    rng = np.random.default_rng(seed)
+    hits = 0
+    chunk = max(1, 2_000_000 // nonzero.size)
+    for lo in range(0, resamples, chunk):
+        signs = rng.choice([-1.0, 1.0], size=(min(chunk, resamples - lo), nonzero.size))
+        hits += int(np.sum(np.abs(signs @ nonzero) >= observed - tolerance))
+    return (1 + hits) / (1 + resamples)
+
+
+def subset_mean_ci(diffs: Sequence[float], *, confidence: float = 0.95) -> tuple[float, float]:
+    """Hartigan's (1969) interval for the mean of paired differences, from their subset means.
+
+    The k-th smallest and k-th largest of the ``2**n - 1`` subset
+    means, ``k = floor(alpha * 2**(n-1))``, cover the center of a symmetric distribution
+    with probability ``1 - 2k / 2**n``. With ``k == 0`` (fewer than ``min_changed_problems``
+    differences) no interval narrower than the whole range exists: ``(-1, 1)``.
+
+    >>> subset_mean_ci([0.5, 0.0, 0.0, 0.0, 0.0])  # 5 problems: k = floor(0.05 * 16) = 0
+    (-1.0, 1.0)
+    """
+    d = np.asarray(diffs, dtype=np.float64)
+    if d.size == 0 or d.size > EXACT_SUBSETS:
+        raise ValueError(f"subset means need 1 to {EXACT_SUBSETS} differences, got {d.size}")
+    _check_confidence(confidence)
+    k = math.floor((1 - confidence) * 2 ** (d.size - 1) + 1e-9)
+    if k == 0:
+        return -1.0, 1.0
+    members = (np.arange(1, 2**d.size)[:, None] >> np.arange(d.size)[None, :]) & 1
+    means = np.sort((members @ d) / members.sum(axis=1))
+    return float(means[k - 1]), float(means[-k])
 
 
 def paired_bootstrap_ci(
@@ -103,7 +268,11 @@ def paired_bootstrap_ci(
     resamples: int = 10_000,
     seed: int = 0,
 ) -> tuple[float, float, float]:
-    """Mean of ``b - a`` and its percentile bootstrap interval over paired items."""
+    """Mean of ``b - a`` and its percentile bootstrap interval over paired items.
+
+    A large-sample interval: below a few dozen items its coverage falls short of ``confidence``
+    (``compare_rates`` uses it only above ``EXACT_SUBSETS`` problems).
+    """
     if len(a) != len(b) or len(a) == 0:
         raise ValueError(
             f"paired bootstrap needs two equal, non-empty sequences ({len(a)}, {len(b)})"
@@ -153,6 +322,52 @@ def _check_confidence(confidence: float) -> None:
         raise ValueError(f"confidence must be in (0, 1), e.g. 0.95; got {confidence}")
 
 
+def _paired_row(
+    label: str,
+    a: TaskRates,
+    b: TaskRates,
+    shared: list[str],
+    *,
+    confidence: float,
+    resamples: int,
+    seed: int,
+) -> CompareRow:
+    xa = [a.rates[s] for s in shared]
+    xb = [b.rates[s] for s in shared]
+    diffs = [vb - va for va, vb in zip(xa, xb, strict=True)]
+    n = len(shared)
+    need = min_changed_problems(confidence)
+    most = max(max(a.completions_of(s), b.completions_of(s)) for s in shared)
+    resolvable = n >= need
+    min_detectable = need / (most * n) if resolvable else None
+    binary = all(a.completions_of(s) == 1 and b.completions_of(s) == 1 for s in shared)
+    if binary:
+        only_a = sum(1 for va, vb in zip(xa, xb, strict=True) if va > vb)
+        only_b = sum(1 for va, vb in zip(xa, xb, strict=True) if vb > va)
+        both = sum(1 for va, vb in zip(xa, xb, strict=True) if va == vb == 1)
+        delta, low, high = newcombe_paired_ci(
+            both, only_a, only_b, n - both - only_a - only_b, confidence=confidence
+        )
+        p_value = mcnemar_exact_p(only_a, only_b)
+        method = CIMethod.MCNEMAR
+    else:
+        p_value = sign_flip_p(diffs, resamples=resamples, seed=seed)
+        if n <= EXACT_SUBSETS:
+            delta = sum(diffs) / n
+            low, high = subset_mean_ci(diffs, confidence=confidence)
+            method = CIMethod.PAIRED_PERMUTATION
+        else:
+            delta, low, high = paired_bootstrap_ci(
+                xa, xb, confidence=confidence, resamples=resamples, seed=seed
+            )
+            method = CIMethod.PAIRED_BOOTSTRAP
+    return CompareRow(
+        label, sum(xa) / n, sum(xb) / n, delta, low, high, method, n,
+        p_value=p_value, confidence=confidence, min_detectable=min_detectable,
+        resolvable=resolvable,
+    )  # fmt: skip
+
+
 def compare_rates(
     run_a: dict[str, TaskRates],
     run_b: dict[str, TaskRates],
@@ -162,6 +377,7 @@ def compare_rates(
     seed: int = 0,
 ) -> list[CompareRow]:
     """One row per task present in both runs (in run A's order)."""
+    _check_confidence(confidence)
     shared_tasks = [label for label in run_a if label in run_b]
     if not shared_tasks:
         raise ValueError(f"the runs share no task: A has {sorted(run_a)}, B has {sorted(run_b)}")
@@ -170,44 +386,79 @@ def compare_rates(
         a, b = run_a[label], run_b[label]
         shared = sorted(set(a.rates) & set(b.rates))
         if shared:
-            xa = [a.rates[s] for s in shared]
-            xb = [b.rates[s] for s in shared]
-            delta, low, high = paired_bootstrap_ci(
-                xa, xb, confidence=confidence, resamples=resamples, seed=seed
-            )
             rows.append(
-                CompareRow(
-                    label, sum(xa) / len(xa), sum(xb) / len(xb), delta, low, high,
-                    CIMethod.PAIRED_BOOTSTRAP, len(shared),
+                _paired_row(
+                    label, a, b, shared, confidence=confidence, resamples=resamples, seed=seed
                 )
-            )  # fmt: skip
-        else:
-            delta, low, high = newcombe_ci(
-                a.successes, a.trials, b.successes, b.trials, confidence=confidence
             )
-            rows.append(
-                CompareRow(
-                    label, a.accuracy, b.accuracy, delta, low, high,
-                    CIMethod.BINOMIAL, min(a.trials, b.trials),
-                )
-            )  # fmt: skip
+            continue
+        delta, low, high = newcombe_ci(
+            a.successes, a.trials, b.successes, b.trials, confidence=confidence
+        )
+        # Not resolvable when even 0 % against 100 % leaves zero inside the interval.
+        _, extreme_low, _ = newcombe_ci(0, a.trials, b.trials, b.trials, confidence=confidence)
+        rows.append(
+            CompareRow(
+                label, a.accuracy, b.accuracy, delta, low, high,
+                CIMethod.BINOMIAL, min(a.trials, b.trials), confidence=confidence,
+                resolvable=extreme_low > 0,
+            )
+        )  # fmt: skip
     return rows
+
+
+def _pp(value: float) -> str:
+    return f"{100 * value:+.1f}"
 
 
 def compare_table(rows: Sequence[CompareRow], name_a: str, name_b: str) -> str:
     """Render the deltas as a markdown table, in percentage points."""
     lines = [
-        f"| suite | A: {name_a} % | B: {name_b} % | delta (B-A) pp | CI | method | samples |",
-        "|---|---|---|---|---|---|---|",
+        f"| suite | A: {name_a} % | B: {name_b} % | delta (B-A) pp | CI | p | method | problems |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         mark = " *" if r.significant else ""
+        p_text = "-" if r.p_value is None else f"{r.p_value:.3g}"
+        size = f"{r.num_samples}" if r.p_value is not None else f"{r.num_samples} completions"
         lines.append(
             f"| {r.label} | {100 * r.accuracy_a:.1f} | {100 * r.accuracy_b:.1f} | "
-            f"{100 * r.delta:+.1f}{mark} | [{100 * r.ci_low:+.1f}, {100 * r.ci_high:+.1f}] | "
-            f"{r.method.value} | {r.num_samples} |"
+            f"{_pp(r.delta)}{mark} | [{_pp(r.ci_low)}, {_pp(r.ci_high)}] | {p_text} | "
+            f"{r.method.value} | {size} |"
         )
     return "\n".join(lines)
+
+
+def compare_notes(rows: Sequence[CompareRow]) -> list[str]:
+    """List what the table can and cannot claim: the significance rule, each unresolvable row."""
+    if not rows:
+        return []
+    level = f"{100 * rows[0].confidence:g}%"
+    alpha = f"{1 - rows[0].confidence:.3g}"
+    need = min_changed_problems(rows[0].confidence)
+    notes = [
+        f"* significant at {level}: paired rows p <= {alpha}; unpaired rows: the interval "
+        "excludes 0"
+    ]
+    for r in rows:
+        if not r.resolvable and r.p_value is not None:
+            notes.append(
+                f"{r.label}: not resolvable with {r.num_samples} problems: a paired test at "
+                f"{level} needs at least {need} problems that changed in the same direction, "
+                "whatever the delta; evaluate more problems"
+            )
+        elif not r.resolvable:
+            notes.append(
+                f"{r.label}: not resolvable with {r.num_samples} completions per run: even "
+                f"0% against 100% is not significant at {level}"
+            )
+        elif not r.significant and r.min_detectable is not None:
+            notes.append(
+                f"{r.label}: no significant difference; the smallest delta this test can "
+                f"detect with {r.num_samples} problems is {100 * r.min_detectable:.1f} pp "
+                f"({need} problems changing in one direction)"
+            )
+    return notes
 
 
 def plot_deltas(rows: Sequence[CompareRow], path: str | Path, *, title: str = "") -> Path:

@@ -81,7 +81,9 @@ def add_protocol_arguments(p: argparse.ArgumentParser) -> None:
         "--data_dir",
         default=None,
         help="local copies per suite: SUITE=PATH[,SUITE=PATH] (a folder or a data file; "
-        "e.g. aime24=data/aime24), passed as the environments' data_path",
+        "e.g. aime24=data/aime24), passed as the environments' data_path; the rows as the "
+        "suite's hub dataset has them (the same columns: the README's table names each "
+        "dataset)",
     )
 
 

@@ -81,10 +81,12 @@ class SuiteResult:
             "mean_reward": self.mean_reward,
             "mean_completion_tokens": self.mean_completion_tokens,
             "truncation_rate": self.truncation_rate,
-            # Completions whose scoring failed (scorer raised, malformed reward, sandbox broke).
-            "score_errors": float(
-                sum(c for o, c in self.outcome_counts.items() if o in _FAILED_OUTCOME_VALUES)
-            ),
+            # The share of completions whose scoring failed (scorer raised, malformed reward,
+            # sandbox broke): a rate like the others here.
+            "score_error_rate": sum(
+                c for o, c in self.outcome_counts.items() if o in _FAILED_OUTCOME_VALUES
+            )
+            / max(1, self.num_completions),
         }
         out.update({f"pass@{k}": v for k, v in self.pass_at_k.items()})
         out[f"avg@{self.n}"] = self.accuracy

@@ -233,7 +233,7 @@ def _score_all(env: Environment, texts: list[str], samples: list[Sample]) -> lis
     """Scores through the one guard (``guarded_scores``), counted as the trainer counts them.
 
     A failing batch is scored one by one; anything that is not a finite, typed ``Score`` becomes
-    an ``error`` score (reward 0, not a success): counted in the outcomes and ``score_errors``,
+    an ``error`` score (reward 0, not a success): counted in the outcomes and ``score_error_rate``,
     and warned about with its first reason.
     """
     scores = guarded_scores(env, texts, samples)

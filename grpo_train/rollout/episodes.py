@@ -640,6 +640,7 @@ class EpisodeStats:
     environment_token_share: float = 0.0
     """Inserted ids / (inserted + sampled ids), over every episode."""
     truncated: int = 0
+    """Episodes a budget cut (turns, tokens, tool time)."""
     template_breaks: int = 0
     broken_share: float = 0.0
     """Episodes with a template break / episodes: the share cut short by the chat template."""
@@ -675,15 +676,23 @@ sequences_mean=0.0)
     def metrics(self, prefix: str = "episodes") -> dict[str, float]:
         """Return the stats as run-log metrics (``episodes/turns_mean``...).
 
-        >>> EpisodeStats(episodes=2, turns_mean=1.5).metrics()["episodes/turns_mean"]
-        1.5
+        Means per episode and shares, which compare across steps of any size; the one count,
+        ``template_breaks``, is what the run summary adds up (its share is ``broken_share``).
+
+        >>> m = EpisodeStats(episodes=4, turns_mean=1.5, tool_calls=6, tool_errors=3,
+        ...                  truncated=1).metrics()
+        >>> [m[f"episodes/{k}"] for k in ("tool_calls_mean", "tool_error_share", "truncated_share")]
+        [1.5, 0.5, 0.25]
         """
+        per_episode = 1 / self.episodes if self.episodes else 0.0
         return {
             f"{prefix}/turns_mean": self.turns_mean,
-            f"{prefix}/tool_calls": float(self.tool_calls),
-            f"{prefix}/tool_errors": float(self.tool_errors),
+            f"{prefix}/tool_calls_mean": self.tool_calls * per_episode,
+            f"{prefix}/tool_error_share": self.tool_errors / self.tool_calls
+            if self.tool_calls
+            else 0.0,
             f"{prefix}/environment_token_share": self.environment_token_share,
-            f"{prefix}/truncated": float(self.truncated),
+            f"{prefix}/truncated_share": self.truncated * per_episode,
             f"{prefix}/template_breaks": float(self.template_breaks),
             f"{prefix}/broken_share": self.broken_share,
             f"{prefix}/sequences_mean": self.sequences_mean,

@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import grpo_envs
 from grpo_envs.cli import main
 
@@ -121,3 +123,69 @@ def test_show_of_a_hub_dataset_offline_fails_fast_with_the_fix(tmp_path):
     assert proc.returncode == 1
     assert "not reachable" in proc.stdout and "GRPO_GSM8K_DIR" in proc.stdout
     assert elapsed < 30  # it used to retry the hub for ~40 s per split
+
+
+def test_show_lists_the_arguments_with_their_defaults(capsys):
+    assert main(["show", "code/dataset-v0", "--kwargs", '{"path": "nope.jsonl"}']) == 2
+    captured = capsys.readouterr()
+    # the arguments come before the build, so a failed build still shows them
+    assert "path (required)" in captured.out and "solution='solution'" in captured.out
+    assert "question='question'" in captured.out
+    assert "data file missing: " in captured.err and len(captured.err.splitlines()) == 1
+
+
+def test_module_ids_are_found_in_the_current_folder(tmp_path, monkeypatch, capsys):
+    (tmp_path / "my_first_envs.py").write_text(
+        "from grpo_envs import register\n"
+        "register('demo/here-v0', 'grpo_envs.envs.arithmetic:ArithmeticEnv')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    try:
+        assert main(["show", "my_first_envs:demo/here-v0"]) == 0
+        assert "id:          demo/here-v0" in capsys.readouterr().out
+    finally:
+        grpo_envs.registration.registry.pop("demo/here-v0", None)
+        sys.modules.pop("my_first_envs", None)
+
+
+def test_a_missing_module_is_one_line(capsys):
+    assert main(["show", "no_such_module_here:demo/x-v0"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "cannot import module 'no_such_module_here'" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "suggestion"),
+    [
+        (["show", "math/add2-v0", "--kwagrs", "{}"], "--kwargs"),
+        (["score", "math/add2-v0", "--completions", "x", "--splt", "test"], "--split"),
+        (["list", "--namespce", "math"], "--namespace"),
+    ],
+)
+def test_a_mistyped_flag_is_the_error_a_suggestion_and_a_hint(argv, suggestion, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and "usage" not in "\n".join(err)
+    assert "unrecognized arguments" in err[0] and f"did you mean {suggestion}" in err[1]
+    assert "--help" in err[2]
+
+
+def test_check_says_what_it_checked_and_fails_on_a_broken_reference(tmp_path, capsys):
+    kwargs = json.dumps({"train_size": 6, "test_size": 4})
+    assert main(["check", "math/add2-v0", "--kwargs", kwargs]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("math/add2-v0: passed") and "train (6 rows), test (4 rows)" in out
+    assert "determinism" in out
+    path = tmp_path / "p.jsonl"
+    path.write_text(
+        json.dumps(
+            {"question": "q", "tests": ["assert f() == 1"], "solution": "def f():\n    return 2"}
+        )
+        + "\n"
+    )
+    kwargs = json.dumps({"path": str(path), "splits": "test"})
+    assert main(["check", "code/dataset-v0", "--kwargs", kwargs]) == 1
+    assert "check failed" in capsys.readouterr().err

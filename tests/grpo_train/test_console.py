@@ -166,3 +166,33 @@ def test_a_train_run_prints_the_bar_and_the_summary_and_logs_details_to_its_file
     assert "Loading weights" not in console  # transformers' bar for each model load
     log = (out / RUN_LOG_FILE).read_text()
     assert "beta=0, mu=1" in log and all(_TIMESTAMP.match(x) for x in log.splitlines())
+
+
+def test_details_go_to_the_run_log_not_the_console(restored_logging, tmp_path, capsys):
+    from grpo_train.console import ExpectedNoise
+
+    setup_logging("info", details_to_file=True)
+    # vLLM's own console handler, as its logging config builds it (the filter without arguments)
+    vllm = logging.getLogger("vllm.model_executor.models.utils")
+    handler = logging.StreamHandler()
+    handler.addFilter(ExpectedNoise())
+    vllm.addHandler(handler)
+    vllm.propagate = False
+    try:
+        weight = (
+            "Attempted to load weight norm.weight with dtype torch.float32 into parameter "
+            "with dtype torch.bfloat16"
+        )
+        vllm.warning(weight)  # before the run folder is known: kept for it
+        assert attach_run_log(tmp_path) is not None
+        vllm.warning("Failed to create oneDNN linear, fallback to torch linear. Exception: x")
+        vllm.warning("Qwen2MLP: Failed to load weights")  # a real problem stays on the console
+    finally:
+        vllm.removeHandler(handler)
+        vllm.propagate = True
+    err = capsys.readouterr().err
+    assert "Attempted to load weight" not in err and "oneDNN" not in err
+    assert "Qwen2MLP: Failed to load weights" in err
+    logged = (tmp_path / RUN_LOG_FILE).read_text()
+    assert logged.count("Attempted to load weight norm.weight") == 1
+    assert logged.count("Failed to create oneDNN linear") == 1

@@ -1,6 +1,7 @@
 """`grpo eval` end to end on real HumanEval data with the tiny random model, and argument checks."""
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -23,6 +24,15 @@ OUTCOMES = {o.value for o in Outcome}
         (["--env_kwargs", '{"math/gsm8k-v0": {"data_path": "/nonexistent"}}'], "/nonexistent"),
         (["--suite", "gsm8k", "--env_kwargs", '{"code/mbpp-v0": {}}'], "not evaluated"),
         (["--model", "./no/such/model", "--suite", "humaneval", "--limit", "1"], "does not exist"),
+        (
+            [
+                "--suite",
+                "math/dataset-v0",
+                "--env_kwargs",
+                '{"math/dataset-v0": {"path": "no/q.jsonl"}}',
+            ],
+            "data file missing: no/q.jsonl (the environment's path= option)",
+        ),
     ],
 )
 def test_bad_arguments_exit_2_with_a_fix(argv, message, capsys):
@@ -96,7 +106,12 @@ def test_cli_humaneval_end_to_end_hf(tiny_model_path, tmp_path, capsys):
 def test_cli_humaneval_end_to_end_vllm(tiny_model_path, tmp_path, capsys):
     out = tmp_path / "run"
     assert _run_humaneval(tiny_model_path, out, "vllm") == 0
-    assert "| humaneval | 2 | 1 |" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "| humaneval | 2 | 1 |" in printed.out
+    # As grpo train: the details (vLLM's start, with times) are in the run folder's log only.
+    assert not re.search(r"^\d{4}-\d\d-\d\d .* INFO ", printed.err, re.M), printed.err
+    assert "engine ready" in (out / "eval.log").read_text()
+    assert (out / "summary.md").read_text().startswith(f"model: {tiny_model_path}\n")
     _, summary = _check_run(out, n=1, ks=(1,))
     assert summary["engine"] == "vllm" and summary["sampling"]["temperature"] == 0.0
     assert summary["results"][0]["greedy"] is True
@@ -128,3 +143,21 @@ def test_trainer_api_reuses_a_running_hf_engine(tiny_model_path):
         dict(r2.outcome_counts),
     )
     assert 0 < r1.mean_completion_tokens <= 8
+
+
+def test_a_large_evaluation_on_a_cpu_says_its_cost_before_loading(capsys):
+    argv = [
+        "--model", "./no/such/model", "--suite", "math/add2-v0", "--n", "64",
+        "--temperature", "0.6", "--max_tokens", "32768", "--max_model_len", "40000",
+    ]  # fmt: skip
+    assert main(argv) == 2  # the model is missing: the note came first
+    err = capsys.readouterr().err
+    import grpo_envs
+
+    problems = len(grpo_envs.make("math/add2-v0").dataset("test"))
+    total = problems * 64 * 32768
+    assert f"generates up to {total:,} tokens" in err
+    assert f"{problems} problems x 64 samples x 32,768 tokens" in err
+    assert "--limit (problems), --n (samples) and --max_tokens" in err
+    assert main(["--model", "./no/such/model", "--suite", "math/add2-v0", "--limit", "2"]) == 2
+    assert "generates up to" not in capsys.readouterr().err

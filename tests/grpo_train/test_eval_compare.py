@@ -4,11 +4,17 @@ import pytest
 from grpo_train.eval.cli import main
 from grpo_train.eval.compare import (
     CIMethod,
+    compare_notes,
     compare_rates,
     compare_runs,
+    mcnemar_exact_p,
+    min_changed_problems,
     newcombe_ci,
+    newcombe_paired_ci,
     paired_bootstrap_ci,
     rates_from_records,
+    sign_flip_p,
+    subset_mean_ci,
 )
 from grpo_train.eval.records import SampleRecord, SampleStore
 
@@ -36,7 +42,8 @@ def test_paired_bootstrap_finds_a_real_improvement():
     rng = np.random.default_rng(2)
     b = [replace_success(r, r.success or rng.random() < 0.2) for r in a]
     (row,) = compare_rates(rates_from_records(a), rates_from_records(b), resamples=2000)
-    assert row.method is CIMethod.PAIRED_BOOTSTRAP and row.num_samples == 400
+    assert row.method is CIMethod.MCNEMAR and row.num_samples == 400
+    assert row.p_value is not None and row.p_value < 1e-6
     observed = row.accuracy_b - row.accuracy_a
     assert row.delta == pytest.approx(observed)
     assert row.ci_low < row.delta < row.ci_high
@@ -51,11 +58,14 @@ def replace_success(r, success):
     return SampleRecord(**{**r.__dict__, "success": bool(success)})
 
 
-def test_identical_runs_have_zero_delta_and_a_degenerate_interval():
+def test_identical_runs_have_zero_delta_and_no_significance():
     a = synthetic_run(0.5)
     (row,) = compare_rates(rates_from_records(a), rates_from_records(a), resamples=500)
-    assert (row.delta, row.ci_low, row.ci_high) == (0.0, 0.0, 0.0)
-    assert not row.significant
+    assert row.delta == 0.0 and row.p_value == 1.0 and not row.significant
+    assert row.ci_low < 0 < row.ci_high  # no discordant problem is not proof of equality
+    a2 = synthetic_run(0.5, n=3)
+    (row,) = compare_rates(rates_from_records(a2), rates_from_records(a2), resamples=500)
+    assert (row.delta, row.ci_low, row.ci_high, row.p_value) == (0.0, 0.0, 0.0, 1.0)
 
 
 def test_bootstrap_is_seeded():
@@ -124,7 +134,8 @@ def test_compare_cli_prints_table_and_writes_png(tmp_path, capsys):
     )
     assert rc == 0
     out = capsys.readouterr().out
-    assert "| gsm8k |" in out and "| humaneval |" in out and "paired-bootstrap" in out
+    assert "| gsm8k |" in out and "| humaneval |" in out
+    assert "paired-permutation+bootstrap" in out and "paired-mcnemar" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = compare_runs(tmp_path / "a", tmp_path / "b", resamples=500)
     assert [r.num_samples for r in rows] == [100, 50]
@@ -133,3 +144,148 @@ def test_compare_cli_prints_table_and_writes_png(tmp_path, capsys):
 def test_compare_cli_rejects_a_folder_without_samples(tmp_path, capsys):
     assert main(["compare", str(tmp_path), str(tmp_path)]) == 2
     assert "not an eval run folder" in capsys.readouterr().err
+
+
+# Hand computations of the paired statistics.
+
+
+def test_mcnemar_exact_p_by_hand():
+    # k = 10 discordant, 2 of them for A: 2 * (C(10,0) + C(10,1) + C(10,2)) / 2**10 = 112/1024
+    assert mcnemar_exact_p(2, 8) == pytest.approx(112 / 1024)
+    assert mcnemar_exact_p(8, 2) == mcnemar_exact_p(2, 8)
+    assert mcnemar_exact_p(0, 6) == pytest.approx(2 / 64)
+    assert mcnemar_exact_p(0, 0) == 1.0
+    with pytest.raises(ValueError, match=">= 0"):
+        mcnemar_exact_p(-1, 3)
+
+
+def test_newcombe_paired_interval_by_hand():
+    # 10 problems: both 2, only A 1, only B 4, neither 3 -> p_b = 0.6, p_a = 0.3, delta 0.3.
+    # Wilson 95 % (z = 1.959964): 6/10 -> [0.312668, 0.831816], 3/10 -> [0.107789, 0.603222].
+    # ad - bc = 2*3 - 4*1 = 2 lies in [0, n/2]: phi is corrected to 0.
+    # low = 0.3 - sqrt(0.287332**2 + 0.303222**2), high = 0.3 + sqrt(0.231816**2 + 0.192211**2)
+    d, lo, hi = newcombe_paired_ci(2, 1, 4, 3)
+    assert d == pytest.approx(0.3)
+    assert lo == pytest.approx(0.3 - 0.417737, abs=2e-5)
+    assert hi == pytest.approx(0.3 + 0.301137, abs=2e-5)
+    # both 0, only A 3, only B 6, neither 1: same margins, ad - bc = -18 -> phi = -18/sqrt(504)
+    # = -0.801784 widens the interval: low = 0.3 - sqrt(0.082560 + 0.139712 + 0.091944)
+    d, lo, hi = newcombe_paired_ci(0, 3, 6, 1)
+    assert lo == pytest.approx(0.3 - 0.560550, abs=2e-5)
+    assert hi == pytest.approx(0.3 + 0.402656, abs=2e-5)
+    # bounded by [-1, 1] at the extremes
+    d, lo, hi = newcombe_paired_ci(0, 0, 7, 0)
+    assert d == 1.0 and 0 < lo < 1 and hi == 1.0
+    with pytest.raises(ValueError, match="positive total"):
+        newcombe_paired_ci(0, 0, 0, 0)
+
+
+def test_sign_flip_p_by_hand():
+    # differences 0.5, 0.5, -0.5, 1.0: |sum| = 1.5; of the 16 sign patterns, sums 2.5 (1),
+    # 1.5 (3), -1.5 (3), -2.5 (1) reach it: p = 8/16. Zeros do not count.
+    assert sign_flip_p([0.5, 0.5, -0.5, 1.0, 0.0, 0.0]) == pytest.approx(0.5)
+    assert sign_flip_p([0.25] * 6) == pytest.approx(2 / 64)
+    assert sign_flip_p([0.0, 0.0]) == 1.0
+    # above the exact limit: seeded random patterns, never below the exact value's order
+    many = [0.5] * 30
+    p = sign_flip_p(many, resamples=2000, seed=1)
+    assert p == sign_flip_p(many, resamples=2000, seed=1)
+    assert p == pytest.approx(1 / 2001)
+
+
+def test_subset_mean_interval_by_hand():
+    # 7 differences: k = floor(0.05 * 2**6) = 3. Subset means, smallest: -0.5 ({-0.5}),
+    # -0.25 ({-0.5, 0}), 0 ({0}, {-0.5, 0.5}, ...); largest: 1 ({1} three times).
+    assert subset_mean_ci([-0.5, 0.0, 0.5, 0.5, 1.0, 1.0, 1.0]) == (0.0, 1.0)
+    # 6 differences: k = floor(0.05 * 32) = 1, the smallest and largest single difference
+    assert subset_mean_ci([0.1, 0.2, 0.3, 0.4, 0.5, -0.2]) == pytest.approx((-0.2, 0.5))
+    # 5 or fewer: no interval short of the whole range
+    assert subset_mean_ci([1.0] * 5) == (-1.0, 1.0)
+
+
+def test_subset_mean_interval_coverage_on_symmetric_differences():
+    # n = 8: k = floor(0.05 * 128) = 6, exact coverage 1 - 12/256 = 0.953 for symmetric data.
+    rng = np.random.default_rng(0)
+    trials = 400
+    covered = 0
+    for _ in range(trials):
+        diffs = 0.1 + rng.uniform(-0.4, 0.4, size=8)
+        lo, hi = subset_mean_ci(diffs.tolist())
+        covered += lo <= 0.1 <= hi
+    assert 0.91 <= covered / trials <= 0.99
+
+
+def test_min_changed_problems_matches_the_smallest_p_value():
+    for confidence in (0.8, 0.9, 0.95, 0.99):
+        k = min_changed_problems(confidence)
+        assert mcnemar_exact_p(0, k) <= 1 - confidence < mcnemar_exact_p(0, k - 1)
+
+
+# The sample sizes where a difference cannot be resolved.
+
+
+def multi_sample_runs(num_problems, successes_a, successes_b, n=2):
+    """Two runs on the same problems with ``successes_x[i]`` of ``n`` completions correct."""
+    a, b = [], []
+    for i in range(num_problems):
+        a += [record("t", f"q{i}", g, g < successes_a[i]) for g in range(n)]
+        b += [record("t", f"q{i}", g, g < successes_b[i]) for g in range(n)]
+    return rates_from_records(a), rates_from_records(b)
+
+
+def test_five_problems_cannot_resolve_any_delta():
+    # 5 problems x 2 completions; B gains one completion on one problem: +10 pp.
+    a, b = multi_sample_runs(5, [1, 1, 0, 2, 0], [2, 1, 0, 2, 0])
+    (row,) = compare_rates(a, b)
+    assert row.method is CIMethod.PAIRED_PERMUTATION
+    assert row.delta == pytest.approx(0.1)
+    assert row.p_value == 1.0  # one non-zero difference: both of its signs reach |sum|
+    assert (row.ci_low, row.ci_high) == (-1.0, 1.0)
+    assert not row.resolvable and not row.significant and row.min_detectable is None
+    # even the largest possible gain (every completion of every problem) is not resolvable
+    a, b = multi_sample_runs(5, [0] * 5, [2] * 5)
+    (row,) = compare_rates(a, b)
+    assert row.delta == 1.0 and row.p_value == pytest.approx(2 / 32) and not row.significant
+    notes = compare_notes([row])
+    assert any("not resolvable with 5 problems" in n and "at least 6" in n for n in notes)
+
+
+def test_binary_paired_rows_use_mcnemar_and_report_the_detectable_delta():
+    # 20 problems, one completion each: B alone solves 7, A alone 1: k = 8 discordant,
+    # p = 2 * (C(8,0) + C(8,1)) / 2**8 = 18/256.
+    a = [record("t", f"q{i}", 0, i < 1 or 10 <= i < 15) for i in range(20)]
+    b = [record("t", f"q{i}", 0, 1 <= i < 8 or 10 <= i < 15) for i in range(20)]
+    (row,) = compare_rates(rates_from_records(a), rates_from_records(b))
+    assert row.method is CIMethod.MCNEMAR and row.num_samples == 20
+    assert row.delta == pytest.approx(6 / 20)
+    assert row.p_value == pytest.approx(18 / 256)
+    assert not row.significant and row.resolvable
+    assert row.min_detectable == pytest.approx(6 / 20)
+    (note,) = [n for n in compare_notes([row]) if n.startswith("t:")]
+    assert "30.0 pp" in note and "20 problems" in note
+    # 8 against 0: p = 2 / 256, significant, and the paired interval excludes 0 as well
+    b = [record("t", f"q{i}", 0, i < 8 or 10 <= i < 15) for i in range(20)]
+    a = [record("t", f"q{i}", 0, 10 <= i < 15) for i in range(20)]
+    (row,) = compare_rates(rates_from_records(a), rates_from_records(b))
+    assert row.p_value == pytest.approx(2 / 256) and row.significant and row.ci_low > 0
+
+
+def test_unpaired_rows_too_small_to_resolve():
+    a = rates_from_records([record("t", "a0", 0, False)])
+    b = rates_from_records([record("t", "b0", 0, True)])
+    (row,) = compare_rates(a, b)
+    assert row.method is CIMethod.BINOMIAL and row.p_value is None
+    assert not row.resolvable and not row.significant and row.ci_low < 0
+    assert any("not resolvable" in n for n in compare_notes([row]))
+
+
+def test_compare_cli_on_five_problems_claims_nothing(tmp_path, capsys):
+    for name, successes in (("a", [1, 1, 0, 2, 0]), ("b", [2, 1, 0, 2, 0])):
+        recs = [record("t", f"q{i}", g, g < successes[i]) for i in range(5) for g in range(2)]
+        SampleStore(tmp_path / name / "samples.jsonl").append(recs)
+    png = tmp_path / "d.png"
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "+10.0 |" in out and "+10.0 *" not in out
+    assert "interval excludes 0" not in out.replace("unpaired rows: the interval excludes 0", "")
+    assert "not resolvable with 5 problems" in out

@@ -136,3 +136,22 @@ def test_default_model_converts_loads_and_answers(default_model_path: Path) -> N
     out = generate(**prompt, max_new_tokens=12, do_sample=False)
     answer = tok.decode(out[0, prompt["input_ids"].shape[1] :], skip_special_tokens=True)
     assert "7" in answer
+
+
+def test_model_tiny_names_the_test_models_builder_and_builds_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GRPO_KIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    path = Path(resolve_model("tiny"))
+    assert path == tmp_path / "cache" / "models" / "tiny-llama-seed0"
+    # the same weights and tokenizer as build_tiny_model(seed=0), the tests' model
+    assert _digest(path) == _digest(build_tiny_model(tmp_path / "ref", seed=0))
+    before = (path / "config.json").stat().st_mtime_ns
+    assert Path(resolve_model("tiny")) == path  # cached: not rebuilt
+    assert (path / "config.json").stat().st_mtime_ns == before
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".")]  # no temp left
+    # a folder named tiny in the current directory is still a local path
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "config.json").write_text("{}")
+    assert resolve_model("tiny") == "tiny"

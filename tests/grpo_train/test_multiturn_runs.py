@@ -53,7 +53,7 @@ def test_grpo_train_cli_trains_a_multi_turn_environment(tmp_path: Path, tiny_mod
     assert [r["step"] for r in steps] == [1, 2]
     for r in steps:
         assert r["episodes/turns_mean"] >= 1.0 and 0 < r["episodes/environment_token_share"] < 1
-        assert r["episodes/template_breaks"] >= 0 and r["episodes/tool_calls"] == 0
+        assert r["episodes/template_breaks"] >= 0 and r["episodes/tool_calls_mean"] == 0
     assert max(r["episodes/turns_mean"] for r in steps) > 1.0
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert any("[user] Say a digit." in s["completion"] for s in samples)
@@ -103,7 +103,7 @@ def test_a_multi_turn_run_on_two_cpu_ranks_matches_one_process(
     for a, b in zip(two_rows[1:], one_rows[1:], strict=True):
         for key in ("reward/mean", "episodes/turns_mean", "episodes/environment_token_share"):
             assert a[key] == pytest.approx(b[key], abs=1e-9), key
-        assert a["episodes/truncated"] == b["episodes/truncated"]
+        assert a["episodes/truncated_share"] == b["episodes/truncated_share"]
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
     weights = [

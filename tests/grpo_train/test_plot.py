@@ -46,11 +46,12 @@ def _train_row(step: int, **extra: float) -> dict[str, float]:
 def _episode_metrics(step: int) -> dict[str, float]:
     return {
         "episodes/turns_mean": 1.0 + 0.1 * step,
-        "episodes/tool_calls": float(2 * step),
-        "episodes/tool_errors": float(step % 2),
+        "episodes/tool_calls_mean": float(2 * step),
+        "episodes/tool_error_share": 0.25 * (step % 2),
         "episodes/environment_token_share": 0.4,
         "episodes/template_breaks": float(step == 3),
-        "episodes/truncated": 1.0,
+        "episodes/broken_share": 0.5 * (step == 3),
+        "episodes/truncated_share": 1.0,
     }
 
 
@@ -163,13 +164,18 @@ def test_a_multi_turn_run_gets_its_episode_charts():
     axes = _axes(figures)
     turns = _line(axes["Turns per episode (mean)"], "turns")
     _assert_points(turns, [(s, 1.0 + 0.1 * s) for s in range(1, 5)])
-    tools = axes["Tool calls (per step)"]
-    assert [y for _, y in _points(_line(tools, "calls"))] == [2, 4, 6, 8]
-    assert [y for _, y in _points(_line(tools, "errors"))] == [1, 0, 1, 0]
+    calls = axes["Tool calls per episode (mean)"]
+    assert [y for _, y in _points(_line(calls, "calls"))] == [2, 4, 6, 8]
+    failed = axes["Tool calls that failed (share)"]
+    assert [y for _, y in _points(_line(failed, "share"))] == [0.25, 0, 0.25, 0]
+    assert failed.get_ylim()[1] <= 1.05  # shares are drawn on a share's axis
     share = axes["Environment tokens / all tokens"]
     assert {y for _, y in _points(_line(share, "share"))} == {0.4}
-    early = axes["Episodes ended early (per step)"]
-    assert [y for _, y in _points(_line(early, "template breaks"))] == [0, 0, 1, 0]
+    early = axes["Episodes ended early (share)"]
+    assert [y for _, y in _points(_line(early, "template break"))] == [0, 0, 0.5, 0]
+    assert {y for _, y in _points(_line(early, "cut at the length cap"))} == {1.0}
+    breaks = axes["Template breaks (per step)"]
+    assert [y for _, y in _points(_line(breaks, "breaks"))] == [0, 0, 1, 0]
     assert "environment tokens included" in _line(axes["Completion length"], "episode").get_label()
 
 

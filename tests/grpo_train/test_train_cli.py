@@ -137,3 +137,28 @@ def test_grpo_plot_without_metrics_exits_2(tmp_path, capsys):
 
     assert plot_main([str(tmp_path)]) == 2
     assert "metrics.jsonl" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "suggestion"),
+    [
+        (["--learning_rte", "1e-5"], "--learning_rate"),
+        (["--max_step", "3"], "--max_steps"),
+        (["--lora-rr", "8"], "--lora-r"),
+    ],
+)
+def test_a_mistyped_flag_is_three_lines_not_the_usage(argv, suggestion, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3, err
+    assert err[0] == f"grpo train: error: unrecognized arguments: {' '.join(argv)}"
+    assert suggestion in err[1] and "did you mean" in err[1] and "--help" in err[2]
+
+
+def test_help_has_a_short_usage_and_no_rst_backquotes():
+    text = build_parser().format_help()
+    usage = text.split("\n\n", 1)[0]
+    assert len(usage.splitlines()) <= 2 and usage.startswith("usage: grpo train")
+    assert "``" not in text

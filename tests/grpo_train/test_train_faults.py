@@ -276,6 +276,16 @@ def test_a_damaged_checkpoint_names_the_file_and_the_previous_good_one(
         (["--use_qlora", "--lora_r", "8"], None, "use_qlora: QLoRA"),
         (["--collective_timeout_s", "0"], None, "collective_timeout_s"),
         (["--max_reward_errors", "2"], None, "max_reward_errors"),
+        # nothing to resume in a new folder: not a silent fresh start
+        (["--resume"], None, "holds no checkpoint to resume"),
+        # a missing data file is the data file's fault, named with its option
+        (
+            ["--env", "{id: math/dataset-v0, kwargs: {path: nope/q.jsonl}}"],
+            None,
+            "env: math/dataset-v0: data file missing: nope/q.jsonl (the environment's path=",
+        ),
+        ([], "learning_rte: 0.1\n", "'learning_rte' (did you mean learning_rate?)"),
+        ([], "optim: {lr_schedler: cosine}\n", "did you mean lr_scheduler?"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_field_exit_2(
@@ -290,6 +300,7 @@ def test_bad_input_is_one_line_naming_the_field_exit_2(
     code, err = train(argv, capsys)
     assert code == 2
     assert expected in message(err)
+    assert not (tmp_path / "run").exists()  # a failed start leaves no folder behind
 
 
 def test_output_dir_that_is_a_file_or_unwritable_exits_2(tiny_model_path, tmp_path, capsys):
@@ -331,8 +342,8 @@ def test_a_full_disk_names_the_path_and_the_space(tiny_model_path, tmp_path, cap
 def test_flaky_scorer_warns_each_step_and_trains_on(tiny_model_path, tmp_path, capsys):
     code, err = train(args(tiny_model_path, tmp_path, env="faults/flaky-v0"), capsys)
     assert code == 0
-    steps = [r for r in read_metrics(tmp_path) if r["step"] > 0 and "score/errors" in r]
-    assert [r["score/errors"] for r in steps] == [2.0, 2.0]  # every 4th of 8 completions
+    steps = [r for r in read_metrics(tmp_path) if r["step"] > 0 and "score/error_share" in r]
+    assert [r["score/error_share"] for r in steps] == [0.25, 0.25]  # every 4th of 8 completions
     warned = [line for line in err.splitlines() if "failed to score" in line]
     assert any("step 1: 2 of 8" in w and "reward server timed out" in w for w in warned)
     assert any("step 2: 2 of 8" in w for w in warned)
@@ -356,9 +367,13 @@ def test_none_and_nan_rewards_are_errors_in_training_and_evaluation(
     assert code == 0
     rows = read_metrics(tmp_path)
     assert (
-        rows[0]["eval/accuracy"] == 0.0 and rows[-1]["eval/faults/bad-reward-v0/score_errors"] == 2
+        rows[0]["eval/accuracy"] == 0.0
+        and rows[-1]["eval/faults/bad-reward-v0/score_error_rate"] == 1.0
     )
-    assert all(r["score/errors"] == 8 and r["score/groups_dropped"] == 2 for r in rows[1:])
+    # all 8 completions failed, both groups of 4 dropped
+    assert all(
+        r["score/error_share"] == 1.0 and r["score/dropped_group_share"] == 1.0 for r in rows[1:]
+    )
 
     from grpo_train.eval.cli import main as eval_main
 

@@ -125,7 +125,7 @@ def _deterministic(rows):
 
 def test_resume_after_sigterm_reproduces_the_uninterrupted_run(tiny_model_path, tmp_path):
     full_dir, cut_dir = tmp_path / "full", tmp_path / "cut"
-    trainer, _ = run(make_config(tiny_model_path, full_dir, max_steps=4))
+    trainer, full = run(make_config(tiny_model_path, full_dir, max_steps=4))
     full_state = trainer.setup.model.state_dict()
 
     cut = Trainer(make_config(tiny_model_path, cut_dir, max_steps=4), env=DigitEnv())
@@ -137,9 +137,17 @@ def test_resume_after_sigterm_reproduces_the_uninterrupted_run(tiny_model_path, 
     assert signal.getsignal(signal.SIGTERM) is previous  # handlers restored
     assert latest_checkpoint(cut_dir).name == "step-000002"
 
+    cut_clock = read_metrics(cut_dir)[-1]["time/elapsed"]  # the step-2 row
     resumed, result = run(make_config(tiny_model_path, cut_dir, max_steps=4, resume="latest"))
     assert resumed.setup.start_step == 2 and result.steps == 4
     assert _deterministic(read_metrics(cut_dir)) == _deterministic(read_metrics(full_dir))
+    # The summary's numbers are the run's: its step-0 accuracy, 2 steps run in this launch, and
+    # a clock that continues the checkpoint's.
+    assert full.accuracy_before is not None and result.accuracy_before == full.accuracy_before
+    assert (result.start_step, result.earlier_wall_s) == (2, cut_clock)
+    assert result.total_wall_s == pytest.approx(cut_clock + result.wall_s)
+    clock = [r["time/elapsed"] for r in read_metrics(cut_dir) if "time/elapsed" in r]
+    assert len(clock) == 4 and clock == sorted(clock) and clock[2] > cut_clock
     assert all(torch.equal(resumed.setup.model.state_dict()[k], v) for k, v in full_state.items())
 
 
@@ -216,7 +224,7 @@ def test_scoring_failures_are_counted_warned_and_left_out_of_training(
     trainer.close()
     assert result.steps == 2
     rows = read_metrics(tmp_path)
-    assert [r["score/errors"] for r in rows] == [8.0, 8.0]  # 1 in 4 of 32 completions
+    assert [r["score/error_share"] for r in rows] == [0.25, 0.25]  # 8 of 32 completions
     warnings = [r.getMessage() for r in caplog.records if "failed to score" in r.getMessage()]
     assert len(warnings) == 2 and "8 of 32" in warnings[0] and "flaky scorer" in warnings[0]
     assert len(seen) == 2

@@ -35,10 +35,10 @@ from grpo_train.update import Learner, UpdateSettings, grpo_update
 
 EPISODE_METRICS = (
     "episodes/turns_mean",
-    "episodes/tool_calls",
-    "episodes/tool_errors",
+    "episodes/tool_calls_mean",
+    "episodes/tool_error_share",
     "episodes/environment_token_share",
-    "episodes/truncated",
+    "episodes/truncated_share",
     "episodes/template_breaks",
 )
 

@@ -174,3 +174,63 @@ def test_code_row_without_tests_is_named(tmp_path):
     env = grpo_envs.make("code/dataset-v0", path=str(path), splits="test")
     with pytest.raises(ValueError, match=r"c.jsonl, row 1: tests must be a non-empty list"):
         env.dataset("test")
+
+
+def test_code_dataset_reads_a_solution_column_by_default_and_check_env_runs_it(tmp_path):
+    good = {"question": "add", "tests": ["assert add(1, 2) == 3"], "solution": _ADD_RIGHT}
+    bad = {"question": "add", "tests": ["assert add(1, 2) == 3"], "solution": _ADD_WRONG}
+    env = grpo_envs.make(
+        "code/dataset-v0", path=str(_write_jsonl(tmp_path / "ok.jsonl", [good])), splits="test"
+    )
+    assert env.dataset("test")[0]["answer"] == _ADD_RIGHT  # read without solution="solution"
+    report = grpo_envs.check_env(env, n_samples=1)
+    assert report.references == 1 and "1 reference completions scored as successes" in (
+        report.describe()
+    )
+    wrong = grpo_envs.make(
+        "code/dataset-v0", path=str(_write_jsonl(tmp_path / "bad.jsonl", [bad])), splits="test"
+    )
+    from grpo_envs.checker import EnvCheckError
+
+    with pytest.raises(EnvCheckError, match="reference completion"):
+        grpo_envs.check_env(wrong, n_samples=1)
+    # solution=None ignores the column; a file without the column has no reference
+    ignored = grpo_envs.make(
+        "code/dataset-v0",
+        path=str(_write_jsonl(tmp_path / "bad2.jsonl", [bad])),
+        splits="test",
+        solution=None,
+    )
+    assert ignored.dataset("test")[0]["answer"] == ""
+    no_column = {"question": "add", "tests": ["assert add(1, 2) == 3"]}
+    plain = grpo_envs.make(
+        "code/dataset-v0", path=str(_write_jsonl(tmp_path / "n.jsonl", [no_column])), splits="test"
+    )
+    assert plain.dataset("test")[0]["answer"] == ""
+
+
+_ADD_RIGHT = "def add(a, b):\n    return a + b\n"
+_ADD_WRONG = "def add(a, b):\n    return a - b\n"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "missing"),
+    [
+        ({"path": "nope/questions.jsonl"}, "nope/questions.jsonl"),
+        ({"path": "nope/{split}.jsonl", "splits": "test"}, "nope/test.jsonl"),
+    ],
+)
+def test_a_missing_data_file_is_named_with_its_option(tmp_path, monkeypatch, kwargs, missing):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as err:
+        grpo_envs.make("math/dataset-v0", **kwargs).dataset("test")
+    text = str(err.value)
+    assert text.startswith("data file missing: ") and missing in text and "path=" in text
+
+
+def test_a_folder_without_the_split_file_is_named(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.jsonl").write_text('{"question": "q", "answer": "1"}\n')
+    env = grpo_envs.make("math/dataset-v0", path=str(tmp_path / "data"))
+    with pytest.raises(FileNotFoundError, match=r"data file missing: .*data holds no test\.jsonl"):
+        env.dataset("test")
