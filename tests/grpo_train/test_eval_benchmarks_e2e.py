@@ -74,7 +74,8 @@ def test_every_suite_runs_under_the_r1_protocol_and_is_recorded(tiny_model_path,
         assert sorted(r["pass_at_k"], key=int)[-1] == str(n)
         assert bool(r["maj_at_k"]) == (label in MATH_LIKE)  # no vote over program text
     assert summary["protocol"]["name"] == "r1" and summary["overall"]["num_tasks"] == 8
-    assert (out / "summary.md").read_text().startswith("protocol: r1")
+    model_line, protocol_line = (out / "summary.md").read_text().splitlines()[:2]
+    assert model_line.startswith("model: ") and protocol_line.startswith("protocol: r1")
 
     # The same command resumes: nothing is generated again, the record is accepted.
     assert main(argv) == 0
