@@ -21,16 +21,17 @@ A subclass stays possible (procedural data: override ``load_split``).
 from __future__ import annotations
 
 import re
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeAlias
-
-import datasets
 
 from grpo_envs.rubric import Rubric
 from grpo_envs.types import JSONValue, Message, Outcome, Sample, Score
 
 if TYPE_CHECKING:
+    import datasets
+
     from grpo_envs.registration import EnvSpec
 
 #: What ``score`` accepts as a completion: text, or chat messages (TRL's conversational format).
@@ -220,7 +221,7 @@ class SingleTurnEnv(Environment):
         self._cache: dict[str, datasets.Dataset] = {}
         if samples is None:
             self._sources: dict[str, SplitSource] = {}
-        elif isinstance(samples, Mapping) and not isinstance(samples, datasets.Dataset):
+        elif isinstance(samples, Mapping) and not _is_dataset(samples):
             self._sources = {str(k): v for k, v in samples.items()}
         else:
             self._sources = {"train": samples}  # type: ignore[dict-item]
@@ -262,6 +263,8 @@ class SingleTurnEnv(Environment):
             ]
             if not rows:
                 raise ValueError(f"{self.env_id or type(self).__name__}: split {split!r} is empty")
+            import datasets  # here, not at import: a trainer-only machine may lack it
+
             self._cache[split] = datasets.Dataset.from_list(rows)
         return self._cache[split]
 
@@ -360,3 +363,9 @@ __all__ = [
     "completion_text",
     "render_template",
 ]
+
+
+def _is_dataset(value: object) -> bool:
+    """Whether ``value`` is a ``datasets.Dataset``; only one if the datasets package is loaded."""
+    module = sys.modules.get("datasets")
+    return module is not None and isinstance(value, module.Dataset)

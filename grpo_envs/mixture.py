@@ -23,13 +23,16 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import datasets
 import numpy as np
 
 from grpo_envs.base import Environment
 from grpo_envs.types import Outcome, Sample, Score
 from grpo_envs.wrappers import guarded_score, guarded_scores
+
+if TYPE_CHECKING:
+    import datasets
 
 SEPARATOR = ":"
 
@@ -170,6 +173,8 @@ class MixtureEnv(Environment):
         if split not in self.splits:
             raise ValueError(f"mixture has no split {split!r}; splits: {list(self.splits)}")
         if split not in self._cache:
+            import datasets  # here, not at import: a trainer-only machine may lack it
+
             self._cache[split] = datasets.Dataset.from_list(self._rows(split))
         return self._cache[split]
 

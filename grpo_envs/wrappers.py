@@ -24,12 +24,14 @@ import math
 import pickle
 import threading
 from collections.abc import Callable, Mapping, Sequence
-
-import datasets
+from typing import TYPE_CHECKING
 
 from grpo_envs import executor
 from grpo_envs.base import Environment, SampleLike, _check_aligned
 from grpo_envs.types import Outcome, Sample, Score
+
+if TYPE_CHECKING:
+    import datasets
 
 log = logging.getLogger(__name__)
 

@@ -456,7 +456,12 @@ def set_rng_state(state: dict[str, object]) -> None:
     np.random.set_state((kind, keys.numpy(), pos, has_gauss, gauss))
     torch.set_rng_state(state["torch"])  # type: ignore[arg-type]
     if state.get("cuda") and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])  # type: ignore[arg-type]
+        # One state per GPU the saving process saw; a resume that sees fewer (another machine,
+        # CUDA_VISIBLE_DEVICES) restores those it has: torch's set_rng_state_all would index
+        # past its generators (IndexError, or deferred to CUDA's first use when not yet started).
+        saved = cast(list[torch.Tensor], state["cuda"])
+        for index, device_state in enumerate(saved[: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(device_state, index)
 
 
 def save_checkpoint(

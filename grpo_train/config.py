@@ -41,6 +41,7 @@ import dataclasses
 import difflib
 import inspect
 import itertools
+import re
 import textwrap
 import types
 import typing
@@ -113,6 +114,14 @@ class PolicyConfig:
     dtype: Identity[Literal["auto", "float32", "bfloat16"]] = "auto"
     """Parameter dtype for training: ``auto`` is bfloat16 on a GPU that supports it, else float32
     (the safe choice on CPU); the run's config.yaml records the resolved one."""
+    attn_implementation: Free[str] = "auto"
+    """Attention kernel of the policy and the KL reference (transformers' ``attn_implementation``):
+    ``auto`` keeps transformers' choice (SDPA where the model has it, else eager); ``eager``,
+    ``sdpa``, ``flex_attention``, ``flash_attention_2`` / ``flash_attention_3`` (a CUDA GPU and
+    ``pip install flash-attn``, or ``pip install kernels``), or a hub kernel ``org/repo`` (the
+    kernels package). Under flash-attention packed rows attend only within themselves (varlen
+    kernels), so ``packing: auto`` packs more often; SDPA and eager run the shared prompt's
+    completions in bins instead (``loss.packing_pays``)."""
     gradient_checkpointing: Free[bool] = False
     """Recompute activations in the backward pass: less memory, more compute. ``grpo train``
     turns it on for a named model (``real_model_defaults``: 8.5x less memory per completion
@@ -1216,7 +1225,31 @@ def _policy_problems(policy: PolicyConfig) -> list[str]:
         "use_qlora/save_merged: need LoRA; set lora_r (e.g. 16)",
     )
     p.need(policy.num_threads >= 0, f"num_threads: {policy.num_threads}; must be >= 0")
+    p.need(
+        is_attention_name(policy.attn_implementation),
+        f"attn_implementation: {policy.attn_implementation!r} is not an attention transformers "
+        f"runs; use one of {', '.join(ATTENTION_NAMES)} or a hub kernel org/repo",
+    )
     return p
+
+
+#: The ``attn_implementation`` names transformers takes (besides hub kernels, ``org/repo``).
+ATTENTION_NAMES = (
+    "auto", "eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3",
+    "flash_attention_4",
+)  # fmt: skip
+
+#: A hub kernel as transformers names one (``hub_kernels.is_kernel``): org/repo[@rev][:function].
+_HUB_KERNEL = re.compile(r"[^/:@\s]+/[^/:@\s]+(?:@[^/:@\s]+)?(?::[^/:@\s]+)?")
+
+
+def is_attention_name(name: str) -> bool:
+    """Whether ``attn_implementation`` may be ``name``: a built-in attention or a hub kernel.
+
+    >>> [is_attention_name(n) for n in ("sdpa", "kernels-community/flash-attn2", "flash", "a/b/c")]
+    [True, True, False, False]
+    """
+    return name in ATTENTION_NAMES or _HUB_KERNEL.fullmatch(name) is not None
 
 
 def _run_problems(run: RunConfig) -> list[str]:

@@ -113,10 +113,15 @@ def qlora_quantization_config(compute_dtype: torch.dtype = torch.bfloat16) -> An
 
 
 def load_quantized_base(
-    name_or_path: str, compute_dtype: torch.dtype = torch.bfloat16, device_index: int = 0
+    name_or_path: str,
+    compute_dtype: torch.dtype = torch.bfloat16,
+    device_index: int = 0,
+    attn_implementation: str = "auto",
 ) -> PreTrainedModel:
     """Load a causal LM with 4-bit NF4 weights on GPU ``device_index`` (one per rank), for QLoRA."""
     from transformers import AutoModelForCausalLM
+
+    from grpo_train.models import attention_keywords
 
     config = qlora_quantization_config(compute_dtype)
     return AutoModelForCausalLM.from_pretrained(
@@ -124,6 +129,7 @@ def load_quantized_base(
         quantization_config=config,
         dtype=compute_dtype,
         device_map={"": device_index},
+        **attention_keywords(attn_implementation),
     )
 
 
@@ -184,6 +190,7 @@ def load_lora_policy(
     dtype: str = "float32",
     device: str = "cpu",
     adapter_dir: str | Path | None = None,
+    attn_implementation: str = "auto",
 ) -> tuple[PeftModel, PreTrainedTokenizerBase]:
     """Load the base policy and put LoRA on it: fresh adapters, or a saved adapter to resume.
 
@@ -191,6 +198,7 @@ def load_lora_policy(
     written by ``save_adapter`` (a LoRA run's checkpoint ``model/`` folder, since a
     ``PeftModel``'s ``save_pretrained`` writes only the adapter). With ``use_qlora`` the base is
     loaded in 4-bit on the GPU of ``device`` (``"cuda:N"``) with ``dtype`` as compute dtype.
+    ``attn_implementation`` is the base model's (``models.load_policy``).
     """
     from grpo_train.models import load_policy, resolve_model
 
@@ -200,7 +208,7 @@ def load_lora_policy(
         compute = torch.bfloat16 if dtype == "float32" else getattr(torch, dtype)
         index = torch.device(device).index or 0
         path = resolve_model(model)
-        base = load_quantized_base(path, compute, index)
+        base = load_quantized_base(path, compute, index, attn_implementation)
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -208,7 +216,7 @@ def load_lora_policy(
             tokenizer.pad_token = tokenizer.eos_token
         tokenizer.padding_side = "left"  # as load_policy: batched generation needs it
     else:
-        base, tokenizer = load_policy(model, dtype, device)
+        base, tokenizer = load_policy(model, dtype, device, attn_implementation)
     if adapter_dir is None:
         return apply_lora(base, settings), tokenizer
     return load_adapter(_prepare_base(base, settings), adapter_dir, is_trainable=True), tokenizer

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import importlib.util
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -337,17 +338,72 @@ def _train_tiny_tokenizer(vocab_size: int) -> PreTrainedTokenizerBase:
     return fast
 
 
+def attention_problem(
+    name: str, device_type: str, importable: Callable[[str], bool] | None = None
+) -> str | None:
+    """Say why ``attn_implementation: name`` cannot run on a ``device_type`` device; None if it can.
+
+    Flash-attention needs a CUDA GPU and its kernels: the flash-attn package (``flash_attn``;
+    flash-attn-3's ``flash_attn_interface``) or the kernels package, from which transformers
+    loads the hub build instead; a hub kernel (``org/repo``) needs the kernels package. Asked
+    before any model loads, so a run fails in one line rather than inside ``from_pretrained``.
+
+    >>> attention_problem("sdpa", "cpu") is None
+    True
+    >>> print(attention_problem("flash_attention_2", "cpu", lambda module: True))
+    attn_implementation: flash_attention_2 runs on a CUDA GPU and this run is on cpu; use sdpa
+    >>> print(attention_problem("flash_attention_3", "cuda", lambda module: False))
+    attn_implementation: flash_attention_3 needs pip install flash-attn-3 (or kernels); or sdpa
+    >>> attention_problem("flash_attention_2", "cuda", lambda module: module == "kernels") is None
+    True
+    """
+    found = importable or _importable
+    if name.startswith("flash_attention_"):
+        if device_type != "cuda":
+            where = f"this run is on {device_type}"
+            return f"attn_implementation: {name} runs on a CUDA GPU and {where}; use sdpa"
+        package, module = _FLASH_PACKAGES.get(name, ("flash-attn", "flash_attn"))
+        if not (found(module) or found("kernels")):
+            return f"attn_implementation: {name} needs pip install {package} (or kernels); or sdpa"
+    elif "/" in name and not found("kernels"):
+        return f"attn_implementation: the hub kernel {name} needs pip install kernels; or use sdpa"
+    return None
+
+
+def _importable(module: str) -> bool:
+    """Whether ``module`` (a top-level name) can be imported here, without importing it."""
+    return importlib.util.find_spec(module) is not None
+
+
+def attention_keywords(attn_implementation: str) -> dict[str, str]:
+    """Return ``from_pretrained``'s keywords for ``attn_implementation`` (none for ``auto``).
+
+    >>> attention_keywords("auto"), attention_keywords("eager")
+    ({}, {'attn_implementation': 'eager'})
+    """
+    return {} if attn_implementation == "auto" else {"attn_implementation": attn_implementation}
+
+
+#: flash_attention_N -> (the pip package, the module transformers imports).
+_FLASH_PACKAGES = {
+    "flash_attention_2": ("flash-attn", "flash_attn"),
+    "flash_attention_3": ("flash-attn-3", "flash_attn_interface"),
+    "flash_attention_4": ("flash-attn-4", "flash_attn"),
+}
+
+
 def load_policy(
     name_or_path: str | None,
     dtype: torch.dtype | str = "float32",
     device: str | torch.device = "cpu",
+    attn_implementation: str = "auto",
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer for training or evaluation.
 
     ``dtype="auto"`` picks bfloat16 on a GPU and float32 on CPU; ``device="auto"`` picks the GPU
-    when there is one. The tokenizer gets a pad token (EOS when it has none) and left padding,
-    which batched generation needs. A missing hub model while offline raises
-    ``ModelNotAvailableError``.
+    when there is one. ``attn_implementation`` is transformers' (``auto``: its own choice). The
+    tokenizer gets a pad token (EOS when it has none) and left padding, which batched generation
+    needs. A missing hub model while offline raises ``ModelNotAvailableError``.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -362,7 +418,9 @@ def load_policy(
         raise ValueError(f"dtype must be a torch dtype name like 'float32', got {dtype!r}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch_dtype, **attention_keywords(attn_implementation)
+        )
     except OSError as err:
         raise ModelNotAvailableError(
             f"Cannot load model {path!r}: {err}. Pass a local folder, or check the hub id and "

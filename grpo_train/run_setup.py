@@ -54,6 +54,7 @@ from grpo_train.learning_signal import AutoHeuristics
 from grpo_train.logprobs import DEFAULT_HEAD, HeadChoice
 from grpo_train.lora import LoraSettings, reference_logprobs
 from grpo_train.loss import ForwardCost, MicroBatch, output_layer, token_logprobs
+from grpo_train.models import attention_problem
 from grpo_train.prompts import PromptFormat
 from grpo_train.rollout import build_engine
 from grpo_train.rollout.base import LostEngine, RolloutEngine
@@ -246,9 +247,11 @@ def _start_process(cfg: TrainConfig) -> tuple[Any, bool, RankInfo, str]:
     accelerator = Accelerator(kwargs_handlers=[timeout])
     is_distributed = accelerator.distributed_type != DistributedType.NO
     rank = distributed.rank_info()
+    device = str(accelerator.device)
+    if problem := attention_problem(cfg.policy.attn_implementation, torch.device(device).type):
+        raise ConfigError(problem)  # before the run folder is cleared: nothing lost
     if rank.is_main:
         clear_run_dir(cfg)
-    device = str(accelerator.device)
     if cfg.policy.use_qlora and torch.device(device).type != "cuda":
         raise ConfigError(
             f"use_qlora: QLoRA loads the base in 4-bit with bitsandbytes, which needs a CUDA "
@@ -272,7 +275,9 @@ def _load_reference(
         return None
     ref_device = "cpu" if cfg.policy.offload_reference else device
     with distributed.every_rank_loads_weights():  # never prepared: needs real weights
-        ref_model = load_policy(base_model, cfg.policy.dtype, ref_device)[0]
+        ref_model = load_policy(
+            base_model, cfg.policy.dtype, ref_device, cfg.policy.attn_implementation
+        )[0]
     ref_model.eval().requires_grad_(False)
     return ref_model
 
@@ -755,14 +760,21 @@ def load_run_policy(
 
             # A LoRA checkpoint's model/ folder holds only the adapter: load the base, then it.
             peft_model, tokenizer = load_lora_policy(
-                base_model, lora, dtype=cfg.policy.dtype, device=device, adapter_dir=adapter
+                base_model,
+                lora,
+                dtype=cfg.policy.dtype,
+                device=device,
+                adapter_dir=adapter,
+                attn_implementation=cfg.policy.attn_implementation,
             )
             # A PeftModel forwards generate / save_pretrained / forward like the model it wraps.
             model = cast("PreTrainedModel", peft_model)
             model_path = base_model  # what a vLLM engine starts from; merged weights follow
         else:
             model_path = saved or base_model
-            model, tokenizer = load_policy(model_path, parameter_dtype(cfg.policy), device)
+            model, tokenizer = load_policy(
+                model_path, parameter_dtype(cfg.policy), device, cfg.policy.attn_implementation
+            )
     except Exception as err:  # SafetensorError, OSError, ...: a damaged or foreign folder
         # A checkpoint without a manifest (older grpo-kit) is only checked by loading it.
         folder = resume_from or init_from

@@ -63,3 +63,24 @@ def test_a_failing_path_is_reported_and_fails_the_run(failing: str) -> None:
 def test_an_unknown_path_is_a_usage_error() -> None:
     done = run_check("--paths", "no-such-path")
     assert done.returncode == 2 and "unknown paths ['no-such-path']" in done.stderr
+
+
+#: Packages a GPU machine with only torch, transformers, peft and accelerate lacks, which the
+#: check's paths must not need: datasets brings pyarrow (55 MB) and pandas (12 MB) with it.
+ABSENT_ON_A_BARE_GPU_MACHINE = ("datasets", "pyarrow", "pandas", "vllm")
+
+
+def test_the_modules_the_paths_import_need_no_package_a_bare_gpu_machine_lacks() -> None:
+    """What the docstring's wheel list rests on: ``run_setup`` (bf16-full-ft), ``update``,
+    ``checkpoint``, ``lora``, ``loss``, ``logprobs`` import with those packages unimportable."""
+    modules = ("run_setup", "update", "checkpoint", "lora", "loss", "logprobs", "memory")
+    code = (
+        "import sys\n"
+        f"for name in {ABSENT_ON_A_BARE_GPU_MACHINE!r}: sys.modules[name] = None\n"
+        + "".join(f"import grpo_train.{m}\n" for m in modules)
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-1500:]

@@ -272,3 +272,31 @@ def test_the_automatic_switches_survive_a_resume_and_old_checkpoints_have_none(p
     assert load_checkpoint(path, optimizer=opt, scheduler=sched).switches is None
     empty = _save(tmp_path, 7, model, tokenizer, opt, sched)
     assert load_checkpoint(empty, optimizer=opt, scheduler=sched).switches == ()
+
+
+@pytest.mark.parametrize(("saved", "here"), [(8, 1), (2, 2), (1, 4)])
+def test_cuda_rng_states_restore_on_a_machine_with_fewer_gpus(monkeypatch, saved, here):
+    """A checkpoint keeps one CUDA generator state per GPU its process saw; a resume that sees
+    fewer GPUs restores the ones it has. Only the device query and the per-device setter are
+    stood in for (a CPU has no CUDA generators): the setter fails as torch's does for a device
+    index past ``torch.cuda.default_generators``."""
+    from grpo_train.checkpoint import rng_state, set_rng_state
+
+    restored: dict[int, torch.Tensor] = {}
+
+    def set_one(new_state: torch.Tensor, device: int | str = "cuda") -> None:
+        index = device if isinstance(device, int) else 0
+        if index >= here:
+            raise IndexError("tuple index out of range")  # default_generators[index]
+        restored[index] = new_state
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: here)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", set_one)
+    monkeypatch.setattr(torch.cuda.random, "set_rng_state", set_one)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [])
+    state = rng_state()
+    state["cuda"] = [torch.full((16,), i, dtype=torch.uint8) for i in range(saved)]
+    set_rng_state(state)
+    assert sorted(restored) == list(range(min(saved, here)))
+    assert all(int(restored[i][0]) == i for i in restored)

@@ -67,6 +67,10 @@ def test_cli_strings_are_coerced_to_field_types():
         ({"max_steps": "ten"}, "max_steps", "expected int"),
         ({"env": "a/x-v0:heavy"}, "env", "id:weight"),
         ({"keep_last": 0}, "keep_last", "at least 1"),
+        ({"attn_implementation": "flash"}, "attn_implementation", "flash_attention_2"),
+        ({"attn_implementation": "flash-attn2"}, "attn_implementation", "org/repo"),
+        ({"attn_implementation": "a/b/c"}, "attn_implementation", "sdpa"),
+        ({"attn_implementation": ""}, "attn_implementation", "eager"),
     ],
 )
 def test_invalid_values_name_the_field_and_the_fix(values, field, fix):
@@ -236,3 +240,19 @@ def test_vllm_tensor_parallel_size_checks() -> None:
     with pytest.raises(ConfigError, match="grpo serve --tensor_parallel_size 2"):
         TrainConfig.from_flat({**server, "vllm_tensor_parallel_size": 2})
     assert TrainConfig.from_flat(server).rollout.tensor_parallel == 1
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["auto", "eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3",
+     "kernels-community/flash-attn2", "kernels-community/vllm-flash-attn3@v1:flash_attn_func"],
+)  # fmt: skip
+def test_attn_implementation_takes_what_transformers_takes_and_config_yaml_records_it(
+    tmp_path, name
+):
+    cfg = TrainConfig.from_flat({"attn_implementation": name})
+    assert cfg.policy.attn_implementation == name
+    cfg.save(tmp_path / "config.yaml")
+    assert "attn_implementation" in (tmp_path / "config.yaml").read_text()
+    assert TrainConfig.from_yaml(tmp_path / "config.yaml") == cfg
+    assert field_resume()["attn_implementation"] is Resume.FREE  # how it runs, not what

@@ -77,3 +77,66 @@ def test_parameter_dtype(dtype: str, lora_r: int, loaded: str) -> None:
     # float32 runs on CPU are never autocast (their tests compare results exactly)
     autocast = training_autocast(policy, "cpu")
     assert isinstance(autocast, torch.autocast) == (loaded != dtype)
+
+
+# ------------------------------------------------------------------ attn_implementation
+
+
+def _attention_config(model: Path, attention: str, lora_r: int = 0, beta: float = 0.0):
+    from grpo_train.config import AlgorithmConfig
+
+    base = _config(model, "float32", lora_r)
+    policy = dataclasses.replace(base.policy, attn_implementation=attention)
+    return dataclasses.replace(base, policy=policy, algorithm=AlgorithmConfig(beta=beta))
+
+
+@pytest.mark.parametrize(
+    ("attention", "loaded", "bins"),
+    [("auto", "sdpa", True), ("sdpa", "sdpa", True), ("eager", "eager", True)],
+)
+@pytest.mark.parametrize("lora_r", [0, 4])
+def test_attn_implementation_reaches_the_policy_the_reference_and_the_packing_choice(
+    tiny_model_path: Path, attention: str, loaded: str, bins: bool, lora_r: int
+) -> None:
+    """The setting is what the loaded policy (and the KL reference) attend with, and what the
+    update's packing choice reads (``ForwardCost``: bins under SDPA/eager, varlen none)."""
+    from grpo_train.run_setup import _learner, _load_reference, lora_settings
+
+    cfg = _attention_config(tiny_model_path, attention, lora_r, beta=0.1)
+    lora = lora_settings(cfg)
+    model, tokenizer = load_run_policy(cfg, lora, "cpu", str(tiny_model_path), None, None)[:2]
+    assert model.config._attn_implementation == loaded
+    reference = _load_reference(cfg, lora, "cpu", str(tiny_model_path))
+    if lora is None:
+        assert reference is not None and reference.config._attn_implementation == loaded
+    learner = _learner(cfg, model, reference, tokenizer, "cpu", lora, None, False)
+    assert (learner.forward_cost.bins, learner.forward_cost.varlen) == (bins, False)
+
+
+@pytest.mark.parametrize("attention", ["flash_attention_2", "kernels-community/flash-attn2"])
+def test_flash_attention_setting_reaches_from_pretrained_and_turns_bins_into_varlen_packing(
+    tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch, attention: str
+) -> None:
+    """On a GPU transformers dispatches the flash kernels from ``attn_implementation``; here
+    only that dispatch is stood in for (the CPU has no flash kernels): the loader must hand the
+    setting to ``from_pretrained``, and the update then packs with varlen kernels, no bins."""
+    from transformers import AutoModelForCausalLM
+
+    from grpo_train.run_setup import _learner
+
+    real = AutoModelForCausalLM.from_pretrained
+    asked: list[object] = []
+
+    def dispatch_on_gpu(*args: object, **kwargs: object) -> object:
+        asked.append(kwargs.get("attn_implementation"))
+        kwargs["attn_implementation"] = "sdpa"
+        model = real(*args, **kwargs)
+        model.config._attn_implementation = attention  # what the GPU load would have set
+        return model
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", dispatch_on_gpu)
+    cfg = _attention_config(tiny_model_path, attention)
+    model, tokenizer = load_run_policy(cfg, None, "cpu", str(tiny_model_path), None, None)[:2]
+    assert asked == [attention]
+    learner = _learner(cfg, model, None, tokenizer, "cpu", None, None, False)
+    assert (learner.forward_cost.bins, learner.forward_cost.varlen) == (False, True)

@@ -274,6 +274,8 @@ def test_a_damaged_checkpoint_names_the_file_and_the_previous_good_one(
         (["--resume", "/nope"], None, "resume: /nope does not exist"),
         (["--init_from", "/nope"], None, "init_from: /nope does not exist"),
         (["--use_qlora", "--lora_r", "8"], None, "use_qlora: QLoRA"),
+        (["--attn_implementation", "flash_attention_2"], None, "flash_attention_2 runs on a CUDA"),
+        (["--attn_implementation", "flash"], None, "attn_implementation: 'flash' is not"),
         (["--collective_timeout_s", "0"], None, "collective_timeout_s"),
         (["--max_reward_errors", "2"], None, "max_reward_errors"),
         # nothing to resume in a new folder: not a silent fresh start
