@@ -161,10 +161,10 @@ def test_merging_never_changes_the_model(lora_model: torch.nn.Module) -> None:
 
 
 def test_dequantizing_walk_matches_the_engine_merge(lora_model: torch.nn.Module) -> None:
-    from grpo_train.weight_export import _dequantized_merge, _merged_view_state_dict
+    from grpo_train.weight_export import _dequantized_merge, _merged_view_stream
 
-    walked = _dequantized_merge(lora_model)
-    reference = _merged_view_state_dict(lora_model)
+    walked = dict(_dequantized_merge(lora_model))
+    reference = dict(_merged_view_stream(lora_model))
     assert set(walked) == set(reference)
     for name, tensor in reference.items():
         torch.testing.assert_close(walked[name], tensor, rtol=0, atol=1e-6)
