@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
 
     import torch
 
@@ -85,6 +85,8 @@ class ReplicaState:
     busy_s: float = 0.0
     """Seconds spent generating or loading weights since start (the trainer reads idle time)."""
     started: float = field(default_factory=time.monotonic)
+    sync_loaded: int = 0
+    """Tensors handed to the engine in the current (or last) sync: tells a stalled replica."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def info(self) -> dict[str, Any]:
@@ -98,6 +100,7 @@ class ReplicaState:
             "vocab_size": self.engine.vocab_size,
             "max_model_len": self.engine.max_model_len,
             "busy_s": self.busy_s,
+            "sync_loaded": self.sync_loaded,
             "uptime_s": time.monotonic() - self.started,
         }
 
@@ -150,7 +153,8 @@ class ReplicaState:
             if self.group is None:
                 raise RuntimeError("no weight group is open; the trainer opens one first")
             start = time.perf_counter()
-            stream = receive_stream(self.group, dtype)
+            self.sync_loaded = 0
+            stream = self._counted(receive_stream(self.group, dtype))
             try:
                 self.engine.sync_weight_stream(stream)
             except Exception:
@@ -161,6 +165,14 @@ class ReplicaState:
             self.version = int(body["version"])
             self.busy_s += time.perf_counter() - start
         return {"version": self.version}
+
+    def _counted(
+        self, stream: Iterator[tuple[str, torch.Tensor]]
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """Pass ``stream`` on, counting in ``sync_loaded`` what the engine took."""
+        for pair in stream:
+            yield pair
+            self.sync_loaded += 1
 
     def close_group(self, body: dict[str, Any]) -> dict[str, Any]:
         """``/weights/close``: forget the trainer's group (a new trainer may open another)."""

@@ -40,7 +40,7 @@ from grpo_train.server_address import parse_server_urls  # noqa: F401  (re-expor
 if TYPE_CHECKING:
     import torch
 
-    from grpo_train.rollout.weight_channel import WeightGroup
+    from grpo_train.rollout.weight_channel import StreamStats, WeightGroup
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -106,6 +106,7 @@ class ServerEngine:
         self.version = 0
         self.last_sync_seconds = 0.0
         self.last_sync_bytes = 0
+        self.last_sync_stats: StreamStats | None = None
         self._sync_address = sync_address
         self._sync_backend = sync_backend
         self._group: WeightGroup | None = None
@@ -262,12 +263,13 @@ class ServerEngine:
                 reply = future.result(timeout=self.sync_timeout_s)
             except FutureTimeout:
                 raise EngineDied(
-                    f"the server {url} received every weight bucket but did not confirm the "
-                    f"load within {self.sync_timeout_s:g} s (vllm_sync_timeout_s)",
+                    f"the server {url} did not confirm the weights within "
+                    f"{self.sync_timeout_s:g} s of the last bucket (vllm_sync_timeout_s)",
                     "weight sync",
                 ) from None
             self._check_version(url, reply, "weight sync")
         self.last_sync_bytes = stats.bytes
+        self.last_sync_stats = stats
 
     def _failed_replica(self, pending: Sequence[Future[dict[str, Any]]], err: Exception) -> str:
         """Name the replica behind a failed weight broadcast (one line for ``EngineDied``).
@@ -276,17 +278,26 @@ class ServerEngine:
         (the connection closes) or does not answer ``/health``; one that stalls does not
         answer ``/health`` in time either.
         """
+        probe_s = min(5.0, self.sync_timeout_s)
+        loaded: dict[str, int] = {}
+        for url in self.urls:  # a dead or stalled replica first: the others fail because of it
+            try:
+                info = self._request(url, "/health", None, "weight sync", probe_s)
+            except EngineDied as died:
+                return f"{died.cause}; the weight broadcast failed ({_first_line(err)})"
+            loaded[url] = int(info.get("sync_loaded", 0))
+        if len(set(loaded.values())) > 1:  # one replica's loader stopped taking tensors
+            url = min(loaded, key=loaded.__getitem__)
+            return (
+                f"the server {url} stopped loading weights after {loaded[url]} tensors (the "
+                f"others took {max(loaded.values())}) and the weight broadcast failed "
+                f"({_first_line(err)}) after vllm_sync_timeout_s={self.sync_timeout_s:g}"
+            )
         for future in pending:
             with contextlib.suppress(FutureTimeout):
                 failure = future.exception(timeout=2.0)
                 if isinstance(failure, EngineDied):
                     return failure.cause
-        probe_s = min(5.0, self.sync_timeout_s)
-        for url in self.urls:
-            try:
-                self._request(url, "/health", None, "weight sync", probe_s)
-            except EngineDied as died:
-                return f"{died.cause}; the weight broadcast failed ({_first_line(err)})"
         return (
             f"the weight broadcast to {', '.join(self.urls)} failed ({_first_line(err)}) "
             f"within vllm_sync_timeout_s={self.sync_timeout_s:g}"
