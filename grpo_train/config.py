@@ -270,6 +270,14 @@ class RolloutConfig:
     vllm_server_timeout_s: Free[float] = 600.0
     """Server mode: the longest one request (a step's generation, a weight load) may take; a
     server that stalls past it ends the run with its last step saved."""
+    vllm_sync_timeout_s: Free[float] = 120.0
+    """Server mode: the longest one step of a weight sync may take (each bucket's broadcast, a
+    replica's answer after the last one): a replica that dies or stalls mid-sync ends the run
+    within this time, naming it."""
+    vllm_sync_bucket_mb: Free[float] = 256.0
+    """Server mode: a weight sync streams the model in buffers of at most this many MiB (a
+    tensor larger than that travels alone), on the trainer and on every replica, beside vLLM's
+    share of the GPU; never one buffer of the whole model."""
     vllm_sync_backend: Free[Literal["auto", "nccl", "gloo"]] = "auto"
     """Server mode: the weight broadcast's transport: ``nccl`` (GPU to GPU), ``gloo`` (through
     host memory; also for a server on the trainer's own GPU, which NCCL refuses); ``auto``:
@@ -1152,6 +1160,15 @@ def _server_problems(r: RolloutConfig) -> list[str]:
     p.need(
         r.vllm_server_timeout_s > 0,
         f"vllm_server_timeout_s: {r.vllm_server_timeout_s}; must be > 0 (seconds, e.g. 600)",
+    )
+    p.need(
+        r.vllm_sync_timeout_s > 0,
+        f"vllm_sync_timeout_s: {r.vllm_sync_timeout_s}; must be > 0 (seconds, e.g. 120)",
+    )
+    p.need(
+        0 < r.vllm_sync_bucket_mb <= 16384,
+        f"vllm_sync_bucket_mb: {r.vllm_sync_bucket_mb}; must be in (0, 16384] MiB (e.g. 256: "
+        "larger buckets mean fewer collectives and more memory beside vLLM's share)",
     )
     return p
 

@@ -15,13 +15,14 @@ NCCL, CUDA IPC and their variants) all need CUDA, so a CPU machine could not run
 check a sync; its completions API speaks text and per-token top-logprob dictionaries, where
 the trainer's engine contract is token ids and the sampled token's logprob; and this server
 runs exactly the colocated engine's generate and reload code, so the two modes sample the same
-tokens for the same seeds and prompts (checked by the tests). Weights arrive in one collective
-per sync (``weight_channel``: gloo on CPU, NCCL on GPU) and every sync bumps a version number
-that every reply carries, so the trainer can tell that the engine serves what it sent.
+tokens for the same seeds and prompts (checked by the tests). Weights arrive through one
+process group (``weight_channel``: gloo on CPU, NCCL on GPU), streamed in bounded buckets that
+the engine loads as they come, and every sync bumps a version number that every reply
+carries, so the trainer can tell that the engine serves what it sent.
 
 Endpoints (JSON bodies): ``GET /health``; ``POST /generate`` (token ids in, completions with
 sampling logprobs out); ``POST /weights/open`` (join the trainer's weight group),
-``POST /weights/update`` (receive one broadcast, load it, take the version),
+``POST /weights/update`` (receive the bucket stream, load it, take the version),
 ``POST /weights/close``. Requests run one at a time on the engine (a lock): the engine batches
 inside one call, and a generate during a weight load would mix two policies.
 """
@@ -41,20 +42,42 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from grpo_train.rollout.vllm_engine import VLLMEngine
+    from collections.abc import Iterable, Iterator, Sequence
+
+    import torch
+
+    from grpo_train.rollout.base import Completion, SamplingConfig
     from grpo_train.rollout.weight_channel import WeightGroup
 
 logger = logging.getLogger("grpo_train.serve")
+
+
+class ReplicaEngine(Protocol):
+    """What a replica serves with (``VLLMEngine``): generate, and load a weight stream."""
+
+    dtype: torch.dtype
+    vocab_size: int
+    max_model_len: int
+
+    def generate(
+        self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig
+    ) -> list[list[Completion]]:
+        """Sample completions (``RolloutEngine.generate``)."""
+        ...
+
+    def sync_weight_stream(self, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load (name, tensor) pairs as they arrive."""
+        ...
 
 
 @dataclass
 class ReplicaState:
     """What one replica knows between requests."""
 
-    engine: VLLMEngine
+    engine: ReplicaEngine
     model: str
     version: int = 0
     """Weights version: 0 is the model it started with; each sync sets the trainer's number."""
@@ -62,6 +85,8 @@ class ReplicaState:
     busy_s: float = 0.0
     """Seconds spent generating or loading weights since start (the trainer reads idle time)."""
     started: float = field(default_factory=time.monotonic)
+    sync_loaded: int = 0
+    """Tensors handed to the engine in the current (or last) sync: tells a stalled replica."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def info(self) -> dict[str, Any]:
@@ -75,6 +100,7 @@ class ReplicaState:
             "vocab_size": self.engine.vocab_size,
             "max_model_len": self.engine.max_model_len,
             "busy_s": self.busy_s,
+            "sync_loaded": self.sync_loaded,
             "uptime_s": time.monotonic() - self.started,
         }
 
@@ -114,24 +140,39 @@ class ReplicaState:
         return {"version": self.version}
 
     def update(self, body: dict[str, Any]) -> dict[str, Any]:
-        """``/weights/update``: receive the broadcast, load it, take the trainer's version."""
-        import torch
+        """``/weights/update``: load the trainer's bucket stream as it arrives; take its version.
 
-        from grpo_train.rollout.weight_channel import DTYPES, TensorSpec, unflatten
+        The engine's loader takes the received tensors one bucket at a time
+        (``weight_channel.receive_stream``); whatever it leaves (it failed part way) is still
+        received, so the trainer's broadcasts end and it gets this replica's error, not a timeout.
+        """
+        from grpo_train.rollout.weight_channel import DTYPES, drain, receive_stream
 
-        specs = [TensorSpec.from_json(s) for s in body["specs"]]
         dtype = DTYPES[body["dtype"]]
         with self.lock:
             if self.group is None:
                 raise RuntimeError("no weight group is open; the trainer opens one first")
             start = time.perf_counter()
-            device = "cuda" if self.group.address.backend == "nccl" else "cpu"
-            buffer = torch.empty(sum(s.numel for s in specs), dtype=dtype, device=device)
-            self.group.broadcast(buffer)
-            self.engine.sync_weights(unflatten(buffer, specs))
+            self.sync_loaded = 0
+            stream = self._counted(receive_stream(self.group, dtype))
+            try:
+                self.engine.sync_weight_stream(stream)
+            except Exception:
+                with contextlib.suppress(RuntimeError):  # the stream itself failed: nothing left
+                    drain(stream)
+                raise
+            drain(stream)
             self.version = int(body["version"])
             self.busy_s += time.perf_counter() - start
         return {"version": self.version}
+
+    def _counted(
+        self, stream: Iterator[tuple[str, torch.Tensor]]
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """Pass ``stream`` on, counting in ``sync_loaded`` what the engine took."""
+        for pair in stream:
+            yield pair
+            self.sync_loaded += 1
 
     def close_group(self, body: dict[str, Any]) -> dict[str, Any]:
         """``/weights/close``: forget the trainer's group (a new trainer may open another)."""

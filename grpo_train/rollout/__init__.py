@@ -211,6 +211,8 @@ def build_server_engine(config: TrainConfig, model: PreTrainedModel) -> RolloutE
         sync_address=config.rollout.vllm_sync_address,
         sync_backend=config.rollout.vllm_sync_backend,
         is_main=main,
+        sync_timeout_s=config.rollout.vllm_sync_timeout_s,
+        bucket_mb=config.rollout.vllm_sync_bucket_mb,
     )
     sync_rollout_weights(engine, model)
     return engine

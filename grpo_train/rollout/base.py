@@ -14,9 +14,9 @@ the distribution it was drawn from, i.e. ``log_softmax(top_k_top_p(logits / temp
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
@@ -187,6 +187,22 @@ class RolloutEngine(Protocol):
 
     def close(self) -> None:
         """Free the engine's processes and memory."""
+        ...
+
+
+@runtime_checkable
+class StreamingEngine(Protocol):
+    """An engine that loads weights as a stream of (name, tensor) pairs (vLLM, the servers).
+
+    ``weight_export.sync_rollout_weights`` hands it ``export_stream``: no state dict of the
+    whole model is built for a sync.
+    """
+
+    wants_weights: bool
+    """Whether this rank's stream carries tensors (False: it only takes part in the gathers)."""
+
+    def sync_weight_stream(self, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load the pairs as they come; consume the iterator to its end."""
         ...
 
 

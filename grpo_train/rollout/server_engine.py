@@ -7,12 +7,15 @@ generation runs.
 - Generate: a call's prompts are cut into contiguous shares, one per replica, sent at once; each
   share's seed is the one the colocated engine would give its first prompt (``seed + start *
   n``), so with one replica (or a batch-independent engine) the samples equal colocate mode's.
-- Weight sync: one broadcast of one flat buffer to every replica (``weight_channel``), then
-  every replica must answer with the version just sent; every generate reply carries the
-  version too, and a mismatch (a server restarted, or fed by someone else) ends the run.
-- Failure: every request has a timeout (``timeout_s``), and the broadcast has the group's. A
-  replica that refuses connections, answers with an error, or does not answer in time raises
-  ``EngineDied`` naming it: the trainer saves its last step and ends with that one line.
+- Weight sync: the export streams to every replica in buckets of ``bucket_mb``
+  (``weight_channel.send_stream``), never one buffer of the whole model; then every replica
+  must answer with the version just sent; every generate reply carries the version too, and a
+  mismatch (a server restarted, or fed by someone else) ends the run.
+- Failure: every request has a timeout (``timeout_s``); every collective of a sync has
+  ``sync_timeout_s``, and so has each replica's answer after the last bucket. A replica that
+  refuses connections, answers with an error, dies or stalls mid-sync, or does not answer in
+  time raises ``EngineDied`` naming it (a failed sync asks every replica's ``/health`` to find
+  which): the trainer saves its last step and ends with that one line.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -36,7 +40,7 @@ from grpo_train.server_address import parse_server_urls  # noqa: F401  (re-expor
 if TYPE_CHECKING:
     import torch
 
-    from grpo_train.rollout.weight_channel import WeightGroup
+    from grpo_train.rollout.weight_channel import StreamStats, WeightGroup
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -71,6 +75,8 @@ class ServerEngine:
         sync_address: str = "",
         sync_backend: str = "auto",
         is_main: bool = True,
+        sync_timeout_s: float = 120.0,
+        bucket_mb: float = 256.0,
     ) -> None:
         """Connect to the replicas at ``urls`` and check that they answer.
 
@@ -82,13 +88,25 @@ class ServerEngine:
                 port.
             sync_backend: ``nccl``, ``gloo`` or ``auto`` (nccl when this process has CUDA).
             is_main: the trainer rank that sends the weights (others only generate).
+            sync_timeout_s: the longest one collective of a weight sync may take, and a
+                replica's answer after the last bucket: a replica that died or stalls
+                mid-sync ends the sync with ``EngineDied`` naming it within this time.
+            bucket_mb: the largest buffer a sync packs (MiB; ``weight_channel.send_stream``).
         """
+        from grpo_train.rollout.weight_channel import bucket_bytes_for
+
+        if not sync_timeout_s > 0:
+            raise ValueError(f"sync_timeout_s: {sync_timeout_s}; must be > 0 (seconds, e.g. 120)")
+        self.bucket_bytes = bucket_bytes_for(bucket_mb)
+        self.sync_timeout_s = sync_timeout_s
         self.urls = list(urls)
         self.timeout_s = timeout_s
         self.is_main = is_main
+        self.wants_weights = is_main  # the other trainer ranks only take part in the export
         self.version = 0
         self.last_sync_seconds = 0.0
         self.last_sync_bytes = 0
+        self.last_sync_stats: StreamStats | None = None
         self._sync_address = sync_address
         self._sync_backend = sync_backend
         self._group: WeightGroup | None = None
@@ -200,45 +218,90 @@ class ServerEngine:
         return False
 
     def sync_weights(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Broadcast ``state`` to every replica in one collective; check the version they load.
+        """Send ``state`` to every replica (``sync_weight_stream`` of its items)."""
+        self.sync_weight_stream(state.items())
 
-        Only the main trainer rank sends; the others (``is_main=False``) just count the version,
+    def sync_weight_stream(self, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Stream ``tensors`` to every replica in buckets; check the version they load.
+
+        Only the main trainer rank sends; the others (``is_main=False``) consume ``tensors``
+        (a sharded export's gathers are collectives of every trainer rank) and count the version,
         after the trainer's ranks have synchronised (the caller's barrier).
         """
         start = time.perf_counter()
         self.version += 1
+        stream = iter(tensors)
         try:
             if self.is_main:
-                self._send(state)
+                self._send(stream)
         finally:
-            _trainer_barrier()  # no rank generates before the replicas hold the new weights
+            # A failed send leaves the export half consumed: the other trainer ranks are in its
+            # gathers, which need this rank too. Then no rank generates before the replicas
+            # hold the new weights.
+            for _ in stream:
+                pass
+            _trainer_barrier()
         self.last_sync_seconds = time.perf_counter() - start
 
-    def _send(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Send ``state`` to the replicas (the main rank's part of ``sync_weights``)."""
-        from grpo_train.rollout.weight_channel import DTYPES, flatten
+    def _send(self, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Stream ``tensors`` to the replicas (the main rank's part of ``sync_weight_stream``)."""
+        from grpo_train.rollout.weight_channel import DTYPES, send_stream
 
         group = self._open_group() if self._group is None else self._group
-        device = "cuda" if group.address.backend == "nccl" else "cpu"
-        buffer, specs = flatten(state, DTYPES[self.dtype_name], device)
-        body = {
-            "version": self.version,
-            "dtype": self.dtype_name,
-            "specs": [s.to_json() for s in specs],
-        }
+        body = {"version": self.version, "dtype": self.dtype_name}
         pending = [
             self._pool.submit(self._request, url, "/weights/update", body, "weight sync")
             for url in self.urls
         ]
         try:
-            group.broadcast(buffer)
+            stats = send_stream(group, tensors, DTYPES[self.dtype_name], self.bucket_bytes)
         except RuntimeError as err:  # gloo/NCCL: a peer died or the group timed out
-            failed = [f.exception() for f in pending if f.done() and f.exception()]
-            cause = str(failed[0]) if failed else f"the weight broadcast failed ({err})"
-            raise EngineDied(cause, "weight sync") from None
+            self._group = None  # a failed collective leaves the group unusable
+            raise EngineDied(self._failed_replica(pending, err), "weight sync") from None
         for url, future in zip(self.urls, pending):
-            self._check_version(url, future.result(), "weight sync")
-        self.last_sync_bytes = buffer.numel() * buffer.element_size()
+            try:
+                reply = future.result(timeout=self.sync_timeout_s)
+            except FutureTimeout:
+                raise EngineDied(
+                    f"the server {url} did not confirm the weights within "
+                    f"{self.sync_timeout_s:g} s of the last bucket (vllm_sync_timeout_s)",
+                    "weight sync",
+                ) from None
+            self._check_version(url, reply, "weight sync")
+        self.last_sync_bytes = stats.bytes
+        self.last_sync_stats = stats
+
+    def _failed_replica(self, pending: Sequence[Future[dict[str, Any]]], err: Exception) -> str:
+        """Name the replica behind a failed weight broadcast (one line for ``EngineDied``).
+
+        The collective's own error names no peer. A replica that died has its request fail
+        (the connection closes) or does not answer ``/health``; one that stalls does not
+        answer ``/health`` in time either.
+        """
+        probe_s = min(5.0, self.sync_timeout_s)
+        loaded: dict[str, int] = {}
+        for url in self.urls:  # a dead or stalled replica first: the others fail because of it
+            try:
+                info = self._request(url, "/health", None, "weight sync", probe_s)
+            except EngineDied as died:
+                return f"{died.cause}; the weight broadcast failed ({_first_line(err)})"
+            loaded[url] = int(info.get("sync_loaded", 0))
+        if len(set(loaded.values())) > 1:  # one replica's loader stopped taking tensors
+            url = min(loaded, key=loaded.__getitem__)
+            return (
+                f"the server {url} stopped loading weights after {loaded[url]} tensors (the "
+                f"others took {max(loaded.values())}) and the weight broadcast failed "
+                f"({_first_line(err)}) after vllm_sync_timeout_s={self.sync_timeout_s:g}"
+            )
+        for future in pending:
+            with contextlib.suppress(FutureTimeout):
+                failure = future.exception(timeout=2.0)
+                if isinstance(failure, EngineDied):
+                    return failure.cause
+        return (
+            f"the weight broadcast to {', '.join(self.urls)} failed ({_first_line(err)}) "
+            f"within vllm_sync_timeout_s={self.sync_timeout_s:g}"
+        )
 
     def _open_group(self) -> WeightGroup:
         """Host the weight group's store and have every replica join it (ranks 1..D)."""
@@ -264,7 +327,7 @@ class ServerEngine:
                 if self._sync_backend != "auto"
                 else ("nccl" if torch.cuda.is_available() else "gloo")
             ),
-            timeout_s=self.timeout_s,
+            timeout_s=self.sync_timeout_s,
         )
         joins = [
             self._pool.submit(
@@ -310,6 +373,15 @@ class ServerEngine:
                     self._request(url, "/weights/close", {}, "close", timeout_s=10.0)
         self._group = None
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _first_line(err: Exception) -> str:
+    r"""Return the first line of an error's message (gloo's carry C++ stack traces below it).
+
+    >>> _first_line(RuntimeError("Connection closed by peer\nException raised from ..."))
+    'Connection closed by peer'
+    """
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def _trainer_barrier() -> None:

@@ -30,7 +30,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -65,6 +65,7 @@ class VLLMEngine:
     """A rollout engine on a colocated ``vllm.LLM``."""
 
     name = "vllm"
+    wants_weights = True
 
     def __init__(
         self,
@@ -283,11 +284,21 @@ class VLLMEngine:
 
     def sync_weights(self, state: Mapping[str, torch.Tensor]) -> None:
         """Load the exported weights into the running engine (see the module doc for how)."""
+        self.sync_weight_stream(state.items())
+
+    def sync_weight_stream(self, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load (name, tensor) pairs as they come; a ``grpo serve`` replica's bucket stream.
+
+        A worker in this process consumes ``tensors`` inside vLLM's ``load_weights``, one at a
+        time (``reload_weights(weights_iterator=...)``), so a stream that receives buckets on
+        demand is never held whole. Workers in processes of their own get one safetensors file
+        of the whole model in ``/dev/shm``.
+        """
         start = time.perf_counter()
         if self.workers_in_process:
             self._call(
                 lambda: self.llm.collective_rpc(
-                    "grpo_reload_tensors", kwargs={"weights": list(state.items())}
+                    "grpo_reload_tensors", kwargs={"weights": iter(tensors)}
                 ),
                 "weight sync",
             )
@@ -296,7 +307,7 @@ class VLLMEngine:
 
             folder = self._ensure_sync_dir()
             tmp = folder / "model.safetensors.tmp"
-            save_file({k: v.to(self.dtype).contiguous().cpu() for k, v in state.items()}, str(tmp))
+            save_file({k: v.to(self.dtype).contiguous().cpu() for k, v in tensors}, str(tmp))
             target = folder / "model.safetensors"
             tmp.replace(target)
             try:

@@ -8,6 +8,7 @@ without loading the trainer: only vLLM's own modules are imported here, lazily.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -28,11 +29,12 @@ class GrpoWorkerExtension:
         worker.reload_weights(weights_path=weights_path)
         return _refresh_tied_heads(worker.model_runner.get_model())
 
-    def grpo_reload_tensors(self, weights: list[tuple[str, Any]]) -> int:
+    def grpo_reload_tensors(self, weights: Iterable[tuple[str, Any]]) -> int:
         """Reload weights in place from (name, tensor) pairs; for a worker in this process.
 
-        Only meaningful when the worker shares the trainer's process
-        (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the tensors then arrive by reference.
+        Only meaningful when the worker shares the caller's process
+        (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the pairs (a list, or an iterator that receives
+        them bucket by bucket) then arrive by reference and are consumed one at a time.
         """
         worker: Any = self
         worker.reload_weights(weights_iterator=weights)

@@ -161,10 +161,10 @@ def test_merging_never_changes_the_model(lora_model: torch.nn.Module) -> None:
 
 
 def test_dequantizing_walk_matches_the_engine_merge(lora_model: torch.nn.Module) -> None:
-    from grpo_train.weight_export import _dequantized_merge, _merged_view_state_dict
+    from grpo_train.weight_export import _dequantized_merge, _merged_view_stream
 
-    walked = _dequantized_merge(lora_model)
-    reference = _merged_view_state_dict(lora_model)
+    walked = dict(_dequantized_merge(lora_model))
+    reference = dict(_merged_view_stream(lora_model))
     assert set(walked) == set(reference)
     for name, tensor in reference.items():
         torch.testing.assert_close(walked[name], tensor, rtol=0, atol=1e-6)
@@ -305,3 +305,33 @@ def test_quantized_export_has_exactly_the_base_model_names(
     out = save_merged(model, tokenizer, tmp_path / "merged")
     saved = {k for f in out.glob("*.safetensors") for k in load_file(f)}
     assert saved == names
+
+
+def test_export_stream_is_the_export_merged_one_layer_at_a_time(
+    lora_model: torch.nn.Module,
+) -> None:
+    from unittest import mock
+
+    from peft.tuners.lora import Linear as LoraLinear
+
+    from grpo_train.weight_export import _merge_lora_stream, export_stream
+
+    with torch.no_grad():
+        for name, p in lora_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    expected = export_state_dict(lora_model)
+    real = LoraLinear.get_delta_weight
+    with mock.patch.object(LoraLinear, "get_delta_weight", autospec=True, side_effect=real) as d:
+        stream = export_stream(lora_model)
+        first = next(stream)
+        assert d.call_count <= 1  # no merged copy of the model before the first tensor
+        got = dict([first, *stream])
+    assert list(got) == list(expected)
+    assert all(torch.equal(got[k], v) for k, v in expected.items())
+    # The sharded path's stream merge equals the state-dict merge, whatever the order.
+    state = lora_model.state_dict()
+    streamed = dict(_merge_lora_stream(state.items(), 2.0))
+    whole = merge_lora_state_dict(state, 2.0)
+    assert set(streamed) == set(whole)
+    assert all(torch.equal(streamed[k], v) for k, v in whole.items())
