@@ -17,14 +17,18 @@ sample ids), since completions of one problem are not independent of each other:
 
 A paired test cannot reach p <= alpha with fewer than ``log2(1/alpha) + 1`` problems that changed
 in the same direction (six at 95 %): with fewer shared problems the difference is reported as not
-resolvable, whatever its size. Runs with no shared problems fall back to Newcombe's hybrid score
-interval for two independent proportions ("Interval estimation for the difference between
-independent proportions", Newcombe 1998, method 10), which keeps its coverage at small counts and
-at 0 % and 100 %.
+resolvable, whatever its size. Runs with no shared problems and one completion per problem fall
+back to Newcombe's hybrid score interval for two independent proportions ("Interval estimation
+for the difference between independent proportions", Newcombe 1998, method 10), which keeps its
+coverage at small counts and at 0 % and 100 %. With several completions per problem the problem
+stays the unit there too: a two-sample permutation test of the per-problem rates (exact while
+the splits are few) and a bootstrap interval resampling each run's problems; with so few
+problems that no split can be significant, the row is not resolvable.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -54,7 +58,11 @@ class CIMethod(StrEnum):
     PAIRED_BOOTSTRAP = "paired-permutation+bootstrap"
     """Sign-flip permutation test, bootstrap interval (more than ``EXACT_SUBSETS`` problems)."""
     BINOMIAL = "unpaired-newcombe"
-    """No shared problems: Newcombe's hybrid score interval for independent proportions."""
+    """No shared problems, one completion each: Newcombe's hybrid score interval."""
+    UNPAIRED_PROBLEMS = "unpaired-permutation"
+    """No shared problems, several completions per problem: the problem is the unit (its
+    completions are not independent draws): a two-sample permutation test of the per-problem
+    rates and a bootstrap interval that resamples problems within each run."""
 
 
 @dataclass(frozen=True)
@@ -91,9 +99,11 @@ class CompareRow:
     ci_high: float
     method: CIMethod
     num_samples: int
-    """Shared problems (paired) or the smaller run's completions (unpaired)."""
+    """Shared problems (paired), the smaller run's problems (unpaired, several completions per
+    problem) or the smaller run's completions (unpaired, one completion per problem)."""
     p_value: float | None = None
-    """Two-sided p-value of the paired test; None for unpaired runs (the interval decides)."""
+    """Two-sided p-value of the test; None for unpaired runs with one completion per problem
+    (Newcombe's interval decides)."""
     confidence: float = 0.95
     min_detectable: float | None = None
     """Smallest |delta| the paired test could call significant with these problems; None when no
@@ -103,7 +113,7 @@ class CompareRow:
 
     @property
     def significant(self) -> bool:
-        """Paired: the test rejects no difference at 1 - confidence; unpaired: the CI excludes 0."""
+        """The test rejects no difference at 1 - confidence; without a test, the CI excludes 0."""
         if self.p_value is not None:
             return self.p_value <= 1 - self.confidence + 1e-12
         return self.ci_low > 0 or self.ci_high < 0
@@ -294,6 +304,58 @@ def paired_bootstrap_ci(
     return float(diff.mean()), float(low), float(high)
 
 
+def two_sample_permutation_p(
+    xs: Sequence[float], ys: Sequence[float], *, resamples: int = 10_000, seed: int = 0
+) -> float:
+    """Two-sided p-value of ``mean(ys) == mean(xs)``: relabelling the pooled items at random.
+
+    Exact (every split of the pooled items) while there are at most 20,000 splits; beyond,
+    ``resamples`` seeded random splits with the ``(1 + hits) / (1 + resamples)`` estimate.
+
+    >>> two_sample_permutation_p([0.0, 0.0], [1.0, 1.0])  # 2 of the 6 splits are as extreme
+    0.3333333333333333
+    """
+    x, y = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+    if x.size == 0 or y.size == 0:
+        raise ValueError(f"a two-sample test needs items on both sides ({x.size}, {y.size})")
+    pooled = np.concatenate([x, y])
+    observed = abs(y.mean() - x.mean())
+    tolerance = 1e-9 * max(1.0, float(np.abs(pooled).max()))
+    total = pooled.sum()
+
+    def gaps(y_sums: np.ndarray) -> np.ndarray:
+        return np.abs(y_sums / y.size - (total - y_sums) / x.size)
+
+    if math.comb(pooled.size, y.size) <= 20_000:
+        splits = np.array(list(itertools.combinations(range(pooled.size), y.size)))
+        return float(np.mean(gaps(pooled[splits].sum(axis=1)) >= observed - tolerance))
+    rng = np.random.default_rng(seed)
+    sums = np.array(
+        [pooled[rng.permutation(pooled.size)[: y.size]].sum() for _ in range(resamples)]
+    )
+    return (1 + int(np.sum(gaps(sums) >= observed - tolerance))) / (1 + resamples)
+
+
+def two_sample_bootstrap_ci(
+    xs: Sequence[float],
+    ys: Sequence[float],
+    *,
+    confidence: float = 0.95,
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """``mean(ys) - mean(xs)`` and its percentile bootstrap interval, items resampled per side."""
+    _check_confidence(confidence)
+    x, y = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    boot = y[rng.integers(0, y.size, size=(resamples, y.size))].mean(axis=1) - x[
+        rng.integers(0, x.size, size=(resamples, x.size))
+    ].mean(axis=1)
+    alpha = 1.0 - confidence
+    low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
+    return float(y.mean() - x.mean()), float(low), float(high)
+
+
 def _wilson(successes: int, trials: int, z: float) -> tuple[float, float]:
     p = successes / trials
     denom = 1 + z * z / trials
@@ -392,6 +454,13 @@ def compare_rates(
                 )
             )
             continue
+        if a.trials > len(a.rates) or b.trials > len(b.rates):
+            rows.append(
+                _unpaired_problems_row(
+                    label, a, b, confidence=confidence, resamples=resamples, seed=seed
+                )
+            )
+            continue
         delta, low, high = newcombe_ci(
             a.successes, a.trials, b.successes, b.trials, confidence=confidence
         )
@@ -405,6 +474,24 @@ def compare_rates(
             )
         )  # fmt: skip
     return rows
+
+
+def _unpaired_problems_row(
+    label: str, a: TaskRates, b: TaskRates, *, confidence: float, resamples: int, seed: int
+) -> CompareRow:
+    """Different problems, several completions each: the per-problem rates are the items."""
+    xs, ys = list(a.rates.values()), list(b.rates.values())
+    delta, low, high = two_sample_bootstrap_ci(
+        xs, ys, confidence=confidence, resamples=resamples, seed=seed
+    )
+    p = two_sample_permutation_p(xs, ys, resamples=resamples, seed=seed)
+    # The smallest p any outcome can reach: the observed split alone among all splits, twice.
+    floor = min(1.0, 2 / math.comb(len(xs) + len(ys), len(ys)))
+    return CompareRow(
+        label, a.accuracy, b.accuracy, delta, low, high, CIMethod.UNPAIRED_PROBLEMS,
+        min(len(xs), len(ys)), p_value=p, confidence=confidence,
+        resolvable=floor <= 1 - confidence + 1e-12,
+    )  # fmt: skip
 
 
 def _pp(value: float) -> str:
@@ -437,11 +524,17 @@ def compare_notes(rows: Sequence[CompareRow]) -> list[str]:
     alpha = f"{1 - rows[0].confidence:.3g}"
     need = min_changed_problems(rows[0].confidence)
     notes = [
-        f"* significant at {level}: paired rows p <= {alpha}; unpaired rows: the interval "
-        "excludes 0"
+        f"* significant at {level}: rows with a p-value p <= {alpha}; unpaired rows with one "
+        "completion per problem: Newcombe's interval lies on one side of 0"
     ]
     for r in rows:
-        if not r.resolvable and r.p_value is not None:
+        if not r.resolvable and r.method is CIMethod.UNPAIRED_PROBLEMS:
+            notes.append(
+                f"{r.label}: not resolvable with {r.num_samples} problems per run (different "
+                f"problems in each): no split of so few problems is significant at {level}; "
+                "evaluate more problems, or the same problems in both runs"
+            )
+        elif not r.resolvable and r.p_value is not None:
             notes.append(
                 f"{r.label}: not resolvable with {r.num_samples} problems: a paired test at "
                 f"{level} needs at least {need} problems that changed in the same direction, "

@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,7 @@ from grpo_train.eval.compare import (
     rates_from_records,
     sign_flip_p,
     subset_mean_ci,
+    two_sample_permutation_p,
 )
 from grpo_train.eval.records import SampleRecord, SampleStore
 
@@ -289,3 +292,36 @@ def test_compare_cli_on_five_problems_claims_nothing(tmp_path, capsys):
     assert "+10.0 |" in out and "+10.0 *" not in out
     assert "interval excludes 0" not in out.replace("unpaired rows: the interval excludes 0", "")
     assert "not resolvable with 5 problems" in out
+
+
+def test_two_sample_permutation_p_by_hand():
+    # Pooled [0, 0, 1, 1], B takes 2 of the 4: 6 splits, gaps |mean B - mean A| of 1, 0, 0,
+    # 0, 0, 1: the observed gap (1) is reached by 2 of 6.
+    assert two_sample_permutation_p([0.0, 0.0], [1.0, 1.0]) == pytest.approx(2 / 6)
+    # [0.25] against [0.75, 0.5]: splits of B over {0.25, 0.75, 0.5}: gaps |0.625 - 0.25|,
+    # |0.375 - 0.75|, |0.5 - 0.5| = 0.375, 0.375, 0: 2 of 3 reach 0.375.
+    assert two_sample_permutation_p([0.25], [0.75, 0.5]) == pytest.approx(2 / 3)
+    assert two_sample_permutation_p([0.5, 0.5], [0.5]) == 1.0
+
+
+def test_unpaired_runs_with_several_completions_count_problems_not_completions():
+    # Three problems a run, eight completions each, all wrong in A and all right in B: 24
+    # completions a side would make +100 pp look certain, but three problems against three
+    # cannot: of the C(6, 3) = 20 splits, 2 are as extreme (p = 0.1).
+    a = [record("t", f"a{i}", g, False) for i in range(3) for g in range(8)]
+    b = [record("t", f"b{i}", g, True) for i in range(3) for g in range(8)]
+    (row,) = compare_rates(rates_from_records(a), rates_from_records(b))
+    assert row.method is CIMethod.UNPAIRED_PROBLEMS and row.num_samples == 3
+    assert row.delta == 1.0 and row.p_value == pytest.approx(0.1)
+    assert not row.resolvable and not row.significant
+    assert any("3 problems per run" in n for n in compare_notes([row]))
+    # Newcombe over the 24 completions would have excluded 0 by far: the old claim.
+    assert newcombe_ci(0, 24, 24, 24)[1] > 0.8
+    # Ten problems a side, every one better in B: 2 of C(20, 10) = 184,756 splits are as
+    # extreme; sampled (10,000 seeded splits), p = (1 + hits) / 10,001 with few hits.
+    a = [record("t", f"a{i}", g, g < 2) for i in range(10) for g in range(4)]
+    b = [record("t", f"b{i}", g, g < 3) for i in range(10) for g in range(4)]
+    (row,) = compare_rates(rates_from_records(a), rates_from_records(b))
+    assert row.delta == pytest.approx(0.25) and row.resolvable
+    assert math.comb(20, 10) > 20_000 and row.p_value < 0.001 and row.significant
+    assert row.ci_low == pytest.approx(0.25) and row.ci_high == pytest.approx(0.25)
