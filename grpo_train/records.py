@@ -8,7 +8,9 @@ so tools reading either file find the same names for the same facts.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,3 +74,25 @@ class TurnRecord:
     """Model turns: the tool calls the environment ran for this turn, with their results."""
     scored: bool = False
     """True on the model turn the rubric judged (the final one)."""
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> TurnRecord:
+        """Rebuild a turn from its JSON object (what ``dataclasses.asdict`` wrote)."""
+        tokens = raw.get("tokens")
+        return cls(
+            role=str(raw["role"]),
+            text=str(raw["text"]),
+            tokens=None if tokens is None else int(tokens),
+            finish_reason=str(raw.get("finish_reason", "")),
+            tool_calls=tuple(
+                ToolCallRecord(
+                    name=str(c["name"]),
+                    call=str(c["call"]),
+                    status=str(c["status"]),
+                    seconds=float(c["seconds"]),
+                    output=str(c["output"]),
+                )
+                for c in raw.get("tool_calls") or ()
+            ),
+            scored=bool(raw.get("scored", False)),
+        )

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grpo_envs.types import JSONValue
-from grpo_train.records import CompletionRecord
+from grpo_train.records import CompletionRecord, TurnRecord
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,10 @@ class SampleRecord(CompletionRecord):
     """Math only: correct under flexible extraction (None: not a math task)."""
     score: Mapping[str, JSONValue] | None = None
     """The full ``Score.to_json()``, components and details included."""
+    turns: tuple[TurnRecord, ...] | None = None
+    """Multi-turn episodes: each model turn (its text, tokens, tool calls and their results,
+    ``scored`` on the turn the rubric judged) and each environment reply; None single-turn.
+    ``completion`` keeps the flat transcript."""
 
     @property
     def key(self) -> RecordKey:
@@ -78,9 +82,18 @@ class SampleRecord(CompletionRecord):
                 strict_correct=_opt_bool(raw.get("strict_correct")),
                 flexible_correct=_opt_bool(raw.get("flexible_correct")),
                 score=raw.get("score"),  # type: ignore[arg-type]
+                turns=_turns(raw.get("turns")),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"malformed sample record: {err!r}") from err
+
+
+def _turns(raw: object) -> tuple[TurnRecord, ...] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise ValueError(f"turns must be a list, got {type(raw).__name__}")
+    return tuple(TurnRecord.from_json(t) for t in raw)
 
 
 def _opt_bool(value: object) -> bool | None:

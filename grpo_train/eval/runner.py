@@ -40,6 +40,7 @@ from grpo_train.rollout.episodes import (
     EpisodeRenderer,
     EpisodeSettings,
     episode_row,
+    episode_turns,
     generate_episodes,
     is_multi_turn,
 )
@@ -700,6 +701,7 @@ def _run_episode_batch(
                         success=score.outcome.is_success,
                         extracted=_extracted(score),
                         score=score.to_json(),
+                        turns=episode_turns(rollout),
                     )
                 )
     return records

@@ -45,6 +45,12 @@ def test_pass_at_k_is_over_episodes_and_a_rerun_resumes(tok, tmp_path: Path) -> 
     assert all(r["success"] for r in by_turns[1]) and len(by_turns[1]) == 3
     successes = sum(r["success"] for r in records)
     assert successes > 3 and all("[user] Say a digit." in r["completion"] for r in by_turns[2])
+    for r in records:  # each turn recorded: model turns and the replies between them
+        turns = r["turns"]
+        assert [t["role"] for t in turns][::2] == ["assistant"] * r["score"]["details"]["turns"]
+        assert all(t["role"] == "user" and t["text"] == "Say a digit." for t in turns[1::2])
+        assert [t["scored"] for t in turns if t["role"] == "assistant"][-1]
+        assert sum(t["scored"] for t in turns) == 1
     failed = [r for r in records if not r["success"]]
     assert failed and all(r["score"]["details"]["episode_end"] == "max_turns" for r in failed)
     per_prompt = {}

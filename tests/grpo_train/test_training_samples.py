@@ -188,3 +188,22 @@ def test_a_single_turn_row_keeps_its_fields_and_gains_the_components():
     assert [p["judged"] for p in rows[0]["components"]] == ["completion", "completion"]
     assert [p["weighted"] for p in rows[0]["components"]] == pytest.approx([1.0, 0.1])
     assert rows[1]["components"] == () and rows[1]["score_details"] == {"reason": "scorer raised"}
+
+
+def test_a_turn_record_round_trips_through_its_json() -> None:
+    from dataclasses import asdict
+
+    from grpo_train.records import ToolCallRecord, TurnRecord
+
+    turns = (
+        TurnRecord(
+            role="assistant", text="<tool_call>...</tool_call>", tokens=12, finish_reason="stop",
+            tool_calls=(ToolCallRecord(name="python", call="1/0", status="error", seconds=0.25,
+                                       output="ZeroDivisionError"),),
+        ),
+        TurnRecord(role="tool", text="[error] ZeroDivisionError", tokens=None),
+        TurnRecord(role="assistant", text="\\boxed{7}", tokens=5, finish_reason="stop",
+                   scored=True),
+    )  # fmt: skip
+    raw = json.loads(json.dumps([asdict(t) for t in turns]))
+    assert tuple(TurnRecord.from_json(t) for t in raw) == turns
