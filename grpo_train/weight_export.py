@@ -471,9 +471,18 @@ def _sharded_stream(model: torch.nn.Module, keep: bool) -> Iterator[tuple[str, t
         return
     from torch.distributed.tensor import DTensor
 
+    # A tied weight (embed_tokens / lm_head) is one parameter under two names: it goes out once,
+    # under its first name, as the replicated export sends it. Decided from the module's
+    # structure (the same on every rank), not from storage, which an empty shard does not have.
+    param_of = {n: id(p) for n, p in module.named_parameters(remove_duplicate=False)}
+    sent: set[int] = set()
     for name, tensor in module.state_dict().items():
         if not isinstance(tensor, torch.Tensor):
             continue
+        if name in param_of:
+            if param_of[name] in sent:
+                continue
+            sent.add(param_of[name])
         full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor.detach()
         if keep:
             for part in _WRAPPER_PARTS:

@@ -46,6 +46,7 @@ from grpo_train.lora import LoraSettings, reference_logprobs
 from grpo_train.update import Learner, UpdateSettings, grpo_update
 from grpo_train.weight_export import (
     export_state_dict,
+    export_stream,
     full_state_dict,
     is_sharded,
     merge_lora_state_dict,
@@ -418,6 +419,17 @@ def _worker(model_path: str, out: Path) -> None:
     report["fsdp_merge_max_err"] = max(
         float((gathered[k] - v).abs().max()) for k, v in expected.items()
     )
+    # The streamed export (one all-gather per tensor, LoRA merged per layer): the same names
+    # and values on the rank that keeps it; a rank that does not keep it joins and holds none.
+    streamed = {k: v.detach().clone() for k, v in export_stream(lora, keep=info.is_main)}
+    if info.is_main:
+        report["fsdp_stream_names_ok"] = set(streamed) == set(expected)
+        report["fsdp_stream_max_err"] = max(
+            float((streamed[k] - v).abs().max()) for k, v in expected.items()
+        )
+    else:
+        report["fsdp_stream_names_ok"] = streamed == {}
+        report["fsdp_stream_max_err"] = 0.0
     engine = HFEngine(model_path)
     sync_rollout_weights(engine, lora)
     engine_state = engine.model.state_dict()
@@ -491,6 +503,7 @@ def test_two_cpu_ranks_match_single_process(tmp_path: Path, tiny_model_path: Pat
         assert rep["gathered"] == [[0.0, 0.0], [10.0, 0.0], [11.0, 0.0]]
         assert rep["ddp_state_ok"] and rep["fsdp_sharded"]
         assert rep["fsdp_merge_max_err"] < 1e-6 and rep["engine_sync_max_err"] < 1e-6
+        assert rep["fsdp_stream_names_ok"] and rep["fsdp_stream_max_err"] < 1e-6
     merged_fsdp = load_file(tmp_path / "merged" / "model.safetensors")
     for name, tensor in torch.load(tmp_path / "expected_merged.pt").items():
         torch.testing.assert_close(merged_fsdp[name], tensor, rtol=0, atol=1e-6, msg=name)
