@@ -298,10 +298,15 @@ def paired_bootstrap_ci(
     for lo in range(0, resamples, chunk):
         idx = rng.integers(0, len(diff), size=(min(chunk, resamples - lo), len(diff)))
         means.append(diff[idx].mean(axis=1))
-    boot = np.concatenate(means)
+    low, high = _percentile_interval(np.concatenate(means), confidence)
+    return float(diff.mean()), low, high
+
+
+def _percentile_interval(boot: np.ndarray, confidence: float) -> tuple[float, float]:
+    """Return the central ``confidence`` share of bootstrap estimates (percentile interval)."""
     alpha = 1.0 - confidence
     low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
-    return float(diff.mean()), float(low), float(high)
+    return float(low), float(high)
 
 
 def two_sample_permutation_p(
@@ -351,9 +356,8 @@ def two_sample_bootstrap_ci(
     boot = y[rng.integers(0, y.size, size=(resamples, y.size))].mean(axis=1) - x[
         rng.integers(0, x.size, size=(resamples, x.size))
     ].mean(axis=1)
-    alpha = 1.0 - confidence
-    low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
-    return float(y.mean() - x.mean()), float(low), float(high)
+    low, high = _percentile_interval(boot, confidence)
+    return float(y.mean() - x.mean()), low, high
 
 
 def _wilson(successes: int, trials: int, z: float) -> tuple[float, float]:
