@@ -37,7 +37,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from grpo_envs.code import HumanEvalEnv
+from grpo_envs.envs.humaneval import HumanEvalEnv
 from grpo_envs.types import Sample
 
 CheckFn = Callable[..., dict]

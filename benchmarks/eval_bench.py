@@ -62,10 +62,10 @@ def main() -> None:
 
     import grpo_envs
     from grpo_envs.types import Sample
+    from grpo_train.episodes.prompts import encode_prompt
     from grpo_train.eval.records import SampleStore
     from grpo_train.eval.runner import EvalTask, evaluate
-    from grpo_train.models import default_model_path
-    from grpo_train.prompts import encode_prompt
+    from grpo_train.learner.models import default_model_path
     from grpo_train.rollout.base import SamplingConfig
     from grpo_train.rollout.vllm_engine import VLLMEngine
 

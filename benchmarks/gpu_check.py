@@ -1,7 +1,7 @@
 """Device check: the training paths a GPU run depends on, each PASS / FAIL / SKIP with a reason.
 
-Every path runs on a tiny random model (``grpo_train.models.build_tiny_model``, no network) in a
-subprocess of its own with a timeout, and checks a result, not only that the code ran:
+Every path runs on a tiny random model (``grpo_train.learner.models.build_tiny_model``, no
+network) in a subprocess of its own with a timeout, and checks a result, not only that the code ran:
 
 * ``bf16-full-ft``: bfloat16 full fine-tuning as the trainer sets it up (weights in
   ``run_setup.parameter_dtype``, forward under ``run_setup.training_autocast``): 5 AdamW steps at
@@ -106,7 +106,7 @@ def _batch(prompts: list[list[int]], completions: list[list[int]]) -> Any:
     """A rollout batch of ``len(prompts)`` groups of ``len(completions) / len(prompts)``."""
     import torch
 
-    from grpo_train.batch import RolloutBatch
+    from grpo_train.collect.batch import RolloutBatch
 
     p, g = len(prompts), len(completions) // len(prompts)
     return RolloutBatch(
@@ -161,8 +161,8 @@ def _capture(model: Any, into: dict[str, Any]) -> Callable[[float], float]:
 def check_bf16_full_ft(model_dir: Path, device: str) -> str:
 
     from grpo_train.config import TrainConfig
+    from grpo_train.learner.update import Learner, UpdateSettings, grpo_update
     from grpo_train.run_setup import build_optimizer, parameter_dtype, training_autocast
-    from grpo_train.update import Learner, UpdateSettings, grpo_update
 
     cfg = TrainConfig.from_flat({"dtype": "bfloat16", "learning_rate": 1e-6, "beta": 0.0})
     model = _load(model_dir, device, parameter_dtype(cfg.policy))
@@ -191,7 +191,7 @@ def check_bf16_full_ft(model_dir: Path, device: str) -> str:
 def check_logprob_heads(model_dir: Path, device: str) -> str:
     import torch
 
-    from grpo_train.logprobs import chunked_logprobs, fused_logprobs, plain_logprobs
+    from grpo_train.learner.logprobs import chunked_logprobs, fused_logprobs, plain_logprobs
 
     model = _load(model_dir, device)
     head = model.get_output_embeddings()
@@ -225,10 +225,10 @@ def check_lora_gc_kl(model_dir: Path, device: str) -> str:
     import torch
 
     from grpo_train.config import TrainConfig
-    from grpo_train.lora import LoraSettings, apply_lora
-    from grpo_train.memory import enable_gradient_checkpointing
+    from grpo_train.learner.lora import LoraSettings, apply_lora
+    from grpo_train.learner.memory import enable_gradient_checkpointing
+    from grpo_train.learner.update import Learner, UpdateSettings, grpo_update
     from grpo_train.run_setup import KLReference
-    from grpo_train.update import Learner, UpdateSettings, grpo_update
 
     model = apply_lora(_load(model_dir, device), LoraSettings(lora_r=4, lora_alpha=8))
     enable_gradient_checkpointing(model)
@@ -262,7 +262,7 @@ def check_qlora_export(model_dir: Path, device: str) -> str:
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
-    from grpo_train.lora import LoraSettings, apply_lora, load_quantized_base, save_merged
+    from grpo_train.learner.lora import LoraSettings, apply_lora, load_quantized_base, save_merged
 
     plain = _load(model_dir, "cpu")
     names = set(plain.state_dict()) - {"lm_head.weight"}  # tied: saved once, as the embedding
@@ -282,8 +282,8 @@ def check_liger_head(model_dir: Path, device: str) -> str:
     _need("liger_kernel")
     import torch
 
-    from grpo_train.logprobs import HeadChoice
-    from grpo_train.update import Learner, UpdateSettings, grpo_update
+    from grpo_train.learner.logprobs import HeadChoice
+    from grpo_train.learner.update import Learner, UpdateSettings, grpo_update
 
     model = _load(model_dir, device)
     batch, advantages = _small_batch(model.config.vocab_size)
@@ -305,9 +305,9 @@ def check_vllm_sync(model_dir: Path, device: str) -> str:
     _need("vllm")
     import torch
 
+    from grpo_train.learner.weight_export import export_state_dict
     from grpo_train.rollout.base import SamplingConfig
     from grpo_train.rollout.vllm_engine import VLLMEngine
-    from grpo_train.weight_export import export_state_dict
 
     model = _load(model_dir, device)
     with torch.no_grad():
@@ -337,10 +337,10 @@ def check_checkpoint_resume(model_dir: Path, device: str) -> str:
     import torch
     from transformers import AutoTokenizer
 
-    from grpo_train.checkpoint import SamplerState, load_checkpoint, save_checkpoint
     from grpo_train.config import TrainConfig
+    from grpo_train.learner.update import Learner, UpdateSettings, grpo_update
+    from grpo_train.run.checkpoint import SamplerState, load_checkpoint, save_checkpoint
     from grpo_train.run_setup import build_optimizer
-    from grpo_train.update import Learner, UpdateSettings, grpo_update
 
     cfg = TrainConfig.from_flat({"learning_rate": 1e-3, "beta": 0.0})
     model = _load(model_dir, device)
@@ -391,7 +391,7 @@ def check_long_completion(model_dir: Path, device: str) -> str:
 
     import torch
 
-    from grpo_train.update import Learner, UpdateSettings, grpo_update
+    from grpo_train.learner.update import Learner, UpdateSettings, grpo_update
 
     model = _load(model_dir, device)
     vocab = model.config.vocab_size
@@ -456,7 +456,7 @@ def _child(path: str, device: str, model_dir: Path, fail: bool) -> int:
 
 
 def _build_child(model_dir: Path, device: str) -> int:
-    from grpo_train.models import build_tiny_model
+    from grpo_train.learner.models import build_tiny_model
 
     build_tiny_model(model_dir)
     resolved = device

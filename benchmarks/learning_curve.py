@@ -174,7 +174,7 @@ def evaluate(model_dir: str, task: Task, n: int, max_new_tokens: int, batch: int
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grpo_envs.types import Sample
-    from grpo_train.prompts import encode_prompt
+    from grpo_train.episodes.prompts import encode_prompt
     from grpo_train.rollout.hf import left_pad
 
     env = task.make()
@@ -233,8 +233,8 @@ def run_ours(spec: RunSpec, shared: Shared, out: Path) -> RunResult:
     """Train with ``grpo train`` (default preset + matched settings) and collect its checkpoints."""
     import yaml
 
-    from grpo_train.checkpoint import MODEL_DIR, list_checkpoints
-    from grpo_train.run_log import read_metrics
+    from grpo_train.run.checkpoint import MODEL_DIR, list_checkpoints
+    from grpo_train.run.run_log import read_metrics
 
     config = ours_config(spec, shared, out)
 
@@ -454,7 +454,7 @@ def _as_list(value: Any) -> list[Any]:
 def prompt_order(size: int, seed: int, draws: int) -> list[int]:
     """The training rows ``grpo train`` draws first with ``seed`` from one environment of ``size``
     rows, in order (its ``PromptSampler``, without the online filter or a curriculum)."""
-    from grpo_train.training_prompts import PromptSampler
+    from grpo_train.collect.training_prompts import PromptSampler
 
     sampler = PromptSampler([size], [1.0], seed)
     return [sampler.next_row()[1] for _ in range(draws)]
@@ -1289,7 +1289,7 @@ def child_main(args: argparse.Namespace) -> None:
 
 def shared_settings(args: argparse.Namespace) -> Shared:
     """What both trainers share, from the command line."""
-    from grpo_train.models import resolve_model
+    from grpo_train.learner.models import resolve_model
 
     return Shared(
         model=resolve_model(args.model),

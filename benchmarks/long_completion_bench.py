@@ -1,9 +1,9 @@
 """Benchmark: peak memory and update time of one GRPO update vs completion length and length mix.
 
 Every variant runs one update (forward, backward and AdamW step over all micro-batches, with the
-entropy metric, as ``grpo_train.update.grpo_update`` does it) on the same batch, each in a fresh
-subprocess whose peak RSS (``VmHWM``, reset once the model and batch are built) is measured
-above the RSS it had then, so that variants do not pollute each other:
+entropy metric, as ``grpo_train.learner.update.grpo_update`` does it) on the same batch, each
+in a fresh subprocess whose peak RSS (``VmHWM``, reset once the model and batch are built) is
+measured above the RSS it had then, so that variants do not pollute each other:
 
 * ``previous``: the formula the update used before (the full logits cast to float32, their
   log-softmax kept for the backward), padded micro-batches;
@@ -111,7 +111,7 @@ def _model(name: str) -> Any:
     torch.manual_seed(0)
     if name == "tiny-qwen3":
         return Qwen3ForCausalLM(tiny_qwen3_config(40_000)).train()
-    from grpo_train.models import default_model_path
+    from grpo_train.learner.models import default_model_path
 
     return AutoModelForCausalLM.from_pretrained(default_model_path(), dtype=torch.float32).train()
 
@@ -134,7 +134,7 @@ def _batch(
 
 def previous_logprobs(model: Any, mb: Any, with_entropy: bool) -> Any:
     """The update's formula before the chunked / fused heads (kept here for the comparison)."""
-    from grpo_train.logprobs import plain_logprobs
+    from grpo_train.learner.logprobs import plain_logprobs
 
     out = model(
         input_ids=mb.input_ids,
@@ -150,8 +150,8 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one variant's update in this process; return its peak RSS growth and seconds."""
     import torch
 
-    from grpo_train.logprobs import HeadChoice
-    from grpo_train.loss import (
+    from grpo_train.learner.logprobs import HeadChoice
+    from grpo_train.learner.loss import (
         ForwardCost,
         grpo_loss,
         make_micro_batches,
@@ -168,7 +168,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     budget = spec["micro_batch_tokens"]
     trainer = _trl_trainer(model, len(completions)) if variant.startswith("trl") else None
     if variant == "checkpointed":
-        from grpo_train.hf_compat import enable_checkpointing
+        from grpo_train.learner.hf_compat import enable_checkpointing
 
         enable_checkpointing(model, {"use_reentrant": False})
     # The default (``packing: auto`` on one process): the shared-prompt forward over padded
@@ -225,7 +225,7 @@ def _trl_trainer(model: Any, rows: int) -> Any:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from grpo_train.models import build_tiny_model, load_policy
+    from grpo_train.learner.models import build_tiny_model, load_policy
 
     with tempfile.TemporaryDirectory() as tmp:
         _, tokenizer = load_policy(str(build_tiny_model(Path(tmp) / "tok", seed=0)))
@@ -266,7 +266,7 @@ def _liger_loss(model: Any, mb: Any, advantages: Any) -> Any:
     """Liger's fused GRPO loss (dapo, beta 0) from the hidden states before the lm_head."""
     from liger_kernel.chunked_loss import LigerFusedLinearGRPOLoss
 
-    from grpo_train.loss import completion_hidden_states
+    from grpo_train.learner.loss import completion_hidden_states
 
     hidden = completion_hidden_states(model, mb)  # the positions predicting completions
     loss_fn = LigerFusedLinearGRPOLoss(
@@ -287,9 +287,9 @@ def _liger_head_loss(model: Any, mb: Any, advantages: Any) -> Any:
     import torch
 
     from grpo_train.config import AlgorithmConfig
-    from grpo_train.liger_loss import liger_grpo_loss
-    from grpo_train.logprobs import fused_logprobs
-    from grpo_train.loss import completion_hidden_states, output_layer
+    from grpo_train.learner.liger_loss import liger_grpo_loss
+    from grpo_train.learner.logprobs import fused_logprobs
+    from grpo_train.learner.loss import completion_hidden_states, output_layer
 
     head = output_layer(model)
     states = completion_hidden_states(model, mb, False, head)

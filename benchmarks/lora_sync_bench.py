@@ -12,7 +12,7 @@ measures both on the same model, adapter and prompts, one engine after the other
 Per variant: engine start-up, the median per-step sync time over ``--syncs`` syncs (each after a
 simulated update of the adapter), the median generation throughput (``--prompts`` x ``--n``
 completions of ``--tokens`` tokens, EOS ignored), and the largest gap between the engine's
-sampling logprobs and the trainer's (peft model, ``grpo_train.loss.token_logprobs``) on the
+sampling logprobs and the trainer's (peft model, ``grpo_train.learner.loss.token_logprobs``) on the
 sampled tokens, largest and mean: the numbers that say whether the engine samples from the
 policy being trained (both variants should show the same engine-vs-trainer noise).
 """
@@ -97,7 +97,7 @@ def logprob_gap(
     model: torch.nn.Module, rows: list[tuple[list[int], list[int], list[float]]]
 ) -> tuple[float, float]:
     """Largest and mean |engine logprob - trainer logprob| over all sampled tokens."""
-    from grpo_train.loss import make_micro_batches, token_logprobs
+    from grpo_train.learner.loss import make_micro_batches, token_logprobs
 
     batches = make_micro_batches(
         [p for p, _, _ in rows], [c for _, c, _ in rows], token_budget=8192, pad_id=0
@@ -115,8 +115,8 @@ def logprob_gap(
 
 def run_merged(model: Any, path: str, prompts: list[list[int]], args: argparse.Namespace) -> Row:
     """The trainer's path: ``VLLMEngine.sync_weights`` of the peft model (merged on the fly)."""
+    from grpo_train.learner.weight_export import sync_rollout_weights
     from grpo_train.rollout.vllm_engine import VLLMEngine
-    from grpo_train.weight_export import sync_rollout_weights
 
     row = Row("merged weights (current)")
     start = time.perf_counter()
@@ -140,7 +140,7 @@ def run_adapter(model: Any, path: str, prompts: list[list[int]], args: argparse.
     """vLLM's LoRA: save the adapter (peft format) to /dev/shm, ``add_lora`` a new id per sync."""
     from vllm.lora.request import LoRARequest
 
-    from grpo_train.lora import save_adapter
+    from grpo_train.learner.lora import save_adapter
     from grpo_train.rollout.vllm_engine import VLLMEngine
 
     row = Row("vLLM LoRA adapter")
@@ -187,8 +187,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from grpo_train.lora import LoraSettings, apply_lora
-    from grpo_train.models import build_tiny_model, load_policy
+    from grpo_train.learner.lora import LoraSettings, apply_lora
+    from grpo_train.learner.models import build_tiny_model, load_policy
 
     path = args.model or str(build_tiny_model(Path(tempfile.mkdtemp()) / "tiny"))
     settings = LoraSettings(lora_r=args.lora_r, lora_alpha=2 * args.lora_r)

@@ -3,7 +3,7 @@
 Both steps run in one process on the same engine (HF, and vLLM when installed), with the same
 prompts, group size and sampling; the single-turn step samples ``turns x turn_tokens`` tokens per
 completion in one call, the multi-turn step plays ``turns`` turns of ``turn_tokens`` tokens through
-``grpo_train.rollout.episodes.generate_episodes`` (one engine call per turn over every live
+``grpo_train.episodes.driver.generate_episodes`` (one engine call per turn over every live
 episode, the environment's replies stepped and rendered into the token history between calls)::
 
     python benchmarks/multiturn_bench.py                     # hf (+ vllm if installed)
@@ -98,7 +98,7 @@ class TimedEpisodes:
 
 def timed_renderer(tokenizer: Any, clock: Clock) -> Any:
     """Return an ``EpisodeRenderer`` whose reply rendering is timed."""
-    from grpo_train.rollout.episodes import EpisodeRenderer
+    from grpo_train.episodes.driver import EpisodeRenderer
 
     class Timed(EpisodeRenderer):
         def continuation(self, state: Any, completions: Any) -> Any:
@@ -113,7 +113,7 @@ def timed_renderer(tokenizer: Any, clock: Clock) -> Any:
 
 def model_folder(weights: str, out: Path) -> Path:
     """The embedded model's folder, or its architecture with seeded random weights."""
-    from grpo_train.models import default_model_path
+    from grpo_train.learner.models import default_model_path
 
     real = default_model_path()
     if weights == "trained":
@@ -156,7 +156,7 @@ def multi_turn_step(
 ) -> Run:  # fmt: skip
     """Play the group's episodes of ``turns`` turns of ``sampling.max_new_tokens`` tokens."""
     from grpo_envs.episode import episodic
-    from grpo_train.rollout.episodes import EpisodeSettings, generate_episodes
+    from grpo_train.episodes.driver import EpisodeSettings, generate_episodes
 
     clock = Clock()
     episodes = TimedEpisodes(episodic(env), clock)
@@ -185,9 +185,9 @@ def bench_engine(name: str, folder: Path, args: argparse.Namespace) -> list[Run]
 
     import grpo_envs
     from grpo_envs.types import Sample
+    from grpo_train.episodes.driver import EpisodeRenderer
     from grpo_train.rollout import make_engine
     from grpo_train.rollout.base import SamplingConfig
-    from grpo_train.rollout.episodes import EpisodeRenderer
 
     budget = args.turns * (args.turn_tokens + 64) + 256
     extra = {"max_model_len": budget} if name == "vllm" else {}

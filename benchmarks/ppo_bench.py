@@ -132,7 +132,7 @@ def run_ours(config: str, w: Workload, m: Measure) -> None:
     """Our trainer: HF engine, ``dapo`` loss, one optimizer step per step."""
     import grpo_envs
     from grpo_train.config import TrainConfig
-    from grpo_train.run_log import read_metrics
+    from grpo_train.run.run_log import read_metrics
     from grpo_train.trainer import Trainer
 
     lora = "-lora" in config
@@ -228,7 +228,7 @@ def ppo_dataset(w: Workload, env, tokenizer):
     import datasets
 
     from grpo_envs.types import Sample
-    from grpo_train.prompts import encode_prompt
+    from grpo_train.episodes.prompts import encode_prompt
 
     rows = env.dataset("train")
     samples = [Sample.from_row(rows[i]) for i in range(w.prompts * w.steps)]
@@ -589,7 +589,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = json.loads(args.child)
         child(data["config"], Workload(**data["workload"]), Path(data["trl_dir"]), Path(args.json))
         return 0
-    from grpo_train.models import resolve_model
+    from grpo_train.learner.models import resolve_model
 
     w = Workload(
         model=resolve_model(args.model),

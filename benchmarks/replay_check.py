@@ -202,7 +202,7 @@ def trainer_logprobs(
 def run_ours(args: argparse.Namespace, snapshots: Path) -> tuple[list[StepBatch], str]:
     """Train ours for ``args.steps`` steps, recording every batch and the parameters after it."""
     from grpo_train.config import TrainConfig, preset_config
-    from grpo_train.models import resolve_model
+    from grpo_train.learner.models import resolve_model
     from grpo_train.trainer import Trainer
 
     config = TrainConfig.from_flat(
@@ -579,7 +579,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             arms.append(run_trl(args, name, beta2, model_path, batches, snapshots))
         saved: list[Saved] = []
         if args.eval_size > 0 and arms:
-            from grpo_train.checkpoint import MODEL_DIR, list_checkpoints
+            from grpo_train.run.checkpoint import MODEL_DIR, list_checkpoints
 
             print("saved final policies, evaluated", flush=True)
             final = list_checkpoints(snapshots / "ours-run")[-1] / MODEL_DIR

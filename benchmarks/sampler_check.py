@@ -563,8 +563,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import grpo_envs
     from grpo_envs.types import Sample
-    from grpo_train.models import resolve_model
-    from grpo_train.prompts import encode_prompt
+    from grpo_train.episodes.prompts import encode_prompt
+    from grpo_train.learner.models import resolve_model
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -161,7 +161,7 @@ def run_ours(args: argparse.Namespace, variant: str) -> Result:
     """``ours-hf``, ``ours-vllm`` (on CPU in process, the default) or ``ours-vllm-child``
     (``vllm_in_process: false``)."""
     from grpo_train.config import TrainConfig
-    from grpo_train.run_log import read_metrics
+    from grpo_train.run.run_log import read_metrics
     from grpo_train.trainer import Trainer
 
     engine = "hf" if variant == "ours-hf" else "vllm"
@@ -439,7 +439,7 @@ def main() -> int:
         child(args)
         return 0
     if args.model is None:
-        from grpo_train.models import build_tiny_model
+        from grpo_train.learner.models import build_tiny_model
 
         args.model = str(build_tiny_model(Path(tempfile.mkdtemp(prefix="bench-model-")) / "tiny"))
     args.load_before = os.getloadavg()[0]

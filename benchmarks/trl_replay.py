@@ -153,9 +153,9 @@ def replay_seed(
     import torch
     import yaml
 
-    from grpo_train.checkpoint import MODEL_DIR, list_checkpoints
     from grpo_train.config import TrainConfig
-    from grpo_train.run_log import read_metrics
+    from grpo_train.run.checkpoint import MODEL_DIR, list_checkpoints
+    from grpo_train.run.run_log import read_metrics
     from grpo_train.train_cli import build_parser, resolve_config
     from grpo_train.trainer import Trainer
 

@@ -29,7 +29,7 @@ module registers), and ``extra_info`` holds the entry point and the ``make`` arg
 environment is scored exactly as it was built. Every result has the same keys (``VERL_KEYS``), so
 environments of a mixture can share one batch (verl stacks each key into one array).
 
-Multi-turn environments (episodes): ``grpo_envs.episode_adapters`` (TRL's ``rollout_func``,
+Multi-turn environments (episodes): ``grpo_train.episodes.adapters`` (TRL's ``rollout_func``,
 verl's agent loop).
 """
 

@@ -56,7 +56,7 @@ class EpisodeEnd(StrEnum):
     TOOL_TIME = "tool_time"  # cut: the tools' seconds reached the budget
     ENV_ERROR = "env_error"  # the step function raised or returned a non-Step (not the model's)
     # The trainer's chat template could not render the reply as an extension of the history
-    # (grpo_train.episode_tokens.TemplateBreak) and the episode was ended there.
+    # (grpo_train.episodes.tokens.TemplateBreak) and the episode was ended there.
     TEMPLATE_BREAK = "template_break"
 
     @property

@@ -3,7 +3,7 @@
 ``WeightedOrder`` is the one definition of that stream (which environment and row the k-th draw
 gives); ``MixtureEnv`` materialises its first ``size`` draws as one environment's dataset (for
 TRL, verl and other trainers that take one dataset), and ``grpo train`` draws from it step by
-step (``grpo_train.training_prompts.PromptSampler``, resumable from a checkpoint).
+step (``grpo_train.collect.training_prompts.PromptSampler``, resumable from a checkpoint).
 
 Each row keeps its environment in the ``env_id`` column, so ``MixtureEnv.score`` dispatches to the
 right scorer and ``per_env_metrics`` reports accuracy per environment. Row ids are prefixed with the

@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 
-from grpo_train.console import quiet_child_process
+from grpo_train.run.console import quiet_child_process
 
 quiet_child_process()  # a no-op unless this is a process a quiet `grpo` command spawned
 
@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "train a model with GRPO (no arguments: the embedded default)",
     ),
     "launch": (
-        "grpo_train.launch",
+        "grpo_train.parallel.launch",
         "run grpo train on several processes: `grpo launch --num_processes N train ...`",
     ),
     "eval": (
@@ -31,8 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "evaluate a model on benchmark suites; `grpo eval compare A B`",
     ),
     "envs": ("grpo_envs.cli", "list, show and score registered environments"),
-    "plot": ("grpo_train.plot", "draw PNG curves of a run folder"),
-    "serve": ("grpo_train.serve", "run vLLM generation servers for `--vllm_mode server`"),
+    "plot": ("grpo_train.run.plot", "draw PNG curves of a run folder"),
+    "serve": ("grpo_train.rollout.serve", "run vLLM generation servers for `--vllm_mode server`"),
 }
 
 

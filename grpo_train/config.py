@@ -19,7 +19,7 @@ What a field is, is written once, beside it: its type and default, its docstring
 ``grpo train --help`` prints, ``field_docs``) and its resume class in the annotation
 (``Fixed[int]``: ``--resume`` refuses another value; ``Free``; ``Identity``; ``field_resume``).
 Booleans are read by one parser (``parse_bool``). Importing this module imports no torch: the
-algorithm's choices come from ``grpo_train.choices``.
+algorithm's choices come from ``grpo_train.algorithm.choices``.
 
 Why argparse and this module rather than a dataclass-to-CLI library (tyro, simple-parsing,
 jsonargparse): they derive flags and help from dataclasses as this module does, but not what the
@@ -54,7 +54,7 @@ from typing import Annotated, Literal, TypeVar, get_type_hints
 
 import yaml
 
-from grpo_train.choices import Estimator, ImportanceLevel, LossType, ScaleRewards
+from grpo_train.algorithm.choices import Estimator, ImportanceLevel, LossType, ScaleRewards
 
 
 class ConfigError(ValueError):
@@ -172,7 +172,8 @@ class DataConfig:
     chat_template: Fixed[str] = ""
     """Prompt format: empty uses the tokenizer's chat template; a path to a Jinja file (or the
     template text itself) replaces it; ``plain`` uses prompt_template even if the tokenizer has a
-    template. Training and ``grpo eval`` format prompts the same way (grpo_train/prompts.py)."""
+    template. Training and ``grpo eval`` format prompts the same way
+    (grpo_train/episodes/prompts.py)."""
     chat_template_kwargs: Fixed[Mapping[str, str | int | float | bool]] = field(
         default_factory=dict
     )
@@ -184,13 +185,13 @@ class DataConfig:
     """Plain-text prompt for models without a chat template (base models): ``{prompt}`` is the
     messages' text joined by blank lines, e.g. ``Question: {prompt}\nAnswer:``."""
     curriculum: Fixed[Literal["auto", "on", "off"]] = "auto"
-    """Easy-first training (grpo_train/curriculum.py). An environment's stages are its ``stages``
-    in ``env``, else the easier versions it offers itself (``math/arithmetic-v0`` chains: fewer
-    digits and operands). ``on``: every environment with stages starts at its easiest. ``auto``:
-    environments given ``stages`` start at the easiest; the others train as configured until the
-    learning-signal guard sees no signal (equal rewards in nearly every group for several steps),
-    then drop to their easiest version and climb back (once: a second stall turns on
-    ``dynamic_sampling: auto`` instead). ``off``: never."""
+    """Easy-first training (grpo_train/collect/curriculum.py). An environment's stages are its
+    ``stages`` in ``env``, else the easier versions it offers itself (``math/arithmetic-v0``
+    chains: fewer digits and operands). ``on``: every environment with stages starts at its
+    easiest. ``auto``: environments given ``stages`` start at the easiest; the others train as
+    configured until the learning-signal guard sees no signal (equal rewards in nearly every group
+    for several steps), then drop to their easiest version and climb back (once: a second stall
+    turns on ``dynamic_sampling: auto`` instead). ``off``: never."""
     curriculum_threshold: Fixed[float] = 0.6
     """Training accuracy (share of correct completions, mean over ``curriculum_window`` steps at
     a stage) at which an environment moves to its next stage."""
@@ -390,14 +391,14 @@ class OptimConfig:
     chains of 300-12,000 tokens) packs. The metric ``packed`` says which each step took."""
     logprob_head: Free[Literal["auto", "chunked", "fused", "liger"]] = "auto"
     """How the update turns the model's last hidden states into per-token log-probs without
-    (tokens x vocabulary) float32 tensors (``grpo_train.logprobs``). ``chunked``: over the
+    (tokens x vocabulary) float32 tensors (``grpo_train.learner.logprobs``). ``chunked``: over the
     logits the model returns, the log-softmax chunk by chunk and recomputed in the backward;
     bitwise the plain formula, but the logits and their gradient stay (2 vocabulary rows per
     token). ``fused``: the lm_head itself runs chunk by chunk under recomputation, the logits
     never exist (hidden-size memory per token); equal within float tolerance. ``auto``: fused
     for micro-batches whose float32 logits would exceed fused_head_above_mib, else chunked.
     ``liger``: the loss itself is Liger-Kernel's fused linear GRPO loss (``pip install
-    liger-kernel``; ``grpo_train.liger_loss``), hidden-size memory per token like ``fused``
+    liger-kernel``; ``grpo_train.learner.liger_loss``), hidden-size memory per token like ``fused``
     and equal to it within float tolerance; the metrics still come from our fused head."""
     fused_head_above_mib: Free[int] = 256
     """``logprob_head: auto`` switches to the fused head above this many MiB of float32 logits
@@ -1129,7 +1130,7 @@ def _tensor_parallel_problems(r: RolloutConfig) -> list[str]:
 
 def _server_problems(r: RolloutConfig) -> list[str]:
     """List the problems of the ``vllm_mode: server`` settings."""
-    from grpo_train.server_address import parse_server_urls
+    from grpo_train.rollout.server_address import parse_server_urls
 
     p = _Problems()
     p.need(

@@ -28,9 +28,22 @@ import numpy as np
 import torch
 
 from grpo_envs.base import Environment, easier_versions
-from grpo_train import distributed, memory, weight_export
-from grpo_train.baselines import EmaBaselines
-from grpo_train.checkpoint import (
+from grpo_train.algorithm.baselines import EmaBaselines
+from grpo_train.collect.learning_signal import AutoHeuristics
+from grpo_train.collect.training_prompts import TrainingPrompts
+from grpo_train.config import RESUME_FIXED, ConfigError, DataConfig, PolicyConfig, TrainConfig
+from grpo_train.episodes.prompts import PromptFormat
+from grpo_train.learner import memory, weight_export
+from grpo_train.learner.logprobs import DEFAULT_HEAD, HeadChoice
+from grpo_train.learner.lora import LoraSettings, reference_logprobs
+from grpo_train.learner.loss import ForwardCost, MicroBatch, output_layer, token_logprobs
+from grpo_train.learner.models import attention_problem
+from grpo_train.learner.update import ClipAndStep, Learner, UpdateSettings
+from grpo_train.parallel import distributed
+from grpo_train.parallel.distributed import RankInfo
+from grpo_train.rollout import build_engine
+from grpo_train.rollout.base import LostEngine, RolloutEngine
+from grpo_train.run.checkpoint import (
     MANIFEST_FILE,
     MODEL_DIR,
     STATE_FILE,
@@ -47,22 +60,10 @@ from grpo_train.checkpoint import (
     resume_differences,
     verify_files,
 )
-from grpo_train.config import RESUME_FIXED, ConfigError, DataConfig, PolicyConfig, TrainConfig
-from grpo_train.console import CONSOLE
-from grpo_train.distributed import RankInfo
-from grpo_train.learning_signal import AutoHeuristics
-from grpo_train.logprobs import DEFAULT_HEAD, HeadChoice
-from grpo_train.lora import LoraSettings, reference_logprobs
-from grpo_train.loss import ForwardCost, MicroBatch, output_layer, token_logprobs
-from grpo_train.models import attention_problem
-from grpo_train.prompts import PromptFormat
-from grpo_train.rollout import build_engine
-from grpo_train.rollout.base import LostEngine, RolloutEngine
-from grpo_train.run_dir import check_run_dir, clear_run_dir, with_output_dir
-from grpo_train.run_log import logger
-from grpo_train.stop import StopRequest, pause_point
-from grpo_train.training_prompts import TrainingPrompts
-from grpo_train.update import ClipAndStep, Learner, UpdateSettings
+from grpo_train.run.console import CONSOLE
+from grpo_train.run.run_dir import check_run_dir, clear_run_dir, with_output_dir
+from grpo_train.run.run_log import logger
+from grpo_train.run.stop import StopRequest, pause_point
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -83,7 +84,7 @@ class RunSetup:
     """The configuration as it runs: ``auto`` choices concrete, ``output_dir`` set."""
     run_dir: Path
     prompt_format: PromptFormat
-    """One prompt format for training and evaluation (``grpo_train.prompts``)."""
+    """One prompt format for training and evaluation (``grpo_train.episodes.prompts``)."""
     accelerator: Any
     """accelerate's ``Accelerator``: the device, the ranks, the DDP / FSDP / ZeRO wrappers."""
     distributed: bool
@@ -137,7 +138,7 @@ def setup_run(
     load the policy, its KL reference and optimizer, restore the training state, order the
     prompts, start the engine, and put together what the update calls.
     """
-    from grpo_train.models import resolve_model
+    from grpo_train.learner.models import resolve_model
 
     cfg, run_dir, prompt_format = _checked_config(config)
     accelerator, is_distributed, rank, device = _start_process(cfg)
@@ -224,7 +225,7 @@ def _checked_config(config: TrainConfig) -> tuple[TrainConfig, Path, PromptForma
 
 def check_logprob_head(cfg: TrainConfig) -> None:
     """Refuse ``logprob_head: liger`` where Liger-Kernel is not installed, before anything loads."""
-    from grpo_train import liger_loss
+    from grpo_train.learner import liger_loss
 
     if cfg.optim.logprob_head == "liger" and not liger_loss.liger_installed():
         raise ValueError(liger_loss.MISSING)
@@ -269,7 +270,7 @@ def _load_reference(
 
     With LoRA it is the same module with the adapter switched off: no second copy.
     """
-    from grpo_train.models import load_policy
+    from grpo_train.learner.models import load_policy
 
     if cfg.algorithm.beta <= 0 or lora is not None:
         return None
@@ -750,13 +751,13 @@ def load_run_policy(
     From the resumed checkpoint, ``init_from``'s weights, or the base model; with LoRA the base
     plus an adapter. A checkpoint that cannot be loaded is named, with an older one to use.
     """
-    from grpo_train.models import ModelNotAvailableError, load_policy
+    from grpo_train.learner.models import ModelNotAvailableError, load_policy
 
     saved = str(resume_from / MODEL_DIR) if resume_from else None
     base_model, adapter = _start_weights(lora, base_model, saved, init_from)
     try:
         if lora is not None:
-            from grpo_train.lora import load_lora_policy
+            from grpo_train.learner.lora import load_lora_policy
 
             # A LoRA checkpoint's model/ folder holds only the adapter: load the base, then it.
             peft_model, tokenizer = load_lora_policy(

@@ -34,12 +34,12 @@ from grpo_train.config import (
     preset_config,
     real_model_defaults,
 )
-from grpo_train.console import setup_logging
-from grpo_train.models import model_shape
-from grpo_train.run_dir import with_output_dir
+from grpo_train.learner.models import model_shape
+from grpo_train.run.console import setup_logging
+from grpo_train.run.run_dir import with_output_dir
 
 if TYPE_CHECKING:  # the trainer imports torch: only when a run starts
-    from grpo_train.stop import StopRequest
+    from grpo_train.run.stop import StopRequest
     from grpo_train.trainer import TrainResult
 
 _EXIT_INTERRUPTED = 130  # the shell convention for "stopped by a signal": 128 + SIGINT
@@ -233,7 +233,7 @@ def _main(argv: list[str] | None) -> int:
         print(f"grpo train: {err}", file=sys.stderr)
         return 2
 
-    from grpo_train.stop import StopRequest
+    from grpo_train.run.stop import StopRequest
 
     stop = StopRequest()
     with stop.installed():  # from here on a signal is a stop request, loading included
@@ -242,10 +242,10 @@ def _main(argv: list[str] | None) -> int:
 
 def _train(config: TrainConfig, stop: StopRequest, chosen: Sequence[DefaultChoice] = ()) -> int:
     from grpo_envs.types import DataUnavailableError
-    from grpo_train.checkpoint import CheckpointError, latest_checkpoint
-    from grpo_train.models import ModelNotAvailableError
+    from grpo_train.learner.models import ModelNotAvailableError
     from grpo_train.rollout.base import EngineDied
-    from grpo_train.stop import SecondSignal, TrainingAborted
+    from grpo_train.run.checkpoint import CheckpointError, latest_checkpoint
+    from grpo_train.run.stop import SecondSignal, TrainingAborted
     from grpo_train.trainer import Trainer
 
     envs = ", ".join(e.id for e in config.data.env)
@@ -274,7 +274,7 @@ def _train(config: TrainConfig, stop: StopRequest, chosen: Sequence[DefaultChoic
     except OSError as err:  # FileNotFoundError, PermissionError on the run folder or a model
         print(f"grpo train: {_io_message(err)}", file=sys.stderr)
         return 2
-    from grpo_train.rollout.episodes import TemplateBreakError
+    from grpo_train.episodes.driver import TemplateBreakError
 
     try:
         result = trainer.train()
@@ -430,7 +430,7 @@ def _episodes_line(run_dir: Path, history_policy: str) -> str:
     >>> _episodes_line(Path("/nonexistent"), "keep")
     ''
     """
-    from grpo_train.run_log import read_metrics
+    from grpo_train.run.run_log import read_metrics
 
     try:
         rows = [r for r in read_metrics(run_dir) if "episodes/turns_mean" in r]
@@ -496,7 +496,7 @@ def _one_line(err: BaseException) -> str:
 
 def _io_message(err: OSError) -> str:
     """Name the path and the problem of a failed write/read, without a traceback."""
-    from grpo_train.checkpoint import OutputWriteError
+    from grpo_train.run.checkpoint import OutputWriteError
 
     if isinstance(err, OutputWriteError):
         return str(err)
@@ -522,7 +522,7 @@ def _is_timeout(err: BaseException) -> bool:
 def _plot(run_dir: Path) -> Path | None:
     """Draw the run's curves; None when matplotlib is missing."""
     try:
-        from grpo_train.plot import plot_run
+        from grpo_train.run.plot import plot_run
     except ImportError:
         return None
     try:

@@ -31,20 +31,22 @@ from pathlib import Path
 import torch
 
 from grpo_envs.base import Environment
-from grpo_train import distributed, weight_export
-from grpo_train.advantages import Estimator
-from grpo_train.baselines import group_key
-from grpo_train.batch import RolloutBatch
-from grpo_train.checkpoint import SamplerState, checkpoint_path, read_rollouts, save_checkpoint
-from grpo_train.collect import Collector
+from grpo_train.algorithm.advantages import Estimator
+from grpo_train.algorithm.baselines import group_key
+from grpo_train.collect.batch import RolloutBatch
+from grpo_train.collect.collector import Collector
+from grpo_train.collect.groups import Group
+from grpo_train.collect.learning_signal import Switch
+from grpo_train.collect.pipeline import RolloutPipeline, engine_idle
 from grpo_train.config import ConfigError, TrainConfig
-from grpo_train.groups import Group
-from grpo_train.learning_signal import Switch
-from grpo_train.lora import save_merged
-from grpo_train.metrics import step_metrics
+from grpo_train.learner import weight_export
+from grpo_train.learner.lora import save_merged
+from grpo_train.learner.update import grpo_update
+from grpo_train.parallel import distributed
 from grpo_train.rollout.base import EngineDied, LostEngine, RolloutEngine, engine_asleep
-from grpo_train.rollout_pipeline import RolloutPipeline, engine_idle
-from grpo_train.run_log import (
+from grpo_train.run.checkpoint import SamplerState, checkpoint_path, read_rollouts, save_checkpoint
+from grpo_train.run.metrics import step_metrics
+from grpo_train.run.run_log import (
     RunLogger,
     logger,
     open_run_log,
@@ -52,10 +54,9 @@ from grpo_train.run_log import (
     sample_records,
     samples_due,
 )
+from grpo_train.run.stop import StopRequest, pause_point
+from grpo_train.run.throughput import TimeToTarget, elapsed_at, run_throughput, time_to_target
 from grpo_train.run_setup import RunSetup, setup_run
-from grpo_train.stop import StopRequest, pause_point
-from grpo_train.throughput import TimeToTarget, elapsed_at, run_throughput, time_to_target
-from grpo_train.update import grpo_update
 
 
 @dataclass(frozen=True)
@@ -459,8 +460,8 @@ class Trainer:
         Runs ``grpo_train.eval.evaluate`` with the running engine: ``eval/accuracy`` over all
         environments plus ``eval/<env id>/accuracy`` and ``pass@1`` per environment.
         """
+        from grpo_train.episodes.driver import STEP_WORKERS, EpisodeSettings
         from grpo_train.eval import GREEDY, evaluate
-        from grpo_train.rollout.episodes import STEP_WORKERS, EpisodeSettings
 
         s, cfg = self.setup, self.setup.cfg
         summary = evaluate(

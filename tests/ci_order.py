@@ -25,33 +25,37 @@ from itertools import islice
 MEASURED_S: dict[str, float] = {
     # A fresh clone's .ci/run (2026-12-05, pytest 791 s under -n 2), once the in-process vLLM
     # engine became the CPU default:
-    "tests/grpo_train/test_stop_signals.py::"
+    "tests/grpo_train/run/test_stop_signals.py::"
     "test_child_process_vllm_engine_start_generation_and_weight_sync": 124,
-    "tests/grpo_train/test_stop_signals.py::test_vllm_engine_start_generation_and_weight_sync": 54,
+    "tests/grpo_train/run/test_stop_signals.py::"
+    "test_vllm_engine_start_generation_and_weight_sync": 54,
     # A fresh clone's .ci/run on a quiet machine (2026-12-02, pytest 1011 s under -n 2):
-    "tests/grpo_train/test_stop_signals.py::test_vllm_on_two_ranks_generation": 81,
-    "tests/grpo_train/test_stop_signals.py::test_every_phase_two_ranks_hf": 77,
+    "tests/grpo_train/run/test_stop_signals.py::test_vllm_on_two_ranks_generation": 81,
+    "tests/grpo_train/run/test_stop_signals.py::test_every_phase_two_ranks_hf": 77,
     "tests/test_readme_going_further.py::test_going_further_commands_run_as_written": 77,
-    "tests/grpo_train/test_stop_signals.py::test_every_phase_one_process_hf": 76,
-    "tests/grpo_train/test_stop_signals.py::"
+    "tests/grpo_train/run/test_stop_signals.py::test_every_phase_one_process_hf": 76,
+    "tests/grpo_train/run/test_stop_signals.py::"
     "test_a_killed_engine_process_is_one_line_naming_it_and_the_checkpoint": 57,
-    "tests/grpo_train/test_eval_cli.py::test_cli_humaneval_end_to_end_vllm": 50,
+    "tests/grpo_train/eval/test_eval_cli.py::test_cli_humaneval_end_to_end_vllm": 50,
     "tests/grpo_train/test_trainer.py::test_vllm_engine_few_steps_with_weight_sync": 45,
     "tests/grpo_train/test_trainer.py::test_vllm_engine_serves_the_merged_lora_policy": 42,
-    "tests/grpo_train/test_rollout_pipeline.py::"
+    "tests/grpo_train/collect/test_rollout_pipeline.py::"
     "test_vllm_async_run_trains_within_the_staleness_bound": 39,
-    "tests/grpo_train/test_fsdp.py::test_fsdp_checkpoint_resume_matches_uninterrupted_run": 33,
+    "tests/grpo_train/parallel/test_fsdp.py::"
+    "test_fsdp_checkpoint_resume_matches_uninterrupted_run": 33,
     "tests/grpo_train/test_user_runs.py::"
     "test_base_model_lora_wandb_resume_then_eval_two_checkpoints": 29,
     "tests/test_own_data_e2e.py::test_a_data_file_is_an_environment_for_every_tool": 27,
-    "tests/grpo_train/test_logprobs.py::test_peak_memory_per_completion_token_is_bounded": 60,
-    "tests/grpo_train/test_rollout_hf_memory.py::"
+    "tests/grpo_train/learner/test_logprobs.py::"
+    "test_peak_memory_per_completion_token_is_bounded": 60,
+    "tests/grpo_train/rollout/test_rollout_hf_memory.py::"
     "test_generation_memory_per_token_is_its_kv_cache[loop]": 45,
-    "tests/grpo_train/test_rollout_hf_memory.py::"
+    "tests/grpo_train/rollout/test_rollout_hf_memory.py::"
     "test_generation_memory_per_token_is_its_kv_cache[generate]": 50,
     # Module fixtures (one vLLM or server start) count in their first test's unit: setup + call.
-    "tests/grpo_train/test_tensor_parallel.py::test_tp2_engine_generates_what_one_engine_does": 60,
-    "tests/grpo_train/test_server_tensor_parallel.py::"
+    "tests/grpo_train/rollout/test_tensor_parallel.py::"
+    "test_tp2_engine_generates_what_one_engine_does": 60,
+    "tests/grpo_train/rollout/test_server_tensor_parallel.py::"
     "test_tp2_server_samples_a_tp1_engines_tokens_and_syncs_to_the_trainers_logprobs": 60,
     # Measured at load 6-15 (a shared machine), 2026-12-03: four runs, the first builds the model.
     "tests/grpo_train/test_trainer_chat_templates.py::"

@@ -1,8 +1,9 @@
-"""Code environments: HumanEval, MBPP and stdin/stdout tasks, scored in the sandbox.
+"""Code verification: extracting a program from a completion and scoring it in the sandbox.
 
-The registry maps ``code/humaneval-v0`` -> ``HumanEvalEnv``, ``code/mbpp-v0`` -> ``MBPPEnv`` and
-``code/stdio-v0`` -> ``StdioEnv``. Scoring goes through the sandbox's trusted-verdict path (see
-``grpo_envs.code.scoring``).
+The concrete code environments (``code/humaneval-v0`` -> ``grpo_envs.envs.humaneval.HumanEvalEnv``,
+``code/mbpp-v0`` -> ``grpo_envs.envs.mbpp.MBPPEnv``, ``code/stdio-v0`` ->
+``grpo_envs.envs.stdio.StdioEnv``) live with the other environments in ``grpo_envs.envs``. Scoring
+goes through the sandbox's trusted-verdict path (see ``grpo_envs.code.scoring``).
 """
 
 from grpo_envs.code.extract import (
@@ -11,8 +12,6 @@ from grpo_envs.code.extract import (
     extract_code,
     extract_humaneval_program,
 )
-from grpo_envs.code.humaneval import HumanEvalEnv
-from grpo_envs.code.mbpp import MBPPEnv
 from grpo_envs.code.scoring import (
     CodeConfig,
     CodeEnvironment,
@@ -21,7 +20,6 @@ from grpo_envs.code.scoring import (
     close_shared_sandboxes,
     shared_sandbox,
 )
-from grpo_envs.code.stdio import StdioEnv, StdioProblem, parse_stdio_row
 
 __all__ = [
     "CodeConfig",
@@ -29,14 +27,9 @@ __all__ = [
     "CodeTask",
     "ExtractedCode",
     "ExtractionMethod",
-    "HumanEvalEnv",
-    "MBPPEnv",
     "RewardMode",
-    "StdioEnv",
-    "StdioProblem",
     "close_shared_sandboxes",
     "extract_code",
     "extract_humaneval_program",
-    "parse_stdio_row",
     "shared_sandbox",
 ]

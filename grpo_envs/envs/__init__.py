@@ -123,9 +123,19 @@ _BUILTIN: tuple[tuple[str, str, str, dict[str, object]], ...] = (
         "your coding problems: path=..., question=, tests= (asserts) or inputs=/outputs= columns",
         {},
     ),
-    ("code/humaneval-v0", "grpo_envs.code:HumanEvalEnv", "HumanEval, run in the sandbox", {}),
-    ("code/mbpp-v0", "grpo_envs.code:MBPPEnv", "MBPP, run in the sandbox", {}),
-    ("code/stdio-v0", "grpo_envs.code:StdioEnv", "stdin/stdout programs, run in the sandbox", {}),
+    (
+        "code/humaneval-v0",
+        "grpo_envs.envs.humaneval:HumanEvalEnv",
+        "HumanEval, run in the sandbox",
+        {},
+    ),
+    ("code/mbpp-v0", "grpo_envs.envs.mbpp:MBPPEnv", "MBPP, run in the sandbox", {}),
+    (
+        "code/stdio-v0",
+        "grpo_envs.envs.stdio:StdioEnv",
+        "stdin/stdout programs, run in the sandbox",
+        {},
+    ),
     (
         "code/feedback-v0",
         "grpo_envs.envs.multiturn:code_feedback_env",

@@ -44,11 +44,11 @@ from grpo_envs.code import (
     CodeEnvironment,
     CodeTask,
     ExtractedCode,
-    HumanEvalEnv,
-    MBPPEnv,
     extract_code,
 )
 from grpo_envs.envs.benchmarks import HubSource, first_field, load_benchmark_rows
+from grpo_envs.envs.humaneval import HumanEvalEnv
+from grpo_envs.envs.mbpp import MBPPEnv
 from grpo_envs.types import JSONValue, Message, Sample
 
 LIVECODEBENCH = HubSource(

@@ -38,9 +38,9 @@ from typing import Any
 
 from grpo_envs.base import SingleTurnEnv
 from grpo_envs.code.extract import ExtractedCode, extract_code
-from grpo_envs.code.mbpp import entry_point_of
 from grpo_envs.code.scoring import CodeEnvironment, CodeTask
 from grpo_envs.envs._common import extra_components, math_correctness, reference_answer
+from grpo_envs.envs.mbpp import entry_point_of
 from grpo_envs.format import FORMATS
 from grpo_envs.rubric import Rubric
 from grpo_envs.types import DataUnavailableError, JSONValue, Sample

@@ -25,16 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from grpo_train.episodes.prompts import PromptFormat
 from grpo_train.eval.passk import parse_ks
 from grpo_train.eval.protocol_cli import ResolvedDecoding, add_protocol_arguments, apply_protocol
 from grpo_train.eval.protocols import PROTOCOL_FILE
-from grpo_train.prompts import PromptFormat
 
 if TYPE_CHECKING:
     from grpo_train.eval.runner import EvalTask
     from grpo_train.eval.suites import Task
     from grpo_train.rollout.base import RolloutEngine, SamplingConfig
-    from grpo_train.stop import StopRequest
+    from grpo_train.run.stop import StopRequest
 
 logger = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def _eval_parser() -> argparse.ArgumentParser:
         help="JSON {env_id: {kwarg: value}} passed to grpo_envs.make",
     )
     p.add_argument("--no_progress", action="store_true", help="no progress bar")
-    fmt = p.add_argument_group("prompt format (as `grpo train`; grpo_train/prompts.py)")
+    fmt = p.add_argument_group("prompt format (as `grpo train`; grpo_train/episodes/prompts.py)")
     fmt.add_argument(
         "--chat_template",
         default=None,
@@ -465,14 +465,14 @@ def budget_note(budgets: Sequence[TaskBudget], tokens_per_s: float = CPU_TOKENS_
 
 def _eval_model_path(args: EvalArgs) -> str:
     """Return the model folder to evaluate: a LoRA adapter is merged into its base (cached)."""
-    from grpo_train.models import resolve_model
+    from grpo_train.learner.models import resolve_model
 
     if not (args.model and is_adapter_folder(args.model)):
         return resolve_model(args.model)
     # A LoRA run's checkpoint holds only the adapter: merge it into the base model it names
     # (once, cached) and evaluate that like any full checkpoint.
-    from grpo_train.lora import adapter_base_model, merged_checkpoint
-    from grpo_train.models import cache_dir
+    from grpo_train.learner.lora import adapter_base_model, merged_checkpoint
+    from grpo_train.learner.models import cache_dir
 
     logger.info(
         "%s is a LoRA adapter on %s: merging it for evaluation",
@@ -505,10 +505,10 @@ def run_eval(args: EvalArgs) -> int:
     # above are reported without waiting for them.
     from transformers import AutoTokenizer
 
-    from grpo_train.stop import StopRequest
+    from grpo_train.run.stop import StopRequest
 
     out = Path(args.out) if args.out else default_out_dir(args, model_path)
-    from grpo_train.console import attach_run_log
+    from grpo_train.run.console import attach_run_log
 
     attach_run_log(out, EVAL_LOG_FILE)
     sampling = SamplingConfig(
@@ -540,11 +540,11 @@ def _generate(
     stop: StopRequest,
 ) -> int:
     """Run the evaluation with the stop request installed; print the table or how to resume."""
+    from grpo_train.episodes.driver import STEP_WORKERS, EpisodeSettings
     from grpo_train.eval.runner import EvalStopped, evaluate
     from grpo_train.rollout import make_engine
     from grpo_train.rollout.base import EngineDied
-    from grpo_train.rollout.episodes import STEP_WORKERS, EpisodeSettings
-    from grpo_train.stop import pause_point
+    from grpo_train.run.stop import pause_point
 
     again = shlex.join(["grpo", "eval", *args.argv])
     pause_point("eval engine start")
@@ -750,8 +750,8 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     from grpo_envs.registration import RegistryError
     from grpo_envs.types import DataUnavailableError
-    from grpo_train.console import setup_logging
-    from grpo_train.models import ModelNotAvailableError
+    from grpo_train.learner.models import ModelNotAvailableError
+    from grpo_train.run.console import setup_logging
 
     try:
         if args and args[0] == "compare":

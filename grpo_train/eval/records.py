@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grpo_envs.types import JSONValue
-from grpo_train.records import CompletionRecord, TurnRecord
+from grpo_train.episodes.records import CompletionRecord, TurnRecord
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class SampleRecord(CompletionRecord):
     """One scored evaluation completion, as written to an eval run's ``samples.jsonl``.
 
     The fields every logged completion has come from ``CompletionRecord``; the trainer's rows
-    are ``grpo_train.run_log.TrainingSample``.
+    are ``grpo_train.run.run_log.TrainingSample``.
     """
 
     task: str

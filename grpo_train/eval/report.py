@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from grpo_train.collect.score_failures import FAILED_OUTCOMES
 from grpo_train.eval.metrics import (
     Equivalence,
     TieRule,
@@ -18,7 +19,6 @@ from grpo_train.eval.metrics import (
 )
 from grpo_train.eval.passk import mean_pass_at_k
 from grpo_train.eval.records import SampleRecord
-from grpo_train.score_failures import FAILED_OUTCOMES
 
 _FAILED_OUTCOME_VALUES = frozenset(o.value for o in FAILED_OUTCOMES)
 #: Outcomes whose extracted text is no answer of the model's (it does not vote in maj@k).

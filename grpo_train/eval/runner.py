@@ -29,13 +29,9 @@ from grpo_envs.base import Environment
 from grpo_envs.episode import episodic
 from grpo_envs.types import Outcome, Sample, Score
 from grpo_envs.wrappers import guarded_scores
-from grpo_train import prompts
-from grpo_train.eval.protocols import ThinkingTags, strip_reasoning
-from grpo_train.eval.records import SampleRecord, SampleStore
-from grpo_train.eval.report import SuiteResult, markdown_table, overall, summarize_task
-from grpo_train.prompts import PromptFormat
-from grpo_train.rollout.base import Completion, EngineDied, RolloutEngine, SamplingConfig
-from grpo_train.rollout.episodes import (
+from grpo_train.collect.score_failures import ScoreErrors
+from grpo_train.episodes import prompts
+from grpo_train.episodes.driver import (
     STEP_WORKERS,
     EpisodeRenderer,
     EpisodeSettings,
@@ -44,8 +40,12 @@ from grpo_train.rollout.episodes import (
     generate_episodes,
     is_multi_turn,
 )
-from grpo_train.score_failures import ScoreErrors
-from grpo_train.stop import pause_point
+from grpo_train.episodes.prompts import PromptFormat
+from grpo_train.eval.protocols import ThinkingTags, strip_reasoning
+from grpo_train.eval.records import SampleRecord, SampleStore
+from grpo_train.eval.report import SuiteResult, markdown_table, overall, summarize_task
+from grpo_train.rollout.base import Completion, EngineDied, RolloutEngine, SamplingConfig
+from grpo_train.run.stop import pause_point
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -16,8 +16,8 @@ from grpo_train.rollout.base import SamplingConfig
 
 if TYPE_CHECKING:
     from grpo_train.config import TrainConfig
+    from grpo_train.episodes.prompts import PromptFormat
     from grpo_train.eval.runner import AnyTokenizer, EvalTask
-    from grpo_train.prompts import PromptFormat
     from grpo_train.rollout.base import RolloutEngine
 
 

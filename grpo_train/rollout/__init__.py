@@ -152,8 +152,8 @@ def build_engine(
             "set vllm_tensor_parallel_size to 1"
         )
     if name == "hf":
-        from grpo_train.distributed import every_rank_loads_weights
-        from grpo_train.weight_export import is_sharded
+        from grpo_train.learner.weight_export import is_sharded
+        from grpo_train.parallel.distributed import every_rank_loads_weights
 
         if not is_sharded(model):
             return make_engine("hf", model_path, model=model, tokenizer=tokenizer, dtype=dtype)
@@ -164,7 +164,7 @@ def build_engine(
             return make_engine("hf", model_path, tokenizer=tokenizer, dtype=dtype)
     if config.rollout.vllm_mode == "server":
         return build_server_engine(config, model)
-    from grpo_train.distributed import vllm_colocate_kwargs
+    from grpo_train.parallel.distributed import vllm_colocate_kwargs
 
     # Under `accelerate launch` each rank's engine joins the job (external_launcher) with its
     # own sampling seed; a single process gets just the seed. With tensor parallelism vLLM
@@ -200,9 +200,9 @@ def build_server_engine(config: TrainConfig, model: PreTrainedModel) -> RolloutE
     """
     import torch.distributed as dist
 
+    from grpo_train.learner.weight_export import sync_rollout_weights
+    from grpo_train.rollout.server_address import parse_server_urls
     from grpo_train.rollout.server_engine import ServerEngine
-    from grpo_train.server_address import parse_server_urls
-    from grpo_train.weight_export import sync_rollout_weights
 
     main = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
     engine = ServerEngine(

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from grpo_train.rollout.base import Completion, EngineDied, SamplingConfig, check_prompts
-from grpo_train.server_address import parse_server_urls  # noqa: F401  (re-exported)
+from grpo_train.rollout.server_address import parse_server_urls  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
     import torch

@@ -420,7 +420,7 @@ def _ended_on_failure(before: set[int], output: ChildOutput) -> Iterator[None]:
 
 def _stop_requested() -> bool:
     """Whether the command running this engine was asked to stop (Ctrl-C, SIGTERM)."""
-    from grpo_train.stop import StopRequest
+    from grpo_train.run.stop import StopRequest
 
     return StopRequest.active is not None and StopRequest.active.signum is not None
 
@@ -433,7 +433,7 @@ def _random_state_kept() -> Iterator[None]:
     engine runs in the calling process (it warns that this "may affect the random state of the
     Python process"): the trainer's own state, seeded and checkpointed for resume, stays its own.
     """
-    from grpo_train.checkpoint import rng_state, set_rng_state
+    from grpo_train.run.checkpoint import rng_state, set_rng_state
 
     saved = rng_state()
     try:

@@ -164,8 +164,8 @@ def test_seeds_run_both_trainers_at_every_seed_interleaved():
 
 def test_trl_gets_the_prompts_ours_draws_for_the_same_seed():
     from grpo_envs import make
+    from grpo_train.collect.training_prompts import TrainingPrompts
     from grpo_train.config import DataConfig
-    from grpo_train.training_prompts import TrainingPrompts
 
     env = make("math/arithmetic-v0", task="add2", answer="loose")
     for seed in (0, 3):
@@ -179,8 +179,8 @@ def test_trl_gets_the_prompts_ours_draws_for_the_same_seed():
 
 def test_the_prompts_a_trl_run_must_score_are_ours_step_by_step():
     from grpo_envs import make
+    from grpo_train.collect.training_prompts import TrainingPrompts
     from grpo_train.config import DataConfig
-    from grpo_train.training_prompts import TrainingPrompts
 
     task = lc.Task("math/arithmetic-v0", {"task": "add2", "answer": "loose"})
     shared = lc.Shared("m", task, prompts=4, group=8, completion_length=64, temperature=1.0,

@@ -2,8 +2,8 @@
 training; only a real sandbox failure leaves an item out.
 
 The trainer drops items whose outcome is ``ERROR`` or ``SANDBOX_ERROR`` from the group baseline
-and the loss (``grpo_train.score_failures.scoring_failed``). A candidate that could make its own
-job a sandbox error would escape the penalty of a wrong answer.
+and the loss (``grpo_train.collect.score_failures.scoring_failed``). A candidate that could make
+its own job a sandbox error would escape the penalty of a wrong answer.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 import grpo_envs
 from grpo_envs.types import Outcome, Sample
-from grpo_train.score_failures import scoring_failed
+from grpo_train.collect.score_failures import scoring_failed
 
 #: Bodies of ``has_close_elements`` (HumanEval/0) that solve nothing.
 HOSTILE = {

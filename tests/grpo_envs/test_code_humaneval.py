@@ -16,8 +16,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from grpo_envs.code import HumanEvalEnv
-from grpo_envs.code.humaneval import helpers_from_prompt, load_humaneval_problems, split_check
+from grpo_envs.envs.humaneval import (
+    HumanEvalEnv,
+    helpers_from_prompt,
+    load_humaneval_problems,
+    split_check,
+)
 from grpo_envs.types import Outcome, Sample
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_envs.code import MBPPEnv, StdioEnv, parse_stdio_row
-from grpo_envs.code.mbpp import entry_point_of
+from grpo_envs.envs.mbpp import MBPPEnv, entry_point_of
+from grpo_envs.envs.stdio import StdioEnv, parse_stdio_row
 from grpo_envs.types import Outcome, Sample
 from sandbox import Sandbox
 

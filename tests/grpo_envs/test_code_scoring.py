@@ -13,8 +13,9 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from grpo_envs.code import CodeConfig, HumanEvalEnv, RewardMode
+from grpo_envs.code import CodeConfig, RewardMode
 from grpo_envs.code.scoring import outcome_of, score_report
+from grpo_envs.envs.humaneval import HumanEvalEnv
 from grpo_envs.types import Outcome, Sample
 from sandbox import Status, TestJob, TestReport, TestResult, TestStatus
 

@@ -4,8 +4,8 @@ A completion, however malformed (huge numbers, deep nesting, invalid Unicode, NU
 inputs that make regexes backtrack, any tool-call shape), must come back as a typed judgement
 (correct, wrong, unparsable, timeout, ...), never as an exception, a hang, or an ``error`` /
 ``sandbox_error`` outcome: those make the trainer drop the item from its group's baseline and
-the loss (``grpo_train.score_failures``), so a policy could learn to escape a negative reward by
-breaking the scorer.
+the loss (``grpo_train.collect.score_failures``), so a policy could learn to escape a negative
+reward by breaking the scorer.
 
 Each property runs a modest, derandomized number of examples; the strategies mix valid answer
 shapes with hostile ones, and the targeted regressions below pin the concrete holes.
@@ -43,7 +43,7 @@ from grpo_envs.tools import (
     python_tool_step,
 )
 from grpo_envs.types import Outcome, Sample
-from grpo_train.score_failures import scoring_failed
+from grpo_train.collect.score_failures import scoring_failed
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 BENCH = FIXTURES / "benchmarks"

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from grpo_train.batch import RolloutBatch
+from grpo_train.collect.batch import RolloutBatch
 from grpo_train.rollout.base import Completion
 from grpo_train.trainer import Trainer
 

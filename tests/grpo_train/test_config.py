@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import grpo_envs
-from grpo_train.advantages import ScaleRewards
+from grpo_train.algorithm.advantages import ScaleRewards
 from grpo_train.config import (
     DEFAULT_PRESET,
     SECTIONS,
@@ -18,7 +18,7 @@ from grpo_train.config import (
     field_resume,
     preset_config,
 )
-from grpo_train.loss import LossType
+from grpo_train.learner.loss import LossType
 
 
 def test_every_field_has_a_docstring_and_a_unique_name():

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from grpo_train.advantages import Estimator, ScaleRewards
+from grpo_train.algorithm.advantages import Estimator, ScaleRewards
 from grpo_train.config import RESUME_FIXED, RESUME_FREE, ConfigError, TrainConfig, algorithm_notes
-from grpo_train.loss import ImportanceLevel
+from grpo_train.learner.loss import ImportanceLevel
 
 
 def test_new_fields_parse_from_command_line_strings():

@@ -39,7 +39,7 @@ def _env() -> dict[str, str]:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_grpo_train_cli_trains_a_multi_turn_environment(tmp_path: Path, tiny_model_path: Path):
-    from grpo_train.run_log import read_metrics
+    from grpo_train.run.run_log import read_metrics
 
     out = tmp_path / "run"
     proc = subprocess.run(
@@ -68,7 +68,7 @@ def test_a_multi_turn_run_on_two_cpu_ranks_matches_one_process(
     """Groups of episodes split over 2 gloo ranks train what one process trains."""
     from safetensors.torch import load_file
 
-    from grpo_train.run_log import read_metrics
+    from grpo_train.run.run_log import read_metrics
 
     bindir = Path(sys.executable).parent
     launch = [

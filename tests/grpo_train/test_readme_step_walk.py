@@ -10,8 +10,8 @@ README = Path(__file__).resolve().parents[2] / "grpo_train" / "README.md"
 #: Where the walk's unqualified class names live.
 CLASSES = {
     "Trainer": "grpo_train.trainer",
-    "TrainingPrompts": "grpo_train.training_prompts",
-    "RunLogger": "grpo_train.run_log",
+    "TrainingPrompts": "grpo_train.collect.training_prompts",
+    "RunLogger": "grpo_train.run.run_log",
 }
 
 

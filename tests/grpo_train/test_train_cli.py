@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from grpo_train.config import DEFAULT_PRESET, field_owners
-from grpo_train.run_log import read_metrics
+from grpo_train.run.run_log import read_metrics
 from grpo_train.train_cli import build_parser, main, resolve_config
 
 
@@ -133,7 +133,7 @@ def test_grpo_train_then_grpo_plot_end_to_end(tiny_model_path, tmp_path):
 
 
 def test_grpo_plot_without_metrics_exits_2(tmp_path, capsys):
-    from grpo_train.plot import main as plot_main
+    from grpo_train.run.plot import main as plot_main
 
     assert plot_main([str(tmp_path)]) == 2
     assert "metrics.jsonl" in capsys.readouterr().err

@@ -19,8 +19,16 @@ import fault_envs  # noqa: F401 - registers the faults/* environments
 import pytest
 import torch
 
-from grpo_train import stop, train_cli
-from grpo_train.checkpoint import (
+from grpo_train import train_cli
+from grpo_train.config import (
+    RESUME_FIXED,
+    RESUME_FREE,
+    RESUME_IDENTITY,
+    field_owners,
+)
+from grpo_train.parallel.distributed import RankInfo
+from grpo_train.run import stop
+from grpo_train.run.checkpoint import (
     ABANDONED_DIR,
     MANIFEST_FILE,
     MODEL_DIR,
@@ -29,14 +37,7 @@ from grpo_train.checkpoint import (
     latest_checkpoint,
     read_manifest,
 )
-from grpo_train.config import (
-    RESUME_FIXED,
-    RESUME_FREE,
-    RESUME_IDENTITY,
-    field_owners,
-)
-from grpo_train.distributed import RankInfo
-from grpo_train.run_log import read_metrics
+from grpo_train.run.run_log import read_metrics
 from grpo_train.trainer import Trainer
 
 
@@ -89,7 +90,7 @@ def test_every_field_is_classified_for_resume():
 
 @pytest.fixture(scope="module")
 def other_models(tmp_path_factory):
-    from grpo_train.models import build_tiny_model
+    from grpo_train.learner.models import build_tiny_model
 
     root = tmp_path_factory.mktemp("models")
     return {
@@ -430,7 +431,7 @@ def test_the_same_signal_twice_at_once_is_one_stop(tiny_model_path, tmp_path, ca
 def test_second_signal_while_saving_keeps_the_checkpoints_valid(
     tiny_model_path, tmp_path, capsys, monkeypatch
 ):
-    import grpo_train.checkpoint as ckpt
+    import grpo_train.run.checkpoint as ckpt
 
     original = ckpt._write_files
     target = 2

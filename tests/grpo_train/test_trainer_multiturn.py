@@ -15,13 +15,10 @@ from transformers import PreTrainedTokenizerBase
 
 from grpo_envs.episode import MultiTurnEnv, episodic
 from grpo_envs.types import Sample
-from grpo_train.batch import RolloutBatch
+from grpo_train.collect.batch import RolloutBatch
+from grpo_train.collect.groups import Group
 from grpo_train.config import TrainConfig
-from grpo_train.episode_tokens import Extension
-from grpo_train.groups import Group
-from grpo_train.metrics import rollout_metrics, step_metrics
-from grpo_train.rollout.base import SamplingConfig
-from grpo_train.rollout.episodes import (
+from grpo_train.episodes.driver import (
     EpisodeRenderer,
     EpisodeRollout,
     EpisodeSettings,
@@ -29,9 +26,12 @@ from grpo_train.rollout.episodes import (
     generate_episodes,
     score_episodes,
 )
-from grpo_train.run_log import read_metrics
+from grpo_train.episodes.tokens import Extension
+from grpo_train.learner.update import Learner, UpdateSettings, grpo_update
+from grpo_train.rollout.base import SamplingConfig
+from grpo_train.run.metrics import rollout_metrics, step_metrics
+from grpo_train.run.run_log import read_metrics
 from grpo_train.trainer import Trainer
-from grpo_train.update import Learner, UpdateSettings, grpo_update
 
 EPISODE_METRICS = (
     "episodes/turns_mean",
@@ -64,7 +64,7 @@ def test_the_gradient_with_environment_tokens_masked_is_the_textbook_one(
     tiny_model_path: Path,
 ) -> None:
     """DAPO loss, first pass (ratio 1): grad = -(1/N) sum_i A_i sum_{t sampled} grad log p(t)."""
-    from grpo_train.models import load_policy
+    from grpo_train.learner.models import load_policy
 
     model, tok = load_policy(str(tiny_model_path))
     env, samples, prompt_ids, group = _answer_then_retry_episodes(tok)

@@ -21,18 +21,18 @@ from grpo_envs.episode import (
 )
 from grpo_envs.rubric import RewardComponent, Rubric
 from grpo_envs.types import Component, Outcome, Sample, Score
-from grpo_train.episode_tokens import Extension
-from grpo_train.groups import Group
-from grpo_train.models import _train_tiny_tokenizer
-from grpo_train.rollout.base import Completion, SamplingConfig
-from grpo_train.rollout.episodes import (
+from grpo_train.collect.groups import Group
+from grpo_train.episodes.driver import (
     EpisodeRenderer,
     EpisodeSettings,
     episode_row,
     generate_episodes,
     score_episodes,
 )
-from grpo_train.run_log import sample_records
+from grpo_train.episodes.tokens import Extension
+from grpo_train.learner.models import _train_tiny_tokenizer
+from grpo_train.rollout.base import Completion, SamplingConfig
+from grpo_train.run.run_log import sample_records
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_rollout_episodes import ScriptedEngine
@@ -193,7 +193,7 @@ def test_a_single_turn_row_keeps_its_fields_and_gains_the_components():
 def test_a_turn_record_round_trips_through_its_json() -> None:
     from dataclasses import asdict
 
-    from grpo_train.records import ToolCallRecord, TurnRecord
+    from grpo_train.episodes.records import ToolCallRecord, TurnRecord
 
     turns = (
         TurnRecord(

@@ -1,7 +1,7 @@
 """A guard for multi-rank tests: ``sitecustomize.py`` beside it installs it in every process.
 
 It makes a CPU-only gloo run fail where an NCCL run would: every tensor that grpo-kit hands to a
-``torch.distributed`` collective must have been placed by ``grpo_train.distributed.
+``torch.distributed`` collective must have been placed by ``grpo_train.parallel.distributed.
 on_backend_device`` (which moves it to CUDA under NCCL). A tensor built on the CPU and handed to
 a collective directly works on gloo and crashes on NCCL ("No backend type associated with device
 type cpu"); under this guard it raises at once, naming the call site.
@@ -74,7 +74,7 @@ def install() -> None:
     """Wrap the collectives and the placement helper (idempotent)."""
     import torch.distributed as dist
 
-    import grpo_train.distributed as ours
+    import grpo_train.parallel.distributed as ours
 
     if not getattr(ours.on_backend_device, "_nccl_guard", False):
         ours.on_backend_device = _marking(ours.on_backend_device)  # type: ignore[assignment]

@@ -1,0 +1,4 @@
+"""The GRPO algorithm as pure functions: advantage estimators, per-prompt baselines, the objective.
+
+Nothing here reads a config or touches a model: tensors and numbers in, tensors and numbers out.
+"""

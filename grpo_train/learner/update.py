@@ -1,0 +1,373 @@
+"""The GRPO policy update: ``mu`` clipped policy-gradient steps on one rollout batch.
+
+``grpo_update(learner, optimizer_step, batch, advantages, settings)`` is the whole update, for
+one process or one rank of many: its collectives (``grpo_train.parallel.distributed``: global loss
+normalisers, the world-size loss scale, padding passes, ``no_sync`` until the last micro-batch,
+metrics merged over ranks) make N ranks compute what one process would, and cost nothing at world
+size 1. The trainer, the data-parallel tests and ``benchmarks/gpu_check.py`` all call it. The
+per-token loss is ``loss.grpo_loss``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from grpo_train.collect.batch import RolloutBatch
+from grpo_train.config import AlgorithmConfig, OptimConfig, RolloutConfig, TrainConfig
+from grpo_train.learner.liger_loss import liger_grpo_loss
+from grpo_train.learner.logprobs import DEFAULT_HEAD, HeadChoice, fused_logprobs
+from grpo_train.learner.loss import (
+    ForwardCost,
+    MicroBatch,
+    completion_hidden_states,
+    grpo_loss,
+    live_rows,
+    loss_share,
+    make_micro_batches,
+    output_layer,
+    packing_pays,
+    pad_rows,
+    rows_with_gradient,
+    token_logprobs,
+    truncated_is_weights,
+)
+from grpo_train.parallel import distributed
+from grpo_train.run.metrics import MetricSums
+from grpo_train.run.run_log import logger
+from grpo_train.run.stop import TrainingAborted
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """The configuration sections the update reads, as they are: one source of defaults.
+
+    ``from_config`` takes a run's; ``of(beta=0.1, ...)`` builds one from flat field values over
+    the configuration's defaults (validated and coerced as a config file's would be).
+    """
+
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+
+    @classmethod
+    def from_config(cls, cfg: TrainConfig) -> UpdateSettings:
+        """Return the update settings of a training configuration."""
+        return cls(cfg.algorithm, cfg.rollout, cfg.optim)
+
+    @classmethod
+    def of(cls, **values: object) -> UpdateSettings:
+        """Return the settings of ``TrainConfig.from_flat(values)``.
+
+        >>> UpdateSettings.of(beta=0.1).algorithm.beta, UpdateSettings.of().algorithm.epsilon_high
+        (0.1, 0.28)
+        """
+        return cls.from_config(TrainConfig.from_flat(values))
+
+
+def _no_autocast() -> contextlib.AbstractContextManager[object]:
+    return contextlib.nullcontext()
+
+
+@dataclass(frozen=True)
+class Learner:
+    """The policy model being trained, as the update runs it.
+
+    The module whose forward and backward the update calls, and how: padding id, device,
+    autocast, KL reference, accelerate's backward and ``no_sync``.
+    """
+
+    model: torch.nn.Module
+    """The (possibly DDP / FSDP-wrapped) module whose forward and backward the update runs."""
+    pad_id: int
+    device: str = "cpu"
+    share_prompts: bool = False
+    """Run each group's prompt once per micro-batch (``loss.token_logprobs``)."""
+    autocast: Callable[[], contextlib.AbstractContextManager[object]] = _no_autocast
+    reference: Callable[[MicroBatch], torch.Tensor] | None = None
+    """Per-token logprobs under the KL reference; needed when ``beta > 0``."""
+    accelerator: Any = None
+    """accelerate's ``Accelerator``: its ``backward`` (the fp16 loss scaler, when one is set up)
+    and ``no_sync`` (one gradient all-reduce per optimizer step). None: ``loss.backward()``."""
+    head: HeadChoice = DEFAULT_HEAD
+    """How log-probs come out of the model's last hidden states (``OptimConfig.logprob_head``)."""
+    packing: Literal["always", "never", "when_cheaper"] = "never"
+    """Padding-free micro-batches (``OptimConfig.packing``, ``loss.make_micro_batches``):
+    ``when_cheaper`` packs the steps whose rows cost less packed than through the shared-prompt
+    forward (``loss.packing_pays``)."""
+    forward_cost: ForwardCost = field(default_factory=ForwardCost)
+    """The model's cost of a token position against an attention pair (``ForwardCost.of``)."""
+
+    def packs(
+        self,
+        prompts: Sequence[Sequence[int]],
+        completions: Sequence[Sequence[int]],
+        token_budget: int,
+        select: Sequence[int],
+    ) -> bool:
+        """Whether this step's micro-batches are packed (``packing``)."""
+        if self.packing == "when_cheaper":
+            return packing_pays(prompts, completions, token_budget, select, self.forward_cost)
+        return self.packing == "always"
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backpropagate ``loss`` (through accelerate, and the wrapper's hooks, when given)."""
+        if self.accelerator is None:
+            loss.backward()
+        else:
+            self.accelerator.backward(loss)
+
+
+def _token_mask(batch: RolloutBatch, rows: list[int], width: int) -> torch.Tensor:
+    """(B, width) float loss mask of ``rows``, zero past each completion's end."""
+    out = torch.zeros((len(rows), width))
+    for b, r in enumerate(rows):
+        mask = batch.loss_mask[r]
+        out[b, : mask.shape[0]] = mask.float()
+    return out
+
+
+class ClipAndStep:
+    """The optimizer step the update calls once per pass over the batch: clip, step, zero.
+
+    An update whose loss or gradient norm is not finite is skipped and counted; after
+    ``max_bad_steps`` of them in a row the run stops (``TrainingAborted``) with its last good
+    checkpoint ``last_good()`` intact. ``clip(params, max_norm)`` returns the gradient norm:
+    ``torch.nn.utils.clip_grad_norm_``, or accelerate's collective one for sharded models.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        optim: OptimConfig,
+        max_bad_steps: int,
+        clip: Callable[[list[torch.nn.Parameter], float], object] = torch.nn.utils.clip_grad_norm_,
+        last_good: Callable[[], object] = lambda: None,
+    ) -> None:
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.max_norm = optim.max_grad_norm or float("inf")
+        self.max_bad_steps, self.clip, self.last_good = max_bad_steps, clip, last_good
+        self.bad_in_a_row = 0
+
+    def __call__(self, loss: float) -> float:
+        """Clip and step; skip (and count) an update whose loss or gradient is not finite."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = float(self.clip(params, self.max_norm))  # type: ignore[arg-type]
+        if math.isfinite(loss) and math.isfinite(grad_norm):
+            self.optimizer.step()
+            self.scheduler.step()
+            self.bad_in_a_row = 0
+        else:
+            self.bad_in_a_row += 1
+            logger.warning(
+                "non-finite loss (%s) or grad norm (%s): update skipped (%d in a row)",
+                loss,
+                grad_norm,
+                self.bad_in_a_row,
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.bad_in_a_row >= self.max_bad_steps:
+            raise TrainingAborted(
+                f"{self.bad_in_a_row} updates in a row had a non-finite loss or gradient; stopped "
+                f"with the last good checkpoint {self.last_good()} intact. "
+                "Try a lower learning_rate, dtype=float32, or a smaller max_grad_norm."
+            )
+        return grad_norm
+
+
+def grpo_update(
+    learner: Learner,
+    optimizer_step: Callable[[float], float],
+    batch: RolloutBatch,
+    advantages: torch.Tensor,
+    settings: UpdateSettings,
+) -> dict[str, float]:
+    """Run ``mu`` clipped policy-gradient updates on ``batch``; return the step's metrics.
+
+    ``advantages``: (P, G), this batch's rows of the step's advantages. ``optimizer_step(loss)``
+    clips, steps and zeroes the gradients and returns the gradient norm (``ClipAndStep``). Losses
+    are normalised by the step's token / sequence counts over all ranks, so accumulating
+    micro-batches gives the gradient of the whole batch. Every rank calls it (collectives).
+    """
+    a = settings.algorithm
+    # A rerender episode's later training sequences are extra rows with the episode's values.
+    flat_adv = batch.per_row(advantages.flatten())
+    # Items whose scoring failed (and groups left with too few scored ones) get no loss, and
+    # neither do truncated ones under DAPO overlong filtering (their reward is unreliable).
+    skip = batch.per_row(
+        ~batch.trainable.flatten() | (batch.truncated.flatten() & a.mask_truncated)
+    )
+    keep = torch.where(skip | batch.padding, 0.0, 1.0)
+    # Only rows whose loss can have a gradient get a forward/backward pass (with beta = 0, not
+    # those with advantage 0); the normalisers still count every row. With none, one row still
+    # runs (every rank must run a backward). The distributed.* calls below are collectives.
+    # A padding rank's metrics stay out of the step's averages (its rows only keep the
+    # collectives in step), and so do an idle rank's while another rank learns (they would skew
+    # the trained rows' metrics, and differ from a single process's).
+    learns = bool(live_rows(flat_adv, keep, a.beta))
+    anyone_learns = distributed.any_rank(learns)  # every rank calls it, padding or not
+    silent = batch.padding or (anyone_learns and not learns)
+    prompts, select = batch.row_prompts(), rows_with_gradient(flat_adv, keep, a.beta)
+    budget = settings.optim.micro_batch_tokens
+    packed = learner.packs(prompts, batch.completion_ids, budget, select)
+    batches = make_micro_batches(
+        prompts,
+        batch.completion_ids,
+        budget,
+        learner.pad_id,
+        select=select,
+        group_prompts=learner.share_prompts,
+        packed=packed,
+    )
+    sequences = 0 if batch.padding else int(batch.per_row(batch.trainable.flatten()).sum())
+    total_tokens, total_seqs = distributed.global_loss_normalizers(
+        batch.trained_tokens(keep), sequences
+    )
+    # As many passes as the busiest rank has micro-batches: FSDP / ZeRO-3 all-gather parameters
+    # inside each forward, so a rank with fewer repeats its last one with weight 0.
+    schedule = distributed.micro_batch_schedule(len(batches))
+    loss_scale = distributed.data_parallel_loss_scale()
+    adv = flat_adv.to(learner.device)
+    old: dict[int, torch.Tensor] = {}  # micro-batch -> logprobs before any update
+    sums, loss_total, grad_norm = MetricSums(), 0.0, 0.0
+    learner.model.train()
+    for iteration in range(a.mu):
+        loss_total = 0.0
+        done: set[int] = set()
+        for k, (i, weight) in enumerate(schedule):
+            mb = batches[i].to(learner.device)
+            rows = list(mb.rows)
+            width = mb.completion_mask.shape[1]
+            token_mask = _token_mask(batch, rows, width).to(learner.device)
+            mask = mb.completion_mask.float() * token_mask * keep[rows].to(learner.device)[:, None]
+            tokens = 0.0 if silent else float(mask.sum()) * weight  # metric weight
+            first = iteration == 0 and i not in old
+            sync = distributed.gradient_sync(learner.accelerator, learner.model, k, len(schedule))
+            with sync, learner.autocast():
+                states = _liger_states(learner, mb)  # None unless logprob_head: liger
+                if states is None:
+                    logprobs, entropy = token_logprobs(
+                        learner.model, mb, settings.rollout.temperature, first,
+                        learner.share_prompts, learner.head,
+                    )  # fmt: skip
+                else:  # the values for the old policy, the IS weights and the metrics
+                    with torch.no_grad():
+                        logprobs, entropy = fused_logprobs(
+                            states.head, states.hidden.detach(), mb.completion_ids,
+                            settings.rollout.temperature, first, vocab=states.vocab,
+                        )  # fmt: skip
+                logprobs = logprobs.float()
+                if first:  # before the first update the current policy is the "old" one
+                    old[i] = logprobs.detach()
+                if entropy is not None and tokens:
+                    sums.add({"entropy": float((entropy * mask).sum() / max(tokens, 1.0))}, tokens)
+                loss, metrics = _micro_batch_loss(
+                    learner, batch, mb, logprobs, old[i], adv[rows], mask, settings,
+                    sums if first and tokens else None, tokens, states, first,
+                )  # fmt: skip
+                # Each micro-batch's loss is a mean over its own tokens / sequences; weighting by
+                # its share of the global batch makes the accumulated gradient the whole batch's.
+                share = loss_share(a.loss_type, mask, total_tokens, total_seqs) * weight
+                share = 0.0 if batch.padding else share
+                learner.backward(loss * (share * loss_scale))
+            loss_total += float(loss.detach()) * share
+            if iteration == a.mu - 1 and tokens and i not in done:
+                sums.add(metrics, tokens)
+                done.add(i)
+        loss_total = distributed.global_sum(loss_total)[0]
+        grad_norm = optimizer_step(loss_total)
+    metrics = sums.merged_over_ranks().result()
+    return {**metrics, "loss": loss_total, "grad_norm": grad_norm, "packed": float(packed)}
+
+
+def _micro_batch_loss(
+    learner: Learner,
+    batch: RolloutBatch,
+    mb: MicroBatch,
+    logprobs: torch.Tensor,
+    old: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    settings: UpdateSettings,
+    is_sums: MetricSums | None,
+    tokens: float,
+    liger: LigerStates | None = None,
+    first: bool = True,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Return the clipped GRPO loss of one micro-batch (``loss.grpo_loss``) and its metrics.
+
+    With ``beta > 0`` it reads the KL reference's logprobs; with truncated importance sampling
+    (``is_correction``) it weights tokens by old / sampling probabilities, adding their metrics
+    to ``is_sums`` when given (the first pass over the micro-batch). ``liger``: the loss (and
+    its gradients) comes from Liger's fused linear GRPO loss over those hidden states, the
+    metrics from ``grpo_loss`` over the (gradient-free) ``logprobs``; ``first``: the pass
+    before any update, whose old policy is the current one.
+    """
+    a = settings.algorithm
+    ref = None
+    if a.beta > 0:
+        if learner.reference is None:
+            raise ValueError("beta > 0 needs Learner.reference (the KL reference)")
+        ref = learner.reference(mb)
+    weights = None
+    if a.is_correction:
+        rows = list(mb.rows)
+        sampled = pad_rows([batch.sampling_logprobs[r] for r in rows], mask.shape[1])
+        weights, is_metrics = truncated_is_weights(old, sampled.to(learner.device), mask, a.is_cap)
+        if is_sums is not None:
+            is_sums.add(is_metrics, tokens)
+    loss, metrics = grpo_loss(
+        logprobs,
+        old,
+        adv,
+        mask,
+        ref_logprobs=ref,
+        beta=a.beta,
+        epsilon_low=a.epsilon_low,
+        epsilon_high=a.epsilon_high,
+        loss_type=a.loss_type,
+        max_completion_length=settings.rollout.max_completion_length,
+        importance_weights=weights,
+        importance_sampling_level=a.importance_sampling_level,
+    )
+    if liger is not None:
+        loss = liger_grpo_loss(
+            liger.head, liger.hidden, mb.completion_ids, mask, adv, a,
+            temperature=settings.rollout.temperature,
+            max_completion_length=settings.rollout.max_completion_length,
+            old_logprobs=None if first else old, ref_logprobs=ref, importance_weights=weights,
+        )  # fmt: skip
+    return loss, metrics
+
+
+@dataclass(frozen=True)
+class LigerStates:
+    """A micro-batch's input to Liger's loss: the lm_head and its (B, C, H) input states."""
+
+    head: torch.nn.Module
+    hidden: torch.Tensor
+    vocab: int
+
+
+def _liger_states(learner: Learner, mb: MicroBatch) -> LigerStates | None:
+    """Return the hidden states Liger's loss runs on (``logprob_head: liger``), else None."""
+    if learner.head.path != "liger":
+        return None
+    head = output_layer(learner.model)
+    states = completion_hidden_states(learner.model, mb, learner.share_prompts, head)
+    if head is None or states is None:
+        raise ValueError(
+            "logprob_head: liger needs the model's logits to be its output layer applied to its "
+            "last hidden states, and that layer unsharded; this model's are not (FSDP, "
+            "soft-capped or scaled logits): use logprob_head: auto"
+        )
+    weight = head.weight
+    assert isinstance(weight, torch.Tensor)  # output_layer returns only heads with a weight
+    return LigerStates(head, states, int(weight.shape[0]))

@@ -1,0 +1,603 @@
+"""Data-parallel GRPO over ``torch.distributed``, launched by ``accelerate launch`` or ``torchrun``.
+
+The layout (as TRL's and OpenRLHF's colocated mode): every rank holds the policy (replicated by
+DDP, or sharded by FSDP / DeepSpeed ZeRO) and its own rollout engine. Per step:
+
+1. ``shard_prompts``: each rank takes a contiguous share of the step's prompts. A prompt is a GRPO
+   group (the engine samples its ``G`` completions), so a group never spans two ranks.
+2. Each rank generates and scores its share.
+3. ``global_advantages`` / ``global_ema_advantages``: rewards are gathered from every rank
+   (``gather_step_rewards``, the one gather of every estimator), advantages computed on the whole
+   (P, G) batch (batch-level reward scaling and logged statistics then equal a single-process
+   run), and each rank keeps its own rows.
+4. The loss of each micro-batch is normalised by *global* token / sequence counts
+   (``global_loss_normalizers``) and multiplied by ``data_parallel_loss_scale()``, because DDP,
+   FSDP and ZeRO all *average* gradients over ranks. The sum of gradients then equals the
+   single-process gradient of the global batch.
+5. Every rank runs the same number of forward/backward passes (``common_count``; FSDP and ZeRO-3
+   all-gather parameters inside each forward, so a rank with fewer micro-batches would hang the
+   others), padding with zero-weight micro-batches.
+6. ``weight_export.sync_rollout_weights``: the engine gets full weights, gathered from shards
+   when sharded.
+7. Checkpoints (``checkpoint.py``): the HF folder gets ``weight_export.export_state_dict``; when
+   ``shards_training_state`` (FSDP, DeepSpeed) the optimizer goes through accelerate's
+   ``save_state`` / ``load_state``.
+
+These are the whole data-parallel protocol: ``update.grpo_update``, ``collect.Collector`` and the
+trainer call them directly, on one process as on many. Every function works single-process (no
+process group, or world size 1: a fast path that communicates nothing and returns its input) and
+on CPU with the gloo backend, which is how the tests run them.
+
+Why over 500 lines: the data-parallel protocol is one concept, in one place (the collectives,
+their world-size-1 fast paths, and the wrapped-model helpers the trainer needs under a launcher).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from grpo_train.algorithm.advantages import Estimator, ScaleRewards, compute_advantages
+from grpo_train.algorithm.baselines import EmaBaselines, GroupKey, ema_advantages
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where this process sits in the data-parallel job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+
+    @property
+    def is_main(self) -> bool:
+        """True on global rank 0, the one that logs, evaluates and writes checkpoints."""
+        return self.rank == 0
+
+
+def _active() -> bool:
+    """Return True when a process group with more than one rank is running."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def rank_info() -> RankInfo:
+    """Rank, world size and local rank: from the process group, else the launcher's environment.
+
+    ``accelerate launch`` and ``torchrun`` set ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``; a plain
+    ``python`` run is rank 0 of 1.
+    """
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if dist.is_available() and dist.is_initialized():
+        return RankInfo(dist.get_rank(), dist.get_world_size(), local)
+    return RankInfo(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), local)
+
+
+def requested_processes(cmdline: Sequence[str]) -> int | None:
+    """Return the ``--num_processes`` an ``accelerate launch`` command line asks for, or None.
+
+    >>> requested_processes(["accelerate", "launch", "--cpu", "--num_processes", "2", "t.py"])
+    2
+    >>> requested_processes(["accelerate", "launch", "--num-processes=4", "t.py"])
+    4
+    """
+    if "launch" not in cmdline:
+        return None
+    for i, arg in enumerate(cmdline):
+        name, _, inline = arg.partition("=")
+        if name in ("--num_processes", "--num-processes"):
+            value = inline or (cmdline[i + 1] if i + 1 < len(cmdline) else "")
+            try:
+                return int(value)
+            except ValueError:
+                return None
+        if (not arg.startswith("-") and arg.endswith(".py")) or arg in ("-m", "--module"):
+            break  # the script's own arguments follow
+    return None
+
+
+def check_launch() -> None:
+    """Fail when ``accelerate launch --num_processes N`` (N > 1) started one lone process.
+
+    ``accelerate launch --cpu --num_processes 2`` runs a single process (its CPU launcher starts
+    several only through MPI) without a word; training would then silently use one rank.
+    """
+    from grpo_train.config import ConfigError
+
+    if rank_info().world_size > 1 or not os.environ.get("ACCELERATE_USE_CPU"):
+        return
+    try:
+        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+    except OSError:
+        return
+    wanted = requested_processes([a.decode(errors="replace") for a in raw.split(b"\0") if a])
+    if wanted is not None and wanted > 1:
+        raise ConfigError(
+            f"accelerate launch asked for --num_processes {wanted} but started 1 process "
+            "(its --cpu launcher starts several only through MPI); for gloo ranks on CPU run "
+            f"`ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes {wanted} ...`"
+        )
+
+
+# ------------------------------------------------------------------------------ prompt sharding
+
+
+def shard_bounds(n: int, rank: int, world: int) -> tuple[int, int]:
+    """``[start, stop)`` of rank ``rank``'s contiguous share of ``n`` items.
+
+    The first ``n % world`` ranks get one item more (as ``numpy.array_split``); concatenating the
+    shards in rank order gives back the original order.
+    """
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"need 0 <= rank < world, got rank={rank}, world={world}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    base, extra = divmod(n, world)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
+@dataclass(frozen=True)
+class GenerationShare:
+    """What one rank generates and what it keeps of a step's ``n`` prompts (``[start, stop)``).
+
+    With ``vllm_tensor_parallel_size`` T the ranks ``T*g .. T*g+T-1`` share one engine: each of
+    them generates the group's prompts, the union of the group's contiguous rank shares (the
+    prompts TRL's colocate mode all-gathers within the group), and keeps its own rank share
+    for training. Seeds follow the global prompt index, so what is sampled does not depend on T.
+    """
+
+    generate: tuple[int, int]
+    keep: tuple[int, int]
+
+    def own(self, items: Sequence[T]) -> list[T]:
+        """Return the rank's own items out of the group's generated ``items`` (one a prompt).
+
+        >>> GenerationShare(generate=(2, 5), keep=(3, 5)).own(["c", "d", "e"])
+        ['d', 'e']
+        """
+        start = self.generate[0]
+        return list(items[self.keep[0] - start : self.keep[1] - start])
+
+
+def generation_share(n: int, rank: int, world: int, tensor_parallel: int = 1) -> GenerationShare:
+    """Return rank ``rank``'s :class:`GenerationShare` of ``n`` prompts.
+
+    Its engine's group is ``tensor_parallel`` consecutive ranks (vLLM's external launcher groups
+    ranks that way: its layout is DP x PP x TP, TP innermost). The kept shares are
+    ``shard_bounds``'s whatever the grouping, so training is unchanged.
+
+    >>> generation_share(5, rank=3, world=4, tensor_parallel=2)  # shares 0-2, 2-3, 3-4, 4-5
+    GenerationShare(generate=(3, 5), keep=(4, 5))
+    >>> generation_share(5, rank=1, world=2)  # no tensor parallelism: generate what is kept
+    GenerationShare(generate=(3, 5), keep=(3, 5))
+    """
+    if tensor_parallel < 1 or world % tensor_parallel:
+        raise ValueError(f"tensor_parallel={tensor_parallel} must divide the world size {world}")
+    keep = shard_bounds(n, rank, world)
+    first = rank - rank % tensor_parallel
+    start = shard_bounds(n, first, world)[0]
+    stop = shard_bounds(n, first + tensor_parallel - 1, world)[1]
+    return GenerationShare((start, stop), keep)
+
+
+def shard_prompts(items: Sequence[T], rank: int, world: int, group_size: int = 1) -> list[T]:
+    """Return this rank's share of a step's prompts: whole groups only, deterministic.
+
+    ``items`` are prompts (one group each, ``group_size=1``) or flattened per-completion rows
+    (``group_size=G``, ``len(items)`` a multiple of ``G``); shares are cut at group boundaries
+    only. Shares differ by at most one group. More ranks than groups leaves some ranks empty,
+    which ``common_count`` then pads; ``prompts_per_step`` a multiple of the world size avoids it.
+
+    >>> shard_prompts(["a", "b", "c", "d", "e"], rank=1, world=2)
+    ['d', 'e']
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    if len(items) % group_size:
+        raise ValueError(
+            f"{len(items)} rows are not whole groups of {group_size}; a group cannot be split"
+        )
+    start, stop = shard_bounds(len(items) // group_size, rank, world)
+    return list(items[start * group_size : stop * group_size])
+
+
+# --------------------------------------------------------------------- gathers and reductions
+
+
+def backend_device() -> torch.device:
+    """Return the device whose tensors the default process group's backend communicates.
+
+    gloo serves CPU tensors (and CUDA ones); NCCL serves CUDA tensors only and fails on a CPU
+    tensor ("No backend type associated with device type cpu"). accelerate starts multi-GPU jobs
+    with a plain ``nccl`` group, so every collective here stages its tensors on this device.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return torch.device("cpu")
+    kinds = {device.type for device in _backend_device_types()}
+    if "cpu" in kinds:
+        return torch.device("cpu")
+    kind = sorted(kinds)[0] if kinds else "cuda"
+    module = getattr(torch, kind, None)
+    if module is None or not module.is_available():
+        raise RuntimeError(
+            f"the process group's backend ({dist.get_backend()}) communicates {kind} tensors "
+            f"only, and this process sees no {kind} device; launch one process per device"
+        )
+    return torch.device(kind, module.current_device())
+
+
+def _backend_device_types() -> list[torch.device]:
+    """Return the device types the default group's backends serve (torch records them per group)."""
+    types = getattr(dist.group.WORLD, "_device_types", None)
+    if types is not None:
+        return list(types)
+    return [torch.device("cuda" if dist.get_backend() == "nccl" else "cpu")]
+
+
+def on_backend_device(tensor: torch.Tensor) -> torch.Tensor:
+    """Return ``tensor`` on ``backend_device()``: the one place collectives get tensors from.
+
+    Every tensor handed to a ``torch.distributed`` collective in this package, inputs and output
+    buffers, comes from here (the test suite runs the multi-rank tests with a guard that fails on
+    any other, so a CPU-only CI catches what NCCL would reject).
+    """
+    return tensor.to(backend_device())
+
+
+def gather_rows(local: torch.Tensor) -> torch.Tensor:
+    """Concatenate every rank's ``local`` along dim 0, in rank order (row counts may differ).
+
+    ``all_gather`` needs equal shapes, so rows are padded to the largest count and cut back.
+    The result is on ``local``'s device, whatever device the backend communicates on.
+    """
+    if not _active():
+        return local
+    world = dist.get_world_size()
+    count = on_backend_device(torch.tensor([local.shape[0]], dtype=torch.long))
+    counts = [on_backend_device(torch.zeros_like(count)) for _ in range(world)]
+    dist.all_gather(counts, count)
+    sizes = [int(c.item()) for c in counts]
+    padded = local.new_zeros((max(sizes), *local.shape[1:]))
+    padded[: local.shape[0]] = local
+    padded = on_backend_device(padded.contiguous())
+    parts = [on_backend_device(torch.empty_like(padded)) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    return torch.cat([part[:size] for part, size in zip(parts, sizes)], dim=0).to(local.device)
+
+
+@dataclass(frozen=True)
+class StepRewards:
+    """The whole step's (P, G) rewards, gathered from every rank, and where this rank's rows are.
+
+    The one gather behind every advantage estimator (``global_advantages``,
+    ``global_ema_advantages``): each computes on the whole batch, as one process would, and each
+    rank keeps ``local`` of the result.
+    """
+
+    rewards: torch.Tensor
+    """(P, G) rewards of all ranks, in rank order."""
+    valid: torch.Tensor | None
+    """(P, G) bool mask of the scored rewards of all ranks; None: all of them."""
+    offset: int
+    """Row of this rank's first group in ``rewards``."""
+    rows: int
+    """Number of this rank's groups."""
+
+    def local(self, values: torch.Tensor) -> torch.Tensor:
+        """Return this rank's rows of a (P, ...) tensor computed on the whole step."""
+        return values[self.offset : self.offset + self.rows]
+
+
+def gather_step_rewards(
+    local_rewards: torch.Tensor, local_valid: torch.Tensor | None = None
+) -> StepRewards:
+    """Gather every rank's (P_rank, G) rewards (and validity mask) in rank order (collective).
+
+    World size 1: the local tensors as they are, nothing communicated.
+    """
+    if local_rewards.ndim != 2:
+        raise ValueError(
+            f"rewards must have shape (prompts, group), got {tuple(local_rewards.shape)}"
+        )
+    rows = int(local_rewards.shape[0])
+    if not _active():
+        return StepRewards(local_rewards, local_valid, 0, rows)
+    rewards = gather_rows(local_rewards)
+    counts = gather_rows(torch.tensor([rows], device=local_rewards.device))
+    offset = int(counts[: dist.get_rank()].sum())
+    valid = None
+    if local_valid is not None:
+        valid = gather_rows(local_valid.to(local_rewards.dtype)) > 0.5
+    return StepRewards(rewards, valid, offset, rows)
+
+
+@dataclass(frozen=True)
+class GlobalAdvantages:
+    """Advantages computed on the whole step's batch, and this rank's slice of them."""
+
+    local: torch.Tensor
+    """(P_rank, G) advantages of this rank's groups."""
+    rewards: torch.Tensor
+    """(P, G) rewards of all ranks (for logging ``group_stats`` once, on the main rank)."""
+    offset: int
+    """Row of this rank's first group in ``rewards``."""
+
+
+def global_advantages(
+    local_rewards: torch.Tensor,
+    estimator: Estimator | str = Estimator.GRPO,
+    scale_rewards: ScaleRewards | str = ScaleRewards.GROUP,
+    eps: float = 1e-4,
+    local_valid: torch.Tensor | None = None,
+) -> GlobalAdvantages:
+    """Gather rewards, compute advantages over all ranks' groups, keep this rank's rows.
+
+    ``local_valid``: (P_rank, G) bool mask of the rewards that were scored (see
+    ``compute_advantages``' ``valid``); None: all of them.
+
+    With whole groups per rank the per-group estimators give the same numbers locally, but
+    ``scale_rewards="batch"`` divides by the std of *all* rewards of the step, which only the
+    gathered tensor has; computing everything globally keeps a multi-rank run identical to a
+    single-process one whatever the options.
+    """
+    step = gather_step_rewards(local_rewards, local_valid)
+    advantages = compute_advantages(step.rewards, estimator, scale_rewards, eps, valid=step.valid)
+    return GlobalAdvantages(local=step.local(advantages), rewards=step.rewards, offset=step.offset)
+
+
+def global_ema_advantages(
+    local_rewards: torch.Tensor,
+    keys: Sequence[GroupKey],
+    baselines: EmaBaselines,
+    alpha: float,
+    scale_rewards: ScaleRewards | str,
+    local_valid: torch.Tensor,
+) -> tuple[torch.Tensor, EmaBaselines]:
+    """Return this rank's rows of the EMA advantages over every rank's groups, and the baselines.
+
+    ``baselines.ema_advantages`` on the gathered batch (collective). Every rank computes from
+    the same gathered rewards and keys, in rank order, so every rank's baselines stay identical
+    (each saves and restores the same state).
+    """
+    step = gather_step_rewards(local_rewards, local_valid)
+    assert step.valid is not None  # given above
+    every_key = gather_objects(list(keys))
+    advantages, new = ema_advantages(
+        step.rewards, every_key, baselines, alpha, scale_rewards, valid=step.valid
+    )
+    return step.local(advantages), new
+
+
+def gather_objects(items: list[T]) -> list[T]:
+    """Return every rank's picklable ``items`` concatenated in rank order (collective).
+
+    World size 1: ``items`` itself.
+    """
+    if not _active():
+        return items
+    parts: list[list[T] | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, items)
+    return [item for part in parts for item in (part or [])]
+
+
+def _all_reduce(values: Sequence[float], op: Any) -> list[float]:
+    if not _active():
+        return list(values)
+    tensor = on_backend_device(torch.tensor(list(values), dtype=torch.float64))
+    dist.all_reduce(tensor, op=op)
+    return [float(v) for v in tensor.cpu()]
+
+
+def global_sum(*values: float) -> list[float]:
+    """Sum each value over all ranks (float64, so token counts stay exact)."""
+    return _all_reduce(values, dist.ReduceOp.SUM if dist.is_available() else None)
+
+
+def global_max(*values: float) -> list[float]:
+    """Maximum of each value over all ranks."""
+    return _all_reduce(values, dist.ReduceOp.MAX if dist.is_available() else None)
+
+
+def any_rank(flag: bool) -> bool:
+    """Tell whether ``flag`` holds on some rank (collective; world size 1: ``flag``)."""
+    if not _active():
+        return flag
+    return global_sum(float(flag))[0] > 0
+
+
+def global_loss_normalizers(local_tokens: int, local_sequences: int) -> tuple[int, int]:
+    """Global ``(total_tokens, total_sequences)`` for ``loss.loss_share`` (all ranks' batches)."""
+    tokens, sequences = global_sum(local_tokens, local_sequences)
+    return round(tokens), round(sequences)
+
+
+def data_parallel_loss_scale() -> float:
+    """Multiply each micro-batch loss by this when gradients are averaged over ranks.
+
+    DDP (and FSDP, ZeRO) average gradients over the world; a loss already normalised by global
+    counts must be scaled back up by the world size so the update equals the single-process one.
+    """
+    return float(dist.get_world_size()) if _active() else 1.0
+
+
+def common_count(local_count: int) -> int:
+    """Return the largest ``local_count`` over all ranks: micro-batches every rank must run."""
+    return int(global_max(local_count)[0])
+
+
+def micro_batch_schedule(local_count: int) -> list[tuple[int, float]]:
+    """``(local micro-batch index, loss weight)`` for every forward/backward this rank runs.
+
+    Every rank runs ``common_count(local_count)`` passes; past its own micro-batches a rank
+    repeats its last one with weight 0 (gradients of 0, but the collectives inside DDP / FSDP /
+    ZeRO still happen). A rank with no micro-batch at all cannot pad: keep at least one group per
+    rank (e.g. dynamic sampling keeps an uninformative group with zero advantages).
+    Collective: call on all ranks.
+
+    >>> micro_batch_schedule(2)  # single process
+    [(0, 1.0), (1, 1.0)]
+    """
+    total = common_count(local_count)
+    if local_count == 0 and total > 0:
+        raise ValueError(
+            "this rank has no micro-batch while others do; every rank needs at least one group "
+            "per step (make prompts_per_step a multiple of the world size)"
+        )
+    return [(k, 1.0) if k < local_count else (local_count - 1, 0.0) for k in range(total)]
+
+
+@contextlib.contextmanager
+def gradient_sync(
+    accelerator: Any, model: torch.nn.Module, index: int, count: int
+) -> Iterator[None]:
+    """Context for micro-batch ``index`` of ``count``: reduce gradients and step on the last only.
+
+    Accumulating micro-batches under ``accelerator.no_sync`` and reducing once per optimizer
+    step is what DDP's ``no_sync`` is for. ``no_sync`` leaves accelerate's ``sync_gradients``
+    alone, and that flag is what its DeepSpeed wrapper reads: each ``backward`` with it set ends
+    in DeepSpeed's ``engine.step()`` (an optimizer step per micro-batch, padding passes
+    included), and ``AcceleratedOptimizer.step`` skips while it is unset. So it is set here, per
+    micro-batch: False before the last, True on it and after the context (accelerate's default,
+    which the optimizer step then sees). Without an accelerator (single process) a no-op.
+    """
+    if accelerator is None:
+        yield
+        return
+    last = index == count - 1
+    accelerator.sync_gradients = last
+    try:
+        with contextlib.nullcontext() if last else accelerator.no_sync(model):
+            yield
+    finally:
+        accelerator.sync_gradients = True
+
+
+def set_deepspeed_micro_batch_size(accelerator: Any) -> None:
+    """Give DeepSpeed a ``train_micro_batch_size_per_gpu`` before ``accelerator.prepare``.
+
+    accelerate's DeepSpeed configs (``examples/accelerate/zero*.yaml``) leave it ``auto``, which
+    ``prepare`` resolves from a dataloader's batch size, and fails without one; the trainer
+    hands it none. grpo cuts micro-batches by tokens (``micro_batch_tokens``), so their rows
+    vary: DeepSpeed gets 1, which it uses only to report samples per second and to check
+    ``train_batch_size`` (= micro size * accumulation steps * world size), and accumulation
+    steps stay 1 (the examples' setting) with the boundary set per micro-batch
+    (``gradient_sync``). A value set in a DeepSpeed config file is kept.
+    """
+    plugin = getattr(getattr(accelerator, "state", None), "deepspeed_plugin", None)
+    if plugin is None:
+        return
+    # The plugin's hf_ds_config reads this same dict; prepare() derives train_batch_size.
+    config = plugin.deepspeed_config
+    if config.get("train_micro_batch_size_per_gpu", "auto") == "auto":
+        config["train_micro_batch_size_per_gpu"] = 1
+
+
+# ------------------------------------------------------------------------------ consistency
+
+
+def max_rank_difference(model: torch.nn.Module) -> float:
+    """Largest absolute difference of any parameter between ranks (0.0 when replicas agree).
+
+    Two ``all_reduce`` calls per parameter (MAX and MIN); the result is the same on every rank.
+    For replicated models (DDP). For sharded ones (FSDP, ZeRO-3) each rank holds a different
+    shard, so compare ``weight_export.full_state_dict`` outputs instead.
+    """
+    if not _active():
+        return 0.0
+    worst = 0.0
+    for name, param in unwrap_model(model).named_parameters():
+        if type(param).__name__ == "DTensor" or hasattr(param, "ds_id"):
+            raise TypeError(
+                f"{name} is sharded; compare weight_export.full_state_dict(model) across ranks"
+            )
+        high = on_backend_device(param.detach().clone())
+        low = on_backend_device(param.detach().clone())
+        dist.all_reduce(high, op=dist.ReduceOp.MAX)
+        dist.all_reduce(low, op=dist.ReduceOp.MIN)
+        if high.numel():
+            worst = max(worst, float((high - low).abs().max()))
+    return worst
+
+
+# ------------------------------------------- wrapped models, sharded state, per-rank engines
+
+
+def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
+    """Strip DDP / DeepSpeed / compile wrappers (accelerate's ``extract_model_from_parallel``)."""
+    from accelerate.utils import extract_model_from_parallel
+
+    return extract_model_from_parallel(model)
+
+
+def shards_training_state(accelerator: Any) -> bool:
+    """Tell whether ``accelerator`` keeps the optimizer state split over ranks (FSDP, DeepSpeed).
+
+    Such a run must checkpoint through ``accelerator.save_state`` (``checkpoint.py``): rank 0's
+    optimizer holds only its shard (FSDP) or sits inside DeepSpeed's engine (ZeRO-1/2/3).
+    """
+    if accelerator is None:
+        return False
+    from accelerate.utils import DistributedType
+
+    return accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+
+
+@contextlib.contextmanager
+def every_rank_loads_weights() -> Iterator[None]:
+    """Let ``from_pretrained`` read the weights on every rank, not only on rank 0.
+
+    With ``fsdp_cpu_ram_efficient_loading`` (``examples/accelerate/fsdp.yaml``) accelerate sets
+    ``FSDP_CPU_RAM_EFFICIENT_LOADING``, and transformers then loads real weights on local rank 0
+    only (``transformers.distributed.fsdp.is_fsdp_enabled``); the other ranks get empty tensors
+    that ``accelerator.prepare`` later fills by broadcast. That is right for the policy, but a
+    model that is never prepared (an HF engine's own copy, the KL reference) would stay empty
+    on those ranks: seen on 2 CPU ranks as an all-zero engine on rank 1.
+    """
+    key = "FSDP_CPU_RAM_EFFICIENT_LOADING"
+    saved = os.environ.get(key)
+    os.environ[key] = "False"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = saved
+
+
+def vllm_colocate_kwargs(seed: int, tensor_parallel_size: int = 1) -> dict[str, int | str]:
+    """Extra ``VLLMEngine`` arguments for a colocated engine inside a launched job.
+
+    Under ``accelerate launch`` / ``torchrun`` each rank's ``vllm.LLM`` must join the job's
+    existing process group instead of starting its own (``distributed_executor_backend=
+    "external_launcher"``, as TRL's colocate mode does); the ranks of one tensor-parallel group
+    share an engine and must sample identically, so they get the same seed, and different groups
+    different seeds. Single process: only the seed. ``tensor_parallel_size`` must divide the
+    world size.
+
+    >>> vllm_colocate_kwargs(seed=7)  # single process
+    {'seed': 7}
+    """
+    info = rank_info()
+    if tensor_parallel_size < 1 or info.world_size % tensor_parallel_size:
+        raise ValueError(
+            f"vllm_tensor_parallel_size: {tensor_parallel_size} does not divide the number of "
+            f"ranks, {info.world_size}; launch a multiple of it (grpo launch --num_processes "
+            f"{max(tensor_parallel_size, 2)} train ...) or set it to 1"
+        )
+    if info.world_size == 1:
+        return {"seed": seed}
+    return {
+        "seed": seed + info.rank // tensor_parallel_size,
+        "tensor_parallel_size": tensor_parallel_size,
+        "distributed_executor_backend": "external_launcher",
+    }

@@ -1,0 +1,138 @@
+"""The engine contract's sleep protocol: an engine sleeps during the update only when it can."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from grpo_train.rollout.base import engine_asleep
+
+
+class _SleepyEngine:
+    """An engine whose ``sleep`` says whether it slept, recording the calls."""
+
+    def __init__(self, can_sleep: bool) -> None:
+        self.can_sleep, self.calls = can_sleep, []  # type: ignore[var-annotated]
+
+    def sleep(self, level: int = 1) -> bool:
+        self.calls.append(f"sleep{level}")
+        return self.can_sleep
+
+    def wake_up(self) -> None:
+        self.calls.append("wake")
+
+
+def test_engine_asleep_wakes_only_what_slept_even_when_the_update_fails() -> None:
+    awake = _SleepyEngine(can_sleep=False)
+    with engine_asleep(awake) as slept:  # type: ignore[arg-type]
+        assert slept is False
+    assert awake.calls == ["sleep1"]  # asked, refused, never woken
+    engine = _SleepyEngine(can_sleep=True)
+    with engine_asleep(engine, level=2) as slept:  # type: ignore[arg-type]
+        assert slept is True and engine.calls == ["sleep2"]
+    assert engine.calls == ["sleep2", "wake"]
+    with pytest.raises(RuntimeError, match="update failed"), engine_asleep(engine):  # type: ignore[arg-type]
+        raise RuntimeError("update failed")
+    assert engine.calls[-2:] == ["sleep1", "wake"]  # woken even when the update raised
+
+
+def test_vllm_engine_sleeps_only_on_cuda_with_sleep_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from grpo_train.rollout.hf import HFEngine
+    from grpo_train.rollout.vllm_engine import VLLMEngine
+
+    calls: list[str] = []
+    model_config = SimpleNamespace(enable_sleep_mode=True)
+
+    class FakeLLM:
+        llm_engine = SimpleNamespace(vllm_config=SimpleNamespace(model_config=model_config))
+
+        def sleep(self, level: int = 1) -> None:
+            calls.append(f"sleep{level}")
+
+        def wake_up(self) -> None:
+            calls.append("wake")
+
+    engine = object.__new__(VLLMEngine)  # the sleep logic only; no vLLM process behind it
+    engine.llm, engine.on_cpu = FakeLLM(), False  # type: ignore[assignment]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with engine_asleep(engine, level=2) as slept:
+        assert slept is True and calls == ["sleep2"]
+    assert calls == ["sleep2", "wake"]
+    model_config.enable_sleep_mode = False  # vLLM refuses to sleep an engine started without it
+    assert engine.sleep() is False
+    model_config.enable_sleep_mode = True
+    engine.on_cpu = True
+    assert engine.sleep() is False
+    assert object.__new__(HFEngine).sleep() is False
+    assert calls == ["sleep2", "wake"]
+
+
+class PerThreadCuda:
+    """torch.cuda's current device as CUDA keeps it: one per thread, device 0 in a new thread."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+
+    def current_device(self) -> int:
+        return getattr(self.local, "device", 0)
+
+    def set_device(self, device: int) -> None:
+        self.local.device = device
+
+
+@pytest.fixture
+def rank_3_gpu(monkeypatch: pytest.MonkeyPatch) -> PerThreadCuda:
+    """This thread on GPU 3, as rank 3 of a launched run sets it; CUDA in use."""
+    import torch
+
+    cuda = PerThreadCuda()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", cuda.current_device)
+    monkeypatch.setattr(torch.cuda, "set_device", cuda.set_device)
+    cuda.set_device(3)
+    return cuda
+
+
+def test_engine_requests_on_a_helper_thread_run_on_the_callers_gpu(
+    rank_3_gpu: PerThreadCuda,
+) -> None:
+    """A watched request (generate, weight sync) runs on a helper thread: on rank 3's GPU."""
+    from grpo_train.rollout.processes import EngineProcesses
+
+    before = EngineProcesses.current_children()
+    engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    watched = EngineProcesses.started_since(before, roots=[engine.pid])
+    try:
+        seen = watched.call(lambda: (threading.get_ident(), rank_3_gpu.current_device()), "sync")
+    finally:
+        watched.end(grace_s=0.1)
+    assert seen[0] != threading.get_ident()  # it did run on a helper thread
+    assert seen[1] == 3
+
+
+def test_the_rollout_producer_thread_generates_on_the_callers_gpu(
+    rank_3_gpu: PerThreadCuda,
+) -> None:
+    from test_rollout_pipeline import FakeCollector, _drive
+
+    from grpo_train.collect.pipeline import RolloutPipeline
+
+    engine = SimpleNamespace(version=0, syncing=False)
+    devices: list[int] = []
+    collector = FakeCollector(engine)
+    sample = collector.sample_batch
+    collector.sample_batch = lambda *a: (devices.append(rank_3_gpu.current_device()), sample(*a))[1]
+    pipeline = RolloutPipeline(collector, 1, last_step=3)
+    try:
+        _drive(pipeline, engine, 3)
+    finally:
+        pipeline.close()
+    assert {c[2] for c in collector.calls} == {"rollouts"} and devices == [3, 3, 3]
