@@ -65,7 +65,7 @@ def main() -> None:
     from grpo_train.episodes.prompts import encode_prompt
     from grpo_train.eval.records import SampleStore
     from grpo_train.eval.runner import EvalTask, evaluate
-    from grpo_train.learner.models import default_model_path
+    from grpo_train.models.loading import default_model_path
     from grpo_train.rollout.base import SamplingConfig
     from grpo_train.rollout.vllm_engine import VLLMEngine
 

@@ -1,6 +1,6 @@
 """Device check: the training paths a GPU run depends on, each PASS / FAIL / SKIP with a reason.
 
-Every path runs on a tiny random model (``grpo_train.learner.models.build_tiny_model``, no
+Every path runs on a tiny random model (``grpo_train.models.loading.build_tiny_model``, no
 network) in a subprocess of its own with a timeout, and checks a result, not only that the code ran:
 
 * ``bf16-full-ft``: bfloat16 full fine-tuning as the trainer sets it up (weights in
@@ -456,7 +456,7 @@ def _child(path: str, device: str, model_dir: Path, fail: bool) -> int:
 
 
 def _build_child(model_dir: Path, device: str) -> int:
-    from grpo_train.learner.models import build_tiny_model
+    from grpo_train.models.loading import build_tiny_model
 
     build_tiny_model(model_dir)
     resolved = device

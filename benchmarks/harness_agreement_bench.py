@@ -227,7 +227,7 @@ def main() -> None:
 
     model = args.model
     if model is None:
-        from grpo_train.learner.models import default_model_path
+        from grpo_train.models.loading import default_model_path
 
         model = str(default_model_path())
     all_rows = [json.loads(line) for line in (Path(args.data) / "test.jsonl").open()]

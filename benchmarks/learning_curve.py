@@ -1289,7 +1289,7 @@ def child_main(args: argparse.Namespace) -> None:
 
 def shared_settings(args: argparse.Namespace) -> Shared:
     """What both trainers share, from the command line."""
-    from grpo_train.learner.models import resolve_model
+    from grpo_train.models.loading import resolve_model
 
     return Shared(
         model=resolve_model(args.model),

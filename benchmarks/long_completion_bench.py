@@ -111,7 +111,7 @@ def _model(name: str) -> Any:
     torch.manual_seed(0)
     if name == "tiny-qwen3":
         return Qwen3ForCausalLM(tiny_qwen3_config(40_000)).train()
-    from grpo_train.learner.models import default_model_path
+    from grpo_train.models.loading import default_model_path
 
     return AutoModelForCausalLM.from_pretrained(default_model_path(), dtype=torch.float32).train()
 
@@ -168,7 +168,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     budget = spec["micro_batch_tokens"]
     trainer = _trl_trainer(model, len(completions)) if variant.startswith("trl") else None
     if variant == "checkpointed":
-        from grpo_train.learner.hf_compat import enable_checkpointing
+        from grpo_train.models.hf_compat import enable_checkpointing
 
         enable_checkpointing(model, {"use_reentrant": False})
     # The default (``packing: auto`` on one process): the shared-prompt forward over padded
@@ -225,7 +225,7 @@ def _trl_trainer(model: Any, rows: int) -> Any:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from grpo_train.learner.models import build_tiny_model, load_policy
+    from grpo_train.models.loading import build_tiny_model, load_policy
 
     with tempfile.TemporaryDirectory() as tmp:
         _, tokenizer = load_policy(str(build_tiny_model(Path(tmp) / "tok", seed=0)))

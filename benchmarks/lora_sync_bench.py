@@ -188,7 +188,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from grpo_train.learner.lora import LoraSettings, apply_lora
-    from grpo_train.learner.models import build_tiny_model, load_policy
+    from grpo_train.models.loading import build_tiny_model, load_policy
 
     path = args.model or str(build_tiny_model(Path(tempfile.mkdtemp()) / "tiny"))
     settings = LoraSettings(lora_r=args.lora_r, lora_alpha=2 * args.lora_r)

@@ -113,7 +113,7 @@ def timed_renderer(tokenizer: Any, clock: Clock) -> Any:
 
 def model_folder(weights: str, out: Path) -> Path:
     """The embedded model's folder, or its architecture with seeded random weights."""
-    from grpo_train.learner.models import default_model_path
+    from grpo_train.models.loading import default_model_path
 
     real = default_model_path()
     if weights == "trained":

@@ -589,7 +589,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = json.loads(args.child)
         child(data["config"], Workload(**data["workload"]), Path(data["trl_dir"]), Path(args.json))
         return 0
-    from grpo_train.learner.models import resolve_model
+    from grpo_train.models.loading import resolve_model
 
     w = Workload(
         model=resolve_model(args.model),

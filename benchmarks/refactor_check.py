@@ -1,7 +1,7 @@
 """Same seeds, same results: digests of tiny-model CLI runs, to compare two versions of the code.
 
 A refactoring of the trainer must not change what it computes. This script runs ``grpo train`` on
-a tiny random model (``grpo_train.learner.models.build_tiny_model``, seed 0) with the hf engine
+a tiny random model (``grpo_train.models.loading.build_tiny_model``, seed 0) with the hf engine
 and fixed seeds, in four configurations, and prints one digest per run of
 
 - the metrics (``metrics.jsonl`` without the keys that depend on wall time or memory),
@@ -197,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", nargs="*", choices=sorted(RUNS), default=list(RUNS))
     parser.add_argument("--keep", type=Path, help="keep the run folders in this directory")
     args = parser.parse_args(argv)
-    from grpo_train.learner.models import build_tiny_model
+    from grpo_train.models.loading import build_tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:
         out = args.keep or Path(tmp)

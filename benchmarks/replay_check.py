@@ -202,7 +202,7 @@ def trainer_logprobs(
 def run_ours(args: argparse.Namespace, snapshots: Path) -> tuple[list[StepBatch], str]:
     """Train ours for ``args.steps`` steps, recording every batch and the parameters after it."""
     from grpo_train.config import TrainConfig, preset_config
-    from grpo_train.learner.models import resolve_model
+    from grpo_train.models.loading import resolve_model
     from grpo_train.trainer import Trainer
 
     config = TrainConfig.from_flat(

@@ -564,7 +564,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import grpo_envs
     from grpo_envs.types import Sample
     from grpo_train.episodes.prompts import encode_prompt
-    from grpo_train.learner.models import resolve_model
+    from grpo_train.models.loading import resolve_model
 
     if args.threads:
         torch.set_num_threads(args.threads)

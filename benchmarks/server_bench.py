@@ -174,13 +174,13 @@ def main(argv: list[str] | None = None) -> int:
         "questions right, so steps have an update; 'tiny': a random model, generation only)",
     )
     args = parser.parse_args(argv)
-    from grpo_train.learner.models import build_tiny_model
+    from grpo_train.models.loading import build_tiny_model
 
     with tempfile.TemporaryDirectory(prefix="server-bench-") as name:
         tmp = Path(name)
         model = build_tiny_model(tmp / "tiny", seed=0) if args.model == "tiny" else Path(args.model)
         if args.model == "default":
-            from grpo_train.learner.models import resolve_model
+            from grpo_train.models.loading import resolve_model
 
             model = Path(resolve_model("default"))
         reports = [

@@ -439,7 +439,7 @@ def main() -> int:
         child(args)
         return 0
     if args.model is None:
-        from grpo_train.learner.models import build_tiny_model
+        from grpo_train.models.loading import build_tiny_model
 
         args.model = str(build_tiny_model(Path(tempfile.mkdtemp(prefix="bench-model-")) / "tiny"))
     args.load_before = os.getloadavg()[0]

@@ -37,8 +37,8 @@ from grpo_train.learner import memory, weight_export
 from grpo_train.learner.logprobs import DEFAULT_HEAD, HeadChoice
 from grpo_train.learner.lora import LoraSettings, reference_logprobs
 from grpo_train.learner.loss import ForwardCost, MicroBatch, output_layer, token_logprobs
-from grpo_train.learner.models import attention_problem
 from grpo_train.learner.update import ClipAndStep, Learner, UpdateSettings
+from grpo_train.models.loading import attention_problem
 from grpo_train.parallel import distributed
 from grpo_train.parallel.distributed import RankInfo
 from grpo_train.rollout import build_engine
@@ -138,7 +138,7 @@ def setup_run(
     load the policy, its KL reference and optimizer, restore the training state, order the
     prompts, start the engine, and put together what the update calls.
     """
-    from grpo_train.learner.models import resolve_model
+    from grpo_train.models.loading import resolve_model
 
     cfg, run_dir, prompt_format = _checked_config(config)
     accelerator, is_distributed, rank, device = _start_process(cfg)
@@ -270,7 +270,7 @@ def _load_reference(
 
     With LoRA it is the same module with the adapter switched off: no second copy.
     """
-    from grpo_train.learner.models import load_policy
+    from grpo_train.models.loading import load_policy
 
     if cfg.algorithm.beta <= 0 or lora is not None:
         return None
@@ -751,7 +751,7 @@ def load_run_policy(
     From the resumed checkpoint, ``init_from``'s weights, or the base model; with LoRA the base
     plus an adapter. A checkpoint that cannot be loaded is named, with an older one to use.
     """
-    from grpo_train.learner.models import ModelNotAvailableError, load_policy
+    from grpo_train.models.loading import ModelNotAvailableError, load_policy
 
     saved = str(resume_from / MODEL_DIR) if resume_from else None
     base_model, adapter = _start_weights(lora, base_model, saved, init_from)

@@ -34,7 +34,7 @@ from grpo_train.config import (
     preset_config,
     real_model_defaults,
 )
-from grpo_train.learner.models import model_shape
+from grpo_train.models.loading import model_shape
 from grpo_train.run.console import setup_logging
 from grpo_train.run.run_dir import with_output_dir
 
@@ -242,7 +242,7 @@ def _main(argv: list[str] | None) -> int:
 
 def _train(config: TrainConfig, stop: StopRequest, chosen: Sequence[DefaultChoice] = ()) -> int:
     from grpo_envs.types import DataUnavailableError
-    from grpo_train.learner.models import ModelNotAvailableError
+    from grpo_train.models.loading import ModelNotAvailableError
     from grpo_train.rollout.base import EngineDied
     from grpo_train.run.checkpoint import CheckpointError, latest_checkpoint
     from grpo_train.run.stop import SecondSignal, TrainingAborted

@@ -37,6 +37,7 @@ from grpo_train.collect.batch import RolloutBatch
 from grpo_train.collect.collector import Collector
 from grpo_train.collect.groups import Group
 from grpo_train.collect.learning_signal import Switch
+from grpo_train.collect.metrics import step_metrics
 from grpo_train.collect.pipeline import RolloutPipeline, engine_idle
 from grpo_train.config import ConfigError, TrainConfig
 from grpo_train.learner import weight_export
@@ -45,7 +46,6 @@ from grpo_train.learner.update import grpo_update
 from grpo_train.parallel import distributed
 from grpo_train.rollout.base import EngineDied, LostEngine, RolloutEngine, engine_asleep
 from grpo_train.run.checkpoint import SamplerState, checkpoint_path, read_rollouts, save_checkpoint
-from grpo_train.run.metrics import step_metrics
 from grpo_train.run.run_log import (
     RunLogger,
     logger,

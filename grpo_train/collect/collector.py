@@ -20,18 +20,18 @@ from typing import Any
 from grpo_envs.types import Sample, Score
 from grpo_envs.wrappers import guarded_scores
 from grpo_train.collect.batch import RolloutBatch
+from grpo_train.collect.episodes import collect_episode_groups, episode_metrics, is_multi_turn
 from grpo_train.collect.groups import MIN_SCORED, Group
+from grpo_train.collect.metrics import rollout_metrics
 from grpo_train.collect.score_failures import ScoreErrors
 from grpo_train.collect.training_prompts import TrainingPrompts
 from grpo_train.config import TrainConfig
-from grpo_train.episodes.collect import collect_episode_groups, episode_metrics, is_multi_turn
 from grpo_train.episodes.driver import EpisodeRenderer
 from grpo_train.episodes.prompts import PromptFormat, encode_prompt
 from grpo_train.episodes.reply_render import HistoryPolicy
 from grpo_train.parallel import distributed
 from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
 from grpo_train.run.checkpoint import latest_checkpoint
-from grpo_train.run.metrics import rollout_metrics
 from grpo_train.run.run_log import logger
 from grpo_train.run.stop import TrainingAborted, pause_point
 

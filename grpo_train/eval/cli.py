@@ -465,14 +465,14 @@ def budget_note(budgets: Sequence[TaskBudget], tokens_per_s: float = CPU_TOKENS_
 
 def _eval_model_path(args: EvalArgs) -> str:
     """Return the model folder to evaluate: a LoRA adapter is merged into its base (cached)."""
-    from grpo_train.learner.models import resolve_model
+    from grpo_train.models.loading import resolve_model
 
     if not (args.model and is_adapter_folder(args.model)):
         return resolve_model(args.model)
     # A LoRA run's checkpoint holds only the adapter: merge it into the base model it names
     # (once, cached) and evaluate that like any full checkpoint.
     from grpo_train.learner.lora import adapter_base_model, merged_checkpoint
-    from grpo_train.learner.models import cache_dir
+    from grpo_train.models.loading import cache_dir
 
     logger.info(
         "%s is a LoRA adapter on %s: merging it for evaluation",
@@ -750,7 +750,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     from grpo_envs.registration import RegistryError
     from grpo_envs.types import DataUnavailableError
-    from grpo_train.learner.models import ModelNotAvailableError
+    from grpo_train.models.loading import ModelNotAvailableError
     from grpo_train.run.console import setup_logging
 
     try:

@@ -121,7 +121,7 @@ def load_quantized_base(
     """Load a causal LM with 4-bit NF4 weights on GPU ``device_index`` (one per rank), for QLoRA."""
     from transformers import AutoModelForCausalLM
 
-    from grpo_train.learner.models import attention_keywords
+    from grpo_train.models.loading import attention_keywords
 
     config = qlora_quantization_config(compute_dtype)
     return AutoModelForCausalLM.from_pretrained(
@@ -200,7 +200,7 @@ def load_lora_policy(
     loaded in 4-bit on the GPU of ``device`` (``"cuda:N"``) with ``dtype`` as compute dtype.
     ``attn_implementation`` is the base model's (``models.load_policy``).
     """
-    from grpo_train.learner.models import load_policy, resolve_model
+    from grpo_train.models.loading import load_policy, resolve_model
 
     tokenizer: PreTrainedTokenizerBase
     if settings.use_qlora:
@@ -288,7 +288,7 @@ def save_adapter(
     out = Path(directory)
     peft_model = unwrap_peft(model)
     kwargs: dict[str, Any] = {} if state_dict is None else {"state_dict": dict(state_dict)}
-    from grpo_train.learner.models import no_progress_bars
+    from grpo_train.models.loading import no_progress_bars
 
     with no_progress_bars():
         peft_model.save_pretrained(str(out), is_main_process=is_main_process, **kwargs)
@@ -387,7 +387,7 @@ def merged_checkpoint(adapter_dir: str | Path, cache: str | Path) -> Path:
     """
     import hashlib
 
-    from grpo_train.learner.models import load_policy, resolve_model
+    from grpo_train.models.loading import load_policy, resolve_model
 
     adapter = Path(adapter_dir).expanduser().resolve()
     weights = sorted(adapter.glob("adapter_model.*"))

@@ -928,7 +928,7 @@ def _shared_prompt_forward(
     """
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
-    from grpo_train.learner.hf_compat import cache_keyword, checkpointing_enabled
+    from grpo_train.models.hf_compat import cache_keyword, checkpointing_enabled
 
     config = getattr(model, "config", None)
     c_len = mb.completion_ids.shape[1]

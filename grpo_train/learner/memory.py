@@ -2,8 +2,9 @@
 
 Gradient checkpointing, autocast and moving an offloaded module (the KL reference kept in host
 RAM) to the device for a while. Each helper is a small function the trainer calls at one place;
-none holds state of its own. Peak-memory readings are metrics (``grpo_train.run.metrics``); putting
-the rollout engine to sleep during the update is the engine's (``rollout.base.engine_asleep``).
+none holds state of its own. Peak-memory readings are metrics (``grpo_train.collect.metrics``);
+putting the rollout engine to sleep during the update is the engine's
+(``rollout.base.engine_asleep``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     (transformers' PEFT guide documents this). The KV cache is switched off, which
     checkpointing cannot use anyway.
     """
-    from grpo_train.learner.hf_compat import enable_checkpointing
+    from grpo_train.models.hf_compat import enable_checkpointing
 
     target: Any = model
     peft_like = hasattr(model, "get_base_model")

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import torch
 
 from grpo_train.collect.batch import RolloutBatch
+from grpo_train.collect.metrics import MetricSums
 from grpo_train.config import AlgorithmConfig, OptimConfig, RolloutConfig, TrainConfig
 from grpo_train.learner.liger_loss import liger_grpo_loss
 from grpo_train.learner.logprobs import DEFAULT_HEAD, HeadChoice, fused_logprobs
@@ -38,7 +39,6 @@ from grpo_train.learner.loss import (
     truncated_is_weights,
 )
 from grpo_train.parallel import distributed
-from grpo_train.run.metrics import MetricSums
 from grpo_train.run.run_log import logger
 from grpo_train.run.stop import TrainingAborted
 

@@ -54,7 +54,7 @@ class HFEngine:
         run in chunks so memory stays bounded. ``decode``: ``"loop"`` (the static-cache decode
         loop, see ``_decode_loop``) or ``"generate"`` (``model.generate``); same distribution.
         """
-        from grpo_train.learner.models import load_policy
+        from grpo_train.models.loading import load_policy
 
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -172,7 +172,7 @@ class HFEngine:
         import torch
         from transformers.cache_utils import DynamicCache, StaticCache, StaticLayer
 
-        from grpo_train.learner.hf_compat import cache_keyword
+        from grpo_train.models.hf_compat import cache_keyword
 
         model: Any = self.model
         device = next(model.parameters()).device

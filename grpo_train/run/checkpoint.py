@@ -645,7 +645,7 @@ def _write_files(
     baselines: Mapping[str, Mapping[str, float]] | None = None,
 ) -> None:
     """Write the main process's part of a checkpoint: HF model, trainer state, config."""
-    from grpo_train.learner.models import no_progress_bars
+    from grpo_train.models.loading import no_progress_bars
 
     full = None if state_dict is None else dict(state_dict)
     with no_progress_bars():  # one bar per checkpoint would interleave with the run's own

@@ -1,7 +1,7 @@
 """The run log: per-step metrics to JSONL, TensorBoard and W&B, sample completions, progress.
 
 Metrics are flat ``{name: float}`` maps with ``/``-separated names (``reward/mean``,
-``time/generate``), computed in ``grpo_train.run.metrics``; ``grpo plot RUN_DIR`` reads
+``time/generate``), computed in ``grpo_train.collect.metrics``; ``grpo plot RUN_DIR`` reads
 ``metrics.jsonl`` back. On the first step, every ``log_every_samples`` steps and on the last
 step one group's completions go to ``samples.jsonl`` as ``TrainingSample`` rows
 (``samples_due``).

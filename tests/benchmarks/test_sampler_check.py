@@ -19,7 +19,7 @@ def tiny(tmp_path_factory):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_train.learner.models import build_tiny_model
+    from grpo_train.models.loading import build_tiny_model
 
     path = build_tiny_model(tmp_path_factory.mktemp("tiny"))
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -80,7 +80,7 @@ def test_trl_trainer_draws_are_trls_own_batch_rendered_as_ours(tmp_path):
     import grpo_envs
     from grpo_envs.types import Sample
     from grpo_train.episodes.prompts import encode_prompt
-    from grpo_train.learner.models import build_tiny_model
+    from grpo_train.models.loading import build_tiny_model
 
     path = build_tiny_model(tmp_path / "tiny")
     env = grpo_envs.make("math/arithmetic-v0", task="add2", answer="loose")

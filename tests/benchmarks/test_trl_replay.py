@@ -61,7 +61,7 @@ def test_ours_trains_on_exactly_the_recorded_batches(tmp_path):
     per evaluation step that the race's evaluation scores."""
     from transformers import AutoTokenizer
 
-    from grpo_train.learner.models import build_tiny_model
+    from grpo_train.models.loading import build_tiny_model
 
     model = str(build_tiny_model(tmp_path / "tiny"))
     tokenizer = AutoTokenizer.from_pretrained(model)

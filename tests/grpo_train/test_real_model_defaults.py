@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from grpo_train.config import CHECKPOINTING_MIN_WIDTH, real_model_defaults
-from grpo_train.learner.models import model_shape
+from grpo_train.models.loading import model_shape
 from grpo_train.train_cli import build_parser, main, resolve_with_defaults
 
 

@@ -90,7 +90,7 @@ def test_every_field_is_classified_for_resume():
 
 @pytest.fixture(scope="module")
 def other_models(tmp_path_factory):
-    from grpo_train.learner.models import build_tiny_model
+    from grpo_train.models.loading import build_tiny_model
 
     root = tmp_path_factory.mktemp("models")
     return {

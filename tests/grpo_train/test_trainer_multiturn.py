@@ -17,6 +17,7 @@ from grpo_envs.episode import MultiTurnEnv, episodic
 from grpo_envs.types import Sample
 from grpo_train.collect.batch import RolloutBatch
 from grpo_train.collect.groups import Group
+from grpo_train.collect.metrics import rollout_metrics, step_metrics
 from grpo_train.config import TrainConfig
 from grpo_train.episodes.driver import (
     EpisodeRenderer,
@@ -29,7 +30,6 @@ from grpo_train.episodes.driver import (
 from grpo_train.episodes.tokens import Extension
 from grpo_train.learner.update import Learner, UpdateSettings, grpo_update
 from grpo_train.rollout.base import SamplingConfig
-from grpo_train.run.metrics import rollout_metrics, step_metrics
 from grpo_train.run.run_log import read_metrics
 from grpo_train.trainer import Trainer
 
@@ -64,7 +64,7 @@ def test_the_gradient_with_environment_tokens_masked_is_the_textbook_one(
     tiny_model_path: Path,
 ) -> None:
     """DAPO loss, first pass (ratio 1): grad = -(1/N) sum_i A_i sum_{t sampled} grad log p(t)."""
-    from grpo_train.learner.models import load_policy
+    from grpo_train.models.loading import load_policy
 
     model, tok = load_policy(str(tiny_model_path))
     env, samples, prompt_ids, group = _answer_then_retry_episodes(tok)

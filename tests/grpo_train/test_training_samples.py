@@ -30,7 +30,7 @@ from grpo_train.episodes.driver import (
     score_episodes,
 )
 from grpo_train.episodes.tokens import Extension
-from grpo_train.learner.models import _train_tiny_tokenizer
+from grpo_train.models.loading import _train_tiny_tokenizer
 from grpo_train.rollout.base import Completion, SamplingConfig
 from grpo_train.run.run_log import sample_records
 

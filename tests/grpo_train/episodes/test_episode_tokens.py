@@ -10,7 +10,7 @@ from grpo_train.episodes.tokens import (
     assemble_episode,
     render_continuation,
 )
-from grpo_train.learner.models import _train_tiny_tokenizer
+from grpo_train.models.loading import _train_tiny_tokenizer
 
 # Qwen3's rule, reduced: an assistant turn that is no longer the last message loses its
 # <think> block. The history then stops being a prefix of its own extension.

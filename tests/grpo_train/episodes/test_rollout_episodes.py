@@ -22,7 +22,7 @@ from grpo_train.episodes.driver import (
 from grpo_train.episodes.prompts import PromptFormat
 from grpo_train.episodes.reply_render import HistoryPolicy
 from grpo_train.episodes.tokens import BreakPolicy, Extension, TemplateBreak
-from grpo_train.learner.models import _train_tiny_tokenizer
+from grpo_train.models.loading import _train_tiny_tokenizer
 from grpo_train.rollout.base import Completion, SamplingConfig
 
 sys.path.insert(0, str(Path(__file__).parents[1]))

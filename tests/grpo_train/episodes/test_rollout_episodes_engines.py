@@ -39,7 +39,7 @@ def test_each_turn_is_sampled_from_the_exact_history_on_the_hf_engine(
     tiny_model_path: Path,
 ) -> None:
     # vLLM's half runs in test_rollout_vllm.py, on that module's engine (one start saved).
-    from grpo_train.learner.models import load_policy
+    from grpo_train.models.loading import load_policy
 
     model, tok = load_policy(str(tiny_model_path))
     engine = make_engine("hf", tiny_model_path, dtype="float32", device="cpu")

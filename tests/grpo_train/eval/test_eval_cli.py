@@ -121,7 +121,7 @@ def test_trainer_api_reuses_a_running_hf_engine(tiny_model_path):
     """What the trainer does every N steps: evaluate with its live engine, log flat metrics."""
     import grpo_envs
     from grpo_train.eval import GREEDY, evaluate
-    from grpo_train.learner.models import load_policy
+    from grpo_train.models.loading import load_policy
     from grpo_train.rollout import make_engine
 
     model, tokenizer = load_policy(str(tiny_model_path))

@@ -11,7 +11,7 @@ from toy_env import digit_retry_env
 
 from grpo_train.episodes.driver import EpisodeSettings
 from grpo_train.eval.runner import evaluate
-from grpo_train.learner.models import _train_tiny_tokenizer
+from grpo_train.models.loading import _train_tiny_tokenizer
 from grpo_train.rollout.base import SamplingConfig
 
 

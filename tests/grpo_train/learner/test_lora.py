@@ -28,7 +28,7 @@ SETTINGS = LoraSettings(lora_r=4, lora_alpha=8)
 
 
 def _load(path: Path) -> Any:
-    from grpo_train.learner.models import load_policy
+    from grpo_train.models.loading import load_policy
 
     return load_policy(str(path))[0]
 

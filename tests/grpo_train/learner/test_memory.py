@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import torch
 
-from grpo_train.learner.hf_compat import checkpointing_enabled
 from grpo_train.learner.loss import make_micro_batches, token_logprobs
 from grpo_train.learner.memory import autocast, enable_gradient_checkpointing, on_device
+from grpo_train.models.hf_compat import checkpointing_enabled
 
 
 def test_autocast_is_a_no_op_on_cpu() -> None:
@@ -37,7 +37,7 @@ def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("lora", [False, True])
 def test_gradient_checkpointing_keeps_gradients(tiny_model_path: Path, lora: bool) -> None:
     from grpo_train.learner.lora import LoraSettings, apply_lora
-    from grpo_train.learner.models import load_policy
+    from grpo_train.models.loading import load_policy
 
     model: Any = load_policy(str(tiny_model_path))[0]
     if lora:

@@ -55,7 +55,7 @@ def test_masked_tokens_inside_a_completion_get_no_gradient_and_no_weight(
     tiny_model_path: Path, loss_type: str
 ) -> None:
     """Tool output inside a completion: in the forward pass, out of the loss and normalisers."""
-    from grpo_train.learner.models import load_policy
+    from grpo_train.models.loading import load_policy
 
     model, _ = load_policy(str(tiny_model_path))
     settings = UpdateSettings.of(loss_type=loss_type, is_correction=False, micro_batch_tokens=10**6)
@@ -132,7 +132,7 @@ def test_clip_and_step_clips_steps_and_skips_a_non_finite_update_until_the_limit
 @pytest.mark.parametrize("budget", [10**6, 16])
 def test_packed_update_equals_the_padded_one(tiny_model_path: Path, budget: int) -> None:
     """Padding-free micro-batches (one pack, or one row per pack): same loss and gradients."""
-    from grpo_train.learner.models import load_policy
+    from grpo_train.models.loading import load_policy
 
     model, _ = load_policy(str(tiny_model_path))
     settings = UpdateSettings.of(loss_type="grpo", micro_batch_tokens=budget, beta=0.0)
@@ -165,7 +165,7 @@ def test_packed_update_equals_the_padded_one(tiny_model_path: Path, budget: int)
 
 def test_auto_packing_packs_only_the_steps_where_padding_costs_more(tiny_model_path: Path) -> None:
     """``when_cheaper`` (``packing: auto`` beside the shared-prompt forward), step by step."""
-    from grpo_train.learner.models import load_policy
+    from grpo_train.models.loading import load_policy
 
     model, _ = load_policy(str(tiny_model_path))
     settings = UpdateSettings.of(loss_type="dapo", micro_batch_tokens=10**6, beta=0.0)
@@ -232,7 +232,7 @@ def test_deepspeed_steps_once_per_optimizer_step_whatever_the_micro_batches(
     from accelerate.utils import DistributedType
     from accelerate.utils.deepspeed import DeepSpeedEngineWrapper
 
-    from grpo_train.learner.models import load_policy
+    from grpo_train.models.loading import load_policy
 
     model, _ = load_policy(str(tiny_model_path))
     accelerator = Accelerator(cpu=True)

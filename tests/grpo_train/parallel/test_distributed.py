@@ -185,7 +185,7 @@ def test_single_process_helpers_are_identities() -> None:
 
 
 def test_engines_take_exported_state_dicts(tiny_model_path: Path) -> None:
-    from grpo_train.learner.models import load_policy
+    from grpo_train.models.loading import load_policy
     from grpo_train.rollout.hf import HFEngine
 
     engine = HFEngine(tiny_model_path)
@@ -337,7 +337,7 @@ def _worker(model_path: str, out: Path) -> None:
     from accelerate import Accelerator
 
     from grpo_train.learner.lora import apply_lora, save_merged
-    from grpo_train.learner.models import load_policy
+    from grpo_train.models.loading import load_policy
 
     accelerator = Accelerator(cpu=True)
     info = rank_info()
@@ -471,7 +471,7 @@ def test_two_cpu_ranks_match_single_process(tmp_path: Path, tiny_model_path: Pat
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         from grpo_train.learner.lora import apply_lora
-        from grpo_train.learner.models import load_policy
+        from grpo_train.models.loading import load_policy
 
         torch.manual_seed(0)
         single, _ = load_policy(str(tiny_model_path))

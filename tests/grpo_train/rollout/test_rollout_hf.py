@@ -8,8 +8,8 @@ import pytest
 import torch
 from rollout_checks import PROMPTS, check_groups, forward_logprobs, max_logprob_gap
 
-from grpo_train.learner.models import load_policy
 from grpo_train.learner.weight_export import export_state_dict, sync_rollout_weights
+from grpo_train.models.loading import load_policy
 from grpo_train.rollout import make_engine
 from grpo_train.rollout.base import SamplingConfig
 from grpo_train.rollout.hf import HFEngine

@@ -12,8 +12,8 @@ import torch
 from rollout_checks import PROMPTS, check_groups, forward_logprobs, max_logprob_gap
 from test_rollout_episodes_engines import check_each_turn_is_sampled_from_the_exact_history
 
-from grpo_train.learner.models import load_policy
 from grpo_train.learner.weight_export import sync_rollout_weights
+from grpo_train.models.loading import load_policy
 from grpo_train.rollout import make_engine
 from grpo_train.rollout.base import SamplingConfig
 

@@ -136,7 +136,7 @@ def _train(config: TrainConfig) -> tuple[list[dict[str, float]], list[str], torc
 def test_a_sync_moves_the_servers_logprobs_to_the_trainers_and_checks_the_version(
     servers, tiny_model_path
 ):
-    from grpo_train.learner.models import load_policy
+    from grpo_train.models.loading import load_policy
     from grpo_train.rollout.server_engine import ServerEngine
 
     _, urls = servers
@@ -194,7 +194,7 @@ def test_server_mode_trains_exactly_as_colocate_mode(servers, tiny_model_path, t
 def test_two_replicas_share_the_prompts_and_sample_what_one_does(
     servers, tiny_model_path, tmp_path
 ):
-    from grpo_train.learner.models import load_policy
+    from grpo_train.models.loading import load_policy
     from grpo_train.rollout.server_engine import ServerEngine
 
     _, urls = servers

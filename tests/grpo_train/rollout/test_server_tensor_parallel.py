@@ -66,7 +66,7 @@ def tp_server(tiny_model_path: Path) -> Iterator[str]:
 def test_tp2_server_samples_a_tp1_engines_tokens_and_syncs_to_the_trainers_logprobs(
     tp_server, tiny_model_path
 ):
-    from grpo_train.learner.models import load_policy
+    from grpo_train.models.loading import load_policy
     from grpo_train.rollout.server_engine import ServerEngine
     from grpo_train.rollout.vllm_engine import VLLMEngine
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from grpo_train.learner.hf_compat import (
+from grpo_train.models.hf_compat import (
     CACHE_KEYWORD,
     LEGACY_CACHE_KEYWORD,
     base_model,
@@ -23,7 +23,7 @@ from grpo_train.learner.hf_compat import (
 
 @pytest.fixture
 def tiny(tiny_model_path: Path) -> Any:
-    from grpo_train.learner.models import load_policy
+    from grpo_train.models.loading import load_policy
 
     return load_policy(str(tiny_model_path))[0]
 

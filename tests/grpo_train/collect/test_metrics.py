@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-from grpo_train.run.metrics import peak_memory, peak_memory_mb
+from grpo_train.collect.metrics import peak_memory, peak_memory_mb
 
 
 def test_peak_memory_reads_this_process() -> None:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from grpo_train.learner import models
-from grpo_train.learner.models import (
+from grpo_train.models import loading as models
+from grpo_train.models.loading import (
     ModelNotAvailableError,
     build_tiny_model,
     load_policy,
