@@ -73,7 +73,15 @@ ABSENT_ON_A_BARE_GPU_MACHINE = ("datasets", "pyarrow", "pandas", "vllm")
 def test_the_modules_the_paths_import_need_no_package_a_bare_gpu_machine_lacks() -> None:
     """What the docstring's wheel list rests on: ``run_setup`` (bf16-full-ft), ``update``,
     ``checkpoint``, ``lora``, ``loss``, ``logprobs`` import with those packages unimportable."""
-    modules = ("run_setup", "update", "checkpoint", "lora", "loss", "logprobs", "memory")
+    modules = (
+        "run_setup",
+        "learner.update",
+        "run.checkpoint",
+        "learner.lora",
+        "learner.loss",
+        "learner.logprobs",
+        "learner.memory",
+    )
     code = (
         "import sys\n"
         f"for name in {ABSENT_ON_A_BARE_GPU_MACHINE!r}: sys.modules[name] = None\n"

@@ -86,9 +86,15 @@ def install() -> None:
 
 
 def guarded_env(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with this folder first on PYTHONPATH, so every launched rank installs the guard."""
+    """``env`` with this folder first on PYTHONPATH, so every launched rank installs the guard.
+
+    The folder above it (the trainer's tests, with their shared helpers) comes next: a test file
+    launched as a rank's script imports ``collective_guard`` and those helpers by name, and runs
+    from its own subfolder without pytest's conftest.
+    """
     from pathlib import Path
 
-    here = str(Path(__file__).resolve().parent)
+    here = Path(__file__).resolve().parent
     rest = env.get("PYTHONPATH", "")
-    return {**env, "PYTHONPATH": here + (":" + rest if rest else "")}
+    paths = f"{here}:{here.parent}"
+    return {**env, "PYTHONPATH": paths + (":" + rest if rest else "")}
