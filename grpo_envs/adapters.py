@@ -47,7 +47,7 @@ from grpo_envs.wrappers import guarded_scores
 
 if TYPE_CHECKING:
     from grpo_envs.base import Environment
-    from grpo_envs.registration import EnvSpec
+    from grpo_envs.env_spec import EnvSpec
 
 
 class TRLRewardFunc(Protocol):

@@ -32,7 +32,7 @@ from grpo_envs.types import JSONValue, Message, Outcome, Sample, Score
 if TYPE_CHECKING:
     import datasets
 
-    from grpo_envs.registration import EnvSpec
+    from grpo_envs.env_spec import EnvSpec
 
 #: What ``score`` accepts as a completion: text, or chat messages (TRL's conversational format).
 CompletionLike = str | Sequence[Mapping[str, object]] | Mapping[str, object] | None

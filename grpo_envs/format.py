@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from grpo_envs.math.extract import find_last_boxed
+from grpo_envs.math.markers import find_last_boxed
 from grpo_envs.rubric import RewardComponent, ScoringContext
 
 _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
@@ -76,7 +76,7 @@ def answer_tag(completion: str) -> str | None:
 def last_boxed(completion: str) -> str | None:
     r"""Return the content of the last complete, non-empty ``\boxed{…}``/``\fbox{…}``, or None.
 
-    The rule is ``grpo_envs.math.extract.find_last_boxed``'s (defined once, there).
+    The rule is ``grpo_envs.math.markers.find_last_boxed``'s (defined once, there).
     """
     return find_last_boxed(completion)
 

@@ -22,98 +22,24 @@ from __future__ import annotations
 import difflib
 import importlib
 import os
-import re
 import sys
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from importlib import metadata
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
+
+from grpo_envs.env_spec import ID_PATTERN, EnvSpec, RegistryError, parse_env_id
 
 if TYPE_CHECKING:
     from grpo_envs.base import Environment
-
-#: ``namespace/name-vN``: namespace and name are words (letters, digits, ``_ . -``), N an integer.
-ID_PATTERN = re.compile(r"^(?P<namespace>[\w.-]+)/(?P<name>[\w.-]+?)-v(?P<version>\d+)$")
 
 #: The entry-point group that third-party packages use to register environments. Each entry point
 #: is a module (importing it registers) or a callable taking no arguments (calling it registers).
 ENTRY_POINT_GROUP = "grpo_envs"
 
+#: What ``register`` takes: a class or function that builds an ``Environment``.
 EnvFactory = Callable[..., "Environment"]
-
-
-class RegistryError(KeyError):
-    """An unknown, malformed or duplicate environment id (a KeyError with a readable message)."""
-
-    def __str__(self) -> str:  # KeyError quotes its message; print it plainly instead.
-        return str(self.args[0]) if self.args else ""
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """How to build one registered environment.
-
-    Attributes:
-        id: ``namespace/name-vN``.
-        entry_point: ``"module:attr"`` (imported on ``make``) or the factory itself.
-        kwargs: default keyword arguments for the factory; ``make(id, **overrides)`` updates them.
-            Stored as sorted pairs so that the spec stays hashable and immutable.
-        description: one line for ``grpo envs list``.
-    """
-
-    id: str
-    entry_point: str | EnvFactory
-    kwargs: tuple[tuple[str, object], ...] = ()
-    description: str = ""
-
-    @property
-    def namespace(self) -> str:
-        """The part before ``/``."""
-        return _parse_id(self.id)[0]
-
-    @property
-    def name(self) -> str:
-        """The part between ``/`` and ``-vN``."""
-        return _parse_id(self.id)[1]
-
-    @property
-    def version(self) -> int:
-        """The ``N`` of ``-vN``."""
-        return _parse_id(self.id)[2]
-
-    @property
-    def defaults(self) -> dict[str, object]:
-        """The default keyword arguments as a fresh dict."""
-        return dict(self.kwargs)
-
-    @property
-    def module(self) -> str | None:
-        """The module of a string entry point (None for a callable one)."""
-        return self.entry_point.split(":", 1)[0] if isinstance(self.entry_point, str) else None
-
-    def with_kwargs(self, **overrides: object) -> EnvSpec:
-        """Return a copy whose defaults are updated with ``overrides``."""
-        merged = {**self.defaults, **overrides}
-        return replace(self, kwargs=tuple(sorted(merged.items())))
-
-    def load(self) -> EnvFactory:
-        """Import and return the factory (class or function) behind ``entry_point``."""
-        if not isinstance(self.entry_point, str):
-            return self.entry_point
-        module_name, _, attr = self.entry_point.partition(":")
-        if not module_name or not attr:
-            raise RegistryError(
-                f"{self.id}: entry point {self.entry_point!r} is not of the form 'module:attr'"
-            )
-        module = importlib.import_module(module_name)
-        try:
-            factory = getattr(module, attr)
-        except AttributeError as exc:
-            raise RegistryError(
-                f"{self.id}: module {module_name!r} has no attribute {attr!r}"
-            ) from exc
-        return factory  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -131,16 +57,6 @@ class _Family:
 registry: dict[str, EnvSpec] = {}
 _families: dict[str, _Family] = {}
 _plugins_loaded = False
-
-
-def _parse_id(env_id: str) -> tuple[str, str, int]:
-    match = ID_PATTERN.match(env_id)
-    if match is None:
-        raise RegistryError(
-            f"malformed environment id {env_id!r}: expected 'namespace/name-vN', "
-            "e.g. 'math/gsm8k-v0'"
-        )
-    return match["namespace"], match["name"], int(match["version"])
 
 
 def register(
@@ -162,7 +78,7 @@ def register(
     Returns:
         The new ``EnvSpec``.
     """
-    _parse_id(id)
+    parse_env_id(id)
     if id in registry:
         warnings.warn(
             f"overriding environment {id!r} already in the registry (entry point "
@@ -267,7 +183,7 @@ def spec(env_id: str) -> EnvSpec:
         import_user_module(module_name)
     if env_id in registry:
         return registry[env_id]
-    _parse_id(env_id)
+    parse_env_id(env_id)
     found = _from_family(env_id)
     if found is None:
         raise _unknown(env_id)
@@ -288,7 +204,8 @@ def make(env_id: str | EnvSpec, **overrides: object) -> Environment:
     used = base.with_kwargs(**overrides)
     factory = base.load()
     try:
-        env = factory(**used.defaults)
+        # The factory registered for an Environment builds one (``EnvSpec`` cannot say so).
+        env = cast("Environment", factory(**used.defaults))
     except TypeError as exc:
         raise TypeError(f"{base.id}: cannot build with arguments {used.defaults}: {exc}") from exc
     env.env_id = base.id

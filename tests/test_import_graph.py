@@ -2,10 +2,16 @@
 functions (a lazy import that closes a cycle fails at the first call that takes that path).
 
 The graph spans grpo_envs, grpo_train and sandbox together, so a cycle through two packages is
-found too. Imports under ``if TYPE_CHECKING:`` are left out (they never run). An import of a
-package's submodule (``from grpo_envs import executor``) is an edge to that submodule; other names
-imported from a package (``from grpo_envs import make``) are an edge to the package's
-``__init__``."""
+found too. ``import_graph()`` leaves out imports under ``if TYPE_CHECKING:`` (they never run);
+``import_graph(type_checking=True)`` counts them and has no cycle either: a type-only cycle is
+still two modules that cannot be read, or moved, one without the other. An import of a package's
+submodule (``from grpo_envs import executor``) is an edge to that submodule; other names imported
+from a package (``from grpo_envs import make``) are an edge to the package's ``__init__``.
+
+The packages are layered ``sandbox`` <- ``grpo_envs`` <- ``grpo_train``: no module imports a
+package above its own in any form (at module level, inside a function, for types only, or by its
+name through ``importlib.import_module``/``__import__``). No module is over ``MAX_MODULE_LINES``.
+"""
 
 from __future__ import annotations
 
@@ -22,11 +28,21 @@ PACKAGES = {
     pkg.__name__: Path(pkg.__file__ or "").resolve().parent
     for pkg in (grpo_envs, grpo_train, sandbox)
 }
+#: The packages above each one, which it must never import.
+ABOVE = {"sandbox": ("grpo_envs", "grpo_train"), "grpo_envs": ("grpo_train",), "grpo_train": ()}
+#: A module longer than this holds more than one concern: it is split by stage, not by length.
+MAX_MODULE_LINES = 1_000
+#: The calls that import a module named by a string.
+_STRING_IMPORTERS = ("import_module", "__import__")
 
 
 def _module_name(path: Path, root: Path) -> str:
     parts = path.relative_to(root.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_files() -> dict[str, Path]:
+    return {_module_name(p, root): p for root in PACKAGES.values() for p in root.rglob("*.py")}
 
 
 def _is_type_checking(node: ast.If) -> bool:
@@ -36,11 +52,14 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _imports(tree: ast.AST, here: str, is_package: bool, modules: set[str]) -> set[str]:
+def _imports(
+    tree: ast.AST, here: str, is_package: bool, modules: set[str], *, type_checking: bool = False
+) -> set[str]:
+    """The project's modules that the module imports (``type_checking``: TYPE_CHECKING too)."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node) and not type_checking:
             for child in node.orelse:
                 visit(child)
             return
@@ -64,15 +83,67 @@ def _imports(tree: ast.AST, here: str, is_package: bool, modules: set[str]) -> s
     return {m for m in found if m in modules}
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the project's modules it imports (at any level, TYPE_CHECKING excluded)."""
-    files = {_module_name(p, root): p for root in PACKAGES.values() for p in root.rglob("*.py")}
+def import_graph(*, type_checking: bool = False) -> dict[str, set[str]]:
+    """Module -> the project's modules it imports, at any level.
+
+    ``type_checking``: count the imports under ``if TYPE_CHECKING:`` too (left out by default).
+    """
+    files = _module_files()
     modules = set(files)
     return {
-        name: _imports(ast.parse(path.read_text()), name, path.name == "__init__.py", modules)
+        name: _imports(
+            ast.parse(path.read_text()),
+            name,
+            path.name == "__init__.py",
+            modules,
+            type_checking=type_checking,
+        )
         - {name}
         for name, path in files.items()
     }
+
+
+def imported_names(tree: ast.AST, here: str, is_package: bool) -> set[str]:
+    """Every module name the code may import, at any level and under TYPE_CHECKING too.
+
+    The sources of ``import``/``from`` statements (relative ones resolved), and string constants
+    passed to ``importlib.import_module`` or ``__import__`` (``"grpo_train.config"`` is an import
+    of ``grpo_train.config``, however it is spelled).
+    """
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here if is_package else here.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                found.add(f"{base}.{node.module}" if node.module else base)
+            else:
+                found.add(node.module or "")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if called in _STRING_IMPORTERS:
+                found.update(
+                    arg.value
+                    for arg in (*node.args, *(k.value for k in node.keywords))
+                    if isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                )
+    return found
+
+
+def upward_imports() -> list[str]:
+    """``module -> imported name`` for each import of a package above the module's own."""
+    found = []
+    for name, path in sorted(_module_files().items()):
+        above = ABOVE[name.split(".")[0]]
+        tree = ast.parse(path.read_text())
+        for imported in sorted(imported_names(tree, name, path.name == "__init__.py")):
+            if imported.split(".")[0] in above:
+                found.append(f"{name} -> {imported}")
+    return found
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -112,6 +183,19 @@ def test_the_graph_sees_lazy_relative_and_cross_package_imports():
     assert any(m.startswith("grpo_envs") for m in graph["grpo_train.trainer"])  # across packages
 
 
+def test_the_type_checking_graph_adds_type_only_imports():
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from grpo_envs import base\n"
+    modules = {"grpo_envs", "grpo_envs.base", "grpo_envs.x"}
+    tree = ast.parse(source)
+    assert _imports(tree, "grpo_envs.x", False, modules) == set()
+    assert _imports(tree, "grpo_envs.x", False, modules, type_checking=True) == {"grpo_envs.base"}
+    # The real graph: the package's __init__ names its lazy exports for the type checker only.
+    runtime, typed = import_graph(), import_graph(type_checking=True)
+    assert "grpo_envs.checker" not in runtime["grpo_envs"]
+    assert "grpo_envs.checker" in typed["grpo_envs"]
+    assert all(runtime[m] <= typed[m] for m in runtime)
+
+
 @pytest.mark.parametrize("package", sorted(PACKAGES))
 def test_no_import_cycle(package):
     graph = import_graph()
@@ -123,3 +207,44 @@ def test_no_import_cycle(package):
 def test_no_import_cycle_across_packages():
     cycle = find_cycle(import_graph())
     assert cycle is None, " -> ".join(cycle or [])
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_import_cycle_counting_type_only_imports(package):
+    graph = import_graph(type_checking=True)
+    cycle = find_cycle({m: deps for m, deps in graph.items() if m.split(".")[0] == package})
+    assert cycle is None, "cycle (TYPE_CHECKING imports counted): " + " -> ".join(cycle or [])
+
+
+def test_no_import_cycle_across_packages_counting_type_only_imports():
+    cycle = find_cycle(import_graph(type_checking=True))
+    assert cycle is None, "cycle (TYPE_CHECKING imports counted): " + " -> ".join(cycle or [])
+
+
+def test_the_layering_check_sees_every_form_of_import():
+    source = (
+        "import importlib\nfrom typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from grpo_train.config import TrainConfig\n"
+        "def f():\n    from ..collect import batch\n"
+        "    return importlib.import_module('grpo_train.trainer'), __import__(name='grpo_train')\n"
+    )
+    names = imported_names(ast.parse(source), "grpo_train.eval.x", False)
+    assert {"grpo_train.config", "grpo_train.collect", "grpo_train.trainer", "grpo_train"} <= names
+
+
+def test_no_package_imports_a_package_above_it():
+    upward = upward_imports()
+    assert not upward, "imports of a package above the module's own (sandbox <- grpo_envs <- " + (
+        "grpo_train):\n" + "\n".join(upward)
+    )
+
+
+def test_no_module_is_over_the_line_limit():
+    long = {
+        name: n
+        for name, path in _module_files().items()
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by stage): " + ", ".join(
+        f"{name} ({n} lines)" for name, n in sorted(long.items())
+    )

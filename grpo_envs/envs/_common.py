@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from grpo_envs.format import answer_tag, format_components, last_boxed
-from grpo_envs.math.extract import MAX_SCAN_CHARS, final_statement, settle_marked_answer
+from grpo_envs.math.extract import MAX_SCAN_CHARS
+from grpo_envs.math.statements import final_statement, settle_marked_answer
 from grpo_envs.rubric import Judgement, RewardComponent, ScoringContext
 from grpo_envs.types import DataUnavailableError, JSONValue, Message, Outcome, Sample
 

@@ -16,8 +16,9 @@ from collections.abc import Callable
 
 def serve() -> Callable[[object], bool | str]:
     """Warm up sympy and return the comparison handler."""
+    from grpo_envs.math.answer_tree import Node
     from grpo_envs.math.equivalence import SymbolicComparator, compare
-    from grpo_envs.math.normalize import Node, parse_answer
+    from grpo_envs.math.normalize import parse_answer
 
     comparator = SymbolicComparator()
     compare(parse_answer(r"\frac{\sqrt{2}}{2}"), parse_answer(r"1/\sqrt{2}"), comparator)

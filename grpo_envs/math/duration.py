@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from grpo_envs.math.normalize import clean
+from grpo_envs.math.latex_clean import clean
 
 #: Units of time with a fixed length, in seconds. "m" and "s" alone are left out: "5 m" is more
 #: often metres than minutes, and a bare "s" follows plurals in prose.

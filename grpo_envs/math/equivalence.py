@@ -117,32 +117,30 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from grpo_envs.math.normalize import (
-    MIN_ROUNDED_DIGITS,
+from grpo_envs.math.answer_tree import (
     Alt,
     AnswerRejected,
     Choice,
     Matrix,
     Node,
-    Number,
     Piecewise,
     Relation,
     Scalar,
     Seq,
     SetOf,
     Union,
-    identity_multiple,
-    is_name_like,
-    is_words,
-    latex_text_key,
-    normalize_text,
+)
+from grpo_envs.math.latex_clean import is_words, latex_text_key, normalize_text
+from grpo_envs.math.normalize import identity_multiple, parse_answer
+from grpo_envs.math.numeric import (
+    MIN_ROUNDED_DIGITS,
+    Number,
     numbers_equal,
-    parse_answer,
     parse_number,
-    relation_as_set,
     tower_log10,
 )
 from grpo_envs.math.piecewise import MAX_CASES, Cases, Interval, Points, Region, same_function
+from grpo_envs.math.relations import is_name_like, relation_as_set
 
 if TYPE_CHECKING:
     import sympy

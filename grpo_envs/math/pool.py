@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from grpo_envs import executor
 from grpo_envs.executor import ReplyStatus
-from grpo_envs.math.normalize import Node
+from grpo_envs.math.answer_tree import Node
 
 __all__ = ["ReplyStatus", "WorkerPool", "WorkerReply", "default_workers", "get_pool"]
 

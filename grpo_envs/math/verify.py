@@ -23,10 +23,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from grpo_envs.math.answer_tree import AnswerRejected, Choice, Node
 from grpo_envs.math.duration import duration_seconds, same_duration
 from grpo_envs.math.equivalence import FastComparator, NeedsSymbolic, compare
 from grpo_envs.math.extract import extract_answer, gold_answer, listed_options
-from grpo_envs.math.normalize import AnswerRejected, Choice, Node, gold_choice, parse_answer
+from grpo_envs.math.normalize import gold_choice, parse_answer
 from grpo_envs.math.pool import ReplyStatus, WorkerReply, default_workers, get_pool
 from grpo_envs.types import Outcome
 
