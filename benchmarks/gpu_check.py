@@ -161,8 +161,13 @@ def _capture(model: Any, into: dict[str, Any]) -> Callable[[float], float]:
 def check_bf16_full_ft(model_dir: Path, device: str) -> str:
 
     from grpo_train.config import TrainConfig
-    from grpo_train.learner.update import Learner, UpdateSettings, grpo_update
-    from grpo_train.run_setup import build_optimizer, parameter_dtype, training_autocast
+    from grpo_train.learner.update import Learner, grpo_update
+    from grpo_train.run_setup import (
+        build_optimizer,
+        parameter_dtype,
+        training_autocast,
+        update_settings,
+    )
 
     cfg = TrainConfig.from_flat({"dtype": "bfloat16", "learning_rate": 1e-6, "beta": 0.0})
     model = _load(model_dir, device, parameter_dtype(cfg.policy))
@@ -173,9 +178,7 @@ def check_bf16_full_ft(model_dir: Path, device: str) -> str:
     )
     batch, advantages = _small_batch(model.config.vocab_size)
     for _ in range(5):
-        grpo_update(
-            learner, _stepper(optimizer), batch, advantages, UpdateSettings.from_config(cfg)
-        )
+        grpo_update(learner, _stepper(optimizer), batch, advantages, update_settings(cfg))
     moved = {
         n: (p.detach() != before[n]).float().mean().item()
         for n, p in model.named_parameters()
@@ -227,8 +230,8 @@ def check_lora_gc_kl(model_dir: Path, device: str) -> str:
     from grpo_train.config import TrainConfig
     from grpo_train.learner.lora import LoraSettings, apply_lora
     from grpo_train.learner.memory import enable_gradient_checkpointing
-    from grpo_train.learner.update import Learner, UpdateSettings, grpo_update
-    from grpo_train.run_setup import KLReference
+    from grpo_train.learner.update import Learner, grpo_update
+    from grpo_train.run_setup import KLReference, update_settings
 
     model = apply_lora(_load(model_dir, device), LoraSettings(lora_r=4, lora_alpha=8))
     enable_gradient_checkpointing(model)
@@ -239,9 +242,7 @@ def check_lora_gc_kl(model_dir: Path, device: str) -> str:
     learner = Learner(model, pad_id=0, device=device, reference=reference)
     cfg = TrainConfig.from_flat({"beta": 0.1})
     batch, advantages = _small_batch(model.config.vocab_size)
-    metrics = grpo_update(
-        learner, _stepper(optimizer), batch, advantages, UpdateSettings.from_config(cfg)
-    )
+    metrics = grpo_update(learner, _stepper(optimizer), batch, advantages, update_settings(cfg))
     bad = {k: v for k, v in metrics.items() if not math.isfinite(v)}
     assert not bad, f"non-finite metrics {bad}"
     changed = {n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])}
@@ -282,8 +283,10 @@ def check_liger_head(model_dir: Path, device: str) -> str:
     _need("liger_kernel")
     import torch
 
+    from grpo_train.config import TrainConfig
     from grpo_train.learner.logprobs import HeadChoice
-    from grpo_train.learner.update import Learner, UpdateSettings, grpo_update
+    from grpo_train.learner.update import Learner, grpo_update
+    from grpo_train.run_setup import update_settings
 
     model = _load(model_dir, device)
     batch, advantages = _small_batch(model.config.vocab_size)
@@ -292,7 +295,11 @@ def check_liger_head(model_dir: Path, device: str) -> str:
         runs[head] = {}
         learner = Learner(model, pad_id=0, device=device, head=HeadChoice(head))  # type: ignore[arg-type]
         grpo_update(
-            learner, _capture(model, runs[head]), batch, advantages, UpdateSettings.of(beta=0.0)
+            learner,
+            _capture(model, runs[head]),
+            batch,
+            advantages,
+            update_settings(TrainConfig.from_flat({"beta": 0.0})),
         )
     fused, liger = runs["fused"], runs["liger"]
     assert abs(fused["loss"] - liger["loss"]) < 1e-4, f"loss {liger['loss']} vs {fused['loss']}"
@@ -338,9 +345,9 @@ def check_checkpoint_resume(model_dir: Path, device: str) -> str:
     from transformers import AutoTokenizer
 
     from grpo_train.config import TrainConfig
-    from grpo_train.learner.update import Learner, UpdateSettings, grpo_update
+    from grpo_train.learner.update import Learner, grpo_update
     from grpo_train.run.checkpoint import SamplerState, load_checkpoint, save_checkpoint
-    from grpo_train.run_setup import build_optimizer
+    from grpo_train.run_setup import build_optimizer, update_settings
 
     cfg = TrainConfig.from_flat({"learning_rate": 1e-3, "beta": 0.0})
     model = _load(model_dir, device)
@@ -354,7 +361,11 @@ def check_checkpoint_resume(model_dir: Path, device: str) -> str:
         return 0.0
 
     grpo_update(
-        Learner(model, pad_id=0, device=device), step, batch, advantages, UpdateSettings.of()
+        Learner(model, pad_id=0, device=device),
+        step,
+        batch,
+        advantages,
+        update_settings(TrainConfig.from_flat({})),
     )
     with tempfile.TemporaryDirectory() as run_dir:
         path = save_checkpoint(
@@ -391,7 +402,9 @@ def check_long_completion(model_dir: Path, device: str) -> str:
 
     import torch
 
-    from grpo_train.learner.update import Learner, UpdateSettings, grpo_update
+    from grpo_train.config import TrainConfig
+    from grpo_train.learner.update import Learner, grpo_update
+    from grpo_train.run_setup import update_settings
 
     model = _load(model_dir, device)
     vocab = model.config.vocab_size
@@ -410,7 +423,7 @@ def check_long_completion(model_dir: Path, device: str) -> str:
         _stepper(optimizer),
         batch,
         torch.tensor([[1.0, -1.0]]),
-        UpdateSettings.of(beta=0.0, max_completion_length=2000),
+        update_settings(TrainConfig.from_flat({"beta": 0.0, "max_completion_length": 2000})),
     )
     if cuda:
         peak_mib = (torch.cuda.max_memory_allocated(device) - base) / 2**20

@@ -11,7 +11,7 @@ measured above the RSS it had then, so that variants do not pollute each other:
 * ``fused``: ``logprob_head: fused`` (the lm_head chunked under recomputation), padded;
 * ``default``: the default settings (``logprob_head: auto``, ``packing: auto``: as a single
   process without gradient checkpointing runs, the shared-prompt forward over padded rows, or
-  packed rows where those run fewer token positions, ``loss.packing_pays``);
+  packed rows where those run fewer token positions, ``micro_batches.packing_pays``);
 * ``packed``: ``auto`` head on padding-free micro-batches (``packing: on``);
 * ``checkpointed``: the default under ``gradient_checkpointing: true`` (one hidden state per
   layer kept, the rest recomputed in the backward; no shared prompt, so rows are packed);
@@ -150,14 +150,10 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one variant's update in this process; return its peak RSS growth and seconds."""
     import torch
 
+    from grpo_train.algorithm.objective import grpo_loss
+    from grpo_train.learner.forward import token_logprobs
     from grpo_train.learner.logprobs import HeadChoice
-    from grpo_train.learner.loss import (
-        ForwardCost,
-        grpo_loss,
-        make_micro_batches,
-        packing_pays,
-        token_logprobs,
-    )
+    from grpo_train.learner.micro_batches import ForwardCost, make_micro_batches, packing_pays
 
     torch.set_num_threads(spec["threads"])
     variant = spec["variant"]
@@ -172,7 +168,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
 
         enable_checkpointing(model, {"use_reentrant": False})
     # The default (``packing: auto`` on one process): the shared-prompt forward over padded
-    # rows, or packed rows where those run fewer positions (``loss.packing_pays``).
+    # rows, or packed rows where those run fewer positions (``micro_batches.packing_pays``).
     packed = variant in ("packed", "checkpointed") or (
         variant == "default"
         and packing_pays(prompts, completions, budget, cost=ForwardCost.of(model.config))
@@ -266,7 +262,7 @@ def _liger_loss(model: Any, mb: Any, advantages: Any) -> Any:
     """Liger's fused GRPO loss (dapo, beta 0) from the hidden states before the lm_head."""
     from liger_kernel.chunked_loss import LigerFusedLinearGRPOLoss
 
-    from grpo_train.learner.loss import completion_hidden_states
+    from grpo_train.learner.forward import completion_hidden_states
 
     hidden = completion_hidden_states(model, mb)  # the positions predicting completions
     loss_fn = LigerFusedLinearGRPOLoss(
@@ -286,10 +282,10 @@ def _liger_head_loss(model: Any, mb: Any, advantages: Any) -> Any:
     """``logprob_head: liger`` as ``grpo_update`` runs it (dapo, beta 0, first pass)."""
     import torch
 
-    from grpo_train.config import AlgorithmConfig
+    from grpo_train.algorithm.objective import ObjectiveSettings
+    from grpo_train.learner.forward import completion_hidden_states, output_layer
     from grpo_train.learner.liger_loss import liger_grpo_loss
     from grpo_train.learner.logprobs import fused_logprobs
-    from grpo_train.learner.loss import completion_hidden_states, output_layer
 
     head = output_layer(model)
     states = completion_hidden_states(model, mb, False, head)
@@ -297,8 +293,8 @@ def _liger_head_loss(model: Any, mb: Any, advantages: Any) -> Any:
     with torch.no_grad():  # the old policy's log-probs and the entropy metric
         fused_logprobs(head, states.detach(), mb.completion_ids, 1.0, True, vocab=head.out_features)
     return liger_grpo_loss(
-        head, states, mb.completion_ids, mask, advantages, AlgorithmConfig(beta=0.0),
-        temperature=1.0, max_completion_length=None,
+        head, states, mb.completion_ids, mask, advantages, ObjectiveSettings(beta=0.0),
+        temperature=1.0,
     )  # fmt: skip
 
 

@@ -12,9 +12,9 @@ measures both on the same model, adapter and prompts, one engine after the other
 Per variant: engine start-up, the median per-step sync time over ``--syncs`` syncs (each after a
 simulated update of the adapter), the median generation throughput (``--prompts`` x ``--n``
 completions of ``--tokens`` tokens, EOS ignored), and the largest gap between the engine's
-sampling logprobs and the trainer's (peft model, ``grpo_train.learner.loss.token_logprobs``) on the
-sampled tokens, largest and mean: the numbers that say whether the engine samples from the
-policy being trained (both variants should show the same engine-vs-trainer noise).
+sampling logprobs and the trainer's (peft model, ``grpo_train.learner.forward.token_logprobs``)
+on the sampled tokens, largest and mean: the numbers that say whether the engine samples from
+the policy being trained (both variants should show the same engine-vs-trainer noise).
 """
 
 from __future__ import annotations
@@ -97,7 +97,8 @@ def logprob_gap(
     model: torch.nn.Module, rows: list[tuple[list[int], list[int], list[float]]]
 ) -> tuple[float, float]:
     """Largest and mean |engine logprob - trainer logprob| over all sampled tokens."""
-    from grpo_train.learner.loss import make_micro_batches, token_logprobs
+    from grpo_train.learner.forward import token_logprobs
+    from grpo_train.learner.micro_batches import make_micro_batches
 
     batches = make_micro_batches(
         [p for p, _, _ in rows], [c for _, c, _ in rows], token_budget=8192, pad_id=0

@@ -121,7 +121,7 @@ class PolicyConfig:
     ``pip install flash-attn``, or ``pip install kernels``), or a hub kernel ``org/repo`` (the
     kernels package). Under flash-attention packed rows attend only within themselves (varlen
     kernels), so ``packing: auto`` packs more often; SDPA and eager run the shared prompt's
-    completions in bins instead (``loss.packing_pays``)."""
+    completions in bins instead (``micro_batches.packing_pays``)."""
     gradient_checkpointing: Free[bool] = False
     """Recompute activations in the backward pass: less memory, more compute. ``grpo train``
     turns it on for a named model (``real_model_defaults``: 8.5x less memory per completion
@@ -386,7 +386,7 @@ class OptimConfig:
     attention's varlen kernels where the model is loaded with them). Equal to the padded
     forward within float tolerance. ``auto``: packed wherever the shared-prompt forward cannot
     run (several ranks, gradient checkpointing, share_prompt_forward off); where it can, each
-    step takes whichever of the two costs less (``loss.packing_pays``: token positions and
+    step takes whichever of the two costs less (``packing_pays``: token positions and
     attention pairs): similar lengths keep the shared prompt, a wide length spread (reasoning
     chains of 300-12,000 tokens) packs. The metric ``packed`` says which each step took."""
     logprob_head: Free[Literal["auto", "chunked", "fused", "liger"]] = "auto"

@@ -29,14 +29,16 @@ import torch
 
 from grpo_envs.base import Environment, easier_versions
 from grpo_train.algorithm.baselines import EmaBaselines
+from grpo_train.algorithm.objective import ObjectiveSettings
 from grpo_train.collect.learning_signal import AutoHeuristics
 from grpo_train.collect.training_prompts import TrainingPrompts
 from grpo_train.config import RESUME_FIXED, ConfigError, DataConfig, PolicyConfig, TrainConfig
 from grpo_train.episodes.prompts import PromptFormat
 from grpo_train.learner import memory, weight_export
+from grpo_train.learner.forward import output_layer, token_logprobs
 from grpo_train.learner.logprobs import DEFAULT_HEAD, HeadChoice
 from grpo_train.learner.lora import LoraSettings, reference_logprobs
-from grpo_train.learner.loss import ForwardCost, MicroBatch, output_layer, token_logprobs
+from grpo_train.learner.micro_batches import ForwardCost, MicroBatch
 from grpo_train.learner.update import ClipAndStep, Learner, UpdateSettings
 from grpo_train.models.loading import attention_problem
 from grpo_train.parallel import distributed
@@ -193,7 +195,7 @@ def setup_run(
     # Sharded models need accelerate's (collective) gradient norm.
     clip = accelerator.clip_grad_norm_ if is_distributed else torch.nn.utils.clip_grad_norm_
     clip_and_step = ClipAndStep(
-        wrapped, optimizer, scheduler, cfg.optim, cfg.run.max_bad_steps, clip,
+        wrapped, optimizer, scheduler, cfg.optim.max_grad_norm, cfg.run.max_bad_steps, clip,
         lambda: latest_checkpoint(run_dir),
     )  # fmt: skip
     return RunSetup(
@@ -203,7 +205,7 @@ def setup_run(
         saved=saved, start_step=start_step, lora=lora, model=model, wrapped_model=wrapped,
         tokenizer=tokenizer, ref_model=ref_model, optimizer=optimizer, scheduler=scheduler,
         baselines=baselines, prompts=prompts, auto=auto, engine=engine, learner=learner,
-        settings=UpdateSettings.from_config(cfg), clip_and_step=clip_and_step,
+        settings=update_settings(cfg), clip_and_step=clip_and_step,
     )  # fmt: skip
 
 
@@ -333,6 +335,33 @@ def _start_engine(
         return LostEngine(f"the rollout engine stopped while starting ({type(err).__name__})")
 
 
+def update_settings(cfg: TrainConfig) -> UpdateSettings:
+    """Return what ``grpo_update`` reads of a run's configuration, as plain values."""
+    a = cfg.algorithm
+    objective = ObjectiveSettings(
+        beta=a.beta,
+        epsilon_low=a.epsilon_low,
+        epsilon_high=a.epsilon_high,
+        loss_type=a.loss_type,
+        importance_sampling_level=a.importance_sampling_level,
+        max_completion_length=cfg.rollout.max_completion_length,
+    )
+    return UpdateSettings(
+        objective=objective,
+        mu=a.mu,
+        temperature=cfg.rollout.temperature,
+        micro_batch_tokens=cfg.optim.micro_batch_tokens,
+        mask_truncated=a.mask_truncated,
+        is_correction=a.is_correction,
+        is_cap=a.is_cap,
+    )
+
+
+def head_choice(cfg: TrainConfig) -> HeadChoice:
+    """Return the log-prob head a run chooses (``optim.logprob_head``)."""
+    return HeadChoice(cfg.optim.logprob_head, cfg.optim.fused_head_above_mib)
+
+
 def _learner(
     cfg: TrainConfig,
     wrapped: torch.nn.Module,
@@ -344,7 +373,7 @@ def _learner(
     is_distributed: bool,
 ) -> Learner:
     """Return the policy as ``grpo_update`` runs it (module, pad id, autocast, KL reference)."""
-    # The update runs each group's prompt once (loss.token_logprobs, share_prompts): not
+    # The update runs each group's prompt once (forward.token_logprobs, share_prompts): not
     # under DDP/FSDP wrappers (two forwards per backward) or gradient checkpointing (no cache).
     share_prompts = (
         cfg.optim.share_prompt_forward
@@ -364,9 +393,9 @@ def _learner(
     if cfg.algorithm.beta > 0:
         reference = KLReference(
             wrapped, ref_model, device, cfg.rollout.temperature, lora is not None,
-            cfg.policy.offload_reference, share_prompts, HeadChoice.from_config(cfg.optim),
+            cfg.policy.offload_reference, share_prompts, head_choice(cfg),
         )  # fmt: skip
-    head = HeadChoice.from_config(cfg.optim)
+    head = head_choice(cfg)
     layer = output_layer(wrapped) if head.path == "liger" else None
     if head.path == "liger" and type(layer) is not torch.nn.Linear:
         what = "sharded by FSDP" if layer is None else f"a {type(layer).__name__}"

@@ -10,7 +10,7 @@ weights into the engine (``Trainer.sync_weights``) -> (7) log. With ``async_gene
 rollouts of (1)-(3) come from a producer thread that generates the next steps' batches while
 this one trains (``rollout_pipeline.RolloutPipeline``: ``take``, and ``before_sync`` in (6)).
 Around the step, ``train`` evaluates, hands the metrics to ``learning_signal.AutoHeuristics``
-and checkpoints. The math lives in ``advantages.py`` and ``loss.py``, the data-parallel
+and checkpoints. The math lives in ``advantages.py`` and ``objective.py``, the data-parallel
 collectives in ``distributed.py``, stopping on a signal in ``stop.py``, step metrics in
 ``metrics.py``, run management in ``checkpoint.py`` and ``run_log.py``.
 
@@ -33,6 +33,7 @@ import torch
 from grpo_envs.base import Environment
 from grpo_train.algorithm.advantages import Estimator
 from grpo_train.algorithm.baselines import group_key
+from grpo_train.algorithm.global_advantages import global_advantages, global_ema_advantages
 from grpo_train.collect.batch import RolloutBatch
 from grpo_train.collect.collector import Collector
 from grpo_train.collect.groups import Group
@@ -442,13 +443,13 @@ class Trainer:
         """
         a = self.setup.cfg.algorithm
         if a.advantage_estimator is not Estimator.EMA:
-            return distributed.global_advantages(
+            return global_advantages(
                 batch.rewards, a.advantage_estimator, a.scale_rewards, local_valid=batch.scored
             ).local.float()
         keys = [group_key(g.env_index, g.sample.id) for g in batch.samples]
         # A padding rank's group only keeps the collectives in step: it must not move a baseline.
         valid = batch.scored & (not batch.padding)
-        advantages, self.baselines = distributed.global_ema_advantages(
+        advantages, self.baselines = global_ema_advantages(
             batch.rewards, keys, self.baselines, a.ema_alpha, a.scale_rewards, valid
         )
         return advantages

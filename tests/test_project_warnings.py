@@ -15,7 +15,8 @@ import warnings
 import pytest
 import torch
 
-from grpo_train.learner.loss import MicroBatch, token_logprobs
+from grpo_train.learner.forward import token_logprobs
+from grpo_train.learner.micro_batches import MicroBatch
 from grpo_train.models.hf_compat import checkpointing_enabled
 
 _FAKELIB = '''

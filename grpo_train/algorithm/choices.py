@@ -1,8 +1,8 @@
 """The named choices of the algorithm configuration: estimator, reward scaling, loss, ratio level.
 
-They live apart from the math that implements them (``advantages.py``, ``loss.py``, which import
-torch) so that reading a configuration (``grpo_train.config``, ``grpo train --help``) imports no
-torch; those modules re-export them.
+They live apart from the math that implements them (``advantages.py``, ``objective.py``, which
+import torch) so that reading a configuration (the config module, ``grpo train --help``) imports
+no torch; those modules re-export them.
 """
 
 from __future__ import annotations

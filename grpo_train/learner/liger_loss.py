@@ -18,7 +18,7 @@ loss types (``grpo``, ``dapo``, ``dr_grpo``), the clip range, ``beta`` with the 
 per-token log-probs (its k3 estimate is ours), GSPO's sequence-level ratio, the temperature and
 the truncated importance weights (its ``vllm_is_ratio``, applied before the KL term as ours).
 Each call is one micro-batch's mean over its own tokens or rows, as ``grpo_loss`` is, so the
-update weighs it by ``loss.loss_share`` the same way; DAPO's normaliser is passed explicitly
+update weighs it by ``objective.loss_share`` the same way; DAPO's normaliser is passed explicitly
 (``num_items_in_batch``) because without it Liger all-reduces each micro-batch's token count
 over the ranks, a collective the update's micro-batch schedule does not expect.
 """
@@ -30,7 +30,7 @@ import importlib.util
 import torch
 
 from grpo_train.algorithm.choices import LossType
-from grpo_train.config import AlgorithmConfig
+from grpo_train.algorithm.objective import ObjectiveSettings
 
 #: What a user without the package is told (at start-up, before any model loads).
 MISSING = (
@@ -50,10 +50,9 @@ def liger_grpo_loss(
     token_ids: torch.Tensor,
     mask: torch.Tensor,
     advantages: torch.Tensor,
-    algorithm: AlgorithmConfig,
+    objective: ObjectiveSettings,
     *,
     temperature: float,
-    max_completion_length: int | None,
     old_logprobs: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
     importance_weights: torch.Tensor | None = None,
@@ -62,11 +61,12 @@ def liger_grpo_loss(
 
     ``states`` (B, C, H) feed the output layer ``head`` (an ``nn.Linear``: the lm_head, tied or
     not) at the positions predicting ``token_ids`` (B, C); ``mask`` (B, C) weighs the tokens
-    (0 on padding); ``advantages`` (B,). ``old_logprobs`` None: the current policy is the old
-    one (ratio exactly 1, as on the first pass); ``ref_logprobs`` for ``beta > 0``;
-    ``importance_weights`` the truncated IS weights. The value and the gradients of ``states``
-    and ``head``'s parameters equal ``grpo_loss`` over ``fused_logprobs`` within float
-    tolerance (its logsumexp runs over vocabulary chunks).
+    (0 on padding); ``advantages`` (B,); ``objective`` the loss's settings (its
+    ``max_completion_length`` is ``dr_grpo``'s divisor). ``old_logprobs`` None: the current
+    policy is the old one (ratio exactly 1, as on the first pass); ``ref_logprobs`` for
+    ``beta > 0``; ``importance_weights`` the truncated IS weights. The value and the gradients
+    of ``states`` and ``head``'s parameters equal ``grpo_loss`` over ``fused_logprobs`` within
+    float tolerance (its logsumexp runs over vocabulary chunks).
     """
     if not liger_installed():
         raise ModuleNotFoundError(MISSING)
@@ -77,13 +77,13 @@ def liger_grpo_loss(
             f"logprob_head: liger runs the output layer as one weight matrix; this model's is a "
             f"{type(head).__name__} (LoRA on lm_head, a quantized head): use logprob_head: auto"
         )
-    kind = LossType(algorithm.loss_type)
+    kind = LossType(objective.loss_type)
     world = 1
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         world = torch.distributed.get_world_size()
     # Liger divides num_items_in_batch by the world size: this gives the micro-batch's own count.
     tokens = float(mask.sum()) * world if kind is LossType.DAPO else None
-    beta = float(algorithm.beta) if ref_logprobs is not None else 0.0
+    beta = float(objective.beta) if ref_logprobs is not None else 0.0
     loss, _metrics = LigerFusedLinearGRPOFunction.apply(
         states,
         head.weight,
@@ -97,11 +97,11 @@ def liger_grpo_loss(
         None,  # ref_weight
         None,  # ref_bias
         beta,
-        algorithm.epsilon_low,
-        algorithm.epsilon_high,
+        objective.epsilon_low,
+        objective.epsilon_high,
         kind.value,
-        max_completion_length,
-        str(algorithm.importance_sampling_level),
+        objective.max_completion_length,
+        str(objective.importance_sampling_level),
         1.0,  # sapo_temperature_pos (SAPO only)
         1.05,  # sapo_temperature_neg (SAPO only)
         float(temperature) if temperature > 0 else 1.0,

@@ -28,8 +28,6 @@ from typing import Any, Literal
 
 import torch
 
-from grpo_train.config import OptimConfig
-
 #: Bytes of float32 logits one chunk may hold (64 MiB: 110 tokens of a 151,936-row vocabulary,
 #: 131,072 tokens of a 128-row one). A few such temporaries live at once; the chunk bounds them
 #: whatever the length, and is large enough that the per-chunk overhead stays negligible.
@@ -295,27 +293,24 @@ def fused_logprobs(
 class HeadChoice:
     """Which path turns hidden states into log-probs (``OptimConfig.logprob_head``).
 
+    The defaults are the configuration's; ``run_setup.head_choice`` gives a run's.
+
     >>> HeadChoice().fuses(tokens=100, vocab=151_936), HeadChoice().fuses(1000, 151_936)
     (False, True)
     >>> HeadChoice("chunked").fuses(10**6, 10**6), HeadChoice("fused").fuses(1, 2)
     (False, True)
     """
 
-    path: Literal["auto", "chunked", "fused", "liger"] = OptimConfig.logprob_head
+    path: Literal["auto", "chunked", "fused", "liger"] = "auto"
     """``liger``: the update's loss is Liger's (``grpo_train.learner.liger_loss``); log-probs alone
     (the KL reference's, the metrics') take the fused head."""
-    fused_above_mib: int = OptimConfig.fused_head_above_mib
+    fused_above_mib: int = 256
 
     def __post_init__(self) -> None:
         if self.path not in ("auto", "chunked", "fused", "liger"):
             raise ValueError(
                 f"logprob head must be auto, chunked, fused or liger, got {self.path!r}"
             )
-
-    @classmethod
-    def from_config(cls, optim: OptimConfig) -> HeadChoice:
-        """Return the choice of a run's ``optim`` section."""
-        return cls(optim.logprob_head, optim.fused_head_above_mib)
 
     def fuses(self, tokens: int, vocab: int) -> bool:
         """Whether ``tokens`` logit rows of ``vocab`` entries go through the fused head."""

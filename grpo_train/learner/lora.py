@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from grpo_train.learner.logprobs import HeadChoice
-    from grpo_train.learner.loss import MicroBatch
+    from grpo_train.learner.micro_batches import MicroBatch
 
 
 class QLoraUnavailableError(RuntimeError):
@@ -266,8 +266,8 @@ def reference_logprobs(
     head: HeadChoice | None = None,
 ) -> torch.Tensor:
     """Per-token log-probabilities (B, C) of a micro-batch under the reference (adapter off)."""
+    from grpo_train.learner.forward import token_logprobs
     from grpo_train.learner.logprobs import HeadChoice
-    from grpo_train.learner.loss import token_logprobs
 
     with reference_policy(model) as ref:
         return token_logprobs(ref, mb, temperature, head=head or HeadChoice())[0]

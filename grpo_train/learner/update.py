@@ -5,7 +5,7 @@ one process or one rank of many: its collectives (``grpo_train.parallel.distribu
 normalisers, the world-size loss scale, padding passes, ``no_sync`` until the last micro-batch,
 metrics merged over ranks) make N ranks compute what one process would, and cost nothing at world
 size 1. The trainer, the data-parallel tests and ``benchmarks/gpu_check.py`` all call it. The
-per-token loss is ``loss.grpo_loss``.
+per-token loss is ``grpo_train.algorithm.objective.grpo_loss``.
 """
 
 from __future__ import annotations
@@ -18,25 +18,25 @@ from typing import Any, Literal
 
 import torch
 
-from grpo_train.collect.batch import RolloutBatch
-from grpo_train.collect.metrics import MetricSums
-from grpo_train.config import AlgorithmConfig, OptimConfig, RolloutConfig, TrainConfig
-from grpo_train.learner.liger_loss import liger_grpo_loss
-from grpo_train.learner.logprobs import DEFAULT_HEAD, HeadChoice, fused_logprobs
-from grpo_train.learner.loss import (
-    ForwardCost,
-    MicroBatch,
-    completion_hidden_states,
+from grpo_train.algorithm.objective import (
+    ObjectiveSettings,
     grpo_loss,
     live_rows,
     loss_share,
+    rows_with_gradient,
+    truncated_is_weights,
+)
+from grpo_train.collect.batch import RolloutBatch
+from grpo_train.collect.metrics import MetricSums
+from grpo_train.learner.forward import completion_hidden_states, output_layer, token_logprobs
+from grpo_train.learner.liger_loss import liger_grpo_loss
+from grpo_train.learner.logprobs import DEFAULT_HEAD, HeadChoice, fused_logprobs
+from grpo_train.learner.micro_batches import (
+    ForwardCost,
+    MicroBatch,
     make_micro_batches,
-    output_layer,
     packing_pays,
     pad_rows,
-    rows_with_gradient,
-    token_logprobs,
-    truncated_is_weights,
 )
 from grpo_train.parallel import distributed
 from grpo_train.run.run_log import logger
@@ -45,29 +45,26 @@ from grpo_train.run.stop import TrainingAborted
 
 @dataclass(frozen=True)
 class UpdateSettings:
-    """The configuration sections the update reads, as they are: one source of defaults.
+    """What the update reads of a run's configuration, as plain values.
 
-    ``from_config`` takes a run's; ``of(beta=0.1, ...)`` builds one from flat field values over
-    the configuration's defaults (validated and coerced as a config file's would be).
+    Built once where the run is assembled (``grpo_train.run_setup.update_settings``), so that
+    the update depends on these values only, not on the configuration's sections.
     """
 
-    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-
-    @classmethod
-    def from_config(cls, cfg: TrainConfig) -> UpdateSettings:
-        """Return the update settings of a training configuration."""
-        return cls(cfg.algorithm, cfg.rollout, cfg.optim)
-
-    @classmethod
-    def of(cls, **values: object) -> UpdateSettings:
-        """Return the settings of ``TrainConfig.from_flat(values)``.
-
-        >>> UpdateSettings.of(beta=0.1).algorithm.beta, UpdateSettings.of().algorithm.epsilon_high
-        (0.1, 0.28)
-        """
-        return cls.from_config(TrainConfig.from_flat(values))
+    objective: ObjectiveSettings
+    """The loss: clip range, KL coefficient, loss type, GSPO's level, ``dr_grpo``'s divisor."""
+    mu: int
+    """Policy updates per rollout batch (``AlgorithmConfig.mu``)."""
+    temperature: float
+    """The rollout's sampling temperature: the log-probs describe the distribution it sampled."""
+    micro_batch_tokens: int
+    """Token budget of a forward/backward micro-batch (``OptimConfig.micro_batch_tokens``)."""
+    mask_truncated: bool
+    """No loss on truncated completions (DAPO's overlong filtering)."""
+    is_correction: bool
+    """Weigh tokens by truncated importance sampling (``truncated_is_weights``)."""
+    is_cap: float
+    """The cap of those weights."""
 
 
 def _no_autocast() -> contextlib.AbstractContextManager[object]:
@@ -87,7 +84,7 @@ class Learner:
     pad_id: int
     device: str = "cpu"
     share_prompts: bool = False
-    """Run each group's prompt once per micro-batch (``loss.token_logprobs``)."""
+    """Run each group's prompt once per micro-batch (``forward.token_logprobs``)."""
     autocast: Callable[[], contextlib.AbstractContextManager[object]] = _no_autocast
     reference: Callable[[MicroBatch], torch.Tensor] | None = None
     """Per-token logprobs under the KL reference; needed when ``beta > 0``."""
@@ -97,9 +94,9 @@ class Learner:
     head: HeadChoice = DEFAULT_HEAD
     """How log-probs come out of the model's last hidden states (``OptimConfig.logprob_head``)."""
     packing: Literal["always", "never", "when_cheaper"] = "never"
-    """Padding-free micro-batches (``OptimConfig.packing``, ``loss.make_micro_batches``):
+    """Padding-free micro-batches (``OptimConfig.packing``, ``make_micro_batches``):
     ``when_cheaper`` packs the steps whose rows cost less packed than through the shared-prompt
-    forward (``loss.packing_pays``)."""
+    forward (``packing_pays``)."""
     forward_cost: ForwardCost = field(default_factory=ForwardCost)
     """The model's cost of a token position against an attention pair (``ForwardCost.of``)."""
 
@@ -137,7 +134,8 @@ class ClipAndStep:
 
     An update whose loss or gradient norm is not finite is skipped and counted; after
     ``max_bad_steps`` of them in a row the run stops (``TrainingAborted``) with its last good
-    checkpoint ``last_good()`` intact. ``clip(params, max_norm)`` returns the gradient norm:
+    checkpoint ``last_good()`` intact. ``max_grad_norm`` 0: no clipping. ``clip(params,
+    max_norm)`` returns the gradient norm:
     ``torch.nn.utils.clip_grad_norm_``, or accelerate's collective one for sharded models.
     """
 
@@ -146,13 +144,13 @@ class ClipAndStep:
         model: torch.nn.Module,
         optimizer: torch.optim.Optimizer,
         scheduler: torch.optim.lr_scheduler.LRScheduler,
-        optim: OptimConfig,
+        max_grad_norm: float,
         max_bad_steps: int,
         clip: Callable[[list[torch.nn.Parameter], float], object] = torch.nn.utils.clip_grad_norm_,
         last_good: Callable[[], object] = lambda: None,
     ) -> None:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
-        self.max_norm = optim.max_grad_norm or float("inf")
+        self.max_norm = max_grad_norm or float("inf")
         self.max_bad_steps, self.clip, self.last_good = max_bad_steps, clip, last_good
         self.bad_in_a_row = 0
 
@@ -196,13 +194,13 @@ def grpo_update(
     are normalised by the step's token / sequence counts over all ranks, so accumulating
     micro-batches gives the gradient of the whole batch. Every rank calls it (collectives).
     """
-    a = settings.algorithm
+    objective = settings.objective
     # A rerender episode's later training sequences are extra rows with the episode's values.
     flat_adv = batch.per_row(advantages.flatten())
     # Items whose scoring failed (and groups left with too few scored ones) get no loss, and
     # neither do truncated ones under DAPO overlong filtering (their reward is unreliable).
     skip = batch.per_row(
-        ~batch.trainable.flatten() | (batch.truncated.flatten() & a.mask_truncated)
+        ~batch.trainable.flatten() | (batch.truncated.flatten() & settings.mask_truncated)
     )
     keep = torch.where(skip | batch.padding, 0.0, 1.0)
     # Only rows whose loss can have a gradient get a forward/backward pass (with beta = 0, not
@@ -211,11 +209,11 @@ def grpo_update(
     # A padding rank's metrics stay out of the step's averages (its rows only keep the
     # collectives in step), and so do an idle rank's while another rank learns (they would skew
     # the trained rows' metrics, and differ from a single process's).
-    learns = bool(live_rows(flat_adv, keep, a.beta))
+    learns = bool(live_rows(flat_adv, keep, objective.beta))
     anyone_learns = distributed.any_rank(learns)  # every rank calls it, padding or not
     silent = batch.padding or (anyone_learns and not learns)
-    prompts, select = batch.row_prompts(), rows_with_gradient(flat_adv, keep, a.beta)
-    budget = settings.optim.micro_batch_tokens
+    prompts, select = batch.row_prompts(), rows_with_gradient(flat_adv, keep, objective.beta)
+    budget = settings.micro_batch_tokens
     packed = learner.packs(prompts, batch.completion_ids, budget, select)
     batches = make_micro_batches(
         prompts,
@@ -238,7 +236,7 @@ def grpo_update(
     old: dict[int, torch.Tensor] = {}  # micro-batch -> logprobs before any update
     sums, loss_total, grad_norm = MetricSums(), 0.0, 0.0
     learner.model.train()
-    for iteration in range(a.mu):
+    for iteration in range(settings.mu):
         loss_total = 0.0
         done: set[int] = set()
         for k, (i, weight) in enumerate(schedule):
@@ -254,14 +252,14 @@ def grpo_update(
                 states = _liger_states(learner, mb)  # None unless logprob_head: liger
                 if states is None:
                     logprobs, entropy = token_logprobs(
-                        learner.model, mb, settings.rollout.temperature, first,
+                        learner.model, mb, settings.temperature, first,
                         learner.share_prompts, learner.head,
                     )  # fmt: skip
                 else:  # the values for the old policy, the IS weights and the metrics
                     with torch.no_grad():
                         logprobs, entropy = fused_logprobs(
                             states.head, states.hidden.detach(), mb.completion_ids,
-                            settings.rollout.temperature, first, vocab=states.vocab,
+                            settings.temperature, first, vocab=states.vocab,
                         )  # fmt: skip
                 logprobs = logprobs.float()
                 if first:  # before the first update the current policy is the "old" one
@@ -274,11 +272,11 @@ def grpo_update(
                 )  # fmt: skip
                 # Each micro-batch's loss is a mean over its own tokens / sequences; weighting by
                 # its share of the global batch makes the accumulated gradient the whole batch's.
-                share = loss_share(a.loss_type, mask, total_tokens, total_seqs) * weight
+                share = loss_share(objective.loss_type, mask, total_tokens, total_seqs) * weight
                 share = 0.0 if batch.padding else share
                 learner.backward(loss * (share * loss_scale))
             loss_total += float(loss.detach()) * share
-            if iteration == a.mu - 1 and tokens and i not in done:
+            if iteration == settings.mu - 1 and tokens and i not in done:
                 sums.add(metrics, tokens)
                 done.add(i)
         loss_total = distributed.global_sum(loss_total)[0]
@@ -301,7 +299,7 @@ def _micro_batch_loss(
     liger: LigerStates | None = None,
     first: bool = True,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Return the clipped GRPO loss of one micro-batch (``loss.grpo_loss``) and its metrics.
+    """Return the clipped GRPO loss of one micro-batch (``grpo_loss``) and its metrics.
 
     With ``beta > 0`` it reads the KL reference's logprobs; with truncated importance sampling
     (``is_correction``) it weights tokens by old / sampling probabilities, adding their metrics
@@ -310,17 +308,19 @@ def _micro_batch_loss(
     metrics from ``grpo_loss`` over the (gradient-free) ``logprobs``; ``first``: the pass
     before any update, whose old policy is the current one.
     """
-    a = settings.algorithm
+    objective = settings.objective
     ref = None
-    if a.beta > 0:
+    if objective.beta > 0:
         if learner.reference is None:
             raise ValueError("beta > 0 needs Learner.reference (the KL reference)")
         ref = learner.reference(mb)
     weights = None
-    if a.is_correction:
+    if settings.is_correction:
         rows = list(mb.rows)
         sampled = pad_rows([batch.sampling_logprobs[r] for r in rows], mask.shape[1])
-        weights, is_metrics = truncated_is_weights(old, sampled.to(learner.device), mask, a.is_cap)
+        weights, is_metrics = truncated_is_weights(
+            old, sampled.to(learner.device), mask, settings.is_cap
+        )
         if is_sums is not None:
             is_sums.add(is_metrics, tokens)
     loss, metrics = grpo_loss(
@@ -329,19 +329,18 @@ def _micro_batch_loss(
         adv,
         mask,
         ref_logprobs=ref,
-        beta=a.beta,
-        epsilon_low=a.epsilon_low,
-        epsilon_high=a.epsilon_high,
-        loss_type=a.loss_type,
-        max_completion_length=settings.rollout.max_completion_length,
+        beta=objective.beta,
+        epsilon_low=objective.epsilon_low,
+        epsilon_high=objective.epsilon_high,
+        loss_type=objective.loss_type,
+        max_completion_length=objective.max_completion_length,
         importance_weights=weights,
-        importance_sampling_level=a.importance_sampling_level,
+        importance_sampling_level=objective.importance_sampling_level,
     )
     if liger is not None:
         loss = liger_grpo_loss(
-            liger.head, liger.hidden, mb.completion_ids, mask, adv, a,
-            temperature=settings.rollout.temperature,
-            max_completion_length=settings.rollout.max_completion_length,
+            liger.head, liger.hidden, mb.completion_ids, mask, adv, objective,
+            temperature=settings.temperature,
             old_logprobs=None if first else old, ref_logprobs=ref, importance_weights=weights,
         )  # fmt: skip
     return loss, metrics

@@ -6,10 +6,10 @@ DDP, or sharded by FSDP / DeepSpeed ZeRO) and its own rollout engine. Per step:
 1. ``shard_prompts``: each rank takes a contiguous share of the step's prompts. A prompt is a GRPO
    group (the engine samples its ``G`` completions), so a group never spans two ranks.
 2. Each rank generates and scores its share.
-3. ``global_advantages`` / ``global_ema_advantages``: rewards are gathered from every rank
-   (``gather_step_rewards``, the one gather of every estimator), advantages computed on the whole
-   (P, G) batch (batch-level reward scaling and logged statistics then equal a single-process
-   run), and each rank keeps its own rows.
+3. The advantages (``algorithm.global_advantages``, above this package): rewards are gathered
+   from every rank (``gather_rows`` and ``gather_objects``, here), advantages computed on the
+   whole (P, G) batch (batch-level reward scaling and logged statistics then equal a
+   single-process run), and each rank keeps its own rows.
 4. The loss of each micro-batch is normalised by *global* token / sequence counts
    (``global_loss_normalizers``) and multiplied by ``data_parallel_loss_scale()``, because DDP,
    FSDP and ZeRO all *average* gradients over ranks. The sum of gradients then equals the
@@ -44,9 +44,6 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from grpo_train.algorithm.advantages import Estimator, ScaleRewards, compute_advantages
-from grpo_train.algorithm.baselines import EmaBaselines, GroupKey, ema_advantages
-
 T = TypeVar("T")
 
 
@@ -64,7 +61,7 @@ class RankInfo:
         return self.rank == 0
 
 
-def _active() -> bool:
+def multi_rank() -> bool:
     """Return True when a process group with more than one rank is running."""
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
@@ -259,7 +256,7 @@ def gather_rows(local: torch.Tensor) -> torch.Tensor:
     ``all_gather`` needs equal shapes, so rows are padded to the largest count and cut back.
     The result is on ``local``'s device, whatever device the backend communicates on.
     """
-    if not _active():
+    if not multi_rank():
         return local
     world = dist.get_world_size()
     count = on_backend_device(torch.tensor([local.shape[0]], dtype=torch.long))
@@ -274,115 +271,12 @@ def gather_rows(local: torch.Tensor) -> torch.Tensor:
     return torch.cat([part[:size] for part, size in zip(parts, sizes)], dim=0).to(local.device)
 
 
-@dataclass(frozen=True)
-class StepRewards:
-    """The whole step's (P, G) rewards, gathered from every rank, and where this rank's rows are.
-
-    The one gather behind every advantage estimator (``global_advantages``,
-    ``global_ema_advantages``): each computes on the whole batch, as one process would, and each
-    rank keeps ``local`` of the result.
-    """
-
-    rewards: torch.Tensor
-    """(P, G) rewards of all ranks, in rank order."""
-    valid: torch.Tensor | None
-    """(P, G) bool mask of the scored rewards of all ranks; None: all of them."""
-    offset: int
-    """Row of this rank's first group in ``rewards``."""
-    rows: int
-    """Number of this rank's groups."""
-
-    def local(self, values: torch.Tensor) -> torch.Tensor:
-        """Return this rank's rows of a (P, ...) tensor computed on the whole step."""
-        return values[self.offset : self.offset + self.rows]
-
-
-def gather_step_rewards(
-    local_rewards: torch.Tensor, local_valid: torch.Tensor | None = None
-) -> StepRewards:
-    """Gather every rank's (P_rank, G) rewards (and validity mask) in rank order (collective).
-
-    World size 1: the local tensors as they are, nothing communicated.
-    """
-    if local_rewards.ndim != 2:
-        raise ValueError(
-            f"rewards must have shape (prompts, group), got {tuple(local_rewards.shape)}"
-        )
-    rows = int(local_rewards.shape[0])
-    if not _active():
-        return StepRewards(local_rewards, local_valid, 0, rows)
-    rewards = gather_rows(local_rewards)
-    counts = gather_rows(torch.tensor([rows], device=local_rewards.device))
-    offset = int(counts[: dist.get_rank()].sum())
-    valid = None
-    if local_valid is not None:
-        valid = gather_rows(local_valid.to(local_rewards.dtype)) > 0.5
-    return StepRewards(rewards, valid, offset, rows)
-
-
-@dataclass(frozen=True)
-class GlobalAdvantages:
-    """Advantages computed on the whole step's batch, and this rank's slice of them."""
-
-    local: torch.Tensor
-    """(P_rank, G) advantages of this rank's groups."""
-    rewards: torch.Tensor
-    """(P, G) rewards of all ranks (for logging ``group_stats`` once, on the main rank)."""
-    offset: int
-    """Row of this rank's first group in ``rewards``."""
-
-
-def global_advantages(
-    local_rewards: torch.Tensor,
-    estimator: Estimator | str = Estimator.GRPO,
-    scale_rewards: ScaleRewards | str = ScaleRewards.GROUP,
-    eps: float = 1e-4,
-    local_valid: torch.Tensor | None = None,
-) -> GlobalAdvantages:
-    """Gather rewards, compute advantages over all ranks' groups, keep this rank's rows.
-
-    ``local_valid``: (P_rank, G) bool mask of the rewards that were scored (see
-    ``compute_advantages``' ``valid``); None: all of them.
-
-    With whole groups per rank the per-group estimators give the same numbers locally, but
-    ``scale_rewards="batch"`` divides by the std of *all* rewards of the step, which only the
-    gathered tensor has; computing everything globally keeps a multi-rank run identical to a
-    single-process one whatever the options.
-    """
-    step = gather_step_rewards(local_rewards, local_valid)
-    advantages = compute_advantages(step.rewards, estimator, scale_rewards, eps, valid=step.valid)
-    return GlobalAdvantages(local=step.local(advantages), rewards=step.rewards, offset=step.offset)
-
-
-def global_ema_advantages(
-    local_rewards: torch.Tensor,
-    keys: Sequence[GroupKey],
-    baselines: EmaBaselines,
-    alpha: float,
-    scale_rewards: ScaleRewards | str,
-    local_valid: torch.Tensor,
-) -> tuple[torch.Tensor, EmaBaselines]:
-    """Return this rank's rows of the EMA advantages over every rank's groups, and the baselines.
-
-    ``baselines.ema_advantages`` on the gathered batch (collective). Every rank computes from
-    the same gathered rewards and keys, in rank order, so every rank's baselines stay identical
-    (each saves and restores the same state).
-    """
-    step = gather_step_rewards(local_rewards, local_valid)
-    assert step.valid is not None  # given above
-    every_key = gather_objects(list(keys))
-    advantages, new = ema_advantages(
-        step.rewards, every_key, baselines, alpha, scale_rewards, valid=step.valid
-    )
-    return step.local(advantages), new
-
-
 def gather_objects(items: list[T]) -> list[T]:
     """Return every rank's picklable ``items`` concatenated in rank order (collective).
 
     World size 1: ``items`` itself.
     """
-    if not _active():
+    if not multi_rank():
         return items
     parts: list[list[T] | None] = [None] * dist.get_world_size()
     dist.all_gather_object(parts, items)
@@ -390,7 +284,7 @@ def gather_objects(items: list[T]) -> list[T]:
 
 
 def _all_reduce(values: Sequence[float], op: Any) -> list[float]:
-    if not _active():
+    if not multi_rank():
         return list(values)
     tensor = on_backend_device(torch.tensor(list(values), dtype=torch.float64))
     dist.all_reduce(tensor, op=op)
@@ -409,13 +303,13 @@ def global_max(*values: float) -> list[float]:
 
 def any_rank(flag: bool) -> bool:
     """Tell whether ``flag`` holds on some rank (collective; world size 1: ``flag``)."""
-    if not _active():
+    if not multi_rank():
         return flag
     return global_sum(float(flag))[0] > 0
 
 
 def global_loss_normalizers(local_tokens: int, local_sequences: int) -> tuple[int, int]:
-    """Global ``(total_tokens, total_sequences)`` for ``loss.loss_share`` (all ranks' batches)."""
+    """Global ``(total_tokens, total_sequences)`` for ``loss_share`` (all ranks' batches)."""
     tokens, sequences = global_sum(local_tokens, local_sequences)
     return round(tokens), round(sequences)
 
@@ -426,7 +320,7 @@ def data_parallel_loss_scale() -> float:
     DDP (and FSDP, ZeRO) average gradients over the world; a loss already normalised by global
     counts must be scaled back up by the world size so the update equals the single-process one.
     """
-    return float(dist.get_world_size()) if _active() else 1.0
+    return float(dist.get_world_size()) if multi_rank() else 1.0
 
 
 def common_count(local_count: int) -> int:
@@ -511,7 +405,7 @@ def max_rank_difference(model: torch.nn.Module) -> float:
     For replicated models (DDP). For sharded ones (FSDP, ZeRO-3) each rank holds a different
     shard, so compare ``weight_export.full_state_dict`` outputs instead.
     """
-    if not _active():
+    if not multi_rank():
         return 0.0
     worst = 0.0
     for name, param in unwrap_model(model).named_parameters():

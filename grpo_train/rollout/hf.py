@@ -199,7 +199,7 @@ class HFEngine:
         cache = StaticCache(config=model.config, max_cache_len=width + steps)
         if not all(type(layer) is StaticLayer for layer in cache.layers):
             return None  # sliding-window / hybrid / recurrent layers: let generate handle them
-        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # as in training (loss._pad)
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # as in training (micro_batches._pad)
         prefill = DynamicCache(config=model.config)
         if prefix:
             for index, (keys, values) in enumerate(_stack_prefixes(kept, prefix, device)):

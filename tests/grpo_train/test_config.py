@@ -6,6 +6,7 @@ import pytest
 
 import grpo_envs
 from grpo_train.algorithm.advantages import ScaleRewards
+from grpo_train.algorithm.choices import LossType
 from grpo_train.config import (
     DEFAULT_PRESET,
     SECTIONS,
@@ -18,7 +19,6 @@ from grpo_train.config import (
     field_resume,
     preset_config,
 )
-from grpo_train.learner.loss import LossType
 
 
 def test_every_field_has_a_docstring_and_a_unique_name():

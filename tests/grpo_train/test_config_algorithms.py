@@ -5,8 +5,8 @@ import math
 import pytest
 
 from grpo_train.algorithm.advantages import Estimator, ScaleRewards
+from grpo_train.algorithm.choices import ImportanceLevel
 from grpo_train.config import RESUME_FIXED, RESUME_FREE, ConfigError, TrainConfig, algorithm_notes
-from grpo_train.learner.loss import ImportanceLevel
 
 
 def test_new_fields_parse_from_command_line_strings():

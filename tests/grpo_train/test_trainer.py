@@ -10,7 +10,8 @@ from toy_env import DigitEnv
 from grpo_envs.types import Sample
 from grpo_train.config import TrainConfig
 from grpo_train.episodes.prompts import encode_prompt
-from grpo_train.learner.loss import make_micro_batches, token_logprobs
+from grpo_train.learner.forward import token_logprobs
+from grpo_train.learner.micro_batches import make_micro_batches
 from grpo_train.rollout.base import SamplingConfig
 from grpo_train.run.checkpoint import latest_checkpoint
 from grpo_train.run.run_log import read_metrics
@@ -453,8 +454,9 @@ def test_update_gradient_equals_the_plain_full_batch_computation(
     from collections import defaultdict
 
     import grpo_train.learner.update as update_module
+    from grpo_train.algorithm.objective import grpo_loss, truncated_is_weights
     from grpo_train.collect.batch import RolloutBatch
-    from grpo_train.learner.loss import grpo_loss, pad_rows, truncated_is_weights
+    from grpo_train.learner.micro_batches import pad_rows
     from grpo_train.learner.update import grpo_update
 
     cfg = make_config(

@@ -96,7 +96,7 @@ def test_gspo_run_uses_sequence_ratios(tiny_model_path, tmp_path):
             tiny_model_path, tmp_path / "seq", importance_sampling_level="sequence", **common
         )
     )
-    assert seq.setup.settings.algorithm.importance_sampling_level == "sequence"
+    assert seq.setup.settings.objective.importance_sampling_level == "sequence"
     t_row, s_row = read_metrics(tmp_path / "token")[0], read_metrics(tmp_path / "seq")[0]
     assert t_row["reward/mean"] == s_row["reward/mean"] > 0  # the same rollouts
     # The first update is on-policy (ratio 1), the same at both levels, so the second update

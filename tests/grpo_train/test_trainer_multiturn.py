@@ -28,9 +28,10 @@ from grpo_train.episodes.driver import (
     score_episodes,
 )
 from grpo_train.episodes.tokens import Extension
-from grpo_train.learner.update import Learner, UpdateSettings, grpo_update
+from grpo_train.learner.update import Learner, grpo_update
 from grpo_train.rollout.base import SamplingConfig
 from grpo_train.run.run_log import read_metrics
+from grpo_train.run_setup import update_settings
 from grpo_train.trainer import Trainer
 
 EPISODE_METRICS = (
@@ -74,7 +75,11 @@ def test_the_gradient_with_environment_tokens_masked_is_the_textbook_one(
                   episodes=tuple(group))]  # fmt: skip
     batch = RolloutBatch.from_groups(rows, 2)
     advantages = torch.tensor([[0.75, -0.75]])
-    settings = UpdateSettings.of(loss_type="dapo", is_correction=False, micro_batch_tokens=10**6)
+    settings = update_settings(
+        TrainConfig.from_flat(
+            {"loss_type": "dapo", "is_correction": False, "micro_batch_tokens": 10**6}
+        )
+    )
     captured: dict[str, dict[str, torch.Tensor]] = {}
 
     def capture(loss: float) -> float:

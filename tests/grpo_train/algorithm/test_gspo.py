@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from grpo_train.learner.loss import grpo_loss, importance_log_ratio, loss_share
+from grpo_train.algorithm.objective import grpo_loss, importance_log_ratio, loss_share
 
 E_LOW, E_HIGH = 0.2, 0.28
 #   row 0: log ratios 0.2, -0.1 (third token masked out): s = exp(0.05), A = +1, not clipped

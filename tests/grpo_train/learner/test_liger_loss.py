@@ -9,18 +9,21 @@ padded, shared-prompt and packed forwards, LoRA, tied embeddings, ``mu = 2`` and
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import torch
 
 from grpo_train.algorithm.choices import ImportanceLevel, LossType
+from grpo_train.algorithm.objective import ObjectiveSettings, grpo_loss
 from grpo_train.collect.batch import RolloutBatch
-from grpo_train.config import AlgorithmConfig, TrainConfig
+from grpo_train.config import TrainConfig
+from grpo_train.learner.forward import token_logprobs
 from grpo_train.learner.liger_loss import MISSING, liger_grpo_loss
 from grpo_train.learner.logprobs import HeadChoice, fused_logprobs
-from grpo_train.learner.loss import grpo_loss, token_logprobs
 from grpo_train.learner.update import Learner, UpdateSettings, grpo_update
+from grpo_train.run_setup import update_settings
 
 pytest.importorskip("liger_kernel", reason="the dev extras install liger-kernel")
 
@@ -48,7 +51,7 @@ def _inputs(seed: int = 0, dtype: torch.dtype = torch.float32) -> dict[str, Any]
 
 
 def _ours_and_liger(
-    x: dict[str, Any], a: AlgorithmConfig, temperature: float, weights: Any, old: bool
+    x: dict[str, Any], a: ObjectiveSettings, temperature: float, weights: Any, old: bool
 ):
     """Loss and (hidden, weight) gradients of ``grpo_loss`` over the fused head, and Liger's."""
     lp, _ = fused_logprobs(x["head"], x["hidden"], x["ids"], temperature, False, vocab=V)
@@ -63,8 +66,8 @@ def _ours_and_liger(
     params = [x["hidden"], x["head"].weight]
     ours_grads = torch.autograd.grad(ours, params)
     theirs = liger_grpo_loss(
-        x["head"], x["hidden"], x["ids"], x["mask"], x["adv"], a, temperature=temperature,
-        max_completion_length=C, old_logprobs=old_lp if old else None, ref_logprobs=ref,
+        x["head"], x["hidden"], x["ids"], x["mask"], x["adv"], replace(a, max_completion_length=C),
+        temperature=temperature, old_logprobs=old_lp if old else None, ref_logprobs=ref,
         importance_weights=weights,
     )  # fmt: skip
     theirs_grads = torch.autograd.grad(theirs, params)
@@ -87,7 +90,7 @@ def _close(ours: Any, theirs: Any, rtol: float, atol: float) -> None:
 def test_liger_loss_equals_ours_without_importance_weights(
     loss_type, level, beta, temperature, old
 ):
-    a = AlgorithmConfig(
+    a = ObjectiveSettings(
         loss_type=LossType(loss_type), importance_sampling_level=ImportanceLevel(level), beta=beta
     )
     ours, theirs = _ours_and_liger(_inputs(), a, temperature, None, old)
@@ -101,10 +104,10 @@ def test_per_token_importance_weights_token_level_equal_sequence_level_by_row_me
     gradient: the same loss value, and Liger's gradient is ours with each row's weights
     replaced by their mean over the row's tokens (equal when a row's weights agree)."""
     x = _inputs(seed=3)
-    token = AlgorithmConfig(loss_type=LossType(loss_type), beta=0.1)
+    token = ObjectiveSettings(loss_type=LossType(loss_type), beta=0.1)
     ours, theirs = _ours_and_liger(x, token, 0.7, x["weights"], True)
     _close(ours, theirs, rtol=1e-5, atol=1e-7)
-    sequence = AlgorithmConfig(
+    sequence = ObjectiveSettings(
         loss_type=LossType(loss_type), importance_sampling_level=ImportanceLevel.SEQUENCE, beta=0.1
     )
     ours, theirs = _ours_and_liger(x, sequence, 0.7, x["weights"], True)
@@ -118,7 +121,7 @@ def test_per_token_importance_weights_token_level_equal_sequence_level_by_row_me
 
 
 def test_liger_loss_in_bfloat16_within_its_rounding() -> None:
-    a = AlgorithmConfig(loss_type=LossType.DAPO, beta=0.1)
+    a = ObjectiveSettings(loss_type=LossType.DAPO, beta=0.1)
     ours, theirs = _ours_and_liger(_inputs(dtype=torch.bfloat16), a, 0.7, None, True)
     _close(ours, theirs, rtol=2e-2, atol=1e-3)
 
@@ -128,8 +131,8 @@ def test_liger_refuses_an_output_layer_that_is_not_one_matrix() -> None:
     wrapped = torch.nn.Sequential(x["head"])
     with pytest.raises(TypeError, match=r"Sequential.*logprob_head: auto"):
         liger_grpo_loss(
-            wrapped, x["hidden"], x["ids"], x["mask"], x["adv"], AlgorithmConfig(),
-            temperature=1.0, max_completion_length=C,
+            wrapped, x["hidden"], x["ids"], x["mask"], x["adv"],
+            ObjectiveSettings(max_completion_length=C), temperature=1.0,
         )  # fmt: skip
 
 
@@ -138,7 +141,7 @@ def test_config_accepts_liger_and_the_missing_package_is_one_fix_it_line(monkeyp
     from grpo_train.learner import liger_loss
 
     cfg = TrainConfig.from_flat({"logprob_head": "liger"})
-    assert HeadChoice.from_config(cfg.optim).path == "liger"
+    assert run_setup.head_choice(cfg).path == "liger"
     assert HeadChoice("liger").fuses(1, 2)  # log-probs alone (the KL reference): the fused head
     monkeypatch.setattr(liger_loss, "liger_installed", lambda: False)
     with pytest.raises(ValueError, match="pip install liger-kernel") as error:
@@ -197,7 +200,7 @@ def _update(model: Any, head: str, settings: UpdateSettings, **learner: Any) -> 
 
         def reference(mb: Any) -> torch.Tensor:
             with torch.no_grad():
-                return token_logprobs(frozen, mb, settings.rollout.temperature)[0].float() - 0.05
+                return token_logprobs(frozen, mb, settings.temperature)[0].float() - 0.05
 
         learner["reference"] = reference
     metrics = grpo_update(
@@ -232,7 +235,7 @@ def test_a_liger_update_moves_the_model_as_the_fused_head_does(case: str) -> Non
         learner["reference"] = True
     if case == "grpo, sequence":
         flat.update(loss_type="grpo", importance_sampling_level="sequence", is_correction=False)
-    settings = UpdateSettings.of(**flat)
+    settings = update_settings(TrainConfig.from_flat(flat))
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     fused, fused_metrics = _update(model, "fused", settings, **learner)
     liger, liger_metrics = _update(model, "liger", settings, **learner)

@@ -8,8 +8,9 @@ import pytest
 import torch
 from memory_probe import peak_kib
 
+from grpo_train.learner.forward import token_logprobs
 from grpo_train.learner.logprobs import HeadChoice, chunked_logprobs, fused_logprobs, plain_logprobs
-from grpo_train.learner.loss import MicroBatch, make_micro_batches, token_logprobs
+from grpo_train.learner.micro_batches import MicroBatch, make_micro_batches
 
 
 def _qwen3(vocab: int = 1000, tied: bool = False, seed: int = 0, layers: int = 2) -> Any:
@@ -229,18 +230,21 @@ def test_a_model_whose_logits_are_not_its_head_output_uses_the_chunked_path() ->
 
 def test_head_choice_validates_and_reads_the_config() -> None:
     from grpo_train.config import TrainConfig
+    from grpo_train.run_setup import head_choice
 
     with pytest.raises(ValueError, match="auto, chunked, fused or liger"):
         HeadChoice("triton")  # type: ignore[arg-type]
     cfg = TrainConfig.from_flat({"logprob_head": "fused", "fused_head_above_mib": 1})
-    assert HeadChoice.from_config(cfg.optim) == HeadChoice("fused", 1)
+    assert head_choice(cfg) == HeadChoice("fused", 1)
+    assert head_choice(TrainConfig()) == HeadChoice()  # the defaults are the configuration's
     # auto: 256 MiB of float32 logits: 441 tokens of Qwen's vocabulary
     assert not HeadChoice().fuses(441, 151_936) and HeadChoice().fuses(442, 151_936)
 
 
 _PEAK_SCRIPT = r"""
 from grpo_train.learner.logprobs import HeadChoice
-from grpo_train.learner.loss import make_micro_batches, token_logprobs
+from grpo_train.learner.forward import token_logprobs
+from grpo_train.learner.micro_batches import make_micro_batches
 
 length, path = int(sys.argv[1]), sys.argv[2]
 model = Qwen3ForCausalLM(tiny_qwen3(length + 64)).train()
@@ -300,7 +304,7 @@ def test_packed_micro_batches_hold_real_tokens_within_the_budget() -> None:
 
 
 def _packed_vs_padded(model: Any, use_cache: bool, head: str = "chunked") -> dict[str, Any]:
-    from grpo_train.learner.loss import _packed_logprobs, output_layer
+    from grpo_train.learner.forward import _packed_logprobs, output_layer
 
     prompts, completions = _skewed(1000)
     (padded,) = make_micro_batches(prompts, completions, 10**6, pad_id=0)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from grpo_train.learner.forward import token_logprobs
 from grpo_train.learner.lora import (
     LoraSettings,
     QLoraUnavailableError,
@@ -21,7 +22,7 @@ from grpo_train.learner.lora import (
     trainable_parameters,
     unwrap_peft,
 )
-from grpo_train.learner.loss import MicroBatch, make_micro_batches, token_logprobs
+from grpo_train.learner.micro_batches import MicroBatch, make_micro_batches
 from grpo_train.learner.weight_export import export_state_dict, merge_lora_state_dict
 
 SETTINGS = LoraSettings(lora_r=4, lora_alpha=8)

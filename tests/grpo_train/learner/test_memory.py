@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 import torch
 
-from grpo_train.learner.loss import make_micro_batches, token_logprobs
+from grpo_train.learner.forward import token_logprobs
 from grpo_train.learner.memory import autocast, enable_gradient_checkpointing, on_device
+from grpo_train.learner.micro_batches import make_micro_batches
 from grpo_train.models.hf_compat import checkpointing_enabled
 
 

@@ -8,9 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from grpo_train.algorithm.choices import LossType
+from grpo_train.algorithm.objective import ObjectiveSettings, grpo_loss
 from grpo_train.collect.batch import RolloutBatch
-from grpo_train.learner.loss import grpo_loss, make_micro_batches, token_logprobs
+from grpo_train.config import TrainConfig
+from grpo_train.learner.forward import token_logprobs
+from grpo_train.learner.micro_batches import make_micro_batches
 from grpo_train.learner.update import Learner, UpdateSettings, grpo_update
+from grpo_train.run_setup import update_settings
 
 PROMPTS = ((11, 12, 13), (14, 15))
 COMPLETIONS = ((20, 21, 22, 23, 24), (25, 26), (27, 28, 29, 30), (31, 32, 33))
@@ -33,6 +38,27 @@ def make_batch(loss_mask: tuple[torch.Tensor, ...]) -> RolloutBatch:
 
 def all_tokens() -> tuple[torch.Tensor, ...]:
     return tuple(torch.ones(len(c), dtype=torch.bool) for c in COMPLETIONS)
+
+
+def _settings(**values: object) -> UpdateSettings:
+    """The update settings of ``TrainConfig.from_flat(values)``, built as a run builds them."""
+    return update_settings(TrainConfig.from_flat(values))
+
+
+def test_update_settings_read_the_run_configuration() -> None:
+    cfg = TrainConfig.from_flat(
+        {"beta": 0.1, "mu": 2, "loss_type": "dr_grpo", "max_completion_length": 77,
+         "temperature": 0.5, "micro_batch_tokens": 99, "is_cap": 2.0, "mask_truncated": True}
+    )  # fmt: skip
+    settings = update_settings(cfg)
+    assert settings.objective == ObjectiveSettings(
+        beta=0.1, loss_type=LossType.DR_GRPO, max_completion_length=77
+    )
+    assert (settings.mu, settings.temperature, settings.micro_batch_tokens) == (2, 0.5, 99)
+    assert (settings.is_cap, settings.mask_truncated, settings.is_correction) == (2.0, True, True)
+    # grpo_loss's defaults (ObjectiveSettings') are the configuration's
+    defaults = update_settings(TrainConfig()).objective
+    assert dataclasses.replace(defaults, max_completion_length=None) == ObjectiveSettings()
 
 
 def gradients(model: torch.nn.Module, batch: RolloutBatch, settings: UpdateSettings) -> dict:
@@ -58,7 +84,7 @@ def test_masked_tokens_inside_a_completion_get_no_gradient_and_no_weight(
     from grpo_train.models.loading import load_policy
 
     model, _ = load_policy(str(tiny_model_path))
-    settings = UpdateSettings.of(loss_type=loss_type, is_correction=False, micro_batch_tokens=10**6)
+    settings = _settings(loss_type=loss_type, is_correction=False, micro_batch_tokens=10**6)
     # Tokens 1-2 of completion 0 came from the environment (e.g. a tool's reply), not the policy.
     episode = torch.tensor([True, False, False, True, True])
     masked = make_batch((episode, *all_tokens()[1:]))
@@ -103,7 +129,6 @@ def test_rollout_batch_names_the_field_that_does_not_fit() -> None:
 
 def test_clip_and_step_clips_steps_and_skips_a_non_finite_update_until_the_limit() -> None:
     """A finite update is clipped to max_grad_norm and stepped; a NaN one is skipped and counted."""
-    from grpo_train.config import OptimConfig
     from grpo_train.learner.update import ClipAndStep
     from grpo_train.run.stop import TrainingAborted
 
@@ -113,7 +138,7 @@ def test_clip_and_step_clips_steps_and_skips_a_non_finite_update_until_the_limit
     optimizer = torch.optim.SGD([weight], lr=1.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     step = ClipAndStep(
-        model, optimizer, scheduler, OptimConfig(max_grad_norm=1.0), 2, last_good=lambda: "ckpt-1"
+        model, optimizer, scheduler, max_grad_norm=1.0, max_bad_steps=2, last_good=lambda: "ckpt-1"
     )
     weight.grad = torch.tensor([3.0, 4.0])  # norm 5, clipped to norm 1: (0.6, 0.8)
     assert step(0.5) == pytest.approx(5.0)
@@ -135,7 +160,7 @@ def test_packed_update_equals_the_padded_one(tiny_model_path: Path, budget: int)
     from grpo_train.models.loading import load_policy
 
     model, _ = load_policy(str(tiny_model_path))
-    settings = UpdateSettings.of(loss_type="grpo", micro_batch_tokens=budget, beta=0.0)
+    settings = _settings(loss_type="grpo", micro_batch_tokens=budget, beta=0.0)
     batch = make_batch(all_tokens())
     advantages = torch.tensor([[1.0, -1.0], [-0.5, 0.5]])
     results = []
@@ -168,7 +193,7 @@ def test_auto_packing_packs_only_the_steps_where_padding_costs_more(tiny_model_p
     from grpo_train.models.loading import load_policy
 
     model, _ = load_policy(str(tiny_model_path))
-    settings = UpdateSettings.of(loss_type="dapo", micro_batch_tokens=10**6, beta=0.0)
+    settings = _settings(loss_type="dapo", micro_batch_tokens=10**6, beta=0.0)
     advantages = torch.tensor([[1.0, -1.0], [-0.5, 0.5]])
 
     def batch_of(completions: tuple[tuple[int, ...], ...]) -> RolloutBatch:
@@ -246,7 +271,7 @@ def test_deepspeed_steps_once_per_optimizer_step_whatever_the_micro_batches(
         model.zero_grad(set_to_none=True)
         return 0.0
 
-    settings = UpdateSettings.of(mu=mu, micro_batch_tokens=micro_batch_tokens)
+    settings = _settings(mu=mu, micro_batch_tokens=micro_batch_tokens)
     learner = Learner(model, pad_id=0, accelerator=accelerator)
     advantages = torch.tensor([[1.0, -1.0], [-0.5, 0.5]])
     grpo_update(learner, optimizer_step, make_batch(all_tokens()), advantages, settings)

@@ -25,9 +25,15 @@ from collective_guard.nccl_guard import GUARD_BANNER, guarded_env
 
 from grpo_train.algorithm.advantages import compute_advantages
 from grpo_train.algorithm.baselines import EmaBaselines, ema_advantages, group_key
+from grpo_train.algorithm.global_advantages import (
+    gather_step_rewards,
+    global_advantages,
+    global_ema_advantages,
+)
 from grpo_train.collect.batch import RolloutBatch
+from grpo_train.config import TrainConfig
 from grpo_train.learner.lora import LoraSettings, reference_logprobs
-from grpo_train.learner.update import Learner, UpdateSettings, grpo_update
+from grpo_train.learner.update import Learner, grpo_update
 from grpo_train.learner.weight_export import (
     export_state_dict,
     export_stream,
@@ -40,10 +46,7 @@ from grpo_train.parallel import distributed
 from grpo_train.parallel.distributed import (
     common_count,
     data_parallel_loss_scale,
-    gather_step_rewards,
     generation_share,
-    global_advantages,
-    global_ema_advantages,
     global_loss_normalizers,
     max_rank_difference,
     micro_batch_schedule,
@@ -52,6 +55,7 @@ from grpo_train.parallel.distributed import (
     shard_prompts,
     vllm_colocate_kwargs,
 )
+from grpo_train.run_setup import update_settings
 
 PROMPTS, GROUP, STEPS, LR, BETA = 4, 3, 3, 0.5, 0.1
 LORA = LoraSettings(lora_r=4, lora_alpha=8)
@@ -158,19 +162,6 @@ def test_collective_guard_rejects_a_tensor_the_backend_was_not_given() -> None:
 
 
 def test_single_process_helpers_are_identities() -> None:
-    rewards = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 1.0]])
-    gathered = gather_step_rewards(rewards)
-    assert gathered.rewards is rewards and gathered.valid is None and gathered.offset == 0
-    with pytest.raises(ValueError, match="prompts, group"):
-        gather_step_rewards(rewards.flatten())
-    result = global_advantages(rewards, scale_rewards="batch")
-    torch.testing.assert_close(result.local, compute_advantages(rewards, scale_rewards="batch"))
-    assert result.offset == 0
-    valid = torch.tensor([[True, True, False], [True, True, True]])
-    keys = [group_key(0, "a"), group_key(0, "b")]
-    ema, ema_state = global_ema_advantages(rewards, keys, EMA_START, 0.9, "batch", valid)
-    want, want_state = ema_advantages(rewards, keys, EMA_START, 0.9, "batch", valid=valid)
-    assert torch.equal(ema, want) and ema_state == want_state
     assert distributed.any_rank(True) and not distributed.any_rank(False)
     items = ["x", "y"]
     assert distributed.gather_objects(items) is items
@@ -317,8 +308,10 @@ def grpo_updates(
         return plan
 
     # A small budget gives each rank several micro-batches, and different counts per rank.
-    settings = UpdateSettings.of(
-        beta=beta, loss_type="dapo", is_correction=False, micro_batch_tokens=24
+    settings = update_settings(
+        TrainConfig.from_flat(
+            {"beta": beta, "loss_type": "dapo", "is_correction": False, "micro_batch_tokens": 24}
+        )
     )
     losses = []
     with mock.patch.object(distributed, "micro_batch_schedule", counted_schedule):
