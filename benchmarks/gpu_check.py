@@ -376,7 +376,7 @@ def check_checkpoint_resume(model_dir: Path, device: str) -> str:
             optimizer=optimizer,
             scheduler=scheduler,
             sampler=SamplerState(4, (1, 0)),
-            config=cfg,
+            config_yaml=cfg.to_yaml(),
             keep_last=1,
         )
         restored = _load(path / "model", device)

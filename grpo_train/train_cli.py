@@ -33,10 +33,10 @@ from grpo_train.config import (
     field_types,
     preset_config,
     real_model_defaults,
+    with_output_dir,
 )
 from grpo_train.models.loading import model_shape
 from grpo_train.run.console import setup_logging
-from grpo_train.run.run_dir import with_output_dir
 
 if TYPE_CHECKING:  # the trainer imports torch: only when a run starts
     from grpo_train.run.stop import StopRequest

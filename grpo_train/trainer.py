@@ -40,6 +40,7 @@ from grpo_train.collect.groups import Group
 from grpo_train.collect.learning_signal import Switch
 from grpo_train.collect.metrics import step_metrics
 from grpo_train.collect.pipeline import RolloutPipeline, engine_idle
+from grpo_train.collect.samples import sample_records
 from grpo_train.config import ConfigError, TrainConfig
 from grpo_train.learner import weight_export
 from grpo_train.learner.lora import save_merged
@@ -52,12 +53,18 @@ from grpo_train.run.run_log import (
     logger,
     open_run_log,
     read_metrics,
-    sample_records,
     samples_due,
 )
 from grpo_train.run.stop import StopRequest, pause_point
 from grpo_train.run.throughput import TimeToTarget, elapsed_at, run_throughput, time_to_target
-from grpo_train.run_setup import RunSetup, setup_run
+from grpo_train.run_setup import (
+    RunSetup,
+    collector_settings,
+    run_log_settings,
+    setup_run,
+    start_notes,
+    suite_settings,
+)
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,7 @@ class Trainer:
     """GRPO on one or more environments: ``Trainer(config).train()`` runs the whole thing.
 
     ``env`` and ``engine`` may be injected (tests, custom environments); otherwise they are built
-    from ``config`` (``grpo_envs.make`` per ``config.data.env`` entry, ``build_engine``).
+    from ``config`` (``grpo_envs.make`` per ``config.data.env`` entry, ``run_setup.build_engine``).
     ``stop``: the stop request whose signal handlers the caller installed before the trainer
     was built (``grpo train`` does, so that a signal while loading is a stop like any other).
 
@@ -125,7 +132,13 @@ class Trainer:
         self._undone: SamplerState | None = None
         s = self.setup
         self.collector = Collector(
-            s.cfg, s.prompts, self.engine, s.tokenizer, s.prompt_format, s.rank, s.run_dir
+            collector_settings(s.cfg),
+            s.prompts,
+            self.engine,
+            s.tokenizer,
+            s.prompt_format,
+            s.rank,
+            s.run_dir,
         )
         self.pipeline = RolloutPipeline(
             self.collector,
@@ -166,7 +179,9 @@ class Trainer:
         cfg, run, t0 = s.cfg, s.cfg.run, time.perf_counter()
         main = s.rank.is_main
         log = open_run_log(
-            cfg,
+            run_log_settings(cfg),
+            cfg.to_yaml(),
+            start_notes(cfg),
             s.run_dir,
             s.start_step,
             main,
@@ -486,7 +501,9 @@ class Trainer:
         if cfg.data.eval_suites:  # benchmark suites: eval/<suite>/avg@n, kept out of eval/accuracy
             from grpo_train.eval.training_suites import evaluate_suites
 
-            metrics.update(evaluate_suites(self.engine, s.tokenizer, cfg, s.prompt_format))
+            metrics.update(
+                evaluate_suites(self.engine, s.tokenizer, suite_settings(cfg), s.prompt_format)
+            )
         return metrics
 
     def save(self, step: int) -> Path:
@@ -511,7 +528,7 @@ class Trainer:
             sampler=s.auto.saved_into(
                 self._undone or self.pipeline.position() or s.prompts.state()
             ),
-            config=s.cfg,
+            config_yaml=s.cfg.to_yaml(),
             keep_last=s.cfg.run.keep_last,
             state_dict=state,
             accelerator=s.accelerator if s.distributed else None,

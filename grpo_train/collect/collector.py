@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from grpo_envs.types import Sample, Score
 from grpo_envs.wrappers import guarded_scores
@@ -25,7 +25,6 @@ from grpo_train.collect.groups import MIN_SCORED, Group
 from grpo_train.collect.metrics import rollout_metrics
 from grpo_train.collect.score_failures import ScoreErrors
 from grpo_train.collect.training_prompts import TrainingPrompts
-from grpo_train.config import TrainConfig
 from grpo_train.episodes.driver import EpisodeRenderer
 from grpo_train.episodes.prompts import PromptFormat, encode_prompt
 from grpo_train.episodes.reply_render import HistoryPolicy
@@ -69,6 +68,39 @@ def call_seed(run_seed: int, step: int, round_: int, width: int) -> int:
     return (1 << 61) | (int(words[0]) & ((1 << 61) - 1))
 
 
+@dataclass(frozen=True)
+class CollectorSettings:
+    """What a step's collection reads of the run's configuration (``run_setup`` builds it)."""
+
+    prompts_per_step: int
+    num_generations: int
+    """Completions per prompt (the group size)."""
+    max_prompt_length: int
+    """Prompt tokens kept (the last ones) after the chat template."""
+    max_completion_length: int
+    """Tokens per completion; a multi-turn episode's whole budget."""
+    max_turn_tokens: int
+    """Multi-turn: tokens one model turn may sample (0: ``max_completion_length``)."""
+    temperature: float
+    top_p: float
+    seed: int
+    """The run's seed: each generation call's seed derives from it (``call_seed``)."""
+    seed_per_prompt: bool
+    """Seed each prompt's group with its own seed (split-independent sampling)."""
+    tensor_parallel: int
+    """Ranks per colocated engine (they generate their prompts together)."""
+    history_policy: Literal["keep", "rerender"]
+    """Multi-turn: what the model is shown at a later turn (``reply_render.HistoryPolicy``)."""
+    fatal_template_breaks: bool
+    """Multi-turn: a reply the chat template cannot render stops the run (else a warning)."""
+    dynamic_sampling_rounds: int
+    """DAPO dynamic sampling: extra generation rounds a step may draw."""
+    curriculum_threshold: float
+    """The training accuracy a curriculum stage moves up at (said in the log)."""
+    max_reward_errors: float
+    """The share of failed scores above which the scorer looks broken (the run stops)."""
+
+
 class Collector:
     """Draws, generates and scores a step's rollouts (this rank's share of them).
 
@@ -80,7 +112,7 @@ class Collector:
 
     def __init__(
         self,
-        cfg: TrainConfig,
+        settings: CollectorSettings,
         prompts: TrainingPrompts,
         engine: RolloutEngine,
         tokenizer: Any,
@@ -88,7 +120,8 @@ class Collector:
         rank: distributed.RankInfo,
         run_dir: Path,
     ) -> None:
-        self.cfg, self.prompts, self.env_names, self.engine = cfg, prompts, prompts.names, engine
+        self.settings, self.prompts, self.env_names = settings, prompts, prompts.names
+        self.engine = engine
         self.tokenizer, self.prompt_format = tokenizer, prompt_format
         self.rank, self.run_dir = rank, run_dir
         if any(is_multi_turn(env) for env in prompts.envs):
@@ -99,7 +132,7 @@ class Collector:
                 logger.info(
                     "multi-turn: %s; history policy %s",
                     described,
-                    cfg.rollout.history_policy,
+                    settings.history_policy,
                 )
 
     def sample_batch(
@@ -113,14 +146,14 @@ class Collector:
         ``dynamic_sampling``: whether this step does (``learning_signal.AutoHeuristics`` decides:
         ``dynamic_sampling=on``, or ``auto`` once the learning-signal guard fired).
         """
-        cfg, a, m = self.cfg, self.cfg.algorithm, {}
-        p_step = cfg.rollout.prompts_per_step
+        settings, m = self.settings, {}
+        p_step = settings.prompts_per_step
         sampled = self.collect(p_step, step, 0, times)
         groups, padding = sampled, False
         if dynamic_sampling:
             groups, rounds = [g for g in sampled if g.informative], 0
             kept = int(distributed.global_sum(len(groups))[0])
-            while kept < p_step and rounds < a.dynamic_sampling_rounds:
+            while kept < p_step and rounds < settings.dynamic_sampling_rounds:
                 rounds += 1
                 more = self.collect(p_step - kept, step, rounds, times)
                 sampled, groups = sampled + more, groups + [g for g in more if g.informative]
@@ -138,9 +171,9 @@ class Collector:
         curriculum, moved = self.prompts.record(everything)
         m.update(curriculum)
         for where in moved if self.rank.is_main else ():
-            threshold = self.cfg.data.curriculum_threshold
+            threshold = settings.curriculum_threshold
             logger.info("curriculum: %s (training accuracy reached %g)", where, threshold)
-        batch = RolloutBatch.from_groups(groups, cfg.rollout.num_generations, padding)
+        batch = RolloutBatch.from_groups(groups, settings.num_generations, padding)
         return batch, sampled, m
 
     def _check_scores(self, step: int, groups: Sequence[Group]) -> None:
@@ -152,7 +185,7 @@ class Collector:
         if not errors.failed:
             return
         dropped = sum(g.dropped for g in groups)
-        limit = self.cfg.run.max_reward_errors
+        limit = self.settings.max_reward_errors
         if errors.fraction > limit:
             last = latest_checkpoint(self.run_dir)
             raise TrainingAborted(
@@ -186,7 +219,7 @@ class Collector:
         """
         drawn = self.prompts.draw(n_prompts)
         share = distributed.generation_share(
-            n_prompts, self.rank.rank, self.rank.world_size, self.cfg.rollout.tensor_parallel
+            n_prompts, self.rank.rank, self.rank.world_size, self.settings.tensor_parallel
         )
         groups = self._collect_range(drawn, share.generate, step, round_, times)
         return share.own(groups)
@@ -208,9 +241,9 @@ class Collector:
             return collect_episode_groups(
                 self.engine, self.tokenizer, self.prompt_format, self.prompts.envs, mine,
                 prompts, self._samplings(len(prompts), step, round_, start, episodes=True),
-                self.cfg.rollout.max_completion_length, times,
-                history=HistoryPolicy(self.cfg.rollout.history_policy),
-                fatal_breaks=self.cfg.rollout.template_breaks == "error",
+                self.settings.max_completion_length, times,
+                history=HistoryPolicy(self.settings.history_policy),
+                fatal_breaks=self.settings.fatal_template_breaks,
             )  # fmt: skip
         t = time.perf_counter()
         pause_point("generation", step)
@@ -234,7 +267,7 @@ class Collector:
 
     def _encode(self, sample: Sample) -> list[int]:
         """Encode a prompt: its last ``max_prompt_length`` token ids (a warning when cut)."""
-        limit = self.cfg.data.max_prompt_length
+        limit = self.settings.max_prompt_length
         return encode_prompt(self.tokenizer, sample, self.prompt_format, limit).ids
 
     def _samplings(
@@ -247,20 +280,20 @@ class Collector:
         differently; with ``seed_per_prompt`` the seed is base + global prompt index:
         split-independent.
         """
-        cfg, n = self.cfg, self.cfg.rollout.num_generations
-        width = cfg.rollout.prompts_per_step * n
-        seed = call_seed(cfg.run.seed, step, round_, width) + start * n
+        settings, n = self.settings, self.settings.num_generations
+        width = settings.prompts_per_step * n
+        seed = call_seed(settings.seed, step, round_, width) + start * n
         sampling = SamplingConfig(
             n=n,
-            max_new_tokens=cfg.rollout.max_completion_length,
-            temperature=cfg.rollout.temperature,
-            top_p=cfg.rollout.top_p,
+            max_new_tokens=settings.max_completion_length,
+            temperature=settings.temperature,
+            top_p=settings.top_p,
             seed=seed,
         )
-        if episodes and cfg.rollout.max_turn_tokens:  # a turn's cap within the episode's
-            turn = min(cfg.rollout.max_turn_tokens, cfg.rollout.max_completion_length)
+        if episodes and settings.max_turn_tokens:  # a turn's cap within the episode's
+            turn = min(settings.max_turn_tokens, settings.max_completion_length)
             sampling = replace(sampling, max_new_tokens=turn)
-        if not cfg.rollout.seed_per_prompt:
+        if not settings.seed_per_prompt:
             return [sampling]
         base = seed - start * n
         return [replace(sampling, seed=base + (start + i) * n) for i in range(n_prompts)]
@@ -270,6 +303,6 @@ class Collector:
     ) -> list[list[Completion]]:
         """``num_generations`` completions per prompt, seeded by step, round and prompt index."""
         samplings = self._samplings(len(prompts), step, round_, start)
-        if self.cfg.rollout.seed_per_prompt:  # seed = base + global prompt index: split-independent
+        if self.settings.seed_per_prompt:  # seed = base + global prompt index: split-independent
             return [self.engine.generate([p], s)[0] for p, s in zip(prompts, samplings)]
         return self.engine.generate(prompts, samplings[0]) if prompts else []

@@ -14,14 +14,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from grpo_train.algorithm.choices import Estimator
 
 if TYPE_CHECKING:
     from grpo_train.collect.training_prompts import TrainingPrompts
-    from grpo_train.config import TrainConfig
     from grpo_train.run.checkpoint import SamplerState
+
+
+@dataclass(frozen=True)
+class AutoSettings:
+    """What the automatic choices read of the run's configuration (``run_setup`` builds it).
+
+    The defaults are the configuration's.
+    """
+
+    dynamic_sampling: Literal["auto", "on", "off"] = "auto"
+    curriculum: Literal["auto", "on", "off"] = "auto"
+    advantage_estimator: Estimator = Estimator.GRPO
+    """``ema`` learns from equal-reward groups: no stall to answer."""
+    temperature: float = 1.0
+    """The rollout temperature (the stall advice names it)."""
+    num_generations: int = 8
+    """The group size (the stall advice names it)."""
+    curriculum_threshold: float = 0.6
+    """The training accuracy a curriculum stage moves up at (the stall advice names it)."""
 
 
 @dataclass
@@ -61,7 +79,7 @@ class SignalGuard:
     def advice(
         self,
         step: int,
-        config: TrainConfig,
+        settings: AutoSettings,
         dynamic_sampling_now_on: bool,
         easier_now: Sequence[str] = (),
     ) -> str:
@@ -70,13 +88,12 @@ class SignalGuard:
         ``easier_now``: the environments that the automatic curriculum just sent to their easiest
         version.
         """
-        r = config.rollout
         tries = [
             "dynamic_sampling=true (drop equal-reward groups, draw more prompts)"
             if not dynamic_sampling_now_on
             else "more dynamic_sampling_rounds",
-            f"a higher temperature (now {r.temperature:g})",
-            f"larger groups (num_generations, now {r.num_generations})",
+            f"a higher temperature (now {settings.temperature:g})",
+            f"larger groups (num_generations, now {settings.num_generations})",
             "a reward with partial credit (e.g. step_credit for arithmetic chains)",
         ]
         if not easier_now:
@@ -90,7 +107,7 @@ class SignalGuard:
             now += (
                 f"; curriculum=auto: {', '.join(easier_now)} now trains on its easiest version "
                 "first and moves up as its training accuracy reaches curriculum_threshold="
-                f"{config.data.curriculum_threshold:g} (evaluation stays on the task as "
+                f"{settings.curriculum_threshold:g} (evaluation stays on the task as "
                 "configured)"
             )
         return (
@@ -130,13 +147,13 @@ class AutoHeuristics:
 
     def __init__(
         self,
-        config: TrainConfig,
+        settings: AutoSettings,
         prompts: TrainingPrompts,
         saved: SamplerState | None,
         step: int,
         earlier: Sequence[tuple[int, str]] | None = None,
     ) -> None:
-        self.config, self.prompts = config, prompts
+        self.settings, self.prompts = settings, prompts
         self.guard = SignalGuard()
         self.switches: list[Switch] = [Switch(s, what) for s, what in earlier or ()]
         if saved is not None:
@@ -149,26 +166,26 @@ class AutoHeuristics:
             # A checkpoint written before switches were recorded: say what was already on.
             if self.guard.eased:
                 self.switches.append(Switch(step, "curriculum=auto had eased (resumed)"))
-            if self.dynamic_sampling and config.algorithm.dynamic_sampling == "auto":
+            if self.dynamic_sampling and settings.dynamic_sampling == "auto":
                 self.switches.append(Switch(step, "dynamic_sampling=auto was on (resumed)"))
         self._stages = self._stage_metrics(prompts.stage_metrics())
 
     @property
     def dynamic_sampling(self) -> bool:
         """Whether this step drops equal-reward groups and draws more (DAPO dynamic sampling)."""
-        mode = self.config.algorithm.dynamic_sampling
+        mode = self.settings.dynamic_sampling
         return mode == "on" or (mode == "auto" and self.guard.fired)
 
     def watch(self, step: int, metrics: Mapping[str, float]) -> str | None:
         """Take a step's metrics; return the line to print when the learning signal stalled."""
         self._note_stage_changes(step, metrics)
         frac = metrics.get("group/frac_zero_std")
-        if self.config.algorithm.advantage_estimator is Estimator.EMA:
+        if self.settings.advantage_estimator is Estimator.EMA:
             return None  # equal-reward groups still learn against the EMA baseline: not a stall
         if frac is None or not self.guard.update(frac):
             return None
         easier: list[str] = []
-        if self.config.data.curriculum == "auto" and not self.guard.eased:
+        if self.settings.curriculum == "auto" and not self.guard.eased:
             easier = self.prompts.ease()
         if easier:
             # The curriculum removes the cause (a task the policy is never right on), while
@@ -179,18 +196,17 @@ class AutoHeuristics:
             self._stages = self._stage_metrics(self.prompts.stage_metrics())
             self.switches += [Switch(step, f"curriculum=auto sent {e}") for e in easier]
         # The guard stays fired (dynamic_sampling=auto draws more from now on) unless re-armed.
-        auto = self.config.algorithm.dynamic_sampling == "auto" and self.guard.fired
+        auto = self.settings.dynamic_sampling == "auto" and self.guard.fired
         if auto:
             self.switches.append(Switch(step, "dynamic_sampling=auto on for the rest of the run"))
-        return self.guard.advice(step, self.config, auto, easier)
+        return self.guard.advice(step, self.settings, auto, easier)
 
     def record(self) -> list[tuple[int, str]]:
         """Return ``(step, what)`` of every switch so far, as checkpoints store them.
 
-        >>> from grpo_train.config import TrainConfig
         >>> class NoPrompts:
         ...     def stage_metrics(self): return {}
-        >>> auto = AutoHeuristics(TrainConfig(), NoPrompts(), None, 0, [(3, "a"), (5, "b")])
+        >>> auto = AutoHeuristics(AutoSettings(), NoPrompts(), None, 0, [(3, "a"), (5, "b")])
         >>> auto.record(), auto.switches[1].describe()
         ([(3, 'a'), (5, 'b')], 'after step 5: b')
         """

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from grpo_envs.mixture import WeightedOrder
@@ -25,7 +25,25 @@ from grpo_train.run.checkpoint import SamplerState
 if TYPE_CHECKING:
     from grpo_envs.base import Environment
     from grpo_train.collect.groups import Group
-    from grpo_train.config import DataConfig
+
+
+@dataclass(frozen=True)
+class PromptSettings:
+    """What the prompt draw reads of the run's configuration (``run_setup`` builds it).
+
+    The defaults are the configuration's.
+    """
+
+    train_split: str = "train"
+    """The split training prompts are drawn from."""
+    curriculum_threshold: float = 0.6
+    """Training accuracy at which an environment moves to its next stage."""
+    curriculum_window: int = 3
+    """Steps of training accuracy averaged for ``curriculum_threshold``."""
+    online_filtering: bool = False
+    """Skip prompts whose pass rate was 0 or 1 on their last visit."""
+    filter_retry_after: int = 2
+    """Skips in a row before a filtered prompt is drawn again."""
 
 
 class PromptSampler(WeightedOrder):
@@ -81,27 +99,27 @@ class TrainingPrompts:
         starts: Sequence[int],
         names: Sequence[str],
         weights: Sequence[float],
-        data: DataConfig,
+        settings: PromptSettings,
         seed: int,
         saved: SamplerState | None = None,
     ) -> None:
         self.stage_envs = [list(stages) for stages in stage_envs]
-        self.names, self.data = list(names), data
+        self.names, self.settings = list(names), settings
         initial = CurriculumState(tuple(starts), tuple(() for _ in starts))
         resumed = (
             CurriculumState.from_json(saved.curriculum) if saved and saved.curriculum else None
         )
         self.curriculum = AccuracyCurriculum(
             [len(s) for s in self.stage_envs],
-            data.curriculum_threshold,
-            data.curriculum_window,
+            settings.curriculum_threshold,
+            settings.curriculum_window,
             resumed or initial,
         )
-        self.filter = PassRateFilter(data.filter_retry_after)
+        self.filter = PassRateFilter(settings.filter_retry_after)
         if saved is not None:
             self.filter.load_json(saved.filter_memory)
         self.envs = [s[self.curriculum.stage(i)] for i, s in enumerate(self.stage_envs)]
-        self.rows = [env.dataset(data.train_split) for env in self.envs]
+        self.rows = [env.dataset(settings.train_split) for env in self.envs]
         self.sampler = PromptSampler([len(r) for r in self.rows], weights, seed, saved)
         self._filtered = self._drawn = 0
 
@@ -113,7 +131,7 @@ class TrainingPrompts:
             env_index, row = self.sampler.next_row()
             sample = self._named_for_stage(env_index, Sample.from_row(self.rows[env_index][row]))
             if (
-                self.data.online_filtering
+                self.settings.online_filtering
                 and skipped < MAX_FILTERED_PER_PROMPT * n_prompts
                 and self.filter.skip(self._key(env_index, sample))
             ):
@@ -135,12 +153,12 @@ class TrainingPrompts:
             hits = [s.correct for s, ok in zip(g.scores, g.trainable) if ok]
             correct[g.env_index] += sum(hits)
             scored[g.env_index] += len(hits)
-            if hits and self.data.online_filtering:
+            if hits and self.settings.online_filtering:
                 self.filter.record(self._key(g.env_index, g.sample), sum(hits) / len(hits))
         accuracies = [c / n if n else None for c, n in zip(correct, scored)]
         moved = [self._enter_stage(i) for i in self.curriculum.record(accuracies)]
         metrics = self.stage_metrics()
-        if self.data.online_filtering:
+        if self.settings.online_filtering:
             metrics["curriculum/filtered_share"] = self._filtered / max(self._drawn, 1)
         self._filtered = self._drawn = 0
         return metrics, moved
@@ -179,7 +197,7 @@ class TrainingPrompts:
         """Draw environment ``env_index`` from its current stage; return 'name stage k/n'."""
         stage = self.curriculum.stage(env_index)
         env = self.envs[env_index] = self.stage_envs[env_index][stage]
-        self.rows[env_index] = env.dataset(self.data.train_split)
+        self.rows[env_index] = env.dataset(self.settings.train_split)
         self.sampler.restart(env_index, len(self.rows[env_index]))
         return f"{self.names[env_index]} stage {stage + 1}/{len(self.stage_envs[env_index])}"
 

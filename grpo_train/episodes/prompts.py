@@ -23,13 +23,10 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from grpo_envs.types import Sample
 from grpo_train.episodes.plain_text import Segment, chat_segments, encode_segments, join
-
-if TYPE_CHECKING:
-    from grpo_train.config import DataConfig
 
 logger = logging.getLogger("grpo_train")
 
@@ -60,16 +57,6 @@ class PromptFormat:
                 f"prompt_template {self.prompt_template!r} has no {{prompt}} placeholder; "
                 "e.g. 'Question: {prompt}\\nAnswer:'"
             )
-
-    @classmethod
-    def from_config(cls, data: DataConfig) -> PromptFormat:
-        """Return the format a training run's data settings ask for."""
-        return cls(
-            chat_template=data.chat_template,
-            chat_template_kwargs=dict(data.chat_template_kwargs),
-            system_prompt=data.system_prompt,
-            prompt_template=data.prompt_template,
-        )
 
     def template_text(self) -> str | None:
         """Return the chat template replacing the tokenizer's (None: keep the tokenizer's)."""

@@ -1,6 +1,6 @@
 """What every logged completion says, in training's and evaluation's ``samples.jsonl`` alike.
 
-The trainer logs ``run_log.TrainingSample`` rows (the step and advantage of a sampled
+The trainer logs ``collect.samples.TrainingSample`` rows (the step and advantage of a sampled
 completion); ``grpo eval`` writes ``eval.records.SampleRecord`` rows (a resumable result keyed by
 generation index, with extraction and pass@k fields). Both are this record plus their own fields,
 so tools reading either file find the same names for the same facts.

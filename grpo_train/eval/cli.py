@@ -354,6 +354,7 @@ def resolve_prompt_format(args: EvalArgs) -> PromptFormat:
     import yaml
 
     from grpo_train.config import TrainConfig
+    from grpo_train.run_setup import prompt_format_for
 
     base = PromptFormat()
     run_config = training_run_config(args.model)
@@ -363,7 +364,7 @@ def resolve_prompt_format(args: EvalArgs) -> PromptFormat:
             data = raw.get("data", {}) if isinstance(raw, dict) else {}
             keys = ("chat_template", "chat_template_kwargs", "system_prompt", "prompt_template")
             flat = {k: data[k] for k in keys if isinstance(data, dict) and k in data}
-            base = PromptFormat.from_config(TrainConfig.from_flat(flat).data)
+            base = prompt_format_for(TrainConfig.from_flat(flat).data)
             if flat:
                 logger.info("prompt format of the training run (%s)", run_config)
         except (OSError, ValueError, yaml.YAMLError) as err:

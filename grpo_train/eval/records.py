@@ -28,7 +28,7 @@ class SampleRecord(CompletionRecord):
     """One scored evaluation completion, as written to an eval run's ``samples.jsonl``.
 
     The fields every logged completion has come from ``CompletionRecord``; the trainer's rows
-    are ``grpo_train.run.run_log.TrainingSample``.
+    are ``grpo_train.collect.samples.TrainingSample``.
     """
 
     task: str

@@ -9,13 +9,13 @@ logs ``eval/<suite>/avg@<n>`` (and its standard error, pass@k, maj@k), plus
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from grpo_train.eval.protocols import ThinkingTags
 from grpo_train.rollout.base import SamplingConfig
 
 if TYPE_CHECKING:
-    from grpo_train.config import TrainConfig
     from grpo_train.episodes.prompts import PromptFormat
     from grpo_train.eval.runner import AnyTokenizer, EvalTask
     from grpo_train.rollout.base import RolloutEngine
@@ -35,34 +35,51 @@ def suite_tasks(spec: str) -> tuple[EvalTask, ...]:
     )
 
 
-def suite_sampling(cfg: TrainConfig) -> SamplingConfig:
+@dataclass(frozen=True)
+class SuiteSettings:
+    """What the training-time suites read of the run's configuration (``run_setup`` builds it)."""
+
+    suites: str
+    """``grpo eval`` suite names or env ids, comma-separated (``eval_suites``)."""
+    size: int
+    """Problems per suite, the first ones (``eval_size``); 0: all of them."""
+    samples: int
+    """Completions per problem: 1 is greedy (``eval_suite_samples``)."""
+    max_prompt_length: int
+    max_completion_length: int
+    temperature: float
+    """The rollout temperature, for more than one sample per problem."""
+    top_p: float
+
+
+def suite_sampling(settings: SuiteSettings) -> SamplingConfig:
     """Greedy for one sample per problem, else the rollout temperature and top_p."""
-    n = cfg.data.eval_suite_samples
-    max_new = cfg.rollout.max_completion_length
+    n = settings.samples
+    max_new = settings.max_completion_length
     if n == 1:
         return SamplingConfig(n=1, temperature=0.0, max_new_tokens=max_new)
     return SamplingConfig(
-        n=n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, max_new_tokens=max_new
+        n=n, temperature=settings.temperature, top_p=settings.top_p, max_new_tokens=max_new
     )
 
 
 def evaluate_suites(
     engine: RolloutEngine,
     tokenizer: AnyTokenizer,
-    cfg: TrainConfig,
+    settings: SuiteSettings,
     prompt_format: PromptFormat | None = None,
 ) -> dict[str, float]:
-    """Evaluate ``cfg.data.eval_suites``; metrics without the aggregate ``eval/accuracy``."""
+    """Evaluate ``settings.suites``; metrics without the aggregate ``eval/accuracy``."""
     from grpo_train.eval.runner import evaluate
 
     summary = evaluate(
         engine,
         tokenizer,
-        list(suite_tasks(cfg.data.eval_suites)),
+        list(suite_tasks(settings.suites)),
         split="test",
-        limit=cfg.data.eval_size or None,
-        sampling=suite_sampling(cfg),
-        max_prompt_tokens=cfg.data.max_prompt_length,
+        limit=settings.size or None,
+        sampling=suite_sampling(settings),
+        max_prompt_tokens=settings.max_prompt_length,
         progress=False,
         prompt_format=prompt_format,
     )

@@ -101,27 +101,27 @@ def requested_processes(cmdline: Sequence[str]) -> int | None:
     return None
 
 
-def check_launch() -> None:
-    """Fail when ``accelerate launch --num_processes N`` (N > 1) started one lone process.
+def launch_problem() -> str | None:
+    """Say why ``accelerate launch --num_processes N`` (N > 1) started one lone process, or None.
 
     ``accelerate launch --cpu --num_processes 2`` runs a single process (its CPU launcher starts
-    several only through MPI) without a word; training would then silently use one rank.
+    several only through MPI) without a word; training would then silently use one rank. The
+    caller refuses the run with this text (``run_setup`` raises it as a ``ConfigError``).
     """
-    from grpo_train.config import ConfigError
-
     if rank_info().world_size > 1 or not os.environ.get("ACCELERATE_USE_CPU"):
-        return
+        return None
     try:
         raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
     except OSError:
-        return
+        return None
     wanted = requested_processes([a.decode(errors="replace") for a in raw.split(b"\0") if a])
     if wanted is not None and wanted > 1:
-        raise ConfigError(
+        return (
             f"accelerate launch asked for --num_processes {wanted} but started 1 process "
             "(its --cpu launcher starts several only through MPI); for gloo ranks on CPU run "
             f"`ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes {wanted} ...`"
         )
+    return None
 
 
 # ------------------------------------------------------------------------------ prompt sharding

@@ -60,7 +60,6 @@ import torch
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from grpo_train.config import TrainConfig
 
 _PREFIX = "step-"
 STATE_FILE = "trainer_state.pt"
@@ -473,7 +472,7 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     sampler: SamplerState,
-    config: TrainConfig,
+    config_yaml: str,
     keep_last: int,
     state_dict: Mapping[str, torch.Tensor] | None = None,
     accelerator: Any = None,
@@ -489,6 +488,8 @@ def save_checkpoint(
     optimizer's: a resumed run computes the same advantages as an uninterrupted one).
     ``switches``: ``(step, what)`` of every automatic switch so far (``switches.json``), so that a
     resumed run's summary still says what switched in its earlier launches.
+    ``config_yaml``: the run's resolved configuration, written as the checkpoint's
+    ``config.yaml`` (``TrainConfig.to_yaml``).
     ``rollouts``: ``async_generation``'s finished batches of the next steps
     (``rollout_pipeline.Rollouts``), into ``rollouts.pt``; ``read_rollouts`` loads them.
 
@@ -521,7 +522,7 @@ def save_checkpoint(
         if main:
             optimizer_file = None if sharded else optimizer  # sharded: in accelerate/ already
             _write_files(tmp, step, model=model, tokenizer=tokenizer, optimizer=optimizer_file,
-                         scheduler=scheduler, sampler=sampler, config=config,
+                         scheduler=scheduler, sampler=sampler, config_yaml=config_yaml,
                          state_dict=state_dict, baselines=baselines)  # fmt: skip
             records = [{"step": int(step_), "what": str(what)} for step_, what in switches]
             (tmp / SWITCHES_FILE).write_text(json.dumps(records, indent=1) + "\n")
@@ -640,7 +641,7 @@ def _write_files(
     optimizer: torch.optim.Optimizer | None,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     sampler: SamplerState,
-    config: TrainConfig,
+    config_yaml: str,
     state_dict: Mapping[str, torch.Tensor] | None,
     baselines: Mapping[str, Mapping[str, float]] | None = None,
 ) -> None:
@@ -667,7 +668,7 @@ def _write_files(
     if baselines is not None:
         state["baselines"] = {name: dict(table) for name, table in baselines.items()}
     torch.save(state, folder / STATE_FILE)
-    config.save(folder / "config.yaml")
+    (folder / "config.yaml").write_text(config_yaml)
 
 
 def _publish(tmp: Path, final: Path) -> None:

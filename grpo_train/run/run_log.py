@@ -3,8 +3,8 @@
 Metrics are flat ``{name: float}`` maps with ``/``-separated names (``reward/mean``,
 ``time/generate``), computed in ``grpo_train.collect.metrics``; ``grpo plot RUN_DIR`` reads
 ``metrics.jsonl`` back. On the first step, every ``log_every_samples`` steps and on the last
-step one group's completions go to ``samples.jsonl`` as ``TrainingSample`` rows
-(``samples_due``).
+step one group's completions go to ``samples.jsonl`` (``samples_due``), as the rows
+``grpo_train.collect.samples`` makes of them.
 """
 
 from __future__ import annotations
@@ -14,16 +14,13 @@ import json
 import logging
 import math
 import os
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grpo_train.episodes.records import CompletionRecord, RewardPart, TurnRecord
-
 if TYPE_CHECKING:
-    from grpo_train.collect.groups import Group
-    from grpo_train.config import TrainConfig
+    from _typeshed import DataclassInstance
 
 logger = logging.getLogger("grpo_train")
 
@@ -50,35 +47,37 @@ def samples_due(step: int, every: int, max_steps: int) -> bool:
 
 
 @dataclass(frozen=True)
-class TrainingSample(CompletionRecord):
-    """One completion of a training step, as logged to the run's ``samples.jsonl``.
+class WandbSettings:
+    """Where a run logs to Weights & Biases (``wandb: true``)."""
 
-    Not an evaluation record (``grpo_train.eval.records.SampleRecord``, a resumable result keyed
-    by generation index): a training row says which step sampled it and the advantage it got.
-    """
-
-    step: int
-    advantage: float
-    finish_reason: str
-    components: tuple[RewardPart, ...] = ()
-    """Where the reward came from: the score's components (the reward is their weighted sum;
-    empty where scoring failed, ``score_details`` then says why)."""
-    score_details: Mapping[str, object] | None = None
-    """What the scorer noted (extracted answer, failure reason, an episode's end and turns)."""
+    project: str = "grpo-kit"
+    entity: str = ""
+    """Empty: the user's default entity."""
+    run_name: str = ""
+    """Empty: the run folder's name."""
+    tags: tuple[str, ...] = ()
+    config: Mapping[str, object] = field(default_factory=dict)
+    """The run's configuration as W&B records it (``config.yaml``'s sectioned form)."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class EpisodeSample(TrainingSample):
-    """A multi-turn training row: the episode turn by turn, and how it ended.
+@dataclass(frozen=True)
+class RunLogSettings:
+    """What a run's log writes to beside ``metrics.jsonl`` and ``samples.jsonl``."""
 
-    ``completion`` stays a plain transcript (``[role]`` lines before the environment's replies,
-    for grep); ``turns`` says who wrote what, with token counts and tool calls.
-    """
+    max_steps: int
+    """The run's length: the progress bar's total."""
+    progress: bool = True
+    """Show a progress bar with ETA."""
+    wandb: WandbSettings | None = None
+    """Also log to Weights & Biases; None: not."""
 
-    turns: tuple[TurnRecord, ...]
-    episode_end: str
-    """A ``grpo_envs.episode.EpisodeEnd`` value: ``done`` (the environment ended it) or the
-    budget that cut it (``max_turns``, ``max_tokens``...)."""
+
+@dataclass(frozen=True)
+class StartNotes:
+    """What the run says about its settings when it starts (after the log is open)."""
+
+    info: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
@@ -111,7 +110,9 @@ def progress_postfix(metrics: Mapping[str, float]) -> dict[str, str]:
 
 
 def open_run_log(
-    cfg: TrainConfig,
+    settings: RunLogSettings,
+    config_yaml: str,
+    notes: StartNotes,
     run_dir: Path,
     start_step: int,
     main: bool,
@@ -120,30 +121,28 @@ def open_run_log(
 ) -> RunLogger:
     """Write the run's config and lineage (main rank), say what to expect; return the run's log.
 
-    Checkpoints after the resumed step are on a branch this launch abandons: they are moved
-    aside (``checkpoint.start_lineage``), with a warning naming each.
+    ``config_yaml``: the resolved configuration, written as the run's ``config.yaml``;
+    ``notes``: what to say about the settings (main rank). Checkpoints after the resumed step
+    are on a branch this launch abandons: they are moved aside (``checkpoint.start_lineage``),
+    with a warning naming each.
     """
-    from grpo_train.config import algorithm_notes
     from grpo_train.run.checkpoint import start_lineage
 
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        cfg.save(run_dir / "config.yaml")
+        (run_dir / "config.yaml").write_text(config_yaml)
         for moved in start_lineage(run_dir, resume_from, launch):
             logger.warning(
                 "%s is on a branch this run abandons (after the resumed step): moved to %s",
                 moved.name,
                 moved,
             )
-    log = RunLogger(run_dir, cfg, start_step=start_step, enabled=main)
-    if cfg.algorithm.beta == 0 and cfg.algorithm.mu == 1 and main:  # TRL/verl users' FAQ
-        logger.info(
-            "beta=0, mu=1: the logged loss stays near 0 by design, the gradient does not "
-            "(see 'Why is the loss 0?' in grpo_train/README.md); watch reward/mean"
-        )
-    for note in algorithm_notes(cfg) if main else []:
+    log = RunLogger(run_dir, settings, start_step=start_step, enabled=main)
+    for note in notes.info if main else ():
+        logger.info(note)
+    for note in notes.warnings if main else ():
         logger.warning(note)
-    if start_step >= cfg.run.max_steps:  # never train 0 steps silently (a TRL bug)
+    if start_step >= settings.max_steps:  # never train 0 steps silently (a TRL bug)
         logger.warning("resumed at step %d >= max_steps: nothing to do", start_step)
     return log
 
@@ -154,7 +153,7 @@ class RunLogger:
     def __init__(
         self,
         run_dir: str | Path,
-        config: TrainConfig,
+        settings: RunLogSettings,
         *,
         start_step: int = 0,
         use_tensorboard: bool = True,
@@ -188,7 +187,7 @@ class RunLogger:
             except ImportError:  # tensorboard is an optional extra
                 logger.warning("tensorboard is not installed; metrics go to %s only", METRICS_FILE)
         self._wandb = None
-        if config.run.wandb:
+        if settings.wandb is not None:
             try:
                 import wandb  # type: ignore[import-not-found]
             except ImportError:
@@ -196,14 +195,14 @@ class RunLogger:
                     "wandb=true but the wandb package is not installed: pip install wandb"
                 )
             else:
-                self._wandb = wandb.init(**wandb_init_kwargs(self.run_dir, config, start_step))
+                self._wandb = wandb.init(
+                    **wandb_init_kwargs(self.run_dir, settings.wandb, start_step)
+                )
         self._bar = None
-        if config.run.progress:
+        if settings.progress:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(
-                total=config.run.max_steps, initial=start_step, desc="grpo", unit="step"
-            )
+            self._bar = tqdm(total=settings.max_steps, initial=start_step, desc="grpo", unit="step")
 
     def log_step(self, step: int, metrics: Mapping[str, float]) -> None:
         """Append one step's metrics to every sink and advance the progress bar."""
@@ -233,8 +232,11 @@ class RunLogger:
         if self._wandb is not None:
             self._wandb.log(dict(metrics), step=step)
 
-    def log_samples(self, records: Sequence[TrainingSample]) -> None:
-        """Append sample completions to ``samples.jsonl``."""
+    def log_samples(self, records: Sequence[DataclassInstance]) -> None:
+        """Append sample completions to ``samples.jsonl``, a JSON row per dataclass record.
+
+        The rows are ``grpo_train.collect.samples.TrainingSample`` (or ``EpisodeSample``).
+        """
         if not self.enabled:
             return
         path = self.run_dir / SAMPLES_FILE
@@ -286,7 +288,7 @@ def truncate_after(path: Path, step: int) -> None:
 WANDB_ID_FILE = "wandb_run_id"
 
 
-def wandb_init_kwargs(run_dir: Path, config: TrainConfig, start_step: int) -> dict[str, object]:
+def wandb_init_kwargs(run_dir: Path, settings: WandbSettings, start_step: int) -> dict[str, object]:
     """Arguments for ``wandb.init``: one W&B run per run folder, continued on resume.
 
     The run id is made once and kept in ``run_dir/wandb_run_id``; a resumed run (``start_step``
@@ -300,20 +302,18 @@ def wandb_init_kwargs(run_dir: Path, config: TrainConfig, start_step: int) -> di
     if not run_id:
         run_id = secrets.token_hex(4)
         id_file.write_text(run_id + "\n")
-    r = config.run
-    tags = [t.strip() for t in r.wandb_tags.split(",") if t.strip()]
     kwargs: dict[str, object] = {
-        "project": r.wandb_project,
+        "project": settings.project,
         "dir": str(run_dir),
-        "config": config.to_dict(),
+        "config": settings.config,
         "id": run_id,
         "resume": "allow",
-        "name": r.wandb_run_name or run_dir.resolve().name,
+        "name": settings.run_name or run_dir.resolve().name,
     }
-    if r.wandb_entity:
-        kwargs["entity"] = r.wandb_entity
-    if tags:
-        kwargs["tags"] = tags
+    if settings.entity:
+        kwargs["entity"] = settings.entity
+    if settings.tags:
+        kwargs["tags"] = list(settings.tags)
     return kwargs
 
 
@@ -334,60 +334,3 @@ def _writing(path: Path) -> Iterator[None]:
 def _finite(value: float) -> float | None:
     """JSON has no NaN: non-finite values are written as null (and noted in the warning log)."""
     return float(value) if value is not None and math.isfinite(value) else None
-
-
-def sample_records(
-    step: int,
-    group: Group,
-    env_name: str,
-    advantages: Sequence[float],
-    episode_terms: Collection[str] = (),
-) -> list[TrainingSample]:
-    """Return the completions of one group as ``samples.jsonl`` records.
-
-    Multi-turn groups give ``EpisodeSample`` rows (each turn, its tool calls, the scored turn);
-    ``episode_terms`` names the score components computed over the whole episode (the rest
-    judged the final turn).
-    """
-    from grpo_train.episodes.driver import episode_turns
-
-    prompt = group.sample.prompt[-1].content if group.sample.prompt else ""
-    rows: list[TrainingSample] = []
-    for i, (c, s, adv) in enumerate(zip(group.completions, group.scores, advantages)):
-        episode = group.episodes[i] if i < len(group.episodes) else None
-        judged = "completion" if episode is None else "final_turn"
-        parts = tuple(
-            RewardPart(
-                name=p.name,
-                value=p.value,
-                weight=p.weight,
-                weighted=p.weighted,
-                judged="episode" if p.name in episode_terms else judged,
-            )
-            for p in s.components
-        )
-        common = dict(
-            env_id=env_name,
-            sample_id=group.sample.id,
-            prompt=prompt,
-            completion=c.text,
-            reward=s.reward,
-            outcome=s.outcome.value,
-            step=step,
-            advantage=adv,
-            finish_reason=c.finish_reason,
-            components=parts,
-            score_details=dict(s.details),
-        )
-        if episode is None:
-            rows.append(TrainingSample(**common))  # type: ignore[arg-type]
-        else:
-            end = episode.state.end
-            rows.append(
-                EpisodeSample(
-                    **common,  # type: ignore[arg-type]
-                    turns=episode_turns(episode),
-                    episode_end="" if end is None else end.value,
-                )
-            )
-    return rows

@@ -164,12 +164,11 @@ def test_seeds_run_both_trainers_at_every_seed_interleaved():
 
 def test_trl_gets_the_prompts_ours_draws_for_the_same_seed():
     from grpo_envs import make
-    from grpo_train.collect.training_prompts import TrainingPrompts
-    from grpo_train.config import DataConfig
+    from grpo_train.collect.training_prompts import PromptSettings, TrainingPrompts
 
     env = make("math/arithmetic-v0", task="add2", answer="loose")
     for seed in (0, 3):
-        ours = TrainingPrompts([[env]], [0], ["add"], [1.0], DataConfig(), seed)
+        ours = TrainingPrompts([[env]], [0], ["add"], [1.0], PromptSettings(), seed)
         drawn = [sample.id for sample, _ in ours.draw(12)]
         rows = env.dataset("train")
         order = lc.prompt_order(len(rows), seed, 12)
@@ -179,8 +178,7 @@ def test_trl_gets_the_prompts_ours_draws_for_the_same_seed():
 
 def test_the_prompts_a_trl_run_must_score_are_ours_step_by_step():
     from grpo_envs import make
-    from grpo_train.collect.training_prompts import TrainingPrompts
-    from grpo_train.config import DataConfig
+    from grpo_train.collect.training_prompts import PromptSettings, TrainingPrompts
 
     task = lc.Task("math/arithmetic-v0", {"task": "add2", "answer": "loose"})
     shared = lc.Shared("m", task, prompts=4, group=8, completion_length=64, temperature=1.0,
@@ -189,7 +187,7 @@ def test_the_prompts_a_trl_run_must_score_are_ours_step_by_step():
     per_seed = {}
     for seed in (0, 1):
         want = lc.expected_prompt_ids(lc.RunSpec("t", "trl", 3, 2e-5, seed=seed), shared)
-        ours = TrainingPrompts([[env]], [0], ["add"], [1.0], DataConfig(), seed)
+        ours = TrainingPrompts([[env]], [0], ["add"], [1.0], PromptSettings(), seed)
         assert want == [[s.id for s, _ in ours.draw(4)] for _ in range(3)]
         assert lc.check_prompts(want, want) == ""
         per_seed[seed] = want

@@ -65,7 +65,7 @@ def test_help_shows_the_real_defaults(capsys):
 def test_two_runs_get_two_folders():
     from datetime import datetime
 
-    from grpo_train.run.run_dir import with_output_dir
+    from grpo_train.config import with_output_dir
 
     base = TrainConfig.from_flat({"model": "a/b", "env": "math/gsm8k-v0"})
     first = with_output_dir(base, datetime(2026, 1, 1, 0, 0, 0)).run.output_dir

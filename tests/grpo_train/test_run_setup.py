@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo_train.config import OptimConfig, PolicyConfig, TrainConfig
+from grpo_train.config import ConfigError, OptimConfig, PolicyConfig, TrainConfig
 from grpo_train.run_setup import (
     build_optimizer,
     load_run_policy,
@@ -140,3 +140,109 @@ def test_flash_attention_setting_reaches_from_pretrained_and_turns_bins_into_var
     assert asked == [attention]
     learner = _learner(cfg, model, None, tokenizer, "cpu", None, None, False)
     assert (learner.forward_cost.bins, learner.forward_cost.varlen) == (False, True)
+
+
+# ------------------------------------------------------------ the components' settings
+
+
+def test_each_components_settings_carry_the_configurations_values() -> None:
+    from grpo_train.collect.learning_signal import AutoSettings
+    from grpo_train.collect.training_prompts import PromptSettings
+    from grpo_train.run_setup import (
+        auto_settings,
+        collector_settings,
+        prompt_format_for,
+        prompt_settings,
+        suite_settings,
+    )
+
+    cfg = TrainConfig.from_flat(
+        {"num_generations": 4, "prompts_per_step": 3, "max_prompt_length": 100,
+         "max_completion_length": 50, "max_turn_tokens": 20, "temperature": 0.7, "top_p": 0.9,
+         "seed": 11, "seed_per_prompt": True, "template_breaks": "error",
+         "history_policy": "rerender", "dynamic_sampling_rounds": 5,
+         "curriculum_threshold": 0.4, "max_reward_errors": 0.25, "train_split": "dev",
+         "online_filtering": True, "filter_retry_after": 4, "curriculum_window": 2,
+         "eval_suites": "aime24", "eval_size": 7, "eval_suite_samples": 3,
+         "system_prompt": "Be brief.", "chat_template_kwargs": "enable_thinking=false"}
+    )  # fmt: skip
+    collect = collector_settings(cfg)
+    assert (collect.num_generations, collect.prompts_per_step, collect.seed) == (4, 3, 11)
+    assert (collect.max_prompt_length, collect.max_completion_length) == (100, 50)
+    assert (collect.max_turn_tokens, collect.temperature, collect.top_p) == (20, 0.7, 0.9)
+    assert collect.seed_per_prompt and collect.fatal_template_breaks
+    assert (collect.history_policy, collect.dynamic_sampling_rounds) == ("rerender", 5)
+    assert (collect.curriculum_threshold, collect.max_reward_errors) == (0.4, 0.25)
+    assert collect.tensor_parallel == 1
+    assert prompt_settings(cfg.data) == PromptSettings("dev", 0.4, 2, True, 4)
+    assert auto_settings(cfg).temperature == 0.7 and auto_settings(cfg).num_generations == 4
+    suites = suite_settings(cfg)
+    assert (suites.suites, suites.size, suites.samples, suites.temperature) == ("aime24", 7, 3, 0.7)
+    fmt = prompt_format_for(cfg.data)
+    assert fmt.system_prompt == "Be brief." and dict(fmt.chat_template_kwargs) == {
+        "enable_thinking": False
+    }
+    # The settings' own defaults are the configuration's.
+    assert auto_settings(TrainConfig()) == AutoSettings()
+    assert prompt_settings(TrainConfig().data) == PromptSettings()
+
+
+def test_run_log_settings_parse_wandb_tags_and_leave_wandb_off_unless_asked() -> None:
+    from grpo_train.run_setup import run_log_settings
+
+    off = run_log_settings(TrainConfig.from_flat({"max_steps": 9, "progress": False}))
+    assert (off.max_steps, off.progress, off.wandb) == (9, False, None)
+    on = run_log_settings(TrainConfig.from_flat({"wandb": True, "wandb_tags": "a, b,,"}))
+    assert on.wandb is not None and on.wandb.tags == ("a", "b")
+    assert (
+        on.wandb.project == "grpo-kit"
+        and on.wandb.config
+        == TrainConfig.from_flat({"wandb": True, "wandb_tags": "a, b,,"}).to_dict()
+    )
+
+
+def test_start_notes_explain_a_zero_loss_and_warn_about_gspo_without_reuse() -> None:
+    from grpo_train.run_setup import start_notes
+
+    plain = start_notes(TrainConfig())
+    assert len(plain.info) == 1 and "Why is the loss 0?" in plain.info[0] and not plain.warnings
+    gspo = start_notes(
+        TrainConfig.from_flat({"importance_sampling_level": "sequence", "beta": 0.1})
+    )
+    assert gspo.info == () and len(gspo.warnings) == 2
+
+
+def test_a_folder_holding_another_run_is_refused_with_both_fixes(tmp_path: Path) -> None:
+    from grpo_train.run.run_dir import clear_run_dir, other_run_problem
+    from grpo_train.run_setup import run_folder
+
+    first = TrainConfig.from_flat({"output_dir": str(tmp_path), "seed": 0})
+    assert other_run_problem(run_folder(first)) is None  # an empty folder
+    first.save(tmp_path / "config.yaml")
+    assert other_run_problem(run_folder(first)) is None  # the same run: a restart
+    other = dataclasses.replace(first, run=dataclasses.replace(first.run, seed=1))
+    problem = other_run_problem(run_folder(other))
+    assert problem == (
+        f"output_dir: {tmp_path} holds another run (its config.yaml differs: seed: 0 -> 1); "
+        "add --resume to continue that run, --overwrite to replace it, or choose another "
+        "--output_dir (leave it out for a new folder per run)"
+    )
+    overwrite = dataclasses.replace(other, run=dataclasses.replace(other.run, overwrite=True))
+    assert other_run_problem(run_folder(overwrite)) is None
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    (tmp_path / "notes.txt").write_text("mine\n")
+    clear_run_dir(run_folder(overwrite))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_a_lone_process_of_a_cpu_launch_of_several_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from grpo_train.parallel import distributed
+    from grpo_train.run_setup import _start_process
+
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
+    monkeypatch.setattr(distributed, "requested_processes", lambda cmdline: 2)
+    assert "asked for --num_processes 2 but started 1 process" in str(distributed.launch_problem())
+    with pytest.raises(ConfigError, match="--multi_gpu --num_processes 2"):
+        _start_process(TrainConfig())

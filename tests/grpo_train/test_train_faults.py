@@ -84,7 +84,7 @@ def _copy(run: Path, tmp_path: Path) -> Path:
 
 def test_every_field_is_classified_for_resume():
     groups = (RESUME_FIXED, RESUME_FREE, RESUME_IDENTITY)
-    assert set().union(*groups) == set(field_owners()), "classify new fields in config.py"
+    assert set().union(*groups) == set(field_owners()), "classify new fields in config/sections.py"
     assert sum(len(g) for g in groups) == len(field_owners())
 
 

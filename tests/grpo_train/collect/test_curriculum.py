@@ -143,10 +143,10 @@ class LadderDigitEnv(DigitEnv):
 
 def test_training_prompts_draw_the_current_stage_under_their_own_ids():
     from grpo_train.collect.groups import Group
-    from grpo_train.config import DataConfig
+    from grpo_train.collect.training_prompts import PromptSettings
 
     easy, task = ConstantEnv(1.0, size=3), DigitEnv(size=5)
-    data = DataConfig(curriculum_threshold=0.5, curriculum_window=1)
+    data = PromptSettings(curriculum_threshold=0.5, curriculum_window=1)
     prompts = TrainingPrompts([[easy, task]], [0], ["digits"], [1.0], data, seed=0)
     drawn = prompts.draw(4)
     assert [env for _, env in drawn] == [0] * 4

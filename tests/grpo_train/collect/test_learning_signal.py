@@ -1,7 +1,6 @@
 """The learning-signal guard: one line when nearly every group has equal rewards, for steps."""
 
-from grpo_train.collect.learning_signal import SignalGuard
-from grpo_train.config import TrainConfig
+from grpo_train.collect.learning_signal import AutoSettings, SignalGuard
 from grpo_train.run.checkpoint import SamplerState
 
 
@@ -34,7 +33,7 @@ def test_rearmed_after_an_easier_stage_it_fires_again_on_a_new_stall():
 
 
 def test_the_advice_names_what_to_try_with_the_runs_numbers():
-    cfg = TrainConfig.from_flat({"temperature": 0.9, "num_generations": 4})
+    cfg = AutoSettings(temperature=0.9, num_generations=4)
     line = SignalGuard().advice(7, cfg, dynamic_sampling_now_on=False)
     assert "\n" not in line and "step 7" in line
     for hint in ("dynamic_sampling", "temperature (now 0.9)", "num_generations, now 4"):
@@ -71,7 +70,7 @@ def test_auto_heuristics_ease_first_then_dynamic_sampling_and_record_each_switch
     from grpo_train.collect.learning_signal import AutoHeuristics
 
     prompts = _Prompts()
-    auto = AutoHeuristics(TrainConfig(), prompts, None, 0)  # curriculum, dynamic sampling: auto
+    auto = AutoHeuristics(AutoSettings(), prompts, None, 0)  # curriculum, dynamic sampling: auto
     assert not auto.dynamic_sampling
     assert [auto.watch(s, _stalled(2.0)) for s in (1, 2)] == [None, None]
     advice = auto.watch(3, _stalled(2.0))  # the stall: the task drops to its easy version
@@ -91,7 +90,7 @@ def test_auto_heuristics_ease_first_then_dynamic_sampling_and_record_each_switch
     saved = auto.saved_into(SamplerState(4, (4,)))
     assert (saved.signal_streak, saved.signal_fired, saved.signal_eased) == (3, True, True)
     # A resumed launch continues from that state and says what was already on.
-    resumed = AutoHeuristics(TrainConfig(), _Prompts(), saved, 6)
+    resumed = AutoHeuristics(AutoSettings(), _Prompts(), saved, 6)
     assert resumed.dynamic_sampling and resumed.guard.streak == 3
     assert [s.describe() for s in resumed.switches] == [
         "after step 6: curriculum=auto had eased (resumed)",
@@ -102,7 +101,7 @@ def test_auto_heuristics_ease_first_then_dynamic_sampling_and_record_each_switch
 def test_auto_heuristics_leave_a_configured_algorithm_alone():
     from grpo_train.collect.learning_signal import AutoHeuristics
 
-    config = TrainConfig.from_flat({"dynamic_sampling": "off", "curriculum": "off"})
+    config = AutoSettings(dynamic_sampling="off", curriculum="off")
     auto = AutoHeuristics(config, _Prompts(), None, 0)
     advice = [auto.watch(s, _stalled(2.0)) for s in (1, 2, 3)]
     assert advice[:2] == [None, None] and advice[2] is not None  # the advice line, still

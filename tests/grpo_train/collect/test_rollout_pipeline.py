@@ -293,13 +293,14 @@ def test_the_cpu_vllm_engine_takes_vllm_dtype_else_bf16_where_native_else_the_po
 ):
     import grpo_train.rollout as rollout
     from grpo_train.config import TrainConfig
+    from grpo_train.run_setup import build_engine
 
     built: dict = {}
     monkeypatch.setattr(rollout, "make_engine", lambda name, path, **kw: built.update(kw))
-    monkeypatch.setattr(rollout, "_cuda_available", lambda: False)
+    monkeypatch.setattr(rollout, "cuda_available", lambda: False)
     monkeypatch.setattr(rollout, "cpu_has_native_bf16", lambda: cpu_bf16)
     config = TrainConfig.from_flat(
         {"engine": "vllm", "dtype": policy_dtype, "vllm_dtype": vllm_dtype}
     )
-    rollout.build_engine(config, "model-path", None, None)  # type: ignore[arg-type]
+    build_engine(config, "model-path", None, None)  # type: ignore[arg-type]
     assert built["dtype"] == engine_dtype

@@ -342,6 +342,7 @@ def test_compare_refuses_incomparable_runs_unless_allowed(tmp_path, capsys):
 def test_eval_suites_during_training_log_avg_at_n_apart_from_eval_accuracy(monkeypatch):
     from grpo_train.config import ConfigError, TrainConfig
     from grpo_train.eval.training_suites import evaluate_suites, suite_sampling
+    from grpo_train.run_setup import suite_settings
 
     bench = Path(__file__).resolve().parents[2] / "grpo_envs" / "fixtures" / "benchmarks"
     monkeypatch.setenv("GRPO_AIME24_DIR", str(bench / "aime24"))
@@ -350,11 +351,12 @@ def test_eval_suites_during_training_log_avg_at_n_apart_from_eval_accuracy(monke
         {"eval_suites": "aime24,gpqa_diamond", "eval_suite_samples": 2, "eval_size": 2,
          "temperature": 0.7}
     )  # fmt: skip
-    sampling = suite_sampling(cfg)
+    settings = suite_settings(cfg)
+    sampling = suite_sampling(settings)
     assert (sampling.n, sampling.temperature) == (2, 0.7)
     # "<think>..</think>" removed: "\boxed{24}" is AIME 2024 row 61's answer; GPQA gets no letter
     engine = ListEngine(["<think>\\boxed{67}</think>\\boxed{24}", "\\boxed{24}"])
-    metrics = evaluate_suites(engine, CharTokenizer(), cfg)
+    metrics = evaluate_suites(engine, CharTokenizer(), settings)
     assert "eval/accuracy" not in metrics and "eval/macro_avg" not in metrics
     assert metrics["eval/aime24/avg@2"] == pytest.approx(0.5)  # row 60 (067) wrong, 61 right
     assert metrics["eval/aime24/maj@2"] == pytest.approx(0.5)

@@ -45,7 +45,7 @@ def _save(run_dir, step, model, tokenizer, opt, sched, keep_last=2):
         optimizer=opt,
         scheduler=sched,
         sampler=SamplerState(step * 4, (step * 3, step)),
-        config=TrainConfig(),
+        config_yaml=TrainConfig().to_yaml(),
         keep_last=keep_last,
     )
 
@@ -150,7 +150,8 @@ def test_sharded_runs_save_and_load_the_optimizer_through_accelerate(parts, tmp_
     acc = _FakeShardedAccelerator()
     path = save_checkpoint(
         tmp_path, 3, model=model, tokenizer=tokenizer, optimizer=opt, scheduler=sched,
-        sampler=SamplerState(12, (9, 3)), config=TrainConfig(), keep_last=2, accelerator=acc,
+        sampler=SamplerState(12, (9, 3)), config_yaml=TrainConfig().to_yaml(), keep_last=2,
+        accelerator=acc,
     )  # fmt: skip
     # save_state ran inside the temporary folder, which was then renamed into place.
     assert [c for c, _ in acc.calls].count("save_state") == 1
@@ -181,7 +182,7 @@ def test_resuming_across_sharded_and_replicated_runs_is_refused(parts, tmp_path)
         )
     sharded = save_checkpoint(
         tmp_path / "sharded", 1, model=model, tokenizer=tokenizer, optimizer=opt, scheduler=sched,
-        sampler=SamplerState(), config=TrainConfig(), keep_last=1,
+        sampler=SamplerState(), config_yaml=TrainConfig().to_yaml(), keep_last=1,
         accelerator=_FakeShardedAccelerator(),
     )  # fmt: skip
     with pytest.raises(ValueError, match="saved by a sharded"):
@@ -196,7 +197,7 @@ def _save_in(run_dir, step, parts, launch):
     identity = RunIdentity(model={"architecture": "x"}, envs=[], config={"seed": 0})
     return save_checkpoint(
         run_dir, step, model=model, tokenizer=tokenizer, optimizer=opt, scheduler=sched,
-        sampler=SamplerState(step, (step,)), config=TrainConfig(), keep_last=10,
+        sampler=SamplerState(step, (step,)), config_yaml=TrainConfig().to_yaml(), keep_last=10,
         identity=identity, launch=launch,
     )  # fmt: skip
 
@@ -240,7 +241,7 @@ def test_the_learning_signal_guard_state_survives_a_resume_and_old_files_still_l
     guard = SamplerState(8, (8,), signal_streak=2, signal_fired=False, signal_eased=True)
     path = save_checkpoint(
         tmp_path, 2, model=model, tokenizer=tokenizer, optimizer=opt, scheduler=sched,
-        sampler=guard, config=TrainConfig(), keep_last=2,
+        sampler=guard, config_yaml=TrainConfig().to_yaml(), keep_last=2,
     )  # fmt: skip
     assert load_checkpoint(path, optimizer=opt, scheduler=sched).sampler == guard
     # A checkpoint from before the eased flag: [streak, fired] only.
@@ -257,7 +258,7 @@ def test_the_automatic_switches_survive_a_resume_and_old_checkpoints_have_none(p
     switches = [(3, "curriculum=auto sent x stage 1/2"), (6, "dynamic_sampling=auto on")]
     path = save_checkpoint(
         tmp_path, 6, model=model, tokenizer=tokenizer, optimizer=opt, scheduler=sched,
-        sampler=SamplerState(), config=TrainConfig(), keep_last=2, switches=switches,
+        sampler=SamplerState(), config_yaml=TrainConfig().to_yaml(), keep_last=2, switches=switches,
     )  # fmt: skip
     assert load_checkpoint(path, optimizer=opt, scheduler=sched).switches == tuple(switches)
     assert json.loads((path / "switches.json").read_text())[1] == {

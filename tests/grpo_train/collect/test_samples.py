@@ -22,6 +22,7 @@ from grpo_envs.episode import (
 from grpo_envs.rubric import RewardComponent, Rubric
 from grpo_envs.types import Component, Outcome, Sample, Score
 from grpo_train.collect.groups import Group
+from grpo_train.collect.samples import sample_records
 from grpo_train.episodes.driver import (
     EpisodeRenderer,
     EpisodeSettings,
@@ -32,9 +33,8 @@ from grpo_train.episodes.driver import (
 from grpo_train.episodes.tokens import Extension
 from grpo_train.models.loading import _train_tiny_tokenizer
 from grpo_train.rollout.base import Completion, SamplingConfig
-from grpo_train.run.run_log import sample_records
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1] / "episodes"))
 from test_rollout_episodes import ScriptedEngine
 
 #: What each scripted request writes, turn by turn: a tool call that works, one that fails, a
