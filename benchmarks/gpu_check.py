@@ -4,7 +4,7 @@ Every path runs on a tiny random model (``grpo_train.models.loading.build_tiny_m
 network) in a subprocess of its own with a timeout, and checks a result, not only that the code ran:
 
 * ``bf16-full-ft``: bfloat16 full fine-tuning as the trainer sets it up (weights in
-  ``run_setup.parameter_dtype``, forward under ``run_setup.training_autocast``): 5 AdamW steps at
+  ``setup.run.parameter_dtype``, forward under ``setup.run.training_autocast``): 5 AdamW steps at
   lr 1e-6 change more than half of every weight matrix's entries.
 * ``logprob-heads``: ``chunked_logprobs`` and ``fused_logprobs`` under bf16 autocast equal
   ``plain_logprobs`` (values and gradients of the hidden states, within 2e-2).
@@ -162,12 +162,8 @@ def check_bf16_full_ft(model_dir: Path, device: str) -> str:
 
     from grpo_train.config import TrainConfig
     from grpo_train.learner.update import Learner, grpo_update
-    from grpo_train.run_setup import (
-        build_optimizer,
-        parameter_dtype,
-        training_autocast,
-        update_settings,
-    )
+    from grpo_train.setup.run import build_optimizer, parameter_dtype, training_autocast
+    from grpo_train.setup.settings import update_settings
 
     cfg = TrainConfig.from_flat({"dtype": "bfloat16", "learning_rate": 1e-6, "beta": 0.0})
     model = _load(model_dir, device, parameter_dtype(cfg.policy))
@@ -231,7 +227,8 @@ def check_lora_gc_kl(model_dir: Path, device: str) -> str:
     from grpo_train.learner.lora import LoraSettings, apply_lora
     from grpo_train.learner.memory import enable_gradient_checkpointing
     from grpo_train.learner.update import Learner, grpo_update
-    from grpo_train.run_setup import KLReference, update_settings
+    from grpo_train.setup.run import KLReference
+    from grpo_train.setup.settings import update_settings
 
     model = apply_lora(_load(model_dir, device), LoraSettings(lora_r=4, lora_alpha=8))
     enable_gradient_checkpointing(model)
@@ -286,7 +283,7 @@ def check_liger_head(model_dir: Path, device: str) -> str:
     from grpo_train.config import TrainConfig
     from grpo_train.learner.logprobs import HeadChoice
     from grpo_train.learner.update import Learner, grpo_update
-    from grpo_train.run_setup import update_settings
+    from grpo_train.setup.settings import update_settings
 
     model = _load(model_dir, device)
     batch, advantages = _small_batch(model.config.vocab_size)
@@ -347,7 +344,8 @@ def check_checkpoint_resume(model_dir: Path, device: str) -> str:
     from grpo_train.config import TrainConfig
     from grpo_train.learner.update import Learner, grpo_update
     from grpo_train.run.checkpoint import SamplerState, load_checkpoint, save_checkpoint
-    from grpo_train.run_setup import build_optimizer, update_settings
+    from grpo_train.setup.run import build_optimizer
+    from grpo_train.setup.settings import update_settings
 
     cfg = TrainConfig.from_flat({"learning_rate": 1e-3, "beta": 0.0})
     model = _load(model_dir, device)
@@ -404,7 +402,7 @@ def check_long_completion(model_dir: Path, device: str) -> str:
 
     from grpo_train.config import TrainConfig
     from grpo_train.learner.update import Learner, grpo_update
-    from grpo_train.run_setup import update_settings
+    from grpo_train.setup.settings import update_settings
 
     model = _load(model_dir, device)
     vocab = model.config.vocab_size

@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run grpo train on several processes: `grpo launch --num_processes N train ...`",
     ),
     "eval": (
-        "grpo_train.eval.cli",
+        "grpo_train.eval_cli",
         "evaluate a model on benchmark suites; `grpo eval compare A B`",
     ),
     "envs": ("grpo_envs.cli", "list, show and score registered environments"),

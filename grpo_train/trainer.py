@@ -1,6 +1,6 @@
 """The GRPO training loop, readable top to bottom.
 
-``Trainer(config)`` builds the run once (``run_setup.setup_run``, a frozen ``RunSetup`` of the
+``Trainer(config)`` builds the run once (``setup.run.setup_run``, a frozen ``RunSetup`` of the
 policy, tokenizer, optimizer, environments, prompts, engine, ...) and ``train()`` runs it. Each
 step (``Trainer.train_step``) is one call per phase: (1)-(3) generate and score this rank's share
 of the prompts (``collect.Collector.sample_batch``, into an immutable ``batch.RolloutBatch``) ->
@@ -57,11 +57,10 @@ from grpo_train.run.run_log import (
 )
 from grpo_train.run.stop import StopRequest, pause_point
 from grpo_train.run.throughput import TimeToTarget, elapsed_at, run_throughput, time_to_target
-from grpo_train.run_setup import (
-    RunSetup,
+from grpo_train.setup.run import RunSetup, setup_run
+from grpo_train.setup.settings import (
     collector_settings,
     run_log_settings,
-    setup_run,
     start_notes,
     suite_settings,
 )
@@ -101,7 +100,8 @@ class Trainer:
     """GRPO on one or more environments: ``Trainer(config).train()`` runs the whole thing.
 
     ``env`` and ``engine`` may be injected (tests, custom environments); otherwise they are built
-    from ``config`` (``grpo_envs.make`` per ``config.data.env`` entry, ``run_setup.build_engine``).
+    from ``config`` (``grpo_envs.make`` per ``config.data.env`` entry,
+    ``setup.engines.build_engine``).
     ``stop``: the stop request whose signal handlers the caller installed before the trainer
     was built (``grpo train`` does, so that a signal while loading is a stop like any other).
 
@@ -121,7 +121,7 @@ class Trainer:
     ) -> None:
         self.stop = stop or StopRequest()
         self.setup: RunSetup = setup_run(config, env, engine, self.stop)
-        """What the run is built from (``run_setup.setup_run``): fixed for the whole run."""
+        """What the run is built from (``setup.run.setup_run``): fixed for the whole run."""
         # What changes while the run trains:
         self.engine = self.setup.engine
         """The rollout engine; a ``LostEngine`` once it died (``_lose_engine``)."""

@@ -36,7 +36,7 @@ MEASURED_S: dict[str, float] = {
     "tests/grpo_train/run/test_stop_signals.py::test_every_phase_one_process_hf": 76,
     "tests/grpo_train/run/test_stop_signals.py::"
     "test_a_killed_engine_process_is_one_line_naming_it_and_the_checkpoint": 57,
-    "tests/grpo_train/eval/test_eval_cli.py::test_cli_humaneval_end_to_end_vllm": 50,
+    "tests/grpo_train/test_eval_cli.py::test_cli_humaneval_end_to_end_vllm": 50,
     "tests/grpo_train/test_trainer.py::test_vllm_engine_few_steps_with_weight_sync": 45,
     "tests/grpo_train/test_trainer.py::test_vllm_engine_serves_the_merged_lora_policy": 42,
     "tests/grpo_train/collect/test_rollout_pipeline.py::"

@@ -178,7 +178,7 @@ def test_the_graph_sees_lazy_relative_and_cross_package_imports():
     graph = import_graph()
     assert "grpo_envs.wrappers" in graph["grpo_envs.registration"]  # inside a function
     assert "grpo_train.rollout.base" in graph["grpo_train.rollout.hf"]
-    assert "grpo_train.eval.runner" in graph["grpo_train.eval.cli"]
+    assert "grpo_train.eval.runner" in graph["grpo_train.eval_cli"]
     assert "sandbox._spawn" in graph["sandbox._slot_state"]
     assert any(m.startswith("grpo_envs") for m in graph["grpo_train.trainer"])  # across packages
 

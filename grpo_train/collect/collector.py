@@ -70,7 +70,7 @@ def call_seed(run_seed: int, step: int, round_: int, width: int) -> int:
 
 @dataclass(frozen=True)
 class CollectorSettings:
-    """What a step's collection reads of the run's configuration (``run_setup`` builds it)."""
+    """What a step's collection reads of the run's configuration (``setup.settings`` builds it)."""
 
     prompts_per_step: int
     num_generations: int

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class AutoSettings:
-    """What the automatic choices read of the run's configuration (``run_setup`` builds it).
+    """What the automatic choices read of the run's configuration (``setup.settings`` builds it).
 
     The defaults are the configuration's.
     """

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PromptSettings:
-    """What the prompt draw reads of the run's configuration (``run_setup`` builds it).
+    """What the prompt draw reads of the run's configuration (``setup.settings`` builds it).
 
     The defaults are the configuration's.
     """

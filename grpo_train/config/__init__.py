@@ -26,8 +26,8 @@ The package, by concern: ``sections`` (the six section dataclasses and the resum
 ``validation`` (the cross-field checks and their fix-it messages, ``ConfigError``) and
 ``defaults`` (the embedded preset, real-model defaults, the default run folder).
 
-Only the code that assembles a run reads this package (the command lines, ``run_setup``,
-``trainer``); every component takes its own small settings dataclass, which ``run_setup``
+Only the code that assembles a run reads this package (the command lines, ``setup``,
+``trainer``); every component takes its own small settings dataclass, which ``setup.settings``
 builds from a ``TrainConfig``.
 
 Why argparse and this package rather than a dataclass-to-CLI library (tyro, simple-parsing,

@@ -8,7 +8,7 @@ logged at start.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from grpo_train.algorithm.choices import Estimator, ImportanceLevel, ScaleRewards
 from grpo_train.config.sections import (
@@ -20,8 +20,43 @@ from grpo_train.config.sections import (
     RunConfig,
 )
 
-if TYPE_CHECKING:
-    from grpo_train.config.loading import TrainConfig
+
+class Sections(Protocol):
+    """The six sections of a ``TrainConfig``, which the checks read.
+
+    ``loading`` builds the ``TrainConfig`` and calls these checks, so they name its shape rather
+    than import it.
+    """
+
+    @property
+    def policy(self) -> PolicyConfig:
+        """The model and how it is loaded."""
+        ...
+
+    @property
+    def data(self) -> DataConfig:
+        """Environments and prompts."""
+        ...
+
+    @property
+    def rollout(self) -> RolloutConfig:
+        """Generation."""
+        ...
+
+    @property
+    def algorithm(self) -> AlgorithmConfig:
+        """The GRPO objective and advantages."""
+        ...
+
+    @property
+    def optim(self) -> OptimConfig:
+        """The optimizer and the update."""
+        ...
+
+    @property
+    def run(self) -> RunConfig:
+        """The run folder, logging and checkpoints."""
+        ...
 
 
 class ConfigError(ValueError):
@@ -35,7 +70,7 @@ def problems_text(problems: list[str]) -> str:
     return "invalid configuration:\n  " + "\n  ".join(problems)
 
 
-def validate(cfg: TrainConfig) -> list[str]:
+def validate(cfg: Sections) -> list[str]:
     """List every problem with ``cfg`` as 'field: what is wrong; how to fix it'."""
     return [
         *_data_problems(cfg.data),
@@ -319,7 +354,7 @@ def _run_problems(run: RunConfig) -> list[str]:
     return p
 
 
-def algorithm_notes(cfg: TrainConfig) -> list[str]:
+def algorithm_notes(cfg: Sections) -> list[str]:
     """Return advice on valid but probably unintended algorithm settings (logged at start).
 
     >>> from grpo_train.config import TrainConfig

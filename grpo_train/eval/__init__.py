@@ -1,6 +1,6 @@
 """Evaluation: benchmark suites, pass@k, resumable runs, run comparison.
 
-The command line is ``grpo eval`` (see ``grpo_train.eval.cli``). A trainer evaluates with the
+The command line is ``grpo eval`` (see ``grpo_train.eval_cli``). A trainer evaluates with the
 engine it already has running, so no model is loaded twice::
 
     from grpo_train.eval import GREEDY, evaluate

@@ -37,7 +37,10 @@ def suite_tasks(spec: str) -> tuple[EvalTask, ...]:
 
 @dataclass(frozen=True)
 class SuiteSettings:
-    """What the training-time suites read of the run's configuration (``run_setup`` builds it)."""
+    """What the training-time suites read of the run's configuration.
+
+    ``setup.settings`` builds it.
+    """
 
     suites: str
     """``grpo eval`` suite names or env ids, comma-separated (``eval_suites``)."""

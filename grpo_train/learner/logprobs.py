@@ -293,7 +293,7 @@ def fused_logprobs(
 class HeadChoice:
     """Which path turns hidden states into log-probs (``OptimConfig.logprob_head``).
 
-    The defaults are the configuration's; ``run_setup.head_choice`` gives a run's.
+    The defaults are the configuration's; ``setup.settings.head_choice`` gives a run's.
 
     >>> HeadChoice().fuses(tokens=100, vocab=151_936), HeadChoice().fuses(1000, 151_936)
     (False, True)

@@ -47,7 +47,7 @@ from grpo_train.run.stop import TrainingAborted
 class UpdateSettings:
     """What the update reads of a run's configuration, as plain values.
 
-    Built once where the run is assembled (``grpo_train.run_setup.update_settings``), so that
+    Built once where the run is assembled (``grpo_train.setup.run.update_settings``), so that
     the update depends on these values only, not on the configuration's sections.
     """
 

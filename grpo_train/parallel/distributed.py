@@ -106,7 +106,7 @@ def launch_problem() -> str | None:
 
     ``accelerate launch --cpu --num_processes 2`` runs a single process (its CPU launcher starts
     several only through MPI) without a word; training would then silently use one rank. The
-    caller refuses the run with this text (``run_setup`` raises it as a ``ConfigError``).
+    caller refuses the run with this text (``setup.run`` raises it as a ``ConfigError``).
     """
     if rank_info().world_size > 1 or not os.environ.get("ACCELERATE_USE_CPU"):
         return None

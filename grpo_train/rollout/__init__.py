@@ -1,7 +1,7 @@
 """Rollout engines: sample groups of completions with their logprobs, take new weights in place.
 
 ``make_engine("auto", path)`` gives the vLLM engine when vLLM is importable, else the HF one
-(``run_setup.build_engine`` builds the one a training run's configuration asks for).
+(``setup.engines.build_engine`` builds the one a training run's configuration asks for).
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ def default_output_dir(model: str, env_ids: Sequence[str], now: datetime | None 
 class RunFolder:
     """What the run-folder checks read: the folder, what the run does with an earlier run in it.
 
-    Built once from a run's configuration (``run_setup.run_folder``).
+    Built once from a run's configuration (``setup.settings.run_folder``).
     """
 
     path: Path

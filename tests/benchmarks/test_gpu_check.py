@@ -71,11 +71,11 @@ ABSENT_ON_A_BARE_GPU_MACHINE = ("datasets", "pyarrow", "pandas", "vllm")
 
 
 def test_the_modules_the_paths_import_need_no_package_a_bare_gpu_machine_lacks() -> None:
-    """What the docstring's wheel list rests on: ``run_setup`` (bf16-full-ft), ``update``,
+    """What the docstring's wheel list rests on: ``setup.run`` (bf16-full-ft), ``update``,
     ``checkpoint``, ``lora``, the forward pass, micro-batches, the objective and ``logprobs``
     import with those packages unimportable."""
     modules = (
-        "run_setup",
+        "setup.run",
         "learner.update",
         "run.checkpoint",
         "learner.lora",

@@ -120,7 +120,7 @@ def test_bad_yaml_is_a_config_error(tmp_path):
 
 
 def test_lora_fields_validate_and_parse_module_lists(tmp_path):
-    from grpo_train.run_setup import lora_settings
+    from grpo_train.setup.settings import lora_settings
 
     assert lora_settings(TrainConfig()) is None  # lora_r = 0: full fine-tuning
     path = tmp_path / "lora.yaml"

@@ -1,6 +1,6 @@
 """Only the code that assembles a run reads the whole configuration (``grpo_train.config``).
 
-Every other component takes its own small settings dataclass, built in ``run_setup``; this
+Every other component takes its own small settings dataclass, built in ``grpo_train.setup``; this
 test scans ``grpo_train`` with ``ast`` for imports of the configuration package: plain and
 relative imports, ``if TYPE_CHECKING:`` ones and the docstring examples' alike.
 """
@@ -20,11 +20,14 @@ ASSEMBLERS = frozenset(
     {
         "grpo_train.cli",  # the ``grpo`` command (dispatches to the ones below)
         "grpo_train.train_cli",  # ``grpo train``: parses the flags into a TrainConfig
-        "grpo_train.eval.cli",  # ``grpo eval``: reads a training run's prompt format
-        "grpo_train.run_setup",  # builds the run and every component's settings
+        "grpo_train.eval_cli",  # ``grpo eval``: reads a training run's prompt format
+        "grpo_train.setup.run",  # builds the run
+        "grpo_train.setup.settings",  # builds every component's settings
+        "grpo_train.setup.engines",  # builds the rollout engine the run asks for
         "grpo_train.trainer",  # the loop: holds the run's TrainConfig
     }
 )
+
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
@@ -91,9 +94,9 @@ def test_the_scan_sees_every_kind_of_import(tmp_path: Path) -> None:
 
 def test_only_the_modules_that_assemble_a_run_read_the_configuration() -> None:
     readers = config_readers()
-    assert {"grpo_train.run_setup", "grpo_train.trainer"} <= set(readers)  # the scan finds them
+    assert {"grpo_train.setup.run", "grpo_train.trainer"} <= set(readers)  # the scan finds them
     violators = sorted(set(readers) - ASSEMBLERS)
     assert violators == [], (
         "these modules import grpo_train.config; give them a settings dataclass of their own, "
-        f"built in run_setup: {violators}"
+        f"built in grpo_train.setup.settings: {violators}"
     )

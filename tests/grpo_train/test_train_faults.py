@@ -378,7 +378,7 @@ def test_none_and_nan_rewards_are_errors_in_training_and_evaluation(
         r["score/error_share"] == 1.0 and r["score/dropped_group_share"] == 1.0 for r in rows[1:]
     )
 
-    from grpo_train.eval.cli import main as eval_main
+    from grpo_train.eval_cli import main as eval_main
 
     out = tmp_path / "eval"
     code = eval_main(

@@ -31,7 +31,7 @@ from grpo_train.episodes.tokens import Extension
 from grpo_train.learner.update import Learner, grpo_update
 from grpo_train.rollout.base import SamplingConfig
 from grpo_train.run.run_log import read_metrics
-from grpo_train.run_setup import update_settings
+from grpo_train.setup.settings import update_settings
 from grpo_train.trainer import Trainer
 
 EPISODE_METRICS = (

@@ -293,7 +293,7 @@ def test_the_cpu_vllm_engine_takes_vllm_dtype_else_bf16_where_native_else_the_po
 ):
     import grpo_train.rollout as rollout
     from grpo_train.config import TrainConfig
-    from grpo_train.run_setup import build_engine
+    from grpo_train.setup.engines import build_engine
 
     built: dict = {}
     monkeypatch.setattr(rollout, "make_engine", lambda name, path, **kw: built.update(kw))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from grpo_envs.types import Outcome
-from grpo_train.eval.cli import main
+from grpo_train.eval_cli import main
 
 FIXTURES = Path(__file__).resolve().parents[2] / "grpo_envs" / "fixtures"
 BENCH = FIXTURES / "benchmarks"

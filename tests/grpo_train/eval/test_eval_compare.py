@@ -3,7 +3,6 @@ import math
 import numpy as np
 import pytest
 
-from grpo_train.eval.cli import main
 from grpo_train.eval.compare import (
     CIMethod,
     compare_notes,
@@ -20,6 +19,7 @@ from grpo_train.eval.compare import (
     two_sample_permutation_p,
 )
 from grpo_train.eval.records import SampleRecord, SampleStore
+from grpo_train.eval_cli import main
 
 
 def record(task, sid, g, success, env_id="toy/add-v0"):

@@ -9,7 +9,6 @@ import pytest
 
 from grpo_envs.base import Environment
 from grpo_envs.types import Outcome, Sample, Score
-from grpo_train.eval.cli import main, parse_eval_args
 from grpo_train.eval.protocol_cli import write_run_record
 from grpo_train.eval.protocols import (
     PROTOCOLS,
@@ -20,6 +19,7 @@ from grpo_train.eval.protocols import (
     strip_reasoning,
 )
 from grpo_train.eval.runner import EvalTask, evaluate
+from grpo_train.eval_cli import main, parse_eval_args
 from grpo_train.rollout.base import Completion, SamplingConfig
 
 
@@ -178,8 +178,8 @@ FIXTURES = Path(__file__).resolve().parents[2] / "grpo_envs" / "fixtures"
 
 def _record_of(argv):
     """The protocol.json contents `grpo eval` writes for ``argv`` (no model needed)."""
-    from grpo_train.eval.cli import _eval_tasks
     from grpo_train.eval.protocol_cli import build_run_record
+    from grpo_train.eval_cli import _eval_tasks
 
     args = parse_eval_args(argv)
     tasks, envs = _eval_tasks(args)
@@ -342,7 +342,7 @@ def test_compare_refuses_incomparable_runs_unless_allowed(tmp_path, capsys):
 def test_eval_suites_during_training_log_avg_at_n_apart_from_eval_accuracy(monkeypatch):
     from grpo_train.config import ConfigError, TrainConfig
     from grpo_train.eval.training_suites import evaluate_suites, suite_sampling
-    from grpo_train.run_setup import suite_settings
+    from grpo_train.setup.settings import suite_settings
 
     bench = Path(__file__).resolve().parents[2] / "grpo_envs" / "fixtures" / "benchmarks"
     monkeypatch.setenv("GRPO_AIME24_DIR", str(bench / "aime24"))
@@ -367,7 +367,7 @@ def test_eval_suites_during_training_log_avg_at_n_apart_from_eval_accuracy(monke
 
 
 def test_a_suite_whose_data_is_missing_offline_is_one_line_and_exit_2(monkeypatch, capsys):
-    from grpo_train.eval.cli import main
+    from grpo_train.eval_cli import main
 
     monkeypatch.delenv("GRPO_AIME24_DIR", raising=False)
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

@@ -23,7 +23,7 @@ from grpo_train.learner.forward import token_logprobs
 from grpo_train.learner.liger_loss import MISSING, liger_grpo_loss
 from grpo_train.learner.logprobs import HeadChoice, fused_logprobs
 from grpo_train.learner.update import Learner, UpdateSettings, grpo_update
-from grpo_train.run_setup import update_settings
+from grpo_train.setup.settings import update_settings
 
 pytest.importorskip("liger_kernel", reason="the dev extras install liger-kernel")
 
@@ -137,11 +137,12 @@ def test_liger_refuses_an_output_layer_that_is_not_one_matrix() -> None:
 
 
 def test_config_accepts_liger_and_the_missing_package_is_one_fix_it_line(monkeypatch) -> None:
-    from grpo_train import run_setup
     from grpo_train.learner import liger_loss
+    from grpo_train.setup import run as run_setup
+    from grpo_train.setup.settings import head_choice
 
     cfg = TrainConfig.from_flat({"logprob_head": "liger"})
-    assert run_setup.head_choice(cfg).path == "liger"
+    assert head_choice(cfg).path == "liger"
     assert HeadChoice("liger").fuses(1, 2)  # log-probs alone (the KL reference): the fused head
     monkeypatch.setattr(liger_loss, "liger_installed", lambda: False)
     with pytest.raises(ValueError, match="pip install liger-kernel") as error:

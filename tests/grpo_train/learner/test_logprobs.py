@@ -230,7 +230,7 @@ def test_a_model_whose_logits_are_not_its_head_output_uses_the_chunked_path() ->
 
 def test_head_choice_validates_and_reads_the_config() -> None:
     from grpo_train.config import TrainConfig
-    from grpo_train.run_setup import head_choice
+    from grpo_train.setup.settings import head_choice
 
     with pytest.raises(ValueError, match="auto, chunked, fused or liger"):
         HeadChoice("triton")  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ from grpo_train.config import TrainConfig
 from grpo_train.learner.forward import token_logprobs
 from grpo_train.learner.micro_batches import make_micro_batches
 from grpo_train.learner.update import Learner, UpdateSettings, grpo_update
-from grpo_train.run_setup import update_settings
+from grpo_train.setup.settings import update_settings
 
 PROMPTS = ((11, 12, 13), (14, 15))
 COMPLETIONS = ((20, 21, 22, 23, 24), (25, 26), (27, 28, 29, 30), (31, 32, 33))

@@ -55,7 +55,7 @@ from grpo_train.parallel.distributed import (
     shard_prompts,
     vllm_colocate_kwargs,
 )
-from grpo_train.run_setup import update_settings
+from grpo_train.setup.settings import update_settings
 
 PROMPTS, GROUP, STEPS, LR, BETA = 4, 3, 3, 0.5, 0.1
 LORA = LoraSettings(lora_r=4, lora_alpha=8)

@@ -7,12 +7,12 @@ the rollout engine and what the update calls. Every step it takes is a plain fun
 configuration (and of the checkpoint being resumed) defined below it, tested and read on its own.
 
 It is also where the configuration stops: every component takes a small settings dataclass of
-its own (``CollectorSettings``, ``PromptSettings``, ``RunLogSettings``...), built here from the
-``TrainConfig`` (``collector_settings``...), and the rollout engine is built here from it
-(``build_engine``).
+its own (``CollectorSettings``, ``PromptSettings``, ``RunLogSettings``...), built from the
+``TrainConfig`` by ``setup.settings`` (``collector_settings``...), and the rollout engine by
+``setup.engines.build_engine``.
 
 Why over 500 lines: the whole start of a run is one file, so that following the configuration
-through it never leaves this module (but for the run folder's naming and checks, ``run_dir.py``,
+through it leaves this package only for the run folder's naming and checks (``run/run_dir.py``,
 which ``grpo train`` uses too).
 """
 
@@ -33,19 +33,15 @@ import numpy as np
 import torch
 
 from grpo_envs.base import Environment, easier_versions
-from grpo_train import rollout
 from grpo_train.algorithm.baselines import EmaBaselines
-from grpo_train.algorithm.objective import ObjectiveSettings
-from grpo_train.collect.collector import CollectorSettings
-from grpo_train.collect.learning_signal import AutoHeuristics, AutoSettings
-from grpo_train.collect.training_prompts import PromptSettings, TrainingPrompts
+from grpo_train.collect.learning_signal import AutoHeuristics
+from grpo_train.collect.training_prompts import TrainingPrompts
 from grpo_train.config import (
     RESUME_FIXED,
     ConfigError,
     DataConfig,
     PolicyConfig,
     TrainConfig,
-    algorithm_notes,
     with_output_dir,
 )
 from grpo_train.episodes.prompts import PromptFormat
@@ -77,14 +73,23 @@ from grpo_train.run.checkpoint import (
     verify_files,
 )
 from grpo_train.run.console import CONSOLE
-from grpo_train.run.run_dir import RunFolder, clear_run_dir, other_run_problem
-from grpo_train.run.run_log import RunLogSettings, StartNotes, WandbSettings, logger
+from grpo_train.run.run_dir import clear_run_dir, other_run_problem
+from grpo_train.run.run_log import logger
 from grpo_train.run.stop import StopRequest, pause_point
+from grpo_train.setup.engines import build_engine
+from grpo_train.setup.settings import (
+    auto_settings,
+    head_choice,
+    lora_settings,
+    prompt_format_for,
+    prompt_settings,
+    run_folder,
+    update_settings,
+)
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedModel
 
-    from grpo_train.eval.training_suites import SuiteSettings
 
 _FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -353,33 +358,6 @@ def _start_engine(
         return LostEngine(f"the rollout engine stopped while starting ({type(err).__name__})")
 
 
-def update_settings(cfg: TrainConfig) -> UpdateSettings:
-    """Return what ``grpo_update`` reads of a run's configuration, as plain values."""
-    a = cfg.algorithm
-    objective = ObjectiveSettings(
-        beta=a.beta,
-        epsilon_low=a.epsilon_low,
-        epsilon_high=a.epsilon_high,
-        loss_type=a.loss_type,
-        importance_sampling_level=a.importance_sampling_level,
-        max_completion_length=cfg.rollout.max_completion_length,
-    )
-    return UpdateSettings(
-        objective=objective,
-        mu=a.mu,
-        temperature=cfg.rollout.temperature,
-        micro_batch_tokens=cfg.optim.micro_batch_tokens,
-        mask_truncated=a.mask_truncated,
-        is_correction=a.is_correction,
-        is_cap=a.is_cap,
-    )
-
-
-def head_choice(cfg: TrainConfig) -> HeadChoice:
-    """Return the log-prob head a run chooses (``optim.logprob_head``)."""
-    return HeadChoice(cfg.optim.logprob_head, cfg.optim.fused_head_above_mib)
-
-
 def _learner(
     cfg: TrainConfig,
     wrapped: torch.nn.Module,
@@ -502,16 +480,6 @@ class KLReference:
             return token_logprobs(
                 self.copy, mb, self.temperature, False, self.share_prompts, self.head
             )[0]
-
-
-def lora_settings(cfg: TrainConfig) -> LoraSettings | None:
-    """Return the run's LoRA settings, or None for full fine-tuning (``lora_r = 0``)."""
-    p = cfg.policy
-    if p.lora_r == 0:
-        return None
-    names = [m.strip() for m in p.target_modules.split(",") if m.strip()]
-    targets: str | tuple[str, ...] = "all-linear" if names == ["all-linear"] else tuple(names)
-    return LoraSettings(p.lora_r, p.lora_alpha, p.lora_dropout, targets, p.use_qlora)
 
 
 def resolve_auto(cfg: TrainConfig) -> TrainConfig:
@@ -864,194 +832,4 @@ def _start_weights(
 # the one place that reads it for them.
 
 
-def prompt_format_for(data: DataConfig) -> PromptFormat:
-    """Return the prompt format a run's data settings ask for (training and ``grpo eval``)."""
-    return PromptFormat(
-        chat_template=data.chat_template,
-        chat_template_kwargs=dict(data.chat_template_kwargs),
-        system_prompt=data.system_prompt,
-        prompt_template=data.prompt_template,
-    )
-
-
-def prompt_settings(data: DataConfig) -> PromptSettings:
-    """Return what the prompt draw (``TrainingPrompts``) reads: split, curriculum, filter."""
-    return PromptSettings(
-        train_split=data.train_split,
-        curriculum_threshold=data.curriculum_threshold,
-        curriculum_window=data.curriculum_window,
-        online_filtering=data.online_filtering,
-        filter_retry_after=data.filter_retry_after,
-    )
-
-
-def auto_settings(cfg: TrainConfig) -> AutoSettings:
-    """Return what ``curriculum=auto`` and ``dynamic_sampling=auto`` read (``AutoHeuristics``)."""
-    return AutoSettings(
-        dynamic_sampling=cfg.algorithm.dynamic_sampling,
-        curriculum=cfg.data.curriculum,
-        advantage_estimator=cfg.algorithm.advantage_estimator,
-        temperature=cfg.rollout.temperature,
-        num_generations=cfg.rollout.num_generations,
-        curriculum_threshold=cfg.data.curriculum_threshold,
-    )
-
-
-def collector_settings(cfg: TrainConfig) -> CollectorSettings:
-    """Return what a step's collection (``Collector``) reads: sampling, budgets, seeds, guards."""
-    r = cfg.rollout
-    return CollectorSettings(
-        prompts_per_step=r.prompts_per_step,
-        num_generations=r.num_generations,
-        max_prompt_length=cfg.data.max_prompt_length,
-        max_completion_length=r.max_completion_length,
-        max_turn_tokens=r.max_turn_tokens,
-        temperature=r.temperature,
-        top_p=r.top_p,
-        seed=cfg.run.seed,
-        seed_per_prompt=r.seed_per_prompt,
-        tensor_parallel=r.tensor_parallel,
-        history_policy=r.history_policy,
-        fatal_template_breaks=r.template_breaks == "error",
-        dynamic_sampling_rounds=cfg.algorithm.dynamic_sampling_rounds,
-        curriculum_threshold=cfg.data.curriculum_threshold,
-        max_reward_errors=cfg.run.max_reward_errors,
-    )
-
-
-def suite_settings(cfg: TrainConfig) -> SuiteSettings:
-    """Return what the benchmark suites evaluated during training read (``eval_suites``)."""
-    from grpo_train.eval.training_suites import SuiteSettings
-
-    return SuiteSettings(
-        suites=cfg.data.eval_suites,
-        size=cfg.data.eval_size,
-        samples=cfg.data.eval_suite_samples,
-        max_prompt_length=cfg.data.max_prompt_length,
-        max_completion_length=cfg.rollout.max_completion_length,
-        temperature=cfg.rollout.temperature,
-        top_p=cfg.rollout.top_p,
-    )
-
-
-def run_folder(cfg: TrainConfig) -> RunFolder:
-    """Return what the run-folder checks read: the folder, resume / overwrite, the settings."""
-    return RunFolder(
-        path=Path(cfg.run.output_dir),
-        resuming=bool(cfg.run.resume),
-        overwrite=cfg.run.overwrite,
-        sections=cfg.to_dict(),
-    )
-
-
-def run_log_settings(cfg: TrainConfig) -> RunLogSettings:
-    """Return where the run's log writes beside its files: the progress bar, W&B."""
-    r = cfg.run
-    wandb = None
-    if r.wandb:
-        wandb = WandbSettings(
-            project=r.wandb_project,
-            entity=r.wandb_entity,
-            run_name=r.wandb_run_name,
-            tags=tuple(t.strip() for t in r.wandb_tags.split(",") if t.strip()),
-            config=cfg.to_dict(),
-        )
-    return RunLogSettings(max_steps=r.max_steps, progress=r.progress, wandb=wandb)
-
-
-def start_notes(cfg: TrainConfig) -> StartNotes:
-    """Return what the run says about its algorithm settings when it starts.
-
-    >>> start_notes(TrainConfig()).info[0][:13], start_notes(TrainConfig()).warnings
-    ('beta=0, mu=1:', ())
-    """
-    info: tuple[str, ...] = ()
-    if cfg.algorithm.beta == 0 and cfg.algorithm.mu == 1:  # TRL/verl users' FAQ
-        info = (
-            "beta=0, mu=1: the logged loss stays near 0 by design, the gradient does not "
-            "(see 'Why is the loss 0?' in grpo_train/README.md); watch reward/mean",
-        )
-    return StartNotes(info=info, warnings=tuple(algorithm_notes(cfg)))
-
-
 # -------------------------------------------------------------- the rollout engine
-
-
-def build_engine(
-    config: TrainConfig, model_path: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
-) -> RolloutEngine:
-    """Build the configured rollout engine (``auto``: vLLM when importable, else HF generate).
-
-    The HF engine shares the trainer's module, so its weight sync is free (a sharded module: a
-    copy loaded from ``model_path``); vLLM loads ``model_path`` and receives new weights through
-    ``sync_weights`` after each update.
-    """
-    name = rollout.resolve_engine_name(config.rollout.engine)
-    dtype = config.policy.dtype
-    if name == "hf" and config.rollout.tensor_parallel > 1:
-        raise ValueError(
-            f"vllm_tensor_parallel_size: {config.rollout.tensor_parallel} needs the vllm engine, "
-            "and engine auto found no vLLM here; install it (pip install 'grpo-kit[vllm]') or "
-            "set vllm_tensor_parallel_size to 1"
-        )
-    if name == "hf":
-        if not weight_export.is_sharded(model):
-            return rollout.make_engine(
-                "hf", model_path, model=model, tokenizer=tokenizer, dtype=dtype
-            )
-        # A sharded (FSDP / ZeRO-3) policy cannot generate on one rank alone: its forwards
-        # all-gather across ranks, and ranks decode different lengths (and only rank 0
-        # evaluates). The engine then keeps its own full copy, refreshed by the weight sync.
-        with distributed.every_rank_loads_weights():
-            return rollout.make_engine("hf", model_path, tokenizer=tokenizer, dtype=dtype)
-    if config.rollout.vllm_mode == "server":
-        return build_server_engine(config, model)
-    # Under `accelerate launch` each rank's engine joins the job (external_launcher) with its
-    # own sampling seed; a single process gets just the seed. With tensor parallelism vLLM
-    # groups consecutive ranks into one engine, whose ranks must share the seed.
-    extra: dict[str, Any] = dict(
-        distributed.vllm_colocate_kwargs(config.run.seed, config.rollout.tensor_parallel)
-    )
-    if config.rollout.vllm_sleep_mode:
-        extra["enable_sleep_mode"] = True
-    extra["in_process"] = config.rollout.vllm_in_process
-    return rollout.make_engine(
-        "vllm",
-        model_path,
-        dtype=rollout.vllm_dtype_for(
-            config.rollout.vllm_dtype,
-            dtype,
-            on_cpu=not rollout.cuda_available(),
-            cpu_bf16=rollout.cpu_has_native_bf16(),
-        ),
-        max_model_len=config.data.max_prompt_length + config.rollout.max_completion_length,
-        gpu_memory_utilization=config.rollout.vllm_memory_fraction,
-        cpu_kv_cache_gib=config.rollout.vllm_cpu_kv_cache_gib,
-        **extra,
-    )
-
-
-def build_server_engine(config: TrainConfig, model: PreTrainedModel) -> RolloutEngine:
-    """Connect to the ``grpo serve`` replicas of ``vllm_mode: server`` and load the policy.
-
-    The replicas started from a model path of their own (the base model, or an older run's
-    weights): the first sync, here, makes them serve this trainer's weights before the first
-    step, which is also what resume needs. Collective when the policy is sharded.
-    """
-    import torch.distributed as dist
-
-    from grpo_train.rollout.server_address import parse_server_urls
-    from grpo_train.rollout.server_engine import ServerEngine
-
-    main = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
-    engine = ServerEngine(
-        parse_server_urls(config.rollout.vllm_server_urls),
-        timeout_s=config.rollout.vllm_server_timeout_s,
-        sync_address=config.rollout.vllm_sync_address,
-        sync_backend=config.rollout.vllm_sync_backend,
-        is_main=main,
-        sync_timeout_s=config.rollout.vllm_sync_timeout_s,
-        bucket_mb=config.rollout.vllm_sync_bucket_mb,
-    )
-    weight_export.sync_rollout_weights(engine, model)
-    return engine

@@ -1,4 +1,4 @@
-"""``run_setup``: the dtype full fine-tuning trains in, and the optimizer built for it."""
+"""``grpo_train.setup``: the dtype full fine-tuning trains in, and the optimizer built for it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from grpo_train.config import ConfigError, OptimConfig, PolicyConfig, TrainConfig
-from grpo_train.run_setup import (
+from grpo_train.setup.run import (
     build_optimizer,
     load_run_policy,
     parameter_dtype,
@@ -28,7 +28,7 @@ def _config(model: Path, dtype: str, lora_r: int = 0) -> TrainConfig:
 
 def _moved_fraction(cfg: TrainConfig, model_path: Path, steps: int = 5) -> dict[str, float]:
     """Train ``steps`` AdamW steps as a run would; return the fraction of changed elements."""
-    from grpo_train.run_setup import lora_settings
+    from grpo_train.setup.settings import lora_settings
 
     model = load_run_policy(cfg, lora_settings(cfg), "cpu", str(model_path), None, None)[0]
     optimizer, _ = build_optimizer(cfg, model)
@@ -100,7 +100,8 @@ def test_attn_implementation_reaches_the_policy_the_reference_and_the_packing_ch
 ) -> None:
     """The setting is what the loaded policy (and the KL reference) attend with, and what the
     update's packing choice reads (``ForwardCost``: bins under SDPA/eager, varlen none)."""
-    from grpo_train.run_setup import _learner, _load_reference, lora_settings
+    from grpo_train.setup.run import _learner, _load_reference
+    from grpo_train.setup.settings import lora_settings
 
     cfg = _attention_config(tiny_model_path, attention, lora_r, beta=0.1)
     lora = lora_settings(cfg)
@@ -122,7 +123,7 @@ def test_flash_attention_setting_reaches_from_pretrained_and_turns_bins_into_var
     setting to ``from_pretrained``, and the update then packs with varlen kernels, no bins."""
     from transformers import AutoModelForCausalLM
 
-    from grpo_train.run_setup import _learner
+    from grpo_train.setup.run import _learner
 
     real = AutoModelForCausalLM.from_pretrained
     asked: list[object] = []
@@ -148,7 +149,7 @@ def test_flash_attention_setting_reaches_from_pretrained_and_turns_bins_into_var
 def test_each_components_settings_carry_the_configurations_values() -> None:
     from grpo_train.collect.learning_signal import AutoSettings
     from grpo_train.collect.training_prompts import PromptSettings
-    from grpo_train.run_setup import (
+    from grpo_train.setup.settings import (
         auto_settings,
         collector_settings,
         prompt_format_for,
@@ -188,7 +189,7 @@ def test_each_components_settings_carry_the_configurations_values() -> None:
 
 
 def test_run_log_settings_parse_wandb_tags_and_leave_wandb_off_unless_asked() -> None:
-    from grpo_train.run_setup import run_log_settings
+    from grpo_train.setup.settings import run_log_settings
 
     off = run_log_settings(TrainConfig.from_flat({"max_steps": 9, "progress": False}))
     assert (off.max_steps, off.progress, off.wandb) == (9, False, None)
@@ -202,7 +203,7 @@ def test_run_log_settings_parse_wandb_tags_and_leave_wandb_off_unless_asked() ->
 
 
 def test_start_notes_explain_a_zero_loss_and_warn_about_gspo_without_reuse() -> None:
-    from grpo_train.run_setup import start_notes
+    from grpo_train.setup.settings import start_notes
 
     plain = start_notes(TrainConfig())
     assert len(plain.info) == 1 and "Why is the loss 0?" in plain.info[0] and not plain.warnings
@@ -214,7 +215,7 @@ def test_start_notes_explain_a_zero_loss_and_warn_about_gspo_without_reuse() -> 
 
 def test_a_folder_holding_another_run_is_refused_with_both_fixes(tmp_path: Path) -> None:
     from grpo_train.run.run_dir import clear_run_dir, other_run_problem
-    from grpo_train.run_setup import run_folder
+    from grpo_train.setup.settings import run_folder
 
     first = TrainConfig.from_flat({"output_dir": str(tmp_path), "seed": 0})
     assert other_run_problem(run_folder(first)) is None  # an empty folder
@@ -239,7 +240,7 @@ def test_a_lone_process_of_a_cpu_launch_of_several_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from grpo_train.parallel import distributed
-    from grpo_train.run_setup import _start_process
+    from grpo_train.setup.run import _start_process
 
     monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
     monkeypatch.setattr(distributed, "requested_processes", lambda cmdline: 2)

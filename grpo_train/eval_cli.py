@@ -354,7 +354,7 @@ def resolve_prompt_format(args: EvalArgs) -> PromptFormat:
     import yaml
 
     from grpo_train.config import TrainConfig
-    from grpo_train.run_setup import prompt_format_for
+    from grpo_train.setup.settings import prompt_format_for
 
     base = PromptFormat()
     run_config = training_run_config(args.model)

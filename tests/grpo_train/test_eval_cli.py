@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from grpo_envs.types import Outcome
-from grpo_train.eval.cli import default_out_dir, main, parse_eval_args
+from grpo_train.eval_cli import default_out_dir, main, parse_eval_args
 
 OUTCOMES = {o.value for o in Outcome}
 
