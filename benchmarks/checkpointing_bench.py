@@ -1,6 +1,7 @@
 """Benchmark: gradient checkpointing on and off, on SmolLM2-135M: memory per token, seconds.
 
-Chooses a real model's default of ``gradient_checkpointing`` (``config.REAL_MODEL_DEFAULTS``).
+Chooses a real model's default of ``gradient_checkpointing``
+(``grpo_train.config.defaults.real_model_defaults``).
 Two tables, each with checkpointing off and on side by side and their ratio:
 
 1. One update (forward, backward, AdamW step; 1 prompt x 2 completions running to the length,

@@ -2,9 +2,10 @@
 
 GRPO's selling point is that it needs no value model (DeepSeekMath, arXiv:2402.03300, section
 4.1: the group mean replaces the learned baseline). This script measures what that buys on one
-machine, side by side: our GRPO update (``grpo_train.Trainer``) and TRL's ``PPOTrainer`` (policy,
-value model, reference), full fine-tuning and LoRA, on the same model, prompts, batch (prompts x
-completions), prompt and completion lengths, sampling temperature, learning rate and reward::
+machine, side by side: our GRPO update (``grpo_train.trainer.Trainer``) and TRL's ``PPOTrainer``
+(policy, value model, reference), full fine-tuning and LoRA, on the same model, prompts, batch
+(prompts x completions), prompt and completion lengths, sampling temperature, learning rate and
+reward::
 
     python benchmarks/ppo_bench.py                  # every configuration, 2 rounds
     python benchmarks/ppo_bench.py --quick          # smoke: 2 steps, 2 x 2 rows, 8 tokens

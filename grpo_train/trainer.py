@@ -3,16 +3,18 @@
 ``Trainer(config)`` builds the run once (``setup.run.setup_run``, a frozen ``RunSetup`` of the
 policy, tokenizer, optimizer, environments, prompts, engine, ...) and ``train()`` runs it. Each
 step (``Trainer.train_step``) is one call per phase: (1)-(3) generate and score this rank's share
-of the prompts (``collect.Collector.sample_batch``, into an immutable ``batch.RolloutBatch``) ->
-(4) group-relative advantages (``Trainer.advantages``) -> (5) clipped policy-gradient updates
-(``Trainer.update`` -> ``update.grpo_update``, mu of them, micro-batched) -> (6) sync the new
+of the prompts (``collect.collector.Collector.sample_batch``, into an immutable
+``collect.batch.RolloutBatch``) -> (4) group-relative advantages (``Trainer.advantages``) ->
+(5) clipped policy-gradient updates (``Trainer.update`` -> ``learner.update.grpo_update``, mu of
+them, micro-batched) -> (6) sync the new
 weights into the engine (``Trainer.sync_weights``) -> (7) log. With ``async_generation`` the
 rollouts of (1)-(3) come from a producer thread that generates the next steps' batches while
-this one trains (``rollout_pipeline.RolloutPipeline``: ``take``, and ``before_sync`` in (6)).
-Around the step, ``train`` evaluates, hands the metrics to ``learning_signal.AutoHeuristics``
-and checkpoints. The math lives in ``advantages.py`` and ``objective.py``, the data-parallel
-collectives in ``distributed.py``, stopping on a signal in ``stop.py``, step metrics in
-``metrics.py``, run management in ``checkpoint.py`` and ``run_log.py``.
+this one trains (``collect.pipeline.RolloutPipeline``: ``take``, and ``before_sync`` in (6)).
+Around the step, ``train`` evaluates, hands the metrics to
+``collect.learning_signal.AutoHeuristics`` and checkpoints. The math lives in
+``algorithm/advantages.py`` and ``algorithm/objective.py``, the data-parallel collectives in
+``parallel/distributed.py``, stopping on a signal in ``run/stop.py``, step metrics in
+``collect/metrics.py``, run management in ``run/checkpoint.py`` and ``run/run_log.py``.
 
 The trainer itself holds only what changes while the run trains: the rollout engine (replaced by
 a ``LostEngine`` when it dies, ``_lose_engine``), the EMA baselines, and what a stop or an

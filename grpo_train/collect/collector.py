@@ -2,11 +2,11 @@
 
 ``Collector.sample_batch`` is steps (1)-(3) of the GRPO step (``trainer.py``): draw prompts
 from ``TrainingPrompts`` (the sampler's order over each environment's current curriculum
-stage), encode them (``prompts.encode_prompt``), generate ``num_generations`` completions each
-with the rollout engine, score them through the one guard (``grpo_envs.wrappers.guarded_scores``),
-refill with DAPO dynamic sampling when asked, and build the immutable ``RolloutBatch`` the update
-reads, with the step's rollout metrics. A step whose scorer looks broken (too many failed scores)
-stops the run (``TrainingAborted``).
+stage), encode them (``episodes.prompts.encode_prompt``), generate ``num_generations``
+completions each with the rollout engine, score them through the one guard
+(``grpo_envs.wrappers.guarded_scores``), refill with DAPO dynamic sampling when asked, and build
+the immutable ``RolloutBatch`` the update reads, with the step's rollout metrics. A step whose
+scorer looks broken (too many failed scores) stops the run (``TrainingAborted``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Multi-turn collection: a step's GRPO groups as groups of episodes per prompt.
 
 When any training environment runs episodes of more than one turn (``grpo_envs.episode``), the
-step's prompts are played as episodes with ``rollout.episodes.generate_episodes`` (every live
+step's prompts are played as episodes with ``episodes.driver.generate_episodes`` (every live
 episode advances together, one engine call per turn) and each episode becomes one GRPO row:
 its token-exact training sequence (``Group.episodes``), the environment's ids masked out of the
 loss, the sampled ids with their sampling logprobs, the episode's score as the reward.

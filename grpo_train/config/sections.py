@@ -250,7 +250,7 @@ class RolloutConfig:
     not depend on how prompts are split over ranks or batches (a multi-rank run then matches a
     single-process one); costs batching with the hf engine."""
     async_generation: Free[bool] = False
-    """Generate the next steps' rollouts while this step trains (``rollout_pipeline.py``), with
+    """Generate the next steps' rollouts while this step trains (``collect/pipeline.py``), with
     weights at most max_staleness updates old; needs an engine with its own weights (vllm, or
     vllm_mode server) in one process. Off: generate, then train, as always."""
     max_staleness: Free[int] = 1

@@ -47,8 +47,8 @@ selected per row by the dataset's ``agent_name`` column (default
 gets the row's fields (``raw_prompt``, ``extra_info``...) and returns an ``AgentLoopOutput``.
 The mapping from an episode (verl's name -> grpo-kit's):
 
-- the row's ``extra_info`` -> the environment: ``adapters.to_verl_rows`` writes its id and
-  ``make`` kwargs, ``adapters.env_from_reference`` rebuilds it in the worker;
+- the row's ``extra_info`` -> the environment: ``grpo_envs.adapters.to_verl_rows`` writes its id
+  and ``make`` kwargs, ``grpo_envs.adapters.env_from_reference`` rebuilds it in the worker;
 - the prompt ids -> ``EpisodeRenderer(self.tokenizer).prompt_ids(sample)`` (not the
   tokenizer's own ``apply_chat_template(..., tokenize=True)``, which would turn control strings
   in the data into control tokens: environment text is plain text,

@@ -340,7 +340,7 @@ def evaluate(
             died after a stop request (its processes got the signal too) counts as stopped.
         episodes: multi-turn environments: how their episodes are bounded (default: each
             whole episode within ``sampling.max_new_tokens``). Such a task's ``n`` samples of
-            a prompt are ``n`` episodes, played together (``rollout.episodes``); one succeeds
+            a prompt are ``n`` episodes, played together (``episodes.driver``); one succeeds
             when its episode's score does, and pass@k is over episodes.
     """
     start = time.perf_counter()

@@ -321,7 +321,7 @@ def full_state_dict(model: torch.nn.Module, *, rank0_only: bool = False) -> dict
     DDP, FSDP1 and FSDP2 go through ``torch.distributed.checkpoint.state_dict.
     get_model_state_dict`` (full tensors, wrapper prefixes removed); DeepSpeed ZeRO-3 through
     ``deepspeed.zero.GatheredParameters``. Names are the unwrapped module's (``PeftModel`` names
-    for a LoRA model: merge them with ``lora.merge_lora_state_dict``). With ``rank0_only`` the
+    for a LoRA model: merge them with ``merge_lora_state_dict``, below). With ``rank0_only`` the
     tensors land on rank 0's CPU and other ranks get ``{}`` (for saving); otherwise every rank
     gets them on its device (for each rank's colocated engine). Collective: call on all ranks.
     """

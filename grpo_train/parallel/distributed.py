@@ -17,16 +17,18 @@ DDP, or sharded by FSDP / DeepSpeed ZeRO) and its own rollout engine. Per step:
 5. Every rank runs the same number of forward/backward passes (``common_count``; FSDP and ZeRO-3
    all-gather parameters inside each forward, so a rank with fewer micro-batches would hang the
    others), padding with zero-weight micro-batches.
-6. ``weight_export.sync_rollout_weights``: the engine gets full weights, gathered from shards
-   when sharded.
-7. Checkpoints (``checkpoint.py``): the HF folder gets ``weight_export.export_state_dict``; when
+6. ``learner.weight_export.sync_rollout_weights``: the engine gets full weights, gathered from
+   shards when sharded.
+7. Checkpoints (``run/checkpoint.py``): the HF folder gets
+   ``learner.weight_export.export_state_dict``; when
    ``shards_training_state`` (FSDP, DeepSpeed) the optimizer goes through accelerate's
    ``save_state`` / ``load_state``.
 
-These are the whole data-parallel protocol: ``update.grpo_update``, ``collect.Collector`` and the
-trainer call them directly, on one process as on many. Every function works single-process (no
-process group, or world size 1: a fast path that communicates nothing and returns its input) and
-on CPU with the gloo backend, which is how the tests run them.
+These are the whole data-parallel protocol: ``learner.update.grpo_update``,
+``collect.collector.Collector`` and the trainer call them directly, on one process as on many.
+Every function works single-process (no process group, or world size 1: a fast path that
+communicates nothing and returns its input) and on CPU with the gloo backend, which is how the
+tests run them.
 
 Why over 500 lines: the data-parallel protocol is one concept, in one place (the collectives,
 their world-size-1 fast paths, and the wrapped-model helpers the trainer needs under a launcher).

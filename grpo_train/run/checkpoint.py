@@ -491,7 +491,7 @@ def save_checkpoint(
     ``config_yaml``: the run's resolved configuration, written as the checkpoint's
     ``config.yaml`` (``TrainConfig.to_yaml``).
     ``rollouts``: ``async_generation``'s finished batches of the next steps
-    (``rollout_pipeline.Rollouts``), into ``rollouts.pt``; ``read_rollouts`` loads them.
+    (``collect.pipeline.Rollouts``), into ``rollouts.pt``; ``read_rollouts`` loads them.
 
     ``identity`` / ``launch``: what goes into ``manifest.json`` (None: no manifest, as before);
     the checkpoint then becomes the lineage head of ``launch``. A full disk or an unwritable
@@ -751,7 +751,7 @@ def load_checkpoint(
 def read_rollouts(path: str | Path) -> list[Any]:
     """Return the future batches an ``async_generation`` checkpoint saved (or an empty list).
 
-    A pickle of the run's own ``rollout_pipeline.Rollouts`` (groups, token ids, tensors), so it
+    A pickle of the run's own ``collect.pipeline.Rollouts`` (groups, token ids, tensors), so it
     is read with ``weights_only=False``: resume only checkpoints you wrote.
     """
     file = Path(path) / ROLLOUTS_FILE
