@@ -253,7 +253,11 @@ _EXIT_DRAW = random.SystemRandom()
 # threads and processes that replayed cells left running print nowhere.
 _RUNNER = """\
 import ast as _ast, builtins as _bi, json as _json, linecache as _lc, os as _os, sys as _sys
-import _sitebuiltins
+import _sitebuiltins, signal as _signal
+# Ctrl-C's handler as in any interpreter, whatever disposition the sandbox inherited (a process
+# started in the background inherits SIGINT ignored, and Python then installs no handler): a cell
+# that sends itself SIGINT gets KeyboardInterrupt wherever it runs.
+_signal.signal(_signal.SIGINT, _signal.default_int_handler)
 # What ``site`` gives an interactive interpreter (the sandbox starts without site).
 _bi.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
 _bi.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
@@ -344,7 +348,6 @@ _status = _os.waitpid(_pid, 0)[1]
 if _os.WIFEXITED(_status) and _os.WEXITSTATUS(_status) in (__OK__, __RAISED__, __ENDED__):
     _os._exit(_os.WEXITSTATUS(_status))
 if _os.WIFSIGNALED(_status):
-    import signal as _signal
     _n = _os.WTERMSIG(_status)
     try:
         _how = "killed by signal %s" % _signal.Signals(_n).name
