@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny random model for fast tests, the embedded default model, vLLM presence.
 
-Tests marked ``@pytest.mark.vllm`` are skipped when vLLM is not importable.
+Tests marked ``@pytest.mark.vllm`` are skipped when vLLM is not importable; with
+``GRPO_FAIL_ON_SKIP=1`` (CI) such a skip fails the session (``skip_policy.py``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from ci_order import DEFAULT_SLOW_S, MEASURED_S, Unit, worksteal_order
 from project_warnings import install as attribute_project_deprecations
+from skip_policy import install as install_skip_policy
 
 from grpo_train.rollout.vllm_engine import vllm_available as _vllm_available
 
@@ -21,6 +23,11 @@ attribute_project_deprecations()
 
 # Loaded only inside launched ranks (it patches torch.distributed); never in the pytest process.
 collect_ignore = ["grpo_train/collective_guard/sitecustomize.py"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # GRPO_FAIL_ON_SKIP=1 (CI): a skip outside skip_policy.ALLOWED_SKIPS fails the session.
+    install_skip_policy(config)
 
 
 def vllm_available() -> bool:

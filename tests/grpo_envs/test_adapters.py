@@ -1,6 +1,6 @@
-import importlib.util
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -21,15 +21,47 @@ def _trl_call(func, rows, completions, log):
     )
 
 
+def _installed_trl_rewards(funcs, rows, completions, log):
+    """The (rows, funcs) reward table of the installed TRL's own ``_calculate_rewards``.
+
+    It runs on a stand-in for the trainer holding only what that method reads (no model).
+    """
+    pytest.importorskip("trl")
+    import torch
+    from trl import GRPOTrainer
+
+    trainer = SimpleNamespace(
+        accelerator=SimpleNamespace(device=torch.device("cpu"), is_main_process=True),
+        args=SimpleNamespace(report_to=[]),
+        state=SimpleNamespace(global_step=0),
+        reward_funcs=funcs,
+        reward_processing_classes=[None] * len(funcs),
+        reward_func_names=[f.__name__ for f in funcs],
+        environments=None,
+        _log_completion_extra=lambda column, values: None,
+        _log_metric=lambda name, value: log.append((name, value)),
+    )
+    prompts = [r["prompt"] for r in rows]
+    ids = [[1]] * len(rows)
+    return GRPOTrainer._calculate_rewards(trainer, rows, prompts, completions, ids).tolist()
+
+
 def test_trl_calling_convention_matches_installed_trl():
-    # Read the installed source rather than importing it (importing trl pulls torch: ~8 s).
-    spec = importlib.util.find_spec("trl")
-    if spec is None or spec.origin is None:
-        pytest.skip("trl not installed")
-    source = (Path(spec.origin).parent / "trainer" / "grpo_trainer.py").read_text()
-    # The convention _trl_call mimics: columns as kwargs, these three passed by name.
-    assert "prompts=prompts, completions=completions, completion_ids=completion_ids_list" in source
-    assert 'key not in ["prompt", "completion", "completion_ids"]' in source
+    # _trl_call (used by the tests below, without importing trl) gives what TRL itself computes.
+    env = grpo_envs.make("format/think-answer-v0", train_size=4, test_size=2)
+    rows = list(env.dataset("train"))[:2]
+    completions = [f"<think>x</think><answer>{rows[0]['answer']}</answer>", "<answer>-7</answer>"]
+
+    def funcs():  # fresh ones each time: a batch's scores (and its log) are cached per func
+        return trl_reward_funcs(env) + trl_reward_funcs(env, per_component=True)
+
+    trl_log: list = []
+    table = _installed_trl_rewards(funcs(), rows, completions, trl_log)
+    mimic_log: list = []
+    columns = [_trl_call(f, rows, completions, mimic_log) for f in funcs()]
+    assert table == [list(row) for row in zip(*columns)]
+    assert table == [[2.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]]
+    assert trl_log == mimic_log == [("format/think-answer-v0/accuracy", 0.5)] * 2
 
 
 def test_trl_reward_funcs_text_and_chat_completions():

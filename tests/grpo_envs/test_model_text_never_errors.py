@@ -402,8 +402,12 @@ def test_countdown_expressions_evaluate_or_are_refused(text):
 @BOUNDED
 @given(completions, completions)
 def test_feedback_on_a_wrong_answer_is_text_for_any_answer(extracted, earlier):
-    assert isinstance(answer_feedback(extracted, "95", [earlier]), str)
-    assert isinstance(answer_feedback(extracted, "95", [earlier], hint="none"), str)
+    for hint in ("direction", "none"):
+        feedback = answer_feedback(extracted, "95", [earlier], hint=hint)
+        # A retry request that never gives the gold answer away (unless the model wrote it).
+        assert feedback.endswith("Try again, with the final answer in \\boxed{}.")
+        if "95" not in extracted + earlier:
+            assert "95" not in feedback
 
 
 # --- every quick single-turn environment, through make().score --------------------------------

@@ -75,12 +75,28 @@ def test_feedback_over_stdio_shows_the_visible_input_and_expected_output():
 
 
 def test_the_tool_instructions_join_an_existing_system_prompt():
-    env = grpo_envs.make(
+    # Without a system prompt in the base, the instructions become the system message.
+    bare = grpo_envs.make(
         "math/python-tool-v0", base="format/think-answer-v0", train_size=2, test_size=2
     )
+    bare_prompt = bare.dataset("train")[0]["prompt"]
+    assert [m["role"] for m in bare_prompt] == ["system", "user"]
+    instructions = bare_prompt[0]["content"]
+    assert instructions.startswith("You can run Python")
+    # With one, they join it: one system message, the instructions, a blank line, the base's.
+    table = {
+        "path": str(FIXTURES / "dataset" / "questions.jsonl"),
+        "question": "problem",
+        "answer": "solution",
+        "id": "qid",
+        "system_prompt": "Think first.",
+    }
+    plain = grpo_envs.make("math/dataset-v0", **table).dataset("train")[0]["prompt"]
+    env = grpo_envs.make("math/python-tool-v0", base="math/dataset-v0", **table)
     prompt = env.dataset("train")[0]["prompt"]
-    assert [m["role"] for m in prompt].count("system") == 1
-    assert prompt[0]["content"].startswith("You can run Python")
+    assert plain[0] == {"role": "system", "content": "Think first."}  # the base has one
+    assert prompt[0] == {"role": "system", "content": f"{instructions}\n\nThink first."}
+    assert prompt[1:] == plain[1:]
 
 
 @pytest.mark.parametrize("base", sorted(CODE_BASES))

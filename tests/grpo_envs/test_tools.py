@@ -69,7 +69,14 @@ def test_malformed_hermes_calls_are_typed_never_raised(text, reason):
 
 def test_a_closed_call_then_an_unclosed_one_gives_both():
     calls = parse_hermes(hermes(code="1") + " <tool_call>{")
-    assert isinstance(calls[0], ToolCall) and isinstance(calls[1], MalformedCall)
+    assert calls == [
+        ToolCall("python", {"code": "1"}),
+        MalformedCall("a <tool_call> tag was not closed with </tool_call>"),
+    ]
+    # The unclosed call does not swallow a closed one before it, nor the closed one after it.
+    calls = parse_hermes(hermes(code="1") + hermes(code="2") + "<tool_call>{")
+    assert calls[:2] == [ToolCall("python", {"code": "1"}), ToolCall("python", {"code": "2"})]
+    assert len(calls) == 3 and isinstance(calls[2], MalformedCall)
 
 
 def test_code_blocks_each_become_a_python_call_and_an_unclosed_block_is_malformed():

@@ -32,7 +32,20 @@ def test_generic_id_with_task_and_config():
 
 def test_partial_credit_is_off_by_default():
     env = grpo_envs.make("rg/reasoning-gym-v0", task="leg_counting", train_size=5, test_size=5)
-    assert env.partial_credit is False
+    paid = grpo_envs.make(
+        "rg/reasoning-gym-v0", task="leg_counting", train_size=5, test_size=5, partial_credit=True
+    )
+    row = env.dataset("test")[0]
+    # The gold answer inside a longer one: reasoning-gym's substring match gives a fraction.
+    padded = f"<answer>{row['answer']} legs</answer>"
+    default, partial = env.score(padded, row), paid.score(padded, row)
+    raw = default.details["rg_score"]
+    assert isinstance(raw, float) and 0.0 < raw < 1.0
+    assert default.reward == 0.0 and default.outcome is Outcome.WRONG  # no credit by default
+    assert partial.reward == pytest.approx(raw) and partial.outcome is Outcome.WRONG
+    # A full score is 1 either way.
+    gold = f"<answer>{row['answer']}</answer>"
+    assert env.score(gold, row).reward == paid.score(gold, row).reward == 1.0
     with pytest.raises(ValueError, match="close matches"):
         grpo_envs.make("rg/reasoning-gym-v0", task="leg_countin")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -32,15 +31,54 @@ def test_prompt_index_finds_rows_and_refuses_ambiguous_prompts():
     assert prompt_key("plain text") != prompt_key([{"role": "user", "content": "plain text"}])
 
 
-def test_the_rollout_contract_is_the_one_installed_trl_reads():
-    # Read the installed source rather than importing trl (it pulls torch and more: seconds).
-    spec = importlib.util.find_spec("trl")
-    if spec is None or spec.origin is None:
-        pytest.skip("trl not installed")
-    source = (Path(spec.origin).parent / "trainer" / "grpo_trainer.py").read_text()
-    assert 'required_keys = {"prompt_ids", "completion_ids", "logprobs"}' in source
-    assert 'tool_mask = extra_fields.pop("env_mask", None)' in source
-    assert "output = self.rollout_func(prompts, self)" in source
+def test_the_rollout_contract_is_the_one_installed_trl_reads(tiny_model_path: Path) -> None:
+    # TRL's own _generate consumes the rollout, on a stand-in for the trainer holding only what
+    # that method and rollout_func read: the ids, logprobs and environment mask reach TRL as they
+    # left, the mask as TRL's tool mask (what its loss and length metrics count).
+    pytest.importorskip("trl")
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+
+    env = digit_retry_env(size=8)
+    episodes = trl_episodes(env, max_turn_tokens=6)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    outputs: list[dict[str, list]] = []
+
+    def rollout(prompts, trainer):
+        outputs.append(episodes.rollout_func(prompts, trainer))
+        return outputs[-1]
+
+    trainer = SimpleNamespace(
+        accelerator=SimpleNamespace(
+            device=torch.device("cpu"), gather=lambda t: t, unwrap_model=lambda m: m
+        ),
+        model=AutoModelForCausalLM.from_pretrained(tiny_model_path).eval(),
+        processing_class=tokenizer,
+        _tokenizer=tokenizer,
+        max_completion_length=400,
+        temperature=1.0,
+        rollout_func=rollout,
+        use_vllm=False,
+        tools=None,
+        state=SimpleNamespace(global_step=0, num_input_tokens_seen=0),
+        _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
+        eos_token_ids=[tokenizer.eos_token_id],
+    )
+    prompts = [row["prompt"] for row in env.dataset("train")][:4]
+    prompt_ids, completion_ids, tool_mask, _, logprobs, extra, _, _ = GRPOTrainer._generate(
+        trainer, prompts
+    )
+    (out,) = outputs
+    assert prompt_ids == out["prompt_ids"] and completion_ids == out["completion_ids"]
+    assert logprobs == out["logprobs"] and tool_mask == out["env_mask"]
+    assert any(0 in mask for mask in tool_mask)  # some environment text was inserted
+    assert set(extra) == {"episode_reward", "episode_success", "episode_turns", "episode_end"}
+    lengths = [sum(mask) for mask in out["env_mask"]]
+    assert trainer._metrics["eval"]["completions/mean_length"] == [sum(lengths) / len(lengths)]
 
 
 def test_trl_rollouts_insert_environment_text_as_plain_text(tiny_model_path: Path) -> None:

@@ -16,6 +16,7 @@ from grpo_train.eval.compare import (
     rates_from_records,
     sign_flip_p,
     subset_mean_ci,
+    two_sample_bootstrap_ci,
     two_sample_permutation_p,
 )
 from grpo_train.eval.records import SampleRecord, SampleStore
@@ -271,6 +272,105 @@ def test_binary_paired_rows_use_mcnemar_and_report_the_detectable_delta():
     a = [record("t", f"q{i}", 0, 10 <= i < 15) for i in range(20)]
     (row,) = compare_rates(rates_from_records(a), rates_from_records(b))
     assert row.p_value == pytest.approx(2 / 256) and row.significant and row.ci_low > 0
+
+
+def test_six_problems_all_changed_one_way_is_the_smallest_resolvable_case():
+    # min_changed_problems(0.95) = 6: at exactly 6 shared problems a paired row is resolvable,
+    # and 6 of 6 changed one way reaches p = 2 / 64 <= 0.05.
+    assert min_changed_problems() == 6
+    a, b = multi_sample_runs(6, [0] * 6, [2] * 6)
+    (row,) = compare_rates(a, b)
+    assert row.num_samples == 6 and row.resolvable
+    assert row.p_value == pytest.approx(2 / 64) and row.significant
+    assert row.min_detectable == pytest.approx(6 / (2 * 6))
+
+
+def test_sign_flips_are_exact_up_to_the_limit_then_sampled_within_resamples():
+    # 16 equal differences: enumerated, only the two uniform patterns reach |sum| = 16.
+    assert sign_flip_p([1.0] * 16) == 2 / 2**16
+    # 17: sampled, (1 + hits) / (1 + resamples) never understates p (here >= 1 / 10_001).
+    assert 1 / 10_001 <= sign_flip_p([1.0] * 17) < 0.01
+    # Sampled in chunks (20 patterns each at 100_000 differences): every pattern of a zero sum
+    # reaches it, so p is (1 + 50) / (1 + 50) = 1 only if exactly `resamples` were drawn.
+    assert sign_flip_p([1.0, -1.0] * 50_000, resamples=50) == 1.0
+
+
+@pytest.mark.parametrize("diffs", [[], [0.1] * 17])
+def test_subset_means_refuse_no_differences_and_too_many(diffs):
+    with pytest.raises(ValueError, match="subset means need 1 to 16 differences"):
+        subset_mean_ci(diffs)
+
+
+def test_interval_inputs_are_checked():
+    for a, b in (([0.0], [0.0, 1.0]), ([], [])):
+        with pytest.raises(ValueError, match="two equal, non-empty sequences"):
+            paired_bootstrap_ci(a, b)
+    with pytest.raises(ValueError, match="resamples must be >= 1"):
+        paired_bootstrap_ci([0.0, 1.0], [1.0, 1.0], resamples=0)
+    assert paired_bootstrap_ci([0.0, 1.0], [1.0, 1.0], resamples=1)[0] == 0.5  # one is enough
+    for xs, ys in (([], [1.0]), ([1.0], [])):
+        with pytest.raises(ValueError, match="items on both sides"):
+            two_sample_permutation_p(xs, ys)
+    for trials_a, trials_b in ((0, 4), (4, 0)):
+        with pytest.raises(ValueError, match="at least one trial in each run"):
+            newcombe_ci(0, trials_a, 0, trials_b)
+
+
+def test_subset_interval_at_an_exact_integer_rank():
+    # confidence 0.75, 3 differences: k = 0.25 * 2**2 = 1 exactly (no float shortfall to 0),
+    # so the interval is the smallest and largest subset mean, not the whole range.
+    assert subset_mean_ci([0.1, 0.2, 0.3], confidence=0.75) == pytest.approx((0.1, 0.3))
+
+
+def test_sampled_two_sample_p_never_understates_and_stays_small():
+    # C(20, 10) = 184_756 splits > 20_000: sampled; 2 of them are as extreme as the observed one.
+    p = two_sample_permutation_p([0.0] * 10, [1.0] * 10)
+    assert 1 / 10_001 <= p <= 5 / 10_001
+
+
+def test_two_sample_bootstrap_draws_every_item_of_each_side():
+    assert two_sample_bootstrap_ci([0.0], [1.0, 0.0]) == (0.5, 0.0, 1.0)
+    assert two_sample_bootstrap_ci([1.0, 0.0], [0.0]) == (-0.5, -1.0, 0.0)
+
+
+@pytest.mark.parametrize("confidence", [0.0, 1.0])
+def test_confidence_must_lie_strictly_between_0_and_1(confidence):
+    with pytest.raises(ValueError, match=r"confidence must be in \(0, 1\)"):
+        min_changed_problems(confidence)
+
+
+def test_sixteen_problems_are_enumerated_seventeen_bootstrapped():
+    (row,) = compare_rates(*multi_sample_runs(16, [0] * 16, [1] * 16))
+    assert row.method is CIMethod.PAIRED_PERMUTATION
+    (row,) = compare_rates(*multi_sample_runs(17, [0] * 17, [1] * 17))
+    assert row.method is CIMethod.PAIRED_BOOTSTRAP
+
+
+def test_unpaired_binomial_rows_are_significant_either_way_when_the_interval_excludes_0():
+    low = [record("t", f"a{i}", 0, i % 5 == 0) for i in range(200)]  # 20 %
+    high = [record("t", f"b{i}", 0, i % 5 != 0) for i in range(200)]  # 80 %
+    (up,) = compare_rates(rates_from_records(low), rates_from_records(high))
+    (down,) = compare_rates(rates_from_records(high), rates_from_records(low))
+    assert up.method is down.method is CIMethod.BINOMIAL and up.p_value is None
+    assert up.ci_low > 0 and up.significant
+    assert down.ci_high < 0 and down.significant
+
+
+def test_paired_bootstrap_draws_every_item():
+    assert paired_bootstrap_ci([0.0, 0.0], [1.0, 0.0]) == (0.5, 0.0, 1.0)
+
+
+def test_paired_binary_rows_use_the_2x2_table_and_need_one_completion_on_both_sides():
+    # 20 problems: both solve 5, A alone 1, B alone 7, neither 7 (the test above's runs).
+    a = [record("t", f"q{i}", 0, i < 1 or 10 <= i < 15) for i in range(20)]
+    b = [record("t", f"q{i}", 0, 1 <= i < 8 or 10 <= i < 15) for i in range(20)]
+    (row,) = compare_rates(rates_from_records(a), rates_from_records(b))
+    expected = newcombe_paired_ci(5, 1, 7, 7)
+    assert (row.delta, row.ci_low, row.ci_high) == pytest.approx(expected)
+    # Two completions per problem in B: rates, not a 2x2 table.
+    b2 = b + [record("t", f"q{i}", 1, i < 3) for i in range(20)]
+    (row,) = compare_rates(rates_from_records(a), rates_from_records(b2))
+    assert row.method is not CIMethod.MCNEMAR
 
 
 def test_unpaired_rows_too_small_to_resolve():

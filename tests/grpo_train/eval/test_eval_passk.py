@@ -72,3 +72,9 @@ def test_parse_ks():
     for bad in ("", "a,b", "0,1"):
         with pytest.raises(ValueError):
             parse_ks(bad)
+
+
+def test_no_samples_error_names_n():
+    # n = 0 would also fail the k check; the message must name the real problem.
+    with pytest.raises(ValueError, match="needs n >= 1 samples"):
+        pass_at_k(0, 0, 1)

@@ -26,7 +26,7 @@ from grpo_train.rollout.weight_channel import free_port
 pytestmark = [
     pytest.mark.vllm,
     pytest.mark.slow,
-    pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU build's worker binding"),
+    pytest.mark.skipif(torch.cuda.is_available(), reason="CPU build's worker binding (a GPU here)"),
 ]
 
 
