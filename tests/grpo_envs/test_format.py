@@ -1,5 +1,5 @@
 import pytest
-from scan_work import assert_linear  # tests/grpo_envs is on sys.path (pytest rootdir import)
+from scan_work import assert_linear  # tests/grpo_envs is on sys.path (its conftest)
 
 from grpo_envs import format as fmt
 

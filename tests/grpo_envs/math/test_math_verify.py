@@ -10,14 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
-from scan_work import assert_linear  # tests/grpo_envs is on sys.path (pytest rootdir import)
+from scan_work import assert_linear  # tests/grpo_envs is on sys.path (its conftest)
 
 from grpo_envs.math import MathResult, extract_answer, verify, verify_batch
 from grpo_envs.math.pool import get_pool
 from grpo_envs.math.verify import _safe_prepare
 from grpo_envs.types import Outcome
 
-CASES = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "math_verify_cases.jsonl"
+CASES = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / "math_verify_cases.jsonl"
 
 # --- extraction -----------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from scan_work import assert_linear  # tests/grpo_envs is on sys.path (pytest rootdir import)
+from scan_work import assert_linear  # tests/grpo_envs is on sys.path (its conftest)
 
 from grpo_envs.math import extract_answer, verify, verify_batch
 from grpo_envs.math.extract import gold_answer, last_standalone_number, math_spans
@@ -446,7 +446,7 @@ def test_gold_answer_forms(gold: str, answer: str) -> None:
 
 
 def test_suite_loader_reads_parametrize_lists_as_data(tmp_path: Path) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
     from mv_suite import load_suite
 
     (tmp_path / "tests").mkdir()

@@ -19,7 +19,7 @@ import pytest
 import grpo_envs
 from grpo_envs.types import Sample
 
-FIXTURES = Path(__file__).parent / "fixtures" / "code"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "code"
 
 
 #: Every string a job before this one may have left: frames above ours, GC-tracked dicts,

@@ -10,7 +10,7 @@ from grpo_envs.envs.multiturn import answer_feedback, as_number
 from grpo_envs.episode import EpisodeEnd, run_episode, scripted
 from grpo_envs.types import Outcome, Sample
 
-QUESTIONS = Path(__file__).resolve().parent / "fixtures" / "dataset" / "questions.jsonl"
+QUESTIONS = Path(__file__).resolve().parents[1] / "fixtures" / "dataset" / "questions.jsonl"
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from grpo_envs.envs.stdio import StdioEnv, parse_stdio_row
 from grpo_envs.types import Outcome, Sample
 from sandbox import Sandbox
 
-FIXTURES = Path(__file__).parent / "fixtures" / "code"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "code"
 MBPP_FULL = FIXTURES / "mbpp_full.jsonl"
 MBPP_SANITIZED = FIXTURES / "mbpp_sanitized.jsonl"
 STDIO = FIXTURES / "stdio.jsonl"
