@@ -1,9 +1,15 @@
 import math
+import warnings
 
 import pytest
 import torch
 
-from grpo_train.algorithm.advantages import compute_advantages, group_stats, informative_groups
+from grpo_train.algorithm.advantages import (
+    compute_advantages,
+    group_stats,
+    informative_groups,
+    scale_centred,
+)
 
 REWARDS = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
 
@@ -95,3 +101,56 @@ def test_group_informative_is_the_same_rule_as_the_batch_mask():
         torch.tensor([r for r, _ in rows], dtype=torch.float64), torch.tensor([t for _, t in rows])
     )
     assert mask.tolist() == [g.informative for g in cases]
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
+def test_groups_with_fewer_than_two_scored_get_zero_and_two_are_enough(estimator, scale):
+    rewards = torch.tensor([[1.0, 0.0, 7.0], [1.0, 0.0, 1.0], [0.5, 0.2, 0.9]])
+    valid = torch.tensor([[True, True, False], [True, False, False], [False, False, False]])
+    adv = compute_advantages(rewards, estimator, scale, eps=1e-4, valid=valid)
+    # Row 0 has exactly MIN_SCORED (2) scored rewards, [1, 0]: mean 0.5, centred [0.5, -0.5];
+    # rloo: r_i - the other one = [1, -1]. Unbiased std of [1, 0]: sqrt(0.5), also the batch std
+    # (row 0 holds the only trainable rewards). Rows 1 (one scored) and 2 (none): dropped, 0.
+    c = 0.5 if estimator == "grpo" else 1.0
+    if scale != "none":
+        c /= math.sqrt(0.5) + 1e-4
+    assert adv[0].tolist() == pytest.approx([c, -c, 0.0], rel=1e-6)
+    assert adv[1:].tolist() == [[0.0] * 3, [0.0] * 3]
+
+
+@pytest.mark.parametrize("scale", ["group", "batch"])
+def test_scale_centred_divides_a_group_of_one_or_none_by_eps_not_nan(scale):
+    # Row 0: one masked reward (3.0), centred on itself: 0; row 1: nothing masked. The std of
+    # one reward, or of none, is 0 (n - 1 and n clamp at 1), so each entry is 0 / (0 + eps) = 0;
+    # "batch": the one kept reward has std 0 too, never torch.std's NaN.
+    rewards = torch.tensor([[3.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, False], [False, False]])
+    centred = torch.zeros(2, 2, dtype=torch.float64)
+    assert scale_centred(centred, rewards, mask, scale, eps=1e-4).tolist() == [[0.0] * 2] * 2
+    # A nonzero centred value shows the divisor: 1 / (0 + eps).
+    centred[0, 0] = 1.0
+    out = scale_centred(centred, rewards, mask, scale, eps=0.5)
+    assert out.tolist() == [[2.0, 0.0], [0.0, 0.0]]
+
+
+def test_a_spread_equal_to_the_tolerance_agrees():
+    rewards = torch.tensor([[0.0, 0.5]])  # spread exactly 0.5 (representable)
+    assert informative_groups(rewards, tol=0.5).tolist() == [False]
+    assert informative_groups(rewards, tol=0.25).tolist() == [True]
+
+
+def test_group_stats_of_a_single_group_and_of_a_lone_reward():
+    # One group [1, 0, 0, 1]: the batch std is the group std, sqrt(4 * 0.25 / 3).
+    stats = group_stats(torch.tensor([[1.0, 0.0, 0.0, 1.0]]))
+    assert stats.reward_mean == pytest.approx(0.5)
+    assert stats.reward_std == pytest.approx(math.sqrt(1 / 3))
+    assert stats.group_std_mean == pytest.approx(math.sqrt(1 / 3))
+    assert stats.frac_zero_std == 0.0
+    # One reward: its std is 0, not torch.std's NaN (the in-group std of one reward is
+    # undefined and warns; it is not checked here).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        lone = group_stats(torch.tensor([[0.7]]))
+    assert lone.reward_std == 0.0
+    assert lone.reward_mean == pytest.approx(0.7)

@@ -139,7 +139,15 @@ def test_group_std_scaling_and_wrong_key_counts_are_refused():
         ema_advantages(
             torch.tensor([[1.0, 0.0]]), [group_key(0, "a")], EmaBaselines(), 0.9, "group"
         )
-    with pytest.raises(ValueError, match="one each"):
+    with pytest.raises(ValueError, match="0 group keys for 1 groups; give one each"):
         ema_advantages(torch.tensor([[1.0, 0.0]]), [], EmaBaselines())
     with pytest.raises(ValueError, match="ema_advantages"):
         compute_advantages(torch.tensor([[1.0, 0.0]]), "ema")
+
+
+@pytest.mark.parametrize("bad", [torch.tensor([1.0, 0.0]), torch.tensor([[1.0], [0.0]])])
+def test_rewards_that_are_not_groups_of_two_or_more_are_refused(bad):
+    # A 1-D tensor has no groups; a (2, 1) tensor has groups of one, which nothing compares with.
+    keys = [group_key(0, "a"), group_key(0, "b")]
+    with pytest.raises(ValueError, match="group >= 2"):
+        ema_advantages(bad, keys, EmaBaselines(), scale_rewards="none")

@@ -93,6 +93,7 @@ def test_truncated_is_weights_cap_and_metrics():
     w, m = truncated_is_weights(old, sampled, mask, cap=3.0)
     assert w[0, :2].tolist() == [pytest.approx(2.0), pytest.approx(3.0)]
     assert m["is_ratio_max"] == pytest.approx(10.0)
+    assert m["is_ratio_min"] == pytest.approx(2.0)  # the masked ratio 1.0 is ignored
     assert m["is_ratio_mean"] == pytest.approx(6.0)
     assert m["is_capped_frac"] == pytest.approx(0.5)
 
@@ -100,7 +101,7 @@ def test_truncated_is_weights_cap_and_metrics():
 def test_shape_errors_name_the_problem():
     with pytest.raises(ValueError, match="same"):
         grpo_loss(torch.zeros(2, 3), torch.zeros(2, 2), torch.zeros(2), torch.ones(2, 3))
-    with pytest.raises(ValueError, match=r"advantages must have shape"):
+    with pytest.raises(ValueError, match=r"advantages must have shape \(B,\) = \(2,\)"):
         grpo_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(3), torch.ones(2, 3))
 
 
@@ -152,3 +153,65 @@ def test_zero_advantage_rows_add_nothing_to_the_loss_or_its_gradient():
         (g_part,) = torch.autograd.grad(part, lp)
         assert part.item() == pytest.approx(full.item(), rel=1e-6)
         torch.testing.assert_close(g_part, g_full)
+
+
+def test_zero_and_positive_advantages_are_never_clipped_low():
+    # Ratios 0.5 and 2.0 on each row, epsilon_low 0.2, epsilon_high 0.28.
+    # Row 0, A = 0: the clip changes nothing (-min(0, 0) = 0), so neither token counts.
+    # Row 1, A = 0.5: r=0.5 is below 0.8 but A > 0 takes min(r A, clip A) = r A: not clipped,
+    # loss -0.25; r=2.0 above 1.28 with A > 0: clipped high, loss -min(1.0, 0.64) = -0.64.
+    ratios = torch.tensor([[0.5, 2.0], [0.5, 2.0]])
+    adv = torch.tensor([0.0, 0.5])
+    loss, m = grpo_loss(ratios.log(), torch.zeros(2, 2), adv, torch.ones(2, 2), loss_type="dapo")
+    assert loss.item() == pytest.approx((-0.25 - 0.64) / 4)
+    assert m["clip_frac_low"] == 0.0
+    assert m["clip_frac_high"] == pytest.approx(1 / 4)
+    assert m["clip_frac"] == pytest.approx(1 / 4)
+
+
+def test_a_ratio_on_the_clip_bound_or_the_cap_is_not_counted_as_clipped():
+    # On policy the ratio is exactly exp(0) = 1; with both epsilons 0 it sits on both clip
+    # bounds, where clipping leaves it unchanged, and on a cap of 1, which leaves the weight 1.
+    lp = torch.zeros(2, 2)
+    _, m = grpo_loss(
+        lp, lp, torch.tensor([1.0, -1.0]), torch.ones(2, 2), epsilon_low=0.0, epsilon_high=0.0
+    )
+    assert (m["clip_frac_low"], m["clip_frac_high"], m["clip_frac"]) == (0.0, 0.0, 0.0)
+    w, is_m = truncated_is_weights(lp, lp, torch.ones(2, 2), cap=1.0)
+    assert w.tolist() == [[1.0, 1.0], [1.0, 1.0]]
+    assert is_m["is_capped_frac"] == 0.0
+
+
+def test_a_row_without_trained_tokens_and_a_single_trained_token():
+    # Row 0: one trained token, ratio 1.5 with A = +1: clipped to 1.28, loss -1.28 (its masked
+    # ratio 3.0 is ignored). Row 1: no trained token (a padding row): loss 0, not 0 / 0.
+    ratios = torch.tensor([[1.5, 3.0], [2.0, 2.0]])
+    mask = torch.tensor([[1.0, 0.0], [0.0, 0.0]])
+    old, adv = torch.zeros(2, 2), torch.tensor([1.0, 1.0])
+    grpo, m = grpo_loss(ratios.log(), old, adv, mask, loss_type="grpo")
+    assert grpo.item() == pytest.approx((-1.28 / 1 + 0.0) / 2)  # mean over the two rows
+    dapo, _ = grpo_loss(ratios.log(), old, adv, mask, loss_type="dapo")
+    assert dapo.item() == pytest.approx(-1.28)  # one token
+    # Means over one token are that token's value.
+    assert m["ratio_mean"] == pytest.approx(1.5)
+    assert (m["ratio_min"], m["ratio_max"]) == (pytest.approx(1.5), pytest.approx(1.5))
+    assert m["clip_frac_high"] == 1.0
+
+
+def test_a_reference_with_beta_zero_adds_no_kl():
+    # beta 0 turns the KL term off: neither the loss nor the logged kl uses the reference.
+    lp = torch.zeros(1, 2)
+    ref = torch.tensor([[math.log(2.0), 0.0]])
+    with_ref, m = grpo_loss(lp, lp, torch.tensor([1.0]), torch.ones(1, 2), ref_logprobs=ref)
+    without, _ = grpo_loss(lp, lp, torch.tensor([1.0]), torch.ones(1, 2))
+    assert with_ref.item() == without.item() == pytest.approx(-1.0)  # -A at ratio 1
+    assert m["kl"] == 0.0
+
+
+def test_loss_share_of_a_batch_without_tokens_or_rows_is_zero():
+    # Shares are this micro-batch's tokens (dapo) or rows over the batch's; a batch with no
+    # trained token, or no row, gives every micro-batch share 0 rather than 0 / 0.
+    assert loss_share("dapo", torch.zeros(2, 3), total_tokens=0, total_seqs=2) == 0.0
+    assert loss_share("grpo", torch.zeros(0, 3), total_tokens=0, total_seqs=0) == 0.0
+    assert loss_share("dapo", torch.ones(1, 3), total_tokens=12, total_seqs=4) == 3 / 12
+    assert loss_share("dr_grpo", torch.ones(1, 3), total_tokens=12, total_seqs=4) == 1 / 4
