@@ -9,9 +9,10 @@ The size rules of the layout are checked here too: a few entry modules at the to
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
+
+from test_import_graph import import_graph
 
 import grpo_train
 
@@ -42,36 +43,18 @@ def subpackage_of(module: str) -> str | None:
     return parts[1] if (GRPO_TRAIN / parts[1]).is_dir() else None
 
 
-def imported_modules(path: Path, module: str) -> set[str]:
-    """Every ``grpo_train`` module or package ``path`` imports, at any level."""
-    is_package = path.name == "__init__.py"
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module if is_package else module.rpartition(".")[0]
-                for _ in range(node.level - 1):
-                    base = base.rpartition(".")[0]
-                source = f"{base}.{node.module}" if node.module else base
-            else:
-                source = node.module or ""
-            found.add(source)
-            found.update(f"{source}.{alias.name}" for alias in node.names)
-    return {name for name in found if name.startswith("grpo_train.")}
-
-
 def subpackage_edges() -> dict[tuple[str, str], list[str]]:
-    """(importer subpackage, imported subpackage) -> the importing modules, for every crossing."""
+    """(importer subpackage, imported subpackage) -> the importing modules, for every crossing.
+
+    The graph is ``test_import_graph``'s with type-only imports counted: every import at any
+    level, lazy ones inside functions included.
+    """
     edges: dict[tuple[str, str], list[str]] = {}
-    for path in sorted(GRPO_TRAIN.rglob("*.py")):
-        parts = path.relative_to(GRPO_TRAIN.parent).with_suffix("").parts
-        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    for module, imported in sorted(import_graph(type_checking=True).items()):
         source = subpackage_of(module)
         if source is None:
             continue
-        for target in {subpackage_of(name) for name in imported_modules(path, module)}:
+        for target in {subpackage_of(name) for name in imported}:
             if target is not None and target != source:
                 edges.setdefault((source, target), []).append(module)
     return edges
