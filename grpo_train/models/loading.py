@@ -392,6 +392,22 @@ _FLASH_PACKAGES = {
 }
 
 
+def auto_dtype(device: str | torch.device) -> str:
+    """Return what ``dtype: auto`` means on ``device``: bfloat16 where native, else float32.
+
+    A GPU without bfloat16 (before Ampere: V100, T4) emulates it slowly or not at all, and float16
+    training needs loss scaling, so those GPUs and the CPU get float32.
+
+    >>> auto_dtype("cpu")
+    'float32'
+    """
+    import torch
+
+    if torch.device(device).type != "cuda":
+        return "float32"
+    return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+
+
 def load_policy(
     name_or_path: str | None,
     dtype: torch.dtype | str = "float32",
@@ -400,7 +416,7 @@ def load_policy(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer for training or evaluation.
 
-    ``dtype="auto"`` picks bfloat16 on a GPU and float32 on CPU; ``device="auto"`` picks the GPU
+    ``dtype="auto"`` is ``auto_dtype(device)``; ``device="auto"`` picks the GPU
     when there is one. ``attn_implementation`` is transformers' (``auto``: its own choice). The
     tokenizer gets a pad token (EOS when it has none) and left padding, which batched generation
     needs. A missing hub model while offline raises ``ModelNotAvailableError``.
@@ -412,7 +428,7 @@ def load_policy(
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if dtype == "auto":
-        dtype = "bfloat16" if torch.device(device).type == "cuda" else "float32"
+        dtype = auto_dtype(device)
     torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     if not isinstance(torch_dtype, torch.dtype):
         raise ValueError(f"dtype must be a torch dtype name like 'float32', got {dtype!r}")

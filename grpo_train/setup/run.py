@@ -51,7 +51,7 @@ from grpo_train.learner.logprobs import DEFAULT_HEAD, HeadChoice
 from grpo_train.learner.lora import LoraSettings, reference_logprobs
 from grpo_train.learner.micro_batches import ForwardCost, MicroBatch
 from grpo_train.learner.update import ClipAndStep, Learner, UpdateSettings
-from grpo_train.models.loading import attention_problem
+from grpo_train.models.loading import attention_problem, auto_dtype
 from grpo_train.parallel import distributed
 from grpo_train.parallel.distributed import RankInfo
 from grpo_train.rollout.base import LostEngine, RolloutEngine
@@ -486,8 +486,8 @@ def resolve_auto(cfg: TrainConfig) -> TrainConfig:
     """Replace ``dtype: auto`` by bfloat16 on a GPU that supports it, else float32."""
     if cfg.policy.dtype != "auto":
         return cfg
-    bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    policy = replace(cfg.policy, dtype="bfloat16" if bf16 else "float32")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    policy = replace(cfg.policy, dtype=auto_dtype(device))
     return replace(cfg, policy=policy)
 
 

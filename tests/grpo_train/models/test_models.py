@@ -155,3 +155,19 @@ def test_model_tiny_names_the_test_models_builder_and_builds_it_once(
     (tmp_path / "tiny").mkdir()
     (tmp_path / "tiny" / "config.json").write_text("{}")
     assert resolve_model("tiny") == "tiny"
+
+
+@pytest.mark.parametrize(("bf16", "expected"), [(True, "bfloat16"), (False, "float32")])
+def test_auto_dtype_is_bfloat16_only_on_a_gpu_that_has_it(monkeypatch, bf16, expected) -> None:
+    """A V100 or T4 (no native bfloat16) gets float32 from ``dtype: auto``, in training and eval."""
+    from grpo_train.config import TrainConfig
+    from grpo_train.models.loading import auto_dtype
+    from grpo_train.setup.run import resolve_auto
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+    assert auto_dtype("cuda") == expected
+    assert auto_dtype("cuda:1") == expected
+    assert auto_dtype("cpu") == "float32"
+    resolved = resolve_auto(TrainConfig.from_flat({"dtype": "auto"}))
+    assert resolved.policy.dtype == expected
