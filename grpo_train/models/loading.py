@@ -392,7 +392,7 @@ _FLASH_PACKAGES = {
 }
 
 
-def auto_dtype(device: str | torch.device) -> str:
+def auto_dtype(device: str | torch.device) -> Literal["bfloat16", "float32"]:
     """Return what ``dtype: auto`` means on ``device``: bfloat16 where native, else float32.
 
     A GPU without bfloat16 (before Ampere: V100, T4) emulates it slowly or not at all, and float16
