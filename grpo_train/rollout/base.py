@@ -146,7 +146,7 @@ class LostEngine:
         """Return False: nothing to put to sleep."""
         return False
 
-    def wake_up(self) -> None:
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
         """Do nothing."""
 
     def close(self) -> None:
@@ -181,8 +181,12 @@ class RolloutEngine(Protocol):
         """Free generation memory during the update if the engine can; return whether it slept."""
         ...
 
-    def wake_up(self) -> None:
-        """Undo ``sleep`` before the next weight sync."""
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        """Undo ``sleep``: all of it, or the memory kinds named.
+
+        The kinds are vLLM's (``"weights"``, ``"kv_cache"``). An engine that slept wakes whatever
+        is still asleep before it generates.
+        """
         ...
 
     def close(self) -> None:
@@ -234,16 +238,25 @@ def check_prompts(
     return prompts
 
 
+#: vLLM's sleep-mode memory kinds (``LLM.wake_up(tags=...)``).
+WEIGHTS = ("weights",)
+SLEEP_TAGS = ("weights", "kv_cache")
+
+
 @contextlib.contextmanager
 def engine_asleep(engine: RolloutEngine, level: Literal[1, 2] = 1) -> Iterator[bool]:
-    """Put a colocated engine to sleep during the update and wake it for the weight sync.
+    """Put a colocated engine to sleep during the update and wake its weights for the sync.
 
     Yields whether the engine slept (``RolloutEngine.sleep``: vLLM's sleep mode on CUDA frees
-    the KV cache and offloads or drops the weights; other engines stay awake).
+    the KV cache and offloads or drops the weights; other engines stay awake). Only the weights
+    come back here: the sync loads into them while the KV cache is still free, so the trainer's
+    export buffers and the engine's KV cache are never on the GPU together; the engine
+    reallocates its KV cache once the weights are loaded, or before it generates (vLLM's
+    ``wake_up(tags=["weights"])``, then ``["kv_cache"]``).
     """
     slept = engine.sleep(level)
     try:
         yield slept
     finally:
         if slept:
-            engine.wake_up()
+            engine.wake_up(WEIGHTS)

@@ -341,7 +341,7 @@ class HFEngine:
         """Do nothing: the HF engine keeps no memory of its own between generations."""
         return False
 
-    def wake_up(self) -> None:
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
         """Do nothing (see ``sleep``)."""
 
     def close(self) -> None:

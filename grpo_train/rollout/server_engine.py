@@ -362,7 +362,7 @@ class ServerEngine:
         """Return False: the servers' memory is theirs."""
         return False
 
-    def wake_up(self) -> None:
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
         """Do nothing."""
 
     def close(self) -> None:

@@ -34,7 +34,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from grpo_train.rollout.base import Completion, EngineDied, SamplingConfig, check_prompts
+from grpo_train.rollout.base import (
+    SLEEP_TAGS,
+    WEIGHTS,
+    Completion,
+    EngineDied,
+    SamplingConfig,
+    check_prompts,
+)
 from grpo_train.rollout.child_output import ChildOutput
 from grpo_train.rollout.processes import (
     EngineProcesses,
@@ -126,6 +133,8 @@ class VLLMEngine:
         from vllm.platforms import current_platform
 
         self.on_cpu = bool(current_platform.is_cpu())
+        self.asleep: frozenset[str] = frozenset()
+        """vLLM's memory kinds ``sleep`` freed and no ``wake_up`` has reallocated yet."""
         kwargs = _platform_kwargs(self.on_cpu, cpu_kv_cache_gib, gpu_memory_utilization)
         kwargs.update(llm_kwargs)
         start = time.perf_counter()
@@ -220,6 +229,8 @@ class VLLMEngine:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        self.wake_up()  # vLLM must be fully awake before it is used again
+
         prompts = check_prompts(
             prompt_token_ids, self.vocab_size, self.max_model_len - sampling.max_new_tokens
         )
@@ -295,6 +306,7 @@ class VLLMEngine:
         of the whole model in ``/dev/shm``.
         """
         start = time.perf_counter()
+        self.wake_up(WEIGHTS)  # the weights to load into; the KV cache comes back after
         if self.workers_in_process:
             self._call(
                 lambda: self.llm.collective_rpc(
@@ -319,6 +331,7 @@ class VLLMEngine:
                 )
             finally:
                 target.unlink()  # loaded now; a copy of the model in /dev/shm would hold RAM
+        self.wake_up()  # the KV cache, now that the export's buffers are gone
         # Cached KV blocks were computed with the old weights.
         self._call(self.llm.reset_prefix_cache, "weight sync")
         self.last_sync_seconds = time.perf_counter() - start
@@ -339,11 +352,20 @@ class VLLMEngine:
         if not getattr(config, "enable_sleep_mode", False):
             return False
         self.llm.sleep(level=level)
+        self.asleep = frozenset(SLEEP_TAGS)
         return True
 
-    def wake_up(self) -> None:
-        """Reallocate what ``sleep`` freed."""
-        self.llm.wake_up()
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        """Reallocate what ``sleep`` freed: everything, or the memory kinds in ``tags``.
+
+        Only kinds still asleep are asked for, so an engine that never slept (sleep mode off, or
+        the CPU platform, which has none) makes no call at all.
+        """
+        wanted = self.asleep if tags is None else self.asleep & frozenset(tags)
+        if not wanted:
+            return
+        self.llm.wake_up(tags=sorted(wanted))
+        self.asleep -= wanted
 
     def _ensure_sync_dir(self) -> Path:
         """Return the folder CPU weight sync writes to, created on first use."""

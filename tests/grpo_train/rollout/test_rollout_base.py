@@ -23,8 +23,8 @@ class _SleepyEngine:
         self.calls.append(f"sleep{level}")
         return self.can_sleep
 
-    def wake_up(self) -> None:
-        self.calls.append("wake")
+    def wake_up(self, tags: tuple[str, ...] | None = None) -> None:
+        self.calls.append(f"wake{list(tags) if tags else ''}")
 
 
 def test_engine_asleep_wakes_only_what_slept_even_when_the_update_fails() -> None:
@@ -35,10 +35,10 @@ def test_engine_asleep_wakes_only_what_slept_even_when_the_update_fails() -> Non
     engine = _SleepyEngine(can_sleep=True)
     with engine_asleep(engine, level=2) as slept:  # type: ignore[arg-type]
         assert slept is True and engine.calls == ["sleep2"]
-    assert engine.calls == ["sleep2", "wake"]
+    assert engine.calls == ["sleep2", "wake['weights']"]  # the weights, for the sync to load
     with pytest.raises(RuntimeError, match="update failed"), engine_asleep(engine):  # type: ignore[arg-type]
         raise RuntimeError("update failed")
-    assert engine.calls[-2:] == ["sleep1", "wake"]  # woken even when the update raised
+    assert engine.calls[-2:] == ["sleep1", "wake['weights']"]  # woken even when the update raised
 
 
 def test_vllm_engine_sleeps_only_on_cuda_with_sleep_mode(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,22 +56,29 @@ def test_vllm_engine_sleeps_only_on_cuda_with_sleep_mode(monkeypatch: pytest.Mon
         def sleep(self, level: int = 1) -> None:
             calls.append(f"sleep{level}")
 
-        def wake_up(self) -> None:
-            calls.append("wake")
+        def wake_up(self, tags: list[str] | None = None) -> None:
+            calls.append(f"wake{tags}")
 
     engine = object.__new__(VLLMEngine)  # the sleep logic only; no vLLM process behind it
-    engine.llm, engine.on_cpu = FakeLLM(), False  # type: ignore[assignment]
+    engine.llm, engine.on_cpu, engine.asleep = FakeLLM(), False, frozenset()  # type: ignore[assignment]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     with engine_asleep(engine, level=2) as slept:
         assert slept is True and calls == ["sleep2"]
-    assert calls == ["sleep2", "wake"]
+    assert calls == ["sleep2", "wake['weights']"]
+    assert engine.asleep == {"kv_cache"}  # freed until the weights are loaded
+    engine.wake_up(["weights"])  # what the sync asks first: already awake, no call
+    assert calls == ["sleep2", "wake['weights']"]
+    engine.wake_up()  # after loading: the rest
+    engine.wake_up()  # and a generate after that: nothing left to wake
+    assert calls == ["sleep2", "wake['weights']", "wake['kv_cache']"]
+    assert engine.asleep == frozenset()
     model_config.enable_sleep_mode = False  # vLLM refuses to sleep an engine started without it
     assert engine.sleep() is False
     model_config.enable_sleep_mode = True
     engine.on_cpu = True
     assert engine.sleep() is False
     assert object.__new__(HFEngine).sleep() is False
-    assert calls == ["sleep2", "wake"]
+    assert calls == ["sleep2", "wake['weights']", "wake['kv_cache']"]
 
 
 class PerThreadCuda:
