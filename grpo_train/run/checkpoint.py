@@ -447,6 +447,15 @@ def rng_state() -> dict[str, object]:
     }
 
 
+def rank_rng_file(rank: int) -> str:
+    """Return the file a launched run's rank saves its random states in.
+
+    >>> rank_rng_file(3)
+    'rng-rank3.pt'
+    """
+    return f"rng-rank{rank}.pt"
+
+
 def set_rng_state(state: dict[str, object]) -> None:
     """Restore the global random states ``rng_state`` returned."""
     random.setstate(state["python"])  # type: ignore[arg-type]
@@ -519,6 +528,11 @@ def save_checkpoint(
     parent = read_head(run_dir) if main else None
     try:
         _stage(tmp, main, barrier, accelerator if sharded else None)
+        if accelerator is not None and not sharded and accelerator.num_processes > 1:
+            # Each rank's own random states (its CUDA generator, its CPU one): the main
+            # process's trainer state holds only rank 0's. Sharded runs have them in
+            # accelerate/ (save_state).
+            torch.save(rng_state(), tmp / rank_rng_file(accelerator.process_index))
         if main:
             optimizer_file = None if sharded else optimizer  # sharded: in accelerate/ already
             _write_files(tmp, step, model=model, tokenizer=tokenizer, optimizer=optimizer_file,
@@ -726,6 +740,12 @@ def load_checkpoint(
         ) from None
     scheduler.load_state_dict(state["scheduler"])
     set_rng_state(state["rng"])
+    rank = accelerator.process_index if accelerator is not None and not sharded_ckpt else 0
+    own = path / rank_rng_file(rank)
+    if own.is_file():
+        # A launched run's rank: its own states, saved beside rank 0's (a resume on fewer or
+        # more processes keeps rank 0's for the ranks that have none).
+        set_rng_state(torch.load(own, map_location="cpu", weights_only=True))
     if sharded_ckpt:
         # Model and optimizer shards, and each rank's own RNG states (after rank 0's above).
         accelerator.load_state(str(path / ACCELERATE_DIR))

@@ -1,5 +1,6 @@
 import json
 import random
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -7,6 +8,7 @@ import pytest
 import torch
 
 from grpo_train.config import TrainConfig
+from grpo_train.run import checkpoint
 from grpo_train.run.checkpoint import (
     CheckpointError,
     SamplerState,
@@ -170,6 +172,65 @@ def test_sharded_runs_save_and_load_the_optimizer_through_accelerate(parts, tmp_
     assert state.step == 3 and state.sampler == SamplerState(12, (9, 3))
     assert sched2.last_epoch == sched.last_epoch
     assert opt2.state_dict()["state"] == {}  # the optimizer is accelerate's to restore
+
+
+class _FakeDataParallelAccelerator:
+    """One rank of a 2-process DDP run; ranks are threads meeting at a real barrier."""
+
+    def __init__(self, rank: int, barrier: threading.Barrier) -> None:
+        from accelerate.utils import DistributedType
+
+        self.distributed_type = DistributedType.MULTI_CPU
+        self.process_index, self.num_processes = rank, 2
+        self.is_main_process = rank == 0
+        self.barrier = barrier
+
+    def wait_for_everyone(self) -> None:
+        self.barrier.wait(timeout=60)
+
+
+def test_each_rank_of_a_launched_run_resumes_its_own_random_states(parts, tmp_path, monkeypatch):
+    """Rank 1's CUDA and CPU generators are its own after a resume, not a copy of rank 0's."""
+    model, tokenizer = parts
+    opt, sched = _optim(model)
+    # Threads share the process's generators: each "rank" reports its own name as its state.
+    monkeypatch.setattr(checkpoint, "rng_state", lambda: {"rank": threading.current_thread().name})
+    barrier = threading.Barrier(2)
+    saved: dict[int, Path] = {}
+    failures: list[BaseException] = []
+
+    def save(rank: int) -> None:
+        try:
+            saved[rank] = save_checkpoint(
+                tmp_path, 4, model=model, tokenizer=tokenizer, optimizer=opt, scheduler=sched,
+                sampler=SamplerState(8, (4, 4)), config_yaml=TrainConfig().to_yaml(),
+                keep_last=2, accelerator=_FakeDataParallelAccelerator(rank, barrier),
+            )  # fmt: skip
+        except BaseException as err:  # surfaced below: a thread's exception is otherwise lost
+            failures.append(err)
+            barrier.abort()
+
+    ranks = [threading.Thread(target=save, args=(r,), name=f"rank{r}") for r in (0, 1)]
+    for thread in ranks:
+        thread.start()
+    for thread in ranks:
+        thread.join(timeout=120)
+    assert not failures and saved[0] == saved[1]
+    restored: list[object] = []
+    monkeypatch.setattr(checkpoint, "set_rng_state", restored.append)
+
+    def resume(accelerator: object) -> list[object]:
+        restored.clear()
+        opt2 = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        sched2 = torch.optim.lr_scheduler.LambdaLR(opt2, lambda s: 1.0 / (1 + s))
+        load_checkpoint(saved[0], optimizer=opt2, scheduler=sched2, accelerator=accelerator)
+        return list(restored)
+
+    rank1 = resume(_FakeDataParallelAccelerator(1, threading.Barrier(1)))
+    assert rank1 == [{"rank": "rank0"}, {"rank": "rank1"}]  # rank 0's first, then its own
+    rank0 = resume(_FakeDataParallelAccelerator(0, threading.Barrier(1)))
+    assert rank0 == [{"rank": "rank0"}, {"rank": "rank0"}]
+    assert resume(None)[-1] == {"rank": "rank0"}  # one process resuming a launched run's step
 
 
 def test_resuming_across_sharded_and_replicated_runs_is_refused(parts, tmp_path):
