@@ -107,23 +107,36 @@ def launch_problem() -> str | None:
     """Say why ``accelerate launch --num_processes N`` (N > 1) started one lone process, or None.
 
     ``accelerate launch --cpu --num_processes 2`` runs a single process (its CPU launcher starts
-    several only through MPI) without a word; training would then silently use one rank. The
-    caller refuses the run with this text (``setup.run`` raises it as a ``ConfigError``).
+    several only through MPI) without a word, and so does ``accelerate launch --num_processes 2``
+    (``grpo launch`` too) without ``--multi_gpu`` on a machine with fewer than two GPUs; training
+    would then silently use one rank. The caller refuses the run with this text (``setup.run``
+    raises it as a ``ConfigError``).
     """
-    if rank_info().world_size > 1 or not os.environ.get("ACCELERATE_USE_CPU"):
+    if rank_info().world_size > 1:
         return None
     try:
         raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
     except OSError:
         return None
     wanted = requested_processes([a.decode(errors="replace") for a in raw.split(b"\0") if a])
-    if wanted is not None and wanted > 1:
+    if wanted is None or wanted < 2:
+        return None
+    if os.environ.get("ACCELERATE_USE_CPU"):
         return (
             f"accelerate launch asked for --num_processes {wanted} but started 1 process "
             "(its --cpu launcher starts several only through MPI); for gloo ranks on CPU run "
             f"`ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes {wanted} ...`"
         )
-    return None
+    # Without --multi_gpu (or a config file) accelerate starts several processes only when the
+    # machine has several GPUs; on one GPU (or none) it runs this single process without a word.
+    gpus = torch.cuda.device_count()
+    return (
+        f"accelerate launch asked for --num_processes {wanted} but started 1 process: without "
+        f"--multi_gpu or a config file it starts several only on a machine with several GPUs, "
+        f"and this one has {gpus}; launch one process per GPU (--num_processes "
+        f"{max(gpus, 1)}), or for gloo ranks on CPU `ACCELERATE_USE_CPU=true accelerate launch "
+        f"--multi_gpu --num_processes {wanted} ...`"
+    )
 
 
 # ------------------------------------------------------------------------------ prompt sharding
@@ -342,10 +355,13 @@ def micro_batch_schedule(local_count: int) -> list[tuple[int, float]]:
     >>> micro_batch_schedule(2)  # single process
     [(0, 1.0), (1, 1.0)]
     """
-    total = common_count(local_count)
-    if local_count == 0 and total > 0:
+    # One all-reduce gives the largest count and (negated) the smallest: every rank then knows
+    # whether some rank is empty and raises with it, instead of the others going on into a
+    # forward whose collectives wait for the rank that left (NCCL: until the collective timeout).
+    total, minus_fewest = (int(v) for v in global_max(local_count, -local_count))
+    if -minus_fewest == 0 and total > 0:
         raise ValueError(
-            "this rank has no micro-batch while others do; every rank needs at least one group "
+            "a rank has no micro-batch while others do; every rank needs at least one group "
             "per step (make prompts_per_step a multiple of the world size)"
         )
     return [(k, 1.0) if k < local_count else (local_count - 1, 0.0) for k in range(total)]

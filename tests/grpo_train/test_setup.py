@@ -247,3 +247,22 @@ def test_a_lone_process_of_a_cpu_launch_of_several_is_refused(
     assert "asked for --num_processes 2 but started 1 process" in str(distributed.launch_problem())
     with pytest.raises(ConfigError, match="--multi_gpu --num_processes 2"):
         _start_process(TrainConfig())
+
+
+def test_a_lone_process_of_a_gpu_launch_of_several_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``accelerate launch --num_processes 2`` (or ``grpo launch``) without --multi_gpu on a
+    machine with one GPU starts one process, silently; it is refused as on CPU."""
+    from grpo_train.parallel import distributed
+
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(distributed, "requested_processes", lambda cmdline: 2)
+    problem = str(distributed.launch_problem())
+    assert "asked for --num_processes 2 but started 1 process" in problem
+    assert "this one has 1; launch one process per GPU (--num_processes 1)" in problem
+    monkeypatch.setattr(distributed, "requested_processes", lambda cmdline: 1)
+    assert distributed.launch_problem() is None

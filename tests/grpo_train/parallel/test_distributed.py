@@ -175,6 +175,37 @@ def test_single_process_helpers_are_identities() -> None:
     assert rank_info().world_size == 1 and rank_info().is_main
 
 
+_EMPTY_RANK_SCRIPT = """
+import sys
+from datetime import timedelta
+import torch.distributed as dist
+from grpo_train.parallel.distributed import micro_batch_schedule
+dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+try:
+    print("schedule", micro_batch_schedule(int(sys.argv[1])))
+except ValueError as err:
+    print("refused", err)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_without_micro_batches_stops_every_rank() -> None:
+    """Rank 0 has no micro-batch, rank 1 has two: both refuse the step. Were only rank 0 to
+    raise, rank 1 would go on into a forward whose collectives wait for it (under NCCL, until
+    the collective timeout; other nodes' launchers do not stop their ranks sooner)."""
+    port = str(_free_port())
+    procs = []
+    for rank, count in enumerate((0, 2)):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": port, "OMP_NUM_THREADS": "1"}  # fmt: skip
+        cmd = [sys.executable, "-c", _EMPTY_RANK_SCRIPT, str(count)]
+        procs.append(subprocess.Popen(cmd, env=guarded_env(env), stdout=subprocess.PIPE, text=True))
+    outputs = [proc.communicate(timeout=100)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+    assert all("refused a rank has no micro-batch" in out for out in outputs), outputs
+
+
 def test_engines_take_exported_state_dicts(tiny_model_path: Path) -> None:
     from grpo_train.models.loading import load_policy
     from grpo_train.rollout.hf import HFEngine
