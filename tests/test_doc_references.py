@@ -1,7 +1,7 @@
 """What the docs name exists: files, folders and dotted Python names.
 
-The scan covers every tracked ``*.md`` file and the docstrings of ``sandbox``, ``grpo_envs``,
-``grpo_train`` and ``benchmarks``. Three kinds of mention are checked:
+The scan covers every tracked ``*.md`` and YAML file and the docstrings of ``sandbox``,
+``grpo_envs``, ``grpo_train`` and ``benchmarks``. Three kinds of mention are checked:
 
 - a path from the repository root (``grpo_train/learner/update.py``, ``tests/sandbox/``,
   ``examples/accelerate/fsdp.yaml``) names a file or folder that exists;
@@ -59,16 +59,26 @@ class Mention:
         return f"{self.file}:{self.line}: {self.text}"
 
 
-def tracked_markdown() -> list[Path]:
-    """The repository's ``*.md`` files (``git ls-files``; a walk where there is no git)."""
+#: Text that documents: Markdown pages, and YAML configs (their comments name modules and files).
+DOC_PATTERNS = ("*.md", "*.yaml", "*.yml")
+
+
+def tracked_docs() -> list[Path]:
+    """The repository's documents (``git ls-files``; a walk where there is no git)."""
     try:
         out = subprocess.run(
-            ["git", "ls-files", "-z", "*.md"], cwd=ROOT, capture_output=True, check=True, timeout=60
-        ).stdout.decode()
+            ["git", "ls-files", "-z", *DOC_PATTERNS],
+            cwd=ROOT, capture_output=True, check=True, timeout=60,
+        ).stdout.decode()  # fmt: skip
         paths = [ROOT / name for name in out.split("\0") if name]
     except (OSError, subprocess.SubprocessError):
         skip = {".git", ".venv", "runs", "build"}
-        paths = [p for p in ROOT.rglob("*.md") if not skip.intersection(p.relative_to(ROOT).parts)]
+        paths = [
+            p
+            for pattern in DOC_PATTERNS
+            for p in ROOT.rglob(pattern)
+            if not skip.intersection(p.relative_to(ROOT).parts)
+        ]
     return sorted(p for p in paths if p.is_file())
 
 
@@ -94,7 +104,7 @@ def documents() -> tuple[tuple[str, int, str], ...]:
 
 
 def _scanned_lines() -> Iterator[tuple[str, int, str]]:
-    for path in tracked_markdown():
+    for path in tracked_docs():
         name = str(path.relative_to(ROOT))
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
             yield name, number, line
