@@ -2,11 +2,13 @@
 
 They live apart from the math that implements them (``advantages.py``, ``objective.py``, which
 import torch) so that reading a configuration (the config module, ``grpo train --help``) imports
-no torch; those modules re-export them.
+no torch; those modules re-export them. ``ObjectiveSettings`` (the objective's settings as one
+value) lives here for the same reason: its defaults are the configuration's defaults.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -54,3 +56,19 @@ class ImportanceLevel(StrEnum):
     SEQUENCE = "sequence"
     """Per completion: the length-normalised sequence ratio of GSPO (Group Sequence Policy
     Optimization, arXiv:2507.18071), clipped per sequence."""
+
+
+@dataclass(frozen=True)
+class ObjectiveSettings:
+    """The settings of ``grpo_loss`` as one value; ``AlgorithmConfig`` takes its defaults here.
+
+    ``max_completion_length``: ``dr_grpo``'s divisor (the rollout's completion limit); None for
+    the other loss types.
+    """
+
+    beta: float = 0.0
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.28
+    loss_type: LossType = LossType.DAPO
+    importance_sampling_level: ImportanceLevel = ImportanceLevel.TOKEN
+    max_completion_length: int | None = None

@@ -11,27 +11,9 @@ built once from a run's configuration where the run is assembled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from grpo_train.algorithm.choices import ImportanceLevel, LossType
-
-
-@dataclass(frozen=True)
-class ObjectiveSettings:
-    """The settings of ``grpo_loss``, as one value; the defaults are the configuration's.
-
-    ``max_completion_length``: ``dr_grpo``'s divisor (the rollout's completion limit); None for
-    the other loss types.
-    """
-
-    beta: float = 0.0
-    epsilon_low: float = 0.2
-    epsilon_high: float = 0.28
-    loss_type: LossType = LossType.DAPO
-    importance_sampling_level: ImportanceLevel = ImportanceLevel.TOKEN
-    max_completion_length: int | None = None
+from grpo_train.algorithm.choices import ImportanceLevel, LossType, ObjectiveSettings
 
 
 def importance_log_ratio(

@@ -17,7 +17,13 @@ from enum import StrEnum
 from functools import cache
 from typing import Annotated, Literal, TypeVar, get_type_hints
 
-from grpo_train.algorithm.choices import Estimator, ImportanceLevel, LossType, ScaleRewards
+from grpo_train.algorithm.choices import (
+    Estimator,
+    ImportanceLevel,
+    LossType,
+    ObjectiveSettings,
+    ScaleRewards,
+)
 
 
 class Resume(StrEnum):
@@ -264,6 +270,10 @@ class RolloutConfig:
         return self.vllm_tensor_parallel_size if self.vllm_mode == "colocate" else 1
 
 
+#: The objective's own defaults (``grpo_loss`` without a configuration): one source for both.
+_OBJECTIVE = ObjectiveSettings()
+
+
 @dataclass(frozen=True)
 class AlgorithmConfig:
     """The GRPO objective and its variants."""
@@ -277,20 +287,20 @@ class AlgorithmConfig:
     (lower follows a fast-improving policy, higher averages more visits)."""
     scale_rewards: Fixed[ScaleRewards] = ScaleRewards.GROUP
     """Divide centred rewards by the std of the ``group``, the ``batch``, or ``none`` (Dr. GRPO)."""
-    importance_sampling_level: Fixed[ImportanceLevel] = ImportanceLevel.TOKEN
+    importance_sampling_level: Fixed[ImportanceLevel] = _OBJECTIVE.importance_sampling_level
     """Clipped ratio per ``token`` (GRPO), or per ``sequence``: GSPO's length-normalised
     sequence ratio, clipped per completion (arXiv:2507.18071; it changes the update only when
     mu > 1, and the paper clips at epsilon_low 3e-4, epsilon_high 4e-4)."""
-    loss_type: Fixed[LossType] = LossType.DAPO
+    loss_type: Fixed[LossType] = _OBJECTIVE.loss_type
     """Aggregation: ``grpo`` (per-sequence mean), ``dr_grpo`` (sum / max length), ``dapo``
     (token mean over the batch)."""
     mu: Fixed[int] = 1
     """Optimizer updates per generated batch (num_iterations); > 1 reuses rollouts with clipping."""
-    beta: Fixed[float] = 0.0
+    beta: Fixed[float] = _OBJECTIVE.beta
     """KL coefficient to the initial policy (k3 estimator); 0 loads no reference model."""
-    epsilon_low: Fixed[float] = 0.2
+    epsilon_low: Fixed[float] = _OBJECTIVE.epsilon_low
     """Lower clip range: the ratio is clipped below at 1 - epsilon_low."""
-    epsilon_high: Fixed[float] = 0.28
+    epsilon_high: Fixed[float] = _OBJECTIVE.epsilon_high
     """Upper clip range (DAPO clip-higher: larger than epsilon_low)."""
     is_correction: Fixed[bool] = True
     """Truncated importance sampling for the gap between engine and trainer logprobs."""
