@@ -106,9 +106,10 @@ def import_graph(*, type_checking: bool = False) -> dict[str, set[str]]:
 def imported_names(tree: ast.AST, here: str, is_package: bool) -> set[str]:
     """Every module name the code may import, at any level and under TYPE_CHECKING too.
 
-    The sources of ``import``/``from`` statements (relative ones resolved), and string constants
-    passed to ``importlib.import_module`` or ``__import__`` (``"grpo_train.config"`` is an import
-    of ``grpo_train.config``, however it is spelled).
+    The sources of ``import``/``from`` statements (relative ones resolved) with each name a
+    ``from`` takes from them (``from grpo_train import config`` names ``grpo_train.config``),
+    and string constants passed to ``importlib.import_module`` or ``__import__``
+    (``"grpo_train.config"`` is an import of ``grpo_train.config``, however it is spelled).
     """
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -119,9 +120,11 @@ def imported_names(tree: ast.AST, here: str, is_package: bool) -> set[str]:
                 base = here if is_package else here.rpartition(".")[0]
                 for _ in range(node.level - 1):
                     base = base.rpartition(".")[0]
-                found.add(f"{base}.{node.module}" if node.module else base)
+                source = f"{base}.{node.module}" if node.module else base
             else:
-                found.add(node.module or "")
+                source = node.module or ""
+            found.add(source)
+            found.update(f"{source}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Call):
             func = node.func
             called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")

@@ -12,6 +12,8 @@ import doctest
 from collections.abc import Iterator
 from pathlib import Path
 
+from test_import_graph import imported_names
+
 PACKAGE = Path(__file__).resolve().parents[2] / "grpo_train"
 CONFIG = "grpo_train.config"
 
@@ -34,21 +36,6 @@ def _module_name(path: Path) -> str:
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
-
-
-def _imported(tree: ast.AST, module: str, is_package: bool) -> Iterator[str]:
-    """Yield the absolute names of the modules ``tree`` imports (and the names it takes)."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = module.split(".")
-                anchor = anchor[: len(anchor) - node.level + (1 if is_package else 0)]
-                base = ".".join([*anchor, *([base] if base else [])])
-            yield base
-            yield from (f"{base}.{alias.name}" for alias in node.names)
 
 
 def _examples(tree: ast.AST) -> Iterator[ast.AST]:
@@ -74,7 +61,7 @@ def config_readers() -> dict[str, Path]:
         tree = ast.parse(path.read_text())
         is_package = path.name == "__init__.py"
         trees = [tree, *_examples(tree)]
-        names = {name for t in trees for name in _imported(t, module, is_package)}
+        names = {name for t in trees for name in imported_names(t, module, is_package)}
         if any(n == CONFIG or n.startswith(CONFIG + ".") for n in names):
             readers[module] = path
     return readers
@@ -84,12 +71,12 @@ def test_the_scan_sees_every_kind_of_import(tmp_path: Path) -> None:
     plain = ast.parse("import grpo_train.config.loading")
     relative = ast.parse("from ..config import TrainConfig")
     package = ast.parse("from grpo_train import config")
-    assert CONFIG + ".loading" in set(_imported(plain, "grpo_train.run.x", False))
-    assert CONFIG in set(_imported(relative, "grpo_train.run.x", False))
-    assert CONFIG in set(_imported(package, "grpo_train.x", False))
+    assert CONFIG + ".loading" in set(imported_names(plain, "grpo_train.run.x", False))
+    assert CONFIG in set(imported_names(relative, "grpo_train.run.x", False))
+    assert CONFIG in set(imported_names(package, "grpo_train.x", False))
     example = ast.parse('def f():\n    """Do.\n\n    >>> from grpo_train.config import X\n    """')
     (parsed,) = _examples(example)
-    assert CONFIG in set(_imported(parsed, "grpo_train.x", False))
+    assert CONFIG in set(imported_names(parsed, "grpo_train.x", False))
 
 
 def test_only_the_modules_that_assemble_a_run_read_the_configuration() -> None:
