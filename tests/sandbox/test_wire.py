@@ -1,0 +1,73 @@
+"""The batch endpoint's JSON form: round trips, and strict decoding of hostile shapes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sandbox import CallTest, IOTest, Limits, Status, TestJob, TestReport, TestResult, TestStatus
+from sandbox.wire import WireError, decode_job, decode_report, encode_job, encode_report
+
+
+def test_a_call_job_with_every_field_survives_json() -> None:
+    job = TestJob(
+        program="def f(x):\n    return x\n",
+        tests=(CallTest("assert candidate(1) == 1", "t0"), CallTest("check(candidate)")),
+        entry_point="f",
+        setup="def check(c):\n    assert c(2) == 2\n",
+        limits=Limits(timeout_s=3.5, cpu_s=2.0, memory_mb=256),
+        per_test_timeout_s=1.25,
+        stop_on_first_failure=True,
+        stop_on_program_failure=True,
+    )
+    assert decode_job(json.loads(json.dumps(encode_job(job)))) == job
+
+
+def test_a_report_survives_json() -> None:
+    report = TestReport(
+        results=(TestResult("a", TestStatus.PASSED), TestResult("b", TestStatus.TIMEOUT, "2 s")),
+        status=Status.TIMEOUT,
+        wall_s=2.5,
+        isolation=("seccomp", "landlock"),
+        stdout="out\udcff",
+        stderr="err",
+    )
+    assert decode_report(json.loads(json.dumps(encode_report(report)))) == report
+
+
+@pytest.mark.parametrize(
+    ("payload", "names"),
+    [
+        ([], "job: expected an object"),
+        ({"tests": []}, "missing field(s) ['program']"),
+        ({"program": 1, "tests": []}, "job.program: expected a string"),
+        ({"program": "", "tests": {}}, "job.tests: expected a list"),
+        ({"program": "", "tests": [{"kind": "shell"}]}, "job.tests[0].kind"),
+        ({"program": "", "tests": [{"kind": "io", "source": "x"}]}, "job.tests[0]"),
+        ({"program": "", "tests": [], "limits": {"timeout_s": -1}}, "job.limits: Limits.timeout_s"),
+        ({"program": "", "tests": [], "limits": {"network": "yes"}}, "Limits.network"),
+        ({"program": "", "tests": [], "per_test_timeout_s": float("nan")}, "per_test_timeout_s"),
+        ({"program": "", "tests": [], "stop_on_first_failure": 1}, "stop_on_first_failure"),
+        ({"program": "", "tests": [], "limits": {"uid": 0}}, "unknown field(s) ['uid']"),
+    ],
+)
+def test_malformed_jobs_name_the_field(payload: object, names: str) -> None:
+    with pytest.raises(WireError) as caught:
+        decode_job(payload)
+    assert names in str(caught.value)
+
+
+def test_a_report_with_an_unknown_status_is_refused() -> None:
+    good = encode_report(TestReport((TestResult("a", TestStatus.PASSED),), Status.OK, 0.1, ()))
+    good["results"] = [{"name": "a", "status": "passed-ish"}]
+    with pytest.raises(WireError, match=r"report.results\[0\].status"):
+        decode_report(good)
+    with pytest.raises(WireError, match="wall_s"):
+        decode_report({**encode_report(TestReport((), Status.OK, 0.1, ())), "wall_s": "fast"})
+
+
+def test_io_tests_keep_their_kind_and_defaults() -> None:
+    decoded = decode_job({"program": "p", "tests": [{"kind": "io", "expected_stdout": "1"}]})
+    assert decoded.tests == (IOTest("", "1"),)
+    assert decoded.limits is None and decoded.entry_point is None
