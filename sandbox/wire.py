@@ -1,9 +1,10 @@
 r"""The JSON form of test jobs and reports: what ``grpo sandbox serve``'s batch endpoint speaks.
 
-One request carries one ``TestJob`` (a completion's program and its whole test set); its reply
-carries the ``TestReport`` the service's sandbox decided, outside the candidate's process, as the
-local sandbox does. Both sides use these functions, so a field added to the dataclasses is added
-here once.
+The batch endpoint's request carries one ``TestJob`` (a completion's program and its whole test
+set); its reply carries the ``TestReport`` the service's sandbox decided, outside the candidate's
+process, as the local sandbox does. The single-run endpoint carries one ``Job`` and its
+``ExecResult``. Both sides use these functions, so a field added to the dataclasses is added here
+once.
 
 Decoding is strict: the text comes from the network. An unknown key, a wrong type, a status the
 enum does not know or limits that ``Limits`` refuses raise ``WireError`` naming the field (the
@@ -28,7 +29,9 @@ from typing import TypeVar
 
 from sandbox.types import (
     CallTest,
+    ExecResult,
     IOTest,
+    Job,
     Limits,
     Status,
     TestJob,
@@ -41,6 +44,8 @@ from sandbox.types import (
 WIRE_VERSION = 1
 #: The batch endpoint: one ``TestJob`` in, one ``TestReport`` out.
 RUN_TESTS_PATH = "/v1/run_tests"
+#: The single-run endpoint: one ``Job`` in, one ``ExecResult`` out.
+RUN_PATH = "/v1/run"
 #: Health and load: status, workers, requests in flight and served, languages, isolation.
 HEALTH_PATH = "/health"
 #: SandboxFusion's single-run endpoint (its request and response, field for field).
@@ -223,4 +228,72 @@ def decode_report(value: object, where: str = "report") -> TestReport:
         isolation=tuple(_str(x, f"{where}.isolation") for x in raw_layers),
         stdout=_str(data.get("stdout", ""), f"{where}.stdout"),
         stderr=_str(data.get("stderr", ""), f"{where}.stderr"),
+    )
+
+
+_RUN_FIELDS = {f.name for f in dataclasses.fields(Job)}
+
+
+def encode_run(job: Job) -> dict[str, object]:
+    """Return a single run (``Sandbox.run``'s arguments) as a JSON object."""
+    data: dict[str, object] = {}
+    for field in dataclasses.fields(Job):
+        value = getattr(job, field.name)
+        if field.name == "limits" and value is not None:
+            value = encode_limits(value)
+        data[field.name] = value
+    return data
+
+
+def decode_run(value: object, where: str = "run") -> Job:
+    """Inverse of ``encode_run``: a ``Job``, or ``WireError`` naming what is wrong."""
+    data = _mapping(value, where, _RUN_FIELDS, {"code"})
+    kwargs: dict[str, object] = {"code": _str(data["code"], f"{where}.code")}
+    for name in _RUN_FIELDS - {"code"}:
+        if name not in data or data[name] is None:
+            continue
+        raw, here = data[name], f"{where}.{name}"
+        if name == "limits":
+            kwargs[name] = decode_limits(raw, here)
+        elif name == "files":
+            files = _mapping(raw, here, set(raw) if isinstance(raw, Mapping) else set(), set())
+            kwargs[name] = {k: _str(v, f"{here}[{k!r}]") for k, v in files.items()}
+        elif name.endswith("_s"):
+            kwargs[name] = _number(raw, here)
+        else:  # stdin and any later text field
+            kwargs[name] = _str(raw, here)
+    try:
+        return Job(**kwargs)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise WireError(f"{where}: {exc}") from None
+
+
+def encode_exec_result(result: ExecResult) -> dict[str, object]:
+    """Return ``result`` as a JSON object (the status by value)."""
+    data = dataclasses.asdict(result)
+    data["status"] = result.status.value
+    data["isolation"] = list(result.isolation)
+    return data
+
+
+def decode_exec_result(value: object, where: str = "result") -> ExecResult:
+    """Inverse of ``encode_exec_result``: the client's check of a single run's reply."""
+    names = {f.name for f in dataclasses.fields(ExecResult)}
+    required = {"status", "stdout", "stderr", "exit_code", "wall_s", "isolation"}
+    data = _mapping(value, where, names, required)
+    exit_code = data["exit_code"]
+    if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)):
+        raise WireError(f"{where}.exit_code: expected an integer or null, got {exit_code!r}")
+    layers = data["isolation"]
+    if not isinstance(layers, list):
+        raise WireError(f"{where}.isolation: expected a list")
+    return ExecResult(
+        status=_enum(Status, data["status"], f"{where}.status"),
+        stdout=_str(data["stdout"], f"{where}.stdout"),
+        stderr=_str(data["stderr"], f"{where}.stderr"),
+        exit_code=exit_code,
+        wall_s=_number(data["wall_s"], f"{where}.wall_s"),
+        isolation=tuple(_str(x, f"{where}.isolation") for x in layers),
+        truncated=_bool(data.get("truncated", False), f"{where}.truncated"),
+        detail=_str(data.get("detail", ""), f"{where}.detail"),
     )

@@ -71,3 +71,17 @@ def test_io_tests_keep_their_kind_and_defaults() -> None:
     decoded = decode_job({"program": "p", "tests": [{"kind": "io", "expected_stdout": "1"}]})
     assert decoded.tests == (IOTest("", "1"),)
     assert decoded.limits is None and decoded.entry_point is None
+
+
+def test_a_single_run_and_its_result_survive_json() -> None:
+    from sandbox import ExecResult, Job
+    from sandbox.wire import decode_exec_result, decode_run, encode_exec_result, encode_run
+
+    job = Job("print(open('d/x').read())", "in", {"d/x": "data"}, Limits(timeout_s=2))
+    assert decode_run(json.loads(json.dumps(encode_run(job)))) == job
+    result = ExecResult(Status.MEMORY, "o", "e", -9, 0.5, ("uid",), True, "cgroup oom")
+    assert decode_exec_result(json.loads(json.dumps(encode_exec_result(result)))) == result
+    with pytest.raises(WireError, match=r"run.files\['x'\]"):
+        decode_run({"code": "", "files": {"x": 1}})
+    with pytest.raises(WireError, match="exit_code"):
+        decode_exec_result({**encode_exec_result(result), "exit_code": True})
