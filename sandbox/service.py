@@ -462,18 +462,20 @@ class _Fetch:
 def _prepare_fusion(req: fusion.RunCodeRequest, default: Limits, ceiling: Limits) -> _FusionRun:
     """Make ``req`` a sandbox run: limits (checked against ``ceiling``), text files, fetch."""
     memory = req.memory_limit_MB if req.memory_limit_MB > 0 else default.memory_mb
+    for name, value, most in (
+        ("run_timeout", req.run_timeout, ceiling.timeout_s),
+        ("compile_timeout", req.compile_timeout, ceiling.timeout_s),
+        ("memory_limit_MB", memory, ceiling.memory_mb),
+    ):
+        if value > most:
+            raise wire.WireError(f"request.{name}: {value} is over this service's maximum {most}")
     try:
         limits = dataclasses.replace(
             default, timeout_s=req.run_timeout, cpu_s=None, memory_mb=memory
         )
     except ValueError as exc:
-        raise wire.WireError(f"request: {exc}") from None
+        raise wire.WireError(f"request.run_timeout or memory_limit_MB: {exc}") from None
     check_limits(limits, ceiling, "request")
-    if req.compile_timeout > ceiling.timeout_s:
-        raise wire.WireError(
-            f"request.compile_timeout: {req.compile_timeout} is over this service's maximum "
-            f"{ceiling.timeout_s}"
-        )
     files: dict[str, str] = {}
     for name, content in fusion.decode_files(req.files, "request.files").items():
         if "IGNORE_THIS_FILE" in name:  # SandboxFusion's runners skip such entries
