@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -231,7 +231,12 @@ class _Admission:
         except BaseException:
             release(None)
             raise
-        future.add_done_callback(lambda f: loop.call_soon_threadsafe(release, f))
+
+        def release_soon(done: object) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nothing to release
+                loop.call_soon_threadsafe(release, done)
+
+        future.add_done_callback(release_soon)
         return await asyncio.wrap_future(future)
 
     def close(self) -> None:
@@ -291,6 +296,8 @@ class _Service:
                     chunks.append(chunk)
         except TimeoutError:
             raise _Refused(408, "the body did not arrive in time") from None
+        except ClientDisconnect:
+            raise _Refused(400, "the client disconnected before its body arrived") from None
         try:
             return json.loads(b"".join(chunks))
         except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, deep nesting
@@ -432,8 +439,8 @@ def run_fusion_program(
 ) -> ExecResult:
     """Run one ``/run_code`` program: the one place that picks how a language runs.
 
-    Python only for now; other languages reach the sandbox here once it runs them
-    (``sandbox.run(..., language=language, compile_timeout_s=compile_timeout_s)``).
+    Python only for now; other languages reach the sandbox here once ``Sandbox.run`` takes
+    ``language=`` and ``compile_timeout_s=``.
     """
     if language != "python":
         raise LanguageUnavailableError(repr(language))
