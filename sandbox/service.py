@@ -151,7 +151,7 @@ def check_limits(limits: Limits, ceiling: Limits, where: str) -> None:
     """Refuse (``WireError``) limits over ``ceiling``, and any network access.
 
     >>> check_limits(Limits(timeout_s=5), Limits(timeout_s=10), "job.limits")
-    >>> check_limits(Limits(timeout_s=50), Limits(timeout_s=10), "job.limits")
+    >>> check_limits(Limits(timeout_s=50.0), Limits(timeout_s=10.0), "job.limits")
     Traceback (most recent call last):
     ...
     sandbox.wire.WireError: job.limits.timeout_s: 50.0 is over this service's maximum 10.0
