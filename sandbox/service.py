@@ -256,6 +256,12 @@ class _Service:
 
     def __init__(self, settings: ServiceSettings, sandbox: Sandbox) -> None:
         check_limits(sandbox.limits, settings.max_limits, "the sandbox's default limits")
+        if settings.workers > sandbox.workers:
+            # The extra runs would wait inside the Sandbox, counted as running by /health.
+            raise ValueError(
+                f"ServiceSettings.workers={settings.workers} is more than the Sandbox's "
+                f"{sandbox.workers} slot servers"
+            )
         self.settings, self.sandbox = settings, sandbox
         self.admission = _Admission(settings.workers, settings.max_queue)
         self.counts = _Counts()

@@ -18,7 +18,7 @@ from types import FrameType
 
 from sandbox.core import Sandbox
 from sandbox.service import DEFAULT_MAX_LIMITS, ServiceSettings, build_app
-from sandbox.types import Limits
+from sandbox.types import Limits, SandboxUnavailableError
 
 TOKEN_ENV = "GRPO_SANDBOX_TOKEN"
 #: Seconds uvicorn waits for requests in flight once stopping (they end at once: the Sandbox is
@@ -76,6 +76,11 @@ def _parser() -> argparse.ArgumentParser:
 def _read_token(path: str | None) -> str | None:
     if path is not None:
         with open(path, encoding="utf-8") as f:
+            if os.fstat(f.fileno()).st_mode & 0o077:
+                print(
+                    f"grpo sandbox serve: warning: other users may read {path} (chmod 600 it)",
+                    file=sys.stderr,
+                )
             token = f.read().strip()
         if not token:
             raise ValueError(f"the token file {path} is empty")
@@ -130,8 +135,20 @@ def serve(settings: ServiceSettings, default_limits: Limits, *, strict: bool = F
     """Start the Sandbox and the server; return when stopped, with everything closed."""
     import uvicorn
 
-    sock = bind(settings.host, settings.port)
-    sandbox = Sandbox(limits=default_limits, workers=settings.workers, strict=strict)
+    try:
+        sock = bind(settings.host, settings.port)
+    except OSError as exc:
+        print(
+            f"grpo sandbox serve: cannot listen on {settings.host}:{settings.port}: {exc}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        sandbox = Sandbox(limits=default_limits, workers=settings.workers, strict=strict)
+    except SandboxUnavailableError as exc:
+        sock.close()
+        print(f"grpo sandbox serve: {exc}", file=sys.stderr)
+        return 1
     closer: list[threading.Thread] = []
 
     def close_sandbox() -> None:

@@ -15,7 +15,7 @@ from sandbox_fusion import RunCodeRequest, RunStatus, run_code, set_endpoint
 from service_helpers import ServiceSandbox, health, running_service
 
 from sandbox import CallTest, IOTest, Limits, Sandbox, TestJob, TestStatus, wire
-from sandbox.service import DEFAULT_MAX_LIMITS, ServiceSettings
+from sandbox.service import DEFAULT_MAX_LIMITS, ServiceSettings, build_app
 
 TOKEN = "test-token-4b1d9e"
 
@@ -389,3 +389,10 @@ def test_the_verdict_statuses_survive_the_wire(remote: ServiceSandbox) -> None:
         per_test_timeout_s=1,
     )
     assert [r.status for r in report.results] == [TestStatus.PASSED, TestStatus.TIMEOUT]
+
+
+def test_the_app_refuses_more_workers_or_larger_defaults_than_it_can_serve(sb: Sandbox) -> None:
+    with pytest.raises(ValueError, match="slot servers"):
+        build_app(ServiceSettings(workers=sb.workers + 1), sb)
+    with pytest.raises(wire.WireError, match="timeout_s"):  # defaults above the ceiling
+        build_app(ServiceSettings(max_limits=Limits(timeout_s=1.0)), sb)

@@ -102,6 +102,7 @@ def test_token_from_the_environment_or_a_file(tmp_path: Path) -> None:
     body = {"code": "print('ran')"}
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)  # else a warning: other users could read it
     for args, env in (((), {"GRPO_SANDBOX_TOKEN": TOKEN}), (("--token-file", str(token_file)), {})):
         with serving("--workers", "1", *args, **env) as (proc, url):
             assert TOKEN not in " ".join(proc.args)  # never on the command line (ps shows it)
@@ -143,3 +144,24 @@ def test_sigterm_with_a_run_in_flight_stops_cleanly() -> None:
     assert isinstance(reply, httpx.Response) and reply.status_code == 503, reply
     time.sleep(0.5)
     assert [pid for pid in below if _alive(pid)] == []
+
+
+def test_the_command_imports_no_torch_nor_the_environments() -> None:
+    """A scoring machine runs it without torch, vLLM or the trainer's packages."""
+    code = (
+        "import sys\n"
+        "from grpo_train import cli\n"
+        "try:\n"
+        "    cli.main(['sandbox', 'serve', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "import sandbox.service, sandbox.service_cli\n"
+        "heavy = ('torch', 'vllm', 'transformers', 'numpy', 'grpo_envs')\n"
+        "print('loaded', [m for m in heavy if m in sys.modules])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=_env(), cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--token-file" in done.stdout  # the help was printed: the command was reached
+    assert done.stdout.splitlines()[-1] == "loaded []"
