@@ -30,7 +30,7 @@ import json
 import math
 import secrets
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -211,7 +211,8 @@ class _Admission:
 
     @property
     def waiting(self) -> int:
-        return self.tickets - self.running
+        """Requests admitted and not running (a cancelled request's run still counts running)."""
+        return max(0, self.tickets - self.running)
 
     async def run(self, fn: Callable[[], _T]) -> _T:
         """Run the blocking ``fn`` on a worker thread once a slot is free; its result."""
@@ -309,16 +310,16 @@ class _Service:
         except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, deep nesting
             raise _Refused(400, f"invalid JSON: {str(exc)[:200]}") from None
 
-    async def _handle(self, request: Request, answer: Callable[[object], object]) -> Response:
+    async def _handle(
+        self, request: Request, answer: Callable[[object], Awaitable[object]]
+    ) -> Response:
         """Authorize, admit, read and answer one code-running request; count the outcome."""
         path = request.url.path
         try:
             self._authorize(request)
             with self.admission.ticket():
                 data = await self._body(request)
-                reply = answer(data)
-                if asyncio.iscoroutine(reply):
-                    reply = await reply
+                reply = await answer(data)
         except _Refused as exc:
             self.counts.refused[exc.status] += 1
             return JSONResponse({"detail": str(exc)}, exc.status, headers=exc.headers)
