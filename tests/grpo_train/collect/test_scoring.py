@@ -17,6 +17,7 @@ from toy_env import DigitEnv
 
 from grpo_envs.types import Outcome, Sample, Score
 from grpo_train.collect.collector import Collector, CollectorSettings
+from grpo_train.collect.pipeline import RolloutPipeline
 from grpo_train.collect.scoring import ScoringStage
 from grpo_train.collect.training_prompts import PromptSettings, TrainingPrompts
 from grpo_train.episodes.prompts import PromptFormat
@@ -31,10 +32,14 @@ class SlowDigitEnv(DigitEnv):
         super().__init__()
         self.per_completion_s, self.raises = per_completion_s, raises
         self.calls: list[int] = []  # completions per call
+        self.spans: list[tuple[float, float, str]] = []  # each call's start, end and thread
 
     def score_batch(self, completions, samples, **options) -> list[Score]:
         self.calls.append(len(completions))
+        start = time.perf_counter()
         time.sleep(self.per_completion_s * len(completions))
+        name = threading.current_thread().name
+        self.spans.append((start, time.perf_counter(), name))
         if self.raises is not None:
             raise self.raises
         return super().score_batch(completions, samples, **options)
@@ -224,3 +229,31 @@ def test_overlapped_scoring_costs_about_the_longer_phase_and_changes_no_group(
     assert times["score"] < 0.5 * after_times["score"]
     assert collector.score_overlapped_s > 0.4
     assert not any(t.name == "scoring" and t.is_alive() for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_with_async_generation_the_next_batch_is_scored_while_the_update_runs(
+    tiny_model_path: Path, tmp_path: Path, overlap: bool
+) -> None:
+    # The producer thread (collect.pipeline) runs the whole sample_batch, scoring included,
+    # while the trainer's thread updates: with or without overlap_scoring, batch 2 is generated
+    # and scored during step 1's update (here 2 s of sleep; the batch takes about 1.2 s).
+    env = SlowDigitEnv(per_completion_s=0.1 / 4)
+    collector = _collector(tiny_model_path, tmp_path, env, TimedEngine(0.1), overlap)
+    pipeline = RolloutPipeline(collector, max_staleness=1, last_step=2)
+    try:
+        times: dict[str, float] = {}
+        pipeline.take(1, times, dynamic=False)  # waits for batch 1; batch 2 starts
+        first_batch_calls = len(env.spans)
+        update_start = time.perf_counter()
+        time.sleep(2.0)  # the update
+        update_end = time.perf_counter()
+        pipeline.before_sync(1, times)  # waits for batch 2 before the weights change
+        waited = time.perf_counter() - update_end
+    finally:
+        pipeline.close()
+    second = env.spans[first_batch_calls:]
+    assert second and all(update_start < start and end < update_end for start, end, _ in second)
+    assert waited < 0.5, waited
+    # Who scored: the scoring thread that the producer started, or the producer itself.
+    assert {name for _, _, name in second} == {"scoring" if overlap else "rollouts"}
