@@ -4,9 +4,12 @@
 from ``TrainingPrompts`` (the sampler's order over each environment's current curriculum
 stage), encode them (``episodes.prompts.encode_prompt``), generate ``num_generations``
 completions each with the rollout engine, score them through the one guard
-(``grpo_envs.wrappers.guarded_scores``), refill with DAPO dynamic sampling when asked, and build
-the immutable ``RolloutBatch`` the update reads, with the step's rollout metrics. A step whose
-scorer looks broken (too many failed scores) stops the run (``TrainingAborted``).
+(``grpo_envs.wrappers.guarded_scores``; each prompt's group as soon as the engine reports it,
+while the rest generates: ``scoring.ScoringStage``), refill with DAPO dynamic sampling when
+asked, and build the immutable ``RolloutBatch`` the update reads, with the step's rollout
+metrics. A step whose scorer looks broken (too many failed scores) stops the run
+(``TrainingAborted``). Multi-turn steps collect episodes instead (``episodes``), unchanged by
+``overlap_scoring``.
 """
 
 from __future__ import annotations
