@@ -233,6 +233,9 @@ class VLLMEngine:
         """Sample ``sampling.n`` completions per prompt, with their sampling logprobs.
 
         ``LLM.generate`` returns every group at once: ``on_done`` hears of them all after it.
+        (Stepping the engine here, ``LLM.enqueue`` then ``llm_engine.step()``, would report
+        groups as they finish, but ``enqueue`` returns vLLM's internal request ids, which differ
+        from its outputs' ids: matching them would rest on how vLLM makes ids.)
         """
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
