@@ -727,6 +727,8 @@ class Sandbox:
         per_test_timeout_s: float | None = None,
         stop_on_first_failure: bool = False,
         stop_on_program_failure: bool = False,
+        language: str = "python",
+        compile_timeout_s: float | None = None,
     ) -> TestReport:
         """Judge ``program`` on ``tests``; the verdicts are decided outside the program.
 
@@ -734,6 +736,8 @@ class Sandbox:
         code that runs in a separate verdict process, where ``candidate`` and ``entry_point`` are
         proxies returning plain values. ``IOTest``: the program runs once per test with that stdin
         and this process compares its stdout. See README.md for the full contract.
+        ``language`` other than Python: IOTests only; the program is compiled once (compiled
+        languages), and a failed compile makes every test ``COMPILE_ERROR``.
         """
         self._check_usable()
         job = TestJob(
@@ -745,6 +749,8 @@ class Sandbox:
             per_test_timeout_s=per_test_timeout_s,
             stop_on_first_failure=stop_on_first_failure,
             stop_on_program_failure=stop_on_program_failure,
+            language=language,
+            compile_timeout_s=compile_timeout_s,
         )
         return self._run_test_job(self._check_test_job(job))
 

@@ -240,7 +240,9 @@ def _toolchain(lang: Language, paths: dict[str, str]) -> Toolchain:
             compile_timeout_s=20.0,
             memory_markers=("memory allocation of",),
         )  # fmt: skip
-    return Toolchain(lang, "main.sh", (), (paths["bash"], "main.sh"))
+    return Toolchain(
+        lang, "main.sh", (), (paths["bash"], "main.sh"), memory_markers=("cannot allocate",)
+    )
 
 
 def available_languages() -> tuple[Language, ...]:
