@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sandbox import _codec, _slot, languages
+from sandbox import _codec, _compiled, _slot, languages
 from sandbox.languages import Language, Toolchain
 from sandbox.types import (
     ALL_LAYERS,
@@ -312,18 +312,6 @@ class _Prepared:
     message: dict[str, object]
     limits: Limits
     budget_s: float
-
-
-@dataclass(frozen=True)
-class _LanguageRun:
-    """A validated run of a program in a language other than Python (compiled per run)."""
-
-    toolchain: Toolchain
-    code: str
-    stdin: str
-    files: dict[str, str]
-    limits: Limits
-    compile_timeout_s: float
 
 
 class Sandbox:
@@ -618,7 +606,7 @@ class Sandbox:
         limits: Limits | None,
         language: object,
         compile_timeout_s: float | None,
-    ) -> _Prepared | _LanguageRun:
+    ) -> _Prepared | _compiled.LanguageRun:
         toolchain = self._toolchain(language, compile_timeout_s)
         if toolchain is None:
             return self._prepare(code, stdin, files, limits)
@@ -639,25 +627,25 @@ class Sandbox:
         timeout = (
             compile_timeout_s if compile_timeout_s is not None else toolchain.compile_timeout_s
         )
-        return _LanguageRun(toolchain, code, stdin, checked, lim, timeout)
+        return _compiled.LanguageRun(toolchain, code, stdin, checked, lim, timeout)
 
-    def _execute_any(self, prepared: _Prepared | _LanguageRun) -> ExecResult:
+    def _execute_any(self, prepared: _Prepared | _compiled.LanguageRun) -> ExecResult:
         if isinstance(prepared, _Prepared):
             return self._execute(prepared)
-        compiled = self._compile(prepared)
-        if isinstance(compiled, ExecResult):
-            return compiled
-        artifact, compile_result = compiled
+        built = self._compile(prepared)
+        if isinstance(built, ExecResult):
+            return built
+        artifact, compile_result = built
         try:
             run = self._prepare_run(prepared, prepared.stdin, artifact)
         except ValueError as exc:  # the compiled program does not fit with the input files
-            return _too_large(exc, compile_result)
+            return _compiled.too_large(exc, compile_result)
         result = self._execute(run)
         return dataclasses.replace(
-            _memory_status(result, prepared.toolchain), compile=compile_result
+            _compiled.memory_status(result, prepared.toolchain), compile=compile_result
         )
 
-    def _compile(self, run: _LanguageRun) -> tuple[str, CompileResult | None] | ExecResult:
+    def _compile(self, run: _compiled.LanguageRun) -> tuple[str, CompileResult | None] | ExecResult:
         """Compile ``run``'s program in the sandbox: its artifact, or the failed result.
 
         Interpreted languages get their source as the "artifact" (no compile run).
@@ -686,7 +674,7 @@ class Sandbox:
         if res.status is Status.OK and artifact is not None:
             ok = CompileResult(Status.OK, "", res.stderr, res.exit_code, res.wall_s)
             return artifact, ok
-        status, detail = _compile_failure(res, artifact is None, run.compile_timeout_s)
+        status, detail = _compiled.compile_failure(res, artifact is None, run.compile_timeout_s)
         compile_result = CompileResult(status, "", res.stderr, res.exit_code, res.wall_s)
         return ExecResult(
             status=Status.COMPILE_ERROR,
@@ -700,7 +688,7 @@ class Sandbox:
             compile=compile_result,
         )
 
-    def _prepare_run(self, run: _LanguageRun, stdin: str, artifact: str) -> _Prepared:
+    def _prepare_run(self, run: _compiled.LanguageRun, stdin: str, artifact: str) -> _Prepared:
         """Prepare the sandbox run of ``run``'s program (its launcher, artifact, files)."""
         toolchain = run.toolchain
         name = languages.ARTIFACT_FILE if toolchain.compiled else toolchain.source_name
@@ -855,16 +843,16 @@ class Sandbox:
             lim = dataclasses.replace(lim, timeout_s=job.per_test_timeout_s, cpu_s=None)
         start = time.monotonic()
         toolchain = self._toolchain(job.language, job.compile_timeout_s)
-        language_run: _LanguageRun | None = None
+        language_run: _compiled.LanguageRun | None = None
         artifact = ""
         compile_result: CompileResult | None = None
         if toolchain is not None:
             timeout = job.compile_timeout_s or toolchain.compile_timeout_s
-            language_run = _LanguageRun(toolchain, job.program, "", {}, lim, timeout)
-            compiled = self._compile(language_run)  # once: every test runs what it built
-            if isinstance(compiled, ExecResult):
-                return _compile_error_report(tests, compiled, time.monotonic() - start)
-            artifact, compile_result = compiled
+            language_run = _compiled.LanguageRun(toolchain, job.program, "", {}, lim, timeout)
+            built = self._compile(language_run)  # once: every test runs what it built
+            if isinstance(built, ExecResult):
+                return _compiled.compile_error_report(tests, built, time.monotonic() - start)
+            artifact, compile_result = built
         results: list[TestResult] = []
         program_status = Status.OK
         isolation: tuple[str, ...] = ()
@@ -882,9 +870,9 @@ class Sandbox:
                 try:
                     run = self._prepare_run(language_run, test.stdin, artifact)
                 except ValueError as exc:
-                    res = _too_large(exc, compile_result)
+                    res = _compiled.too_large(exc, compile_result)
                 else:
-                    res = _memory_status(self._execute(run), toolchain)
+                    res = _compiled.memory_status(self._execute(run), toolchain)
             isolation = res.isolation or isolation
             if sum(map(len, stdout)) < 64 << 10:
                 stdout.append(res.stdout[: 64 << 10])
@@ -905,75 +893,6 @@ class Sandbox:
             stderr="".join(stderr)[: 64 << 10],
             compile=compile_result,
         )
-
-
-def _compile_error_report(tests: list[IOTest], failed: ExecResult, wall_s: float) -> TestReport:
-    """Mark every test ``COMPILE_ERROR`` (the program never ran), with the compiler's message."""
-    detail = failed.detail[:1000]
-    return TestReport(
-        results=tuple(
-            TestResult(test.name or f"test_{i}", TestStatus.COMPILE_ERROR, detail)
-            for i, test in enumerate(tests)
-        ),
-        status=Status.COMPILE_ERROR,
-        wall_s=wall_s,
-        isolation=failed.isolation,
-        stderr=failed.stderr[: 64 << 10],
-        compile=failed.compile,
-    )
-
-
-def _compile_failure(res: ExecResult, no_artifact: bool, timeout_s: float) -> tuple[Status, str]:
-    """Return the compile status and a detail, for a compile run that produced no program."""
-    if res.status is Status.OK and no_artifact:
-        return Status.SANDBOX_ERROR, "the compile run printed no program"
-    if res.status is Status.RUNTIME_ERROR and res.exit_code == languages.COMPILE_TIMEOUT_EXIT:
-        return Status.TIMEOUT, f"compile: the compiler reached its CPU limit ({timeout_s:g} s)"
-    if res.status is Status.RUNTIME_ERROR:
-        return Status.COMPILE_ERROR, "compile error: " + _first_lines(res.stderr)
-    if res.status is Status.OUTPUT_LIMIT:
-        return Status.OUTPUT_LIMIT, (
-            f"compile: the compiled program is over {languages.ARTIFACT_MAX_BYTES} bytes"
-        )
-    if res.status is Status.KILLED:
-        return Status.COMPILE_ERROR, f"compile: {res.detail}"
-    return res.status, f"compile: {res.detail or res.status.value}"
-
-
-def _first_lines(text: str, limit: int = 1000) -> str:
-    """Return the start of a compiler's message (its first errors say the most)."""
-    text = text.strip()
-    return text if len(text) <= limit else text[:limit] + " [...]"
-
-
-def _too_large(exc: ValueError, compile_result: CompileResult | None) -> ExecResult:
-    return ExecResult(
-        status=Status.COMPILE_ERROR,
-        stdout="",
-        stderr="",
-        exit_code=None,
-        wall_s=0.0,
-        isolation=(),
-        detail=f"the compiled program does not fit in the run: {exc}",
-        compile=compile_result,
-    )
-
-
-def _memory_status(res: ExecResult, toolchain: Toolchain) -> ExecResult:
-    """``MEMORY`` for a run that died saying its runtime ran out of memory (its own stderr).
-
-    Like Python's final ``MemoryError`` line, this reads the program's own stderr: a program
-    can only turn one failure into another this way.
-    """
-    if res.status not in (Status.RUNTIME_ERROR, Status.KILLED) or not toolchain.memory_markers:
-        return res
-    tail = res.stderr[-4096:]
-    for marker in toolchain.memory_markers:
-        if marker in tail:
-            return dataclasses.replace(
-                res, status=Status.MEMORY, detail=f"out of memory ({marker}; {res.detail})"
-            )
-    return res
 
 
 _RUN_TO_TEST = {
