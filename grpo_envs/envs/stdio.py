@@ -2,7 +2,9 @@
 
 Rows come from a jsonl (or parquet) file the user provides, in any of these shapes:
 
-- this project's: ``{"id", "prompt", "tests": [{"input", "output"}, ...], "solution"?}``
+- this project's: ``{"id", "prompt", "tests": [{"input", "output"}, ...], "solution"?,
+  "language"?}`` (``language``: one of ``sandbox.Language``, default the env's ``language=``,
+  itself Python by default; ``grpo_envs.data.CPP_STDIO`` is a C++ set in this shape)
 - LiveCodeBench: ``question_content``, ``public_test_cases`` / ``private_test_cases`` (JSON, or
   LiveCodeBench's base64+zlib+pickle encoding of that JSON), ``testtype`` ``stdin`` only
 - CodeContests: ``description``, ``public_tests`` / ``private_tests`` / ``generated_tests`` as
