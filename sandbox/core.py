@@ -64,9 +64,12 @@ _T = TypeVar("_T")
 _R = TypeVar("_R")
 
 
-def _check_size(texts: Sequence[str], what: str) -> None:
-    """Refuse a request over ``MAX_REQUEST_BYTES`` before it is sent (ValueError naming it)."""
-    size = _codec.texts_size(texts)
+def _check_size(texts: Sequence[str], what: str, reserve: int = 0) -> None:
+    """Refuse a request over ``MAX_REQUEST_BYTES`` before it is sent (ValueError naming it).
+
+    ``reserve``: bytes the request will carry besides ``texts`` (a compiled program).
+    """
+    size = _codec.texts_size(texts) + reserve
     if size > MAX_REQUEST_BYTES:
         raise ValueError(
             f"{what} take {size} bytes (UTF-8, 4 more per text), over the limit of "
@@ -621,8 +624,8 @@ class Sandbox:
         if clash:
             raise ValueError(f"file names {clash} are reserved for the {toolchain.language} run")
         texts = [code, stdin, *checked, *checked.values()]
-        # Each run also carries the compiled program (up to ARTIFACT_MAX_BYTES).
-        _check_size([*texts, "x" * languages.ARTIFACT_MAX_BYTES], "code, stdin and files")
+        # Each run also carries the compiled program and its launcher.
+        _check_size(texts, "code, stdin and files", languages.RUN_RESERVE_BYTES)
         _check_files_fit(checked, lim)
         timeout = (
             compile_timeout_s if compile_timeout_s is not None else toolchain.compile_timeout_s
@@ -787,8 +790,8 @@ class Sandbox:
             for test in tests:  # each IOTest is one run of the program with its stdin
                 if not isinstance(test, IOTest) or not isinstance(test.stdin, str):
                     raise TypeError("IOTest.stdin must be str")
-                reserve = ["x" * languages.ARTIFACT_MAX_BYTES] if toolchain is not None else []
-                _check_size([job.program, test.stdin, *reserve], "the program and a test's stdin")
+                reserve = languages.RUN_RESERVE_BYTES if toolchain is not None else 0
+                _check_size([job.program, test.stdin], "the program and a test's stdin", reserve)
         elif tests:
             sources = [t.source for t in tests if isinstance(t, CallTest)]
             if not all(isinstance(source, str) for source in sources):

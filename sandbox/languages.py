@@ -53,6 +53,9 @@ ARTIFACT_PREFIX = "ARTIFACT1:"
 #: The most a compile may write to stdout (the framed artifact): a hello world is ~15 KB in
 #: C++, ~200 KB in Rust (stripped, compressed); every test run receives it as an input file.
 ARTIFACT_MAX_BYTES = 8 << 20
+#: What a run request of another language may carry besides the caller's stdin and files: the
+#: program (at most ``ARTIFACT_MAX_BYTES``) and the launcher (``MAX_REQUEST_BYTES`` counts it).
+RUN_RESERVE_BYTES = ARTIFACT_MAX_BYTES + (16 << 10)
 #: The input file a run of a compiled program receives its artifact in.
 ARTIFACT_FILE = "program.b64"
 #: Folder (in the work dir) the compiler writes to and the program runs from.
@@ -165,9 +168,15 @@ _PROGRAMS = {
 @functools.cache
 def _rust_sysroot(rustc: str) -> str:
     """Return the real toolchain folder behind ``rustc`` (often a rustup proxy)."""
-    out = subprocess.run(
-        [rustc, "--print", "sysroot"], capture_output=True, text=True, timeout=60, check=False
-    )
+    try:
+        out = subprocess.run(
+            [rustc, "--print", "sysroot"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise LanguageUnavailableError(
+            f"language 'rust' is unavailable: `{rustc} --print sysroot` failed ({exc}); "
+            f"install {_INSTALL_HINTS[Language.RUST]}"
+        ) from None
     sysroot = out.stdout.strip()
     if out.returncode != 0 or not os.path.isfile(os.path.join(sysroot, "bin", "rustc")):
         raise LanguageUnavailableError(

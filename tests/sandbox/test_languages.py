@@ -208,6 +208,9 @@ def test_bad_arguments_raise_at_once(sb: Sandbox) -> None:
         sb.run("int main(){}", language="cpp", files={"main.cpp": "x"})
     with pytest.raises(ValueError, match="unknown language"):
         sb.run_many([Job("print(1)"), Job("x", language="cobol")])  # before any job runs
+    # 60 MiB of stdin fits a Python run, not one that also carries a compiled program.
+    with pytest.raises(ValueError, match="over the limit"):
+        sb.run("int main(){}", stdin="x" * (60 << 20), language="cpp")
 
 
 def test_missing_toolchain_is_a_clear_error(
