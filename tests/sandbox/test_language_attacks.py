@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import require_any
+from sandbox_helpers import CANARY_ENV, CANARY_VALUE, require_any
 
 from sandbox import IOTest, Limits, Sandbox, Status, TestStatus
 
@@ -494,3 +494,27 @@ def test_forged_verdicts_fail(sb: Sandbox, language: str) -> None:
     assert [r.status for r in report.results] == [TestStatus.FAILED] * 2, report
     assert set(report.isolation) == set(sb.isolation)
     assert sb.run("print('still serving')").stdout == "still serving\n"
+
+
+# -- the compiler as an attack surface ----------------------------------------------------------
+
+
+def test_compile_time_reads_see_no_secret(sb: Sandbox) -> None:
+    # include_str! reads at compile time, inside the compile's own sandbox run.
+    shadow = run(sb, "rust", 'fn main() { print!("{}", include_str!("/etc/shadow")); }')
+    assert shadow.status is Status.COMPILE_ERROR
+    assert "Permission denied" in shadow.stderr and "root:" not in shadow.stderr
+    environ = 'fn main() { print!("{}", include_str!("/proc/self/environ")); }'
+    res = run(sb, "rust", environ)
+    assert res.status is Status.OK, res
+    assert "PATH=" in res.stdout  # the compiler's environment: the sandbox's fixed one ...
+    assert CANARY_VALUE not in res.stdout and CANARY_ENV not in res.stdout  # ... no secret
+
+
+def test_endless_includes_are_bounded(sb: Sandbox) -> None:
+    zero = run(sb, "cpp", '#include "/dev/zero"\nint main() {}\n', compile_timeout_s=3.0)
+    assert zero.status is Status.COMPILE_ERROR  # the compiler runs out of memory, or of time
+    assert zero.compile is not None and zero.compile.wall_s < 30
+    noise = run(sb, "cpp", '#include "/dev/urandom"\nint main() {}\n', compile_timeout_s=2.0)
+    assert noise.status is Status.COMPILE_ERROR
+    assert noise.compile is not None and noise.compile.status in (Status.TIMEOUT, Status.MEMORY)
