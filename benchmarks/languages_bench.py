@@ -4,7 +4,8 @@ Run: ``.venv/bin/python benchmarks/languages_bench.py [--runs N] [--workers N]``
 
 For each language (``sandbox.Language``) it prints, for a hello-world program: the compile time
 (compiled languages) and the run time in the sandbox (``ExecResult``: median of ``--runs``
-runs, one worker), the time per ``IOTest`` of a compiled job (its compile excluded), and the same
+runs, one worker; C++ also with ``<bits/stdc++.h>``, compiled against the sandbox's precompiled
+header), the time per ``IOTest`` of a compiled job (its compile excluded), and the same
 compile and run commands as plain subprocesses on this machine (``native``: the toolchain's own
 argument lists, in a temporary folder; Python as ``python3 -I -S``). Then the throughput of
 judging the reference solutions of ``grpo_envs/data/cpp_stdio.jsonl`` (and the Java/Rust ones
@@ -34,15 +35,21 @@ HELLO = {
     "rust": 'fn main() { println!("hello"); }\n',
     "bash": "echo hello\n",
 }
+#: Most competitive-programming C++ includes everything: the precompiled header's case.
+STDCXX = '#include <bits/stdc++.h>\nint main() { std::cout << "hello" << std::endl; }\n'
+ROWS = [(language, language, code) for language, code in HELLO.items()]
+ROWS.insert(2, ("cpp, <bits/stdc++.h>", "cpp", STDCXX))
 
 
 def _ms(values: list[float]) -> str:
     return f"{statistics.median(values) * 1000:.1f} ms" if values else "-"
 
 
-def sandboxed(sb: Sandbox, language: str, runs: int) -> tuple[str, str, str]:
+def sandboxed(
+    sb: Sandbox, language: str, runs: int, code: str | None = None
+) -> tuple[str, str, str]:
     """Return the compile time, run time and time per IOTest of hello world in the sandbox."""
-    code = HELLO[language]
+    code = HELLO[language] if code is None else code
     sb.run(code, language=language)  # warm: the first run of a slot pays for its start
     compiles, walls = [], []
     for _ in range(runs):
@@ -60,12 +67,12 @@ def sandboxed(sb: Sandbox, language: str, runs: int) -> tuple[str, str, str]:
     return _ms(compiles), _ms(walls), f"{spent / runs * 1000:.1f} ms"
 
 
-def native(language: str, runs: int) -> tuple[str, str]:
+def native(language: str, runs: int, code: str | None = None) -> tuple[str, str]:
     """Return the compile and run time of the same commands as plain subprocesses."""
     toolchain = require_language(language)
     with tempfile.TemporaryDirectory() as folder:
         with open(os.path.join(folder, toolchain.source_name), "w") as handle:
-            handle.write(HELLO[language])
+            handle.write(HELLO[language] if code is None else code)
         os.mkdir(os.path.join(folder, "out"))
         compiles = []
         for _ in range(min(runs, 5) if toolchain.compiled else 0):
@@ -115,11 +122,11 @@ def main() -> None:
     print("| language | compile: sandbox / native | run: sandbox / native | per test |")
     print("|---|---|---|---|")
     with Sandbox(workers=1) as sb:
-        for language in HELLO:
-            compile_s, run_s, per_test = sandboxed(sb, language, args.runs)
-            native_compile, native_run = native(language, args.runs)
+        for label, language, code in ROWS:
+            compile_s, run_s, per_test = sandboxed(sb, language, args.runs, code)
+            native_compile, native_run = native(language, args.runs, code)
             print(
-                f"| {language} | {compile_s} / {native_compile} | {run_s} / {native_run} "
+                f"| {label} | {compile_s} / {native_compile} | {run_s} / {native_run} "
                 f"| {per_test} |"
             )
     print(problem_set(args.workers))

@@ -365,8 +365,10 @@ class Sandbox:
         self._debug = debug
         self.languages: tuple[Language, ...] = languages.available_languages()
         """The languages whose toolchains are installed here (``sandbox.Language``)."""
+        toolchains = [languages.require_language(lang) for lang in self.languages]
+        languages.prepare_cache_dirs(toolchains)  # they must exist to be exposed
         self._expose_dirs = sorted(
-            {d for lang in self.languages for d in languages.require_language(lang).expose_dirs}
+            {d for tc in toolchains for d in tc.expose_dirs if os.path.isdir(d)}
         )
         self._lock = threading.Lock()
         self._closed = False
@@ -656,6 +658,7 @@ class Sandbox:
         toolchain = run.toolchain
         if not toolchain.compiled:
             return run.code, None
+        languages.ensure_precompiled_header(toolchain)  # C++, once per machine
         lim = run.limits
         compile_limits = Limits(
             timeout_s=run.compile_timeout_s,

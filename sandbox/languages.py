@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import functools
 import glob
+import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
+import threading
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -84,6 +87,11 @@ JVM_ADDRESS_SPACE_MB = 1024
 V8_ADDRESS_SPACE_MB = 1024
 
 
+#: g++'s flags for programs; the precompiled header is built with the same (GCC ignores a
+#: precompiled header made with other flags, silently falling back to the header itself).
+CPP_FLAGS = ("-std=gnu++17", "-O2")
+
+
 @dataclass(frozen=True)
 class Toolchain:
     """How one language is compiled and run (absolute paths, resolved on this machine).
@@ -106,6 +114,9 @@ class Toolchain:
     compile_address_space_mb: int = 0
     memory_markers: tuple[str, ...] = ()
     """Lines on stderr by which the runtime says it ran out of memory (status ``MEMORY``)."""
+    pch_dir: str | None = None
+    """C++: the folder of the precompiled ``<bits/stdc++.h>`` (``ensure_precompiled_header``),
+    on the compile's include path and exposed read-only to runs."""
 
     @property
     def compiled(self) -> bool:
@@ -216,12 +227,16 @@ def _toolchain(lang: Language, paths: dict[str, str]) -> Toolchain:
     if lang is Language.PYTHON:
         return Toolchain(lang, "main.py", (), (paths["python3"], "main.py"))
     if lang is Language.CPP:
+        pch = precompiled_header_dir(paths["g++"])
         return Toolchain(
             lang, "main.cpp",
-            (paths["g++"], "-std=gnu++17", "-O2", "-pipe", "-o", f"{OUT_DIR}/main", "main.cpp"),
+            (paths["g++"], *CPP_FLAGS, "-pipe", *(("-I", pch) if pch else ()),
+             "-o", f"{OUT_DIR}/main", "main.cpp"),
             (f"{OUT_DIR}/main",),
+            expose_dirs=(pch,) if pch else (),
             compile_timeout_s=20.0,
             memory_markers=("std::bad_alloc",),
+            pch_dir=pch,
         )  # fmt: skip
     if lang is Language.JAVA:
         javac_flags = tuple(f"-J{flag}" for flag in _JVM_FLAGS if flag != "-Xss16m")
@@ -262,6 +277,103 @@ def _toolchain(lang: Language, paths: dict[str, str]) -> Toolchain:
     return Toolchain(
         lang, "main.sh", (), (paths["bash"], "main.sh"), memory_markers=("cannot allocate",)
     )
+
+
+def cache_dir() -> str:
+    """Return the folder of the sandbox's build caches.
+
+    ``$GRPO_SANDBOX_CACHE``, else ``grpo-sandbox`` in ``$XDG_CACHE_HOME`` or ``~/.cache``.
+    """
+    explicit = os.environ.get("GRPO_SANDBOX_CACHE")
+    if explicit:
+        return os.path.abspath(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(os.path.abspath(base), "grpo-sandbox")
+
+
+@functools.cache
+def _gxx_version(gxx: str) -> str:
+    try:
+        out = subprocess.run(
+            [gxx, "-dumpfullversion", "-dumpversion"], capture_output=True, text=True,
+            timeout=60, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def precompiled_header_dir(gxx: str) -> str | None:
+    """Return the folder of ``gxx``'s precompiled ``<bits/stdc++.h>`` (None: unknown g++).
+
+    One folder per compiler and flags (a hash of its path, version and ``CPP_FLAGS``).
+    """
+    version = _gxx_version(gxx)
+    if not version:
+        return None
+    key = "\0".join([os.path.realpath(gxx), version, *CPP_FLAGS])
+    return os.path.join(cache_dir(), f"cpp-pch-{hashlib.sha256(key.encode()).hexdigest()[:16]}")
+
+
+def prepare_cache_dirs(toolchains: list[Toolchain]) -> None:
+    """Create the cache folders of ``toolchains``; one that cannot be made is left out.
+
+    Called before a Sandbox starts: only folders that exist then are exposed to its runs.
+    """
+    for toolchain in toolchains:
+        if toolchain.pch_dir is not None:
+            try:
+                os.makedirs(toolchain.pch_dir, mode=0o755, exist_ok=True)
+            except OSError:
+                continue
+
+
+_PCH_LOCK = threading.Lock()
+_PCH_FAILED: set[str] = set()
+
+
+def ensure_precompiled_header(toolchain: Toolchain) -> bool:
+    """Build the precompiled ``<bits/stdc++.h>`` of a C++ toolchain once; True when it exists.
+
+    ``#include <bits/stdc++.h>`` (most competitive-programming C++) costs ~1.3 s of parsing per
+    compile; with the precompiled header ~0.35 s (measured with g++ 12). It is built here, in
+    the library process, by the host's g++ from the system's own headers and nothing of a job
+    (trusted input), written under a temporary name and renamed into place (several processes
+    may race; each rename is atomic), world-readable. Runs read it through their read-only view
+    of the folder. On failure programs compile without it (slower, same result).
+    """
+    folder = toolchain.pch_dir
+    if folder is None or not toolchain.compiled:
+        return False
+    target = os.path.join(folder, "bits", "stdc++.h.gch")
+    if os.path.exists(target):
+        return True
+    with _PCH_LOCK:
+        if os.path.exists(target) or folder in _PCH_FAILED:
+            return os.path.exists(target)
+        try:
+            os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+            with tempfile.TemporaryDirectory() as scratch:
+                stub = os.path.join(scratch, "stdc++.h")
+                with open(stub, "w") as handle:
+                    handle.write("#include <bits/stdc++.h>\n")
+                partial = f"{target}.{os.getpid()}.{threading.get_ident()}.tmp"
+                try:
+                    subprocess.run(
+                        [toolchain.compile_argv[0], *CPP_FLAGS, "-x", "c++-header", stub,
+                         "-o", partial],
+                        env={"PATH": "/usr/local/bin:/usr/bin:/bin"}, capture_output=True,
+                        timeout=600, check=True,
+                    )  # fmt: skip
+                    os.chmod(partial, 0o644)
+                    os.replace(partial, target)
+                finally:
+                    if os.path.exists(partial):
+                        os.unlink(partial)
+        except (OSError, subprocess.SubprocessError):
+            _PCH_FAILED.add(folder)
+            return False
+    return True
 
 
 def available_languages() -> tuple[Language, ...]:

@@ -6,6 +6,8 @@ tests loudly (``require_language``) instead of skipping them.
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -259,3 +261,51 @@ def test_strict_sandbox_applies_every_layer_to_every_language() -> None:
             res = strict.run(ECHO[language], stdin="s\n", language=language)
             assert res.status is Status.OK, res
             assert set(res.isolation) == set(ALL_LAYERS)
+
+
+STDCXX = (
+    "#include <bits/stdc++.h>\nint main() { std::vector<int> v{3, 1, 2};\n"
+    '  std::sort(v.begin(), v.end()); std::cout << v[0] << "\\n"; }\n'
+)
+
+
+def test_cpp_compiles_against_a_precompiled_bits_stdcxx(sb: Sandbox) -> None:
+    toolchain = require_language("cpp")
+    assert toolchain.pch_dir is not None
+    assert ("-I", toolchain.pch_dir) == toolchain.compile_argv[4:6]
+    res = sb.run(STDCXX, language="cpp")
+    assert res.status is Status.OK and res.stdout == "1\n", res
+    header = Path(toolchain.pch_dir) / "bits" / "stdc++.h.gch"
+    assert header.stat().st_size > 1 << 20  # built (once per machine) before that compile
+    assert header.stat().st_mode & 0o777 == 0o644  # runs read it; nobody but its owner writes
+    # Runs see it read-only; the compiler uses it (g++ -H marks a valid precompiled header !).
+    probe = f"""
+import subprocess
+open("m.cpp", "w").write("#include <bits/stdc++.h>\\nint main() {{}}\\n")
+r = subprocess.run(["g++", "-std=gnu++17", "-O2", "-I", "{toolchain.pch_dir}", "-H", "-o", "m",
+                    "m.cpp"], capture_output=True, text=True)
+print(r.stderr.splitlines()[0])
+try:
+    open("{header}", "a")
+except OSError as e:
+    print("write refused", type(e).__name__)
+"""
+    out = sb.run(probe, limits=Limits(timeout_s=20, memory_mb=2048)).stdout.splitlines()
+    assert out[0] == f"! {header}", out
+    assert out[1].startswith("write refused"), out
+
+
+def test_a_bad_precompiled_header_never_breaks_a_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under a hidden folder (home), as the default cache is: exposed read-only to runs.
+    cache = Path.home() / f".cache/grpo-sandbox-test-{os.getpid()}"
+    monkeypatch.setenv("GRPO_SANDBOX_CACHE", str(cache))
+    try:
+        folder = require_language("cpp").pch_dir
+        assert folder is not None and folder.startswith(str(cache))
+        (Path(folder) / "bits").mkdir(parents=True)
+        (Path(folder) / "bits" / "stdc++.h.gch").write_bytes(b"not a precompiled header")
+        with Sandbox(limits=FAST, workers=1) as box:
+            res = box.run(STDCXX, language="cpp")
+        assert res.status is Status.OK and res.stdout == "1\n", res  # g++ used the header
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
