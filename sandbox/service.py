@@ -32,7 +32,7 @@ import secrets
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
@@ -41,8 +41,10 @@ from starlette.routing import Route
 
 from sandbox import fusion, wire
 from sandbox.core import Sandbox
+from sandbox.languages import Language, LanguageUnavailableError, require_language
 from sandbox.types import (
     CallTest,
+    CompileResult,
     ExecResult,
     Limits,
     SandboxClosedError,
@@ -54,8 +56,6 @@ from sandbox.types import (
 
 _T = TypeVar("_T")
 
-#: The languages ``/run_code`` runs on this service (``run_fusion_program``).
-SERVICE_LANGUAGES: tuple[str, ...] = ("python",)
 #: SandboxFusion's liveness route (its server answers the JSON string "pong").
 PING_PATH = "/v1/ping"
 #: The ceiling of what a request may ask for when ``ServiceSettings.max_limits`` is not given.
@@ -141,10 +141,6 @@ class _Refused(Exception):
         super().__init__(message)
         self.status = status
         self.headers = dict(headers or {})
-
-
-class LanguageUnavailableError(Exception):
-    """``/run_code`` named a language this service does not run."""
 
 
 def check_limits(limits: Limits, ceiling: Limits, where: str) -> None:
@@ -329,10 +325,7 @@ class _Service:
         except LanguageUnavailableError as exc:
             # SandboxFusion answers a language it does not run with 422 (request validation).
             self.counts.refused[422] += 1
-            message = (
-                f"language {exc} is not available on this service "
-                f"(available: {', '.join(SERVICE_LANGUAGES)})"
-            )
+            message = f"{exc} (this service runs: {', '.join(self.sandbox.languages)})"
             return JSONResponse({"detail": message}, 422)
         except SandboxClosedError:
             self.counts.refused[503] += 1
@@ -389,6 +382,8 @@ class _Service:
         async def answer(data: object) -> object:
             req = fusion.decode_run_code_request(data)
             prepared = _prepare_fusion(req, self.sandbox.limits, self.settings.max_limits)
+            if req.language not in self.sandbox.languages:  # refused before a worker is taken
+                _refuse_language(req.language)
             self._check_time(prepared.limits.timeout_s + req.compile_timeout, "request")
             result = await self._call(
                 lambda: run_fusion_program(
@@ -422,7 +417,7 @@ class _Service:
                 "served": dict(self.counts.served),
                 "refused": {str(k): v for k, v in self.counts.refused.items()},
                 "isolation": list(self.sandbox.isolation),
-                "languages": list(SERVICE_LANGUAGES),
+                "languages": list(self.sandbox.languages),
                 "default_limits": wire.encode_limits(self.sandbox.limits),
                 "max_limits": wire.encode_limits(self.settings.max_limits),
                 "max_request_bytes": self.settings.max_request_bytes,
@@ -444,14 +439,19 @@ def run_fusion_program(
     limits: Limits,
     compile_timeout_s: float,
 ) -> ExecResult:
-    """Run one ``/run_code`` program: the one place that picks how a language runs.
+    """Run one ``/run_code`` program in ``language`` (compiled first where it is compiled).
 
-    Python only for now; other languages reach the sandbox here once ``Sandbox.run`` takes
-    ``language=`` and ``compile_timeout_s=``.
+    Raises ``LanguageUnavailableError`` for a language SandboxFusion knows but this machine
+    has no toolchain for (the service answers 422, as SandboxFusion does).
     """
-    if language != "python":
-        raise LanguageUnavailableError(repr(language))
-    return sandbox.run(code, stdin=stdin, files=files, limits=limits)
+    return sandbox.run(
+        code,
+        stdin=stdin,
+        files=files,
+        limits=limits,
+        language=language,
+        compile_timeout_s=compile_timeout_s,
+    )
 
 
 @dataclass(frozen=True)
@@ -506,6 +506,9 @@ def _prepare_fusion(req: fusion.RunCodeRequest, default: Limits, ceiling: Limits
     except (TypeError, ValueError) as exc:
         raise wire.WireError(f"request.files: {exc}") from None
     stdin = req.stdin or ""
+    if req.fetch_files and req.language != "python":
+        # The files are collected by a Python wrapper around the program (``_fetch_wrapper``).
+        raise wire.WireError("request.fetch_files: this service fetches files of python runs only")
     if not req.fetch_files:
         return _FusionRun(req.code, stdin, files, limits, None)
     fetch = _Fetch(f"\x00grpo-fetch-{secrets.token_hex(16)}\x00", req.fetch_files)
@@ -570,6 +573,9 @@ def _fusion_response(result: ExecResult, fetch: _Fetch | None) -> fusion.RunCode
         # As SandboxFusion reports a runner's failure: no time, no output, the reason twice.
         run = fusion.CommandRunResult(fusion.CommandStatus.ERROR, None, None, None, result.detail)
         return fusion.RunCodeResponse(fusion.RunStatus.SANDBOX_ERROR, result.detail, None, run)
+    compiled = _fusion_compile_result(result.compile)
+    if result.status is Status.COMPILE_ERROR:  # SandboxFusion: no run_result after a failed compile
+        return fusion.RunCodeResponse(fusion.RunStatus.FAILED, "", compiled, None, None, files)
     if result.status is Status.TIMEOUT:
         status, return_code = fusion.CommandStatus.TIME_LIMIT_EXCEEDED, None
     else:  # it ended: exited (an error exit for MEMORY), or was killed (-signal)
@@ -579,7 +585,34 @@ def _fusion_response(result: ExecResult, fetch: _Fetch | None) -> fusion.RunCode
     run = fusion.CommandRunResult(status, result.wall_s, return_code, stdout, result.stderr)
     ok = status is fusion.CommandStatus.FINISHED and return_code == 0
     overall = fusion.RunStatus.SUCCESS if ok else fusion.RunStatus.FAILED
-    return fusion.RunCodeResponse(overall, "", None, run, None, files)
+    return fusion.RunCodeResponse(overall, "", compiled, run, None, files)
+
+
+def _refuse_language(name: str) -> NoReturn:
+    """Raise ``LanguageUnavailableError`` for a language SandboxFusion knows and we do not run.
+
+    One of ours without its toolchain here says which program is missing.
+    """
+    if name in {lang.value for lang in Language}:
+        require_language(name)
+    raise LanguageUnavailableError(f"language {name!r} is not one this sandbox runs")
+
+
+def _fusion_compile_result(result: CompileResult | None) -> fusion.CommandRunResult | None:
+    """Report a compile step as SandboxFusion does: the compiler's exit code, or over time.
+
+    None for languages that are not compiled.
+    """
+    if result is None:
+        return None
+    if result.status is Status.TIMEOUT:
+        status, code = fusion.CommandStatus.TIME_LIMIT_EXCEEDED, None
+    elif result.status is Status.SANDBOX_ERROR:
+        status, code = fusion.CommandStatus.ERROR, None
+    else:  # ok, the compiler's refusal, or a compile bomb stopped at a memory/output limit
+        status = fusion.CommandStatus.FINISHED
+        code = result.exit_code if result.exit_code is not None else 1
+    return fusion.CommandRunResult(status, result.wall_s, code, result.stdout, result.stderr)
 
 
 def build_app(settings: ServiceSettings, sandbox: Sandbox) -> Starlette:
@@ -610,8 +643,6 @@ def build_app(settings: ServiceSettings, sandbox: Sandbox) -> Starlette:
 __all__ = [
     "DEFAULT_MAX_LIMITS",
     "PING_PATH",
-    "SERVICE_LANGUAGES",
-    "LanguageUnavailableError",
     "ServiceSettings",
     "build_app",
     "check_limits",

@@ -29,6 +29,7 @@ from typing import TypeVar
 
 from sandbox.types import (
     CallTest,
+    CompileResult,
     ExecResult,
     IOTest,
     Job,
@@ -198,12 +199,41 @@ def encode_report(report: TestReport) -> dict[str, object]:
         "isolation": list(report.isolation),
         "stdout": report.stdout,
         "stderr": report.stderr,
+        "compile": encode_compile(report.compile),
     }
+
+
+def encode_compile(result: CompileResult | None) -> dict[str, object] | None:
+    """Return a compile step's result as a JSON object (null for languages without one)."""
+    if result is None:
+        return None
+    return {**dataclasses.asdict(result), "status": result.status.value}
+
+
+def decode_compile(value: object, where: str = "compile") -> CompileResult | None:
+    """Inverse of ``encode_compile``."""
+    if value is None:
+        return None
+    fields = {"status", "stdout", "stderr", "exit_code", "wall_s"}
+    data = _mapping(value, where, fields, fields)
+    return CompileResult(
+        status=_enum(Status, data["status"], f"{where}.status"),
+        stdout=_str(data["stdout"], f"{where}.stdout"),
+        stderr=_str(data["stderr"], f"{where}.stderr"),
+        exit_code=_exit_code(data["exit_code"], f"{where}.exit_code"),
+        wall_s=_number(data["wall_s"], f"{where}.wall_s"),
+    )
+
+
+def _exit_code(value: object, where: str) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise WireError(f"{where}: expected an integer or null, got {value!r}")
+    return value
 
 
 def decode_report(value: object, where: str = "report") -> TestReport:
     """Inverse of ``encode_report``: the client's check of what a service sent back."""
-    fields = {"results", "status", "wall_s", "isolation", "stdout", "stderr"}
+    fields = {"results", "status", "wall_s", "isolation", "stdout", "stderr", "compile"}
     data = _mapping(value, where, fields, {"results", "status", "wall_s", "isolation"})
     raw_results, raw_layers = data["results"], data["isolation"]
     if not isinstance(raw_results, list):
@@ -228,6 +258,7 @@ def decode_report(value: object, where: str = "report") -> TestReport:
         isolation=tuple(_str(x, f"{where}.isolation") for x in raw_layers),
         stdout=_str(data.get("stdout", ""), f"{where}.stdout"),
         stderr=_str(data.get("stderr", ""), f"{where}.stderr"),
+        compile=decode_compile(data.get("compile"), f"{where}.compile"),
     )
 
 
@@ -273,6 +304,7 @@ def encode_exec_result(result: ExecResult) -> dict[str, object]:
     data = dataclasses.asdict(result)
     data["status"] = result.status.value
     data["isolation"] = list(result.isolation)
+    data["compile"] = encode_compile(result.compile)
     return data
 
 
@@ -281,9 +313,6 @@ def decode_exec_result(value: object, where: str = "result") -> ExecResult:
     names = {f.name for f in dataclasses.fields(ExecResult)}
     required = {"status", "stdout", "stderr", "exit_code", "wall_s", "isolation"}
     data = _mapping(value, where, names, required)
-    exit_code = data["exit_code"]
-    if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)):
-        raise WireError(f"{where}.exit_code: expected an integer or null, got {exit_code!r}")
     layers = data["isolation"]
     if not isinstance(layers, list):
         raise WireError(f"{where}.isolation: expected a list")
@@ -291,9 +320,10 @@ def decode_exec_result(value: object, where: str = "result") -> ExecResult:
         status=_enum(Status, data["status"], f"{where}.status"),
         stdout=_str(data["stdout"], f"{where}.stdout"),
         stderr=_str(data["stderr"], f"{where}.stderr"),
-        exit_code=exit_code,
+        exit_code=_exit_code(data["exit_code"], f"{where}.exit_code"),
         wall_s=_number(data["wall_s"], f"{where}.wall_s"),
         isolation=tuple(_str(x, f"{where}.isolation") for x in layers),
         truncated=_bool(data.get("truncated", False), f"{where}.truncated"),
         detail=_str(data.get("detail", ""), f"{where}.detail"),
+        compile=decode_compile(data.get("compile"), f"{where}.compile"),
     )

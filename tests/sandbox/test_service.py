@@ -14,7 +14,7 @@ import pytest
 from sandbox_fusion import RunCodeRequest, RunStatus, run_code, set_endpoint
 from service_helpers import ServiceSandbox, health, running_service
 
-from sandbox import CallTest, IOTest, Limits, Sandbox, TestJob, TestStatus, wire
+from sandbox import CallTest, IOTest, Language, Limits, Sandbox, TestJob, TestStatus, wire
 from sandbox.service import DEFAULT_MAX_LIMITS, ServiceSettings, build_app
 
 TOKEN = "test-token-4b1d9e"
@@ -33,10 +33,10 @@ def remote(url: str, sb: Sandbox) -> Iterator[ServiceSandbox]:
     client.close()
 
 
-def fusion(url: str, **fields: object) -> object:
+def fusion(url: str, language: str = "python", **fields: object) -> object:
     """``/run_code`` through SandboxFusion's official client (one attempt: no retries)."""
     set_endpoint(url)
-    request = RunCodeRequest(language="python", **fields)  # type: ignore[arg-type]
+    request = RunCodeRequest(language=language, **fields)  # type: ignore[arg-type]
     return run_code(request, max_attempts=1, client_timeout=60)
 
 
@@ -67,6 +67,61 @@ def test_fusion_client_runtime_error_and_timeout(url: str) -> None:
     assert slow.run_result.status == "TimeLimitExceeded"
     assert slow.run_result.return_code is None  # SandboxFusion sends none for a timeout
     assert 1 <= slow.run_result.execution_time < 10
+
+
+#: A program per compiled or other language that reverses its stdin line.
+REVERSE = {
+    "cpp": "#include <bits/stdc++.h>\nint main(){std::string s;std::getline(std::cin,s);"
+    "std::reverse(s.begin(),s.end());std::cout<<s<<std::endl;}\n",
+    "java": "import java.util.*;\npublic class Main{public static void main(String[] a){"
+    "String s=new Scanner(System.in).nextLine();"
+    "System.out.println(new StringBuilder(s).reverse());}}\n",
+    "rust": "use std::io::*;\nfn main(){let mut s=String::new();stdin().read_line(&mut s)"
+    '.unwrap();println!("{}",s.trim_end().chars().rev().collect::<String>());}\n',
+    "nodejs": "const s=require('fs').readFileSync(0,'utf8').trimEnd();"
+    "console.log([...s].reverse().join(''));\n",
+    "bash": 'read s; echo "$s" | rev\n',
+}
+COMPILED = {"cpp", "java", "rust"}
+
+
+@pytest.mark.parametrize("language", sorted(REVERSE))
+def test_fusion_client_runs_every_language_the_sandbox_runs(url: str, language: str) -> None:
+    reply = fusion(url, language, code=REVERSE[language], stdin="abc\n", compile_timeout=30)
+    assert reply.status == RunStatus.Success, reply
+    assert reply.run_result.stdout == "cba\n" and reply.run_result.return_code == 0
+    if language in COMPILED:  # SandboxFusion reports the compile step of compiled languages
+        assert reply.compile_result.status == "Finished"
+        assert reply.compile_result.return_code == 0
+    else:
+        assert reply.compile_result is None
+
+
+def test_fusion_client_sees_a_compile_error_as_sandboxfusion_reports_it(url: str) -> None:
+    reply = fusion(url, "cpp", code="int main() { return undefined_name; }\n")
+    assert reply.status == RunStatus.Failed and reply.run_result is None
+    compiled = reply.compile_result
+    assert compiled.status == "Finished" and compiled.return_code != 0
+    assert "undefined_name" in compiled.stderr  # the compiler's own message
+    java = fusion(url, "java", code="public class Main { void f( }\n", compile_timeout=30)
+    assert java.status == RunStatus.Failed and java.run_result is None
+    assert java.compile_result.return_code != 0 and "error" in java.compile_result.stderr
+
+
+def test_the_batch_endpoint_judges_a_cpp_job_as_the_local_sandbox(
+    remote: ServiceSandbox, sb: Sandbox
+) -> None:
+    tests = (IOTest("abc\n", "cba\n"), IOTest("xy\n", "yx\n"), IOTest("q\n", "qq\n"))
+    job = TestJob(REVERSE["cpp"], tests, language="cpp")
+    there, here = remote.run_tests_many([job])[0], sb.run_tests_many([job])[0]
+    assert [r.status for r in there.results] == [r.status for r in here.results]
+    assert [r.status for r in there.results] == [
+        TestStatus.PASSED, TestStatus.PASSED, TestStatus.FAILED,
+    ]  # fmt: skip
+    broken = TestJob("int main( {", tests, language="cpp")
+    report = remote.run_tests_many([broken])[0]
+    assert {r.status for r in report.results} == {TestStatus.COMPILE_ERROR}
+    assert report.compile is not None and "error" in report.compile.stderr
 
 
 def test_fusion_client_files_in_and_fetched_back(url: str) -> None:
@@ -377,7 +432,8 @@ def test_health_counts_follow_the_requests(url: str, remote: ServiceSandbox) -> 
     assert served_after[wire.RUN_PATH] == served_before.get(wire.RUN_PATH, 0) + 1
     assert served_after[wire.RUN_TESTS_PATH] == served_before.get(wire.RUN_TESTS_PATH, 0) + 1
     assert after["workers"] == 2 and after["version"] == wire.WIRE_VERSION
-    assert after["languages"] == ["python"] and after["isolation"] == list(remote.isolation)
+    assert after["languages"] == list(remote.local.languages) == list(Language)
+    assert after["isolation"] == list(remote.isolation)
     assert after["max_limits"] == wire.encode_limits(DEFAULT_MAX_LIMITS)
 
 

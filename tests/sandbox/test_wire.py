@@ -85,3 +85,32 @@ def test_a_single_run_and_its_result_survive_json() -> None:
         decode_run({"code": "", "files": {"x": 1}})
     with pytest.raises(WireError, match="exit_code"):
         decode_exec_result({**encode_exec_result(result), "exit_code": True})
+
+
+def test_compiled_jobs_and_their_compile_results_survive_json() -> None:
+    from sandbox import CompileResult, ExecResult, Job
+    from sandbox.wire import decode_exec_result, decode_run, encode_exec_result, encode_run
+
+    job = TestJob("int main(){}", (IOTest("", ""),), language="cpp", compile_timeout_s=7.5)
+    assert decode_job(json.loads(json.dumps(encode_job(job)))) == job
+    run = Job("fn main(){}", language="rust", compile_timeout_s=3)
+    assert decode_run(json.loads(json.dumps(encode_run(run)))) == run
+    failed = CompileResult(Status.COMPILE_ERROR, "", "main.cpp:1: error: x", 1, 0.2)
+    report = TestReport(
+        (TestResult("t", TestStatus.COMPILE_ERROR, "error: x"),),
+        Status.COMPILE_ERROR, 0.3, ("uid",), compile=failed,
+    )  # fmt: skip
+    assert decode_report(json.loads(json.dumps(encode_report(report)))) == report
+    result = ExecResult(Status.COMPILE_ERROR, "", "error", None, 0.2, (), compile=failed)
+    assert decode_exec_result(json.loads(json.dumps(encode_exec_result(result)))) == result
+    bad = {**encode_report(report), "compile": {**encode_compile_dict(failed), "exit_code": "1"}}
+    with pytest.raises(WireError, match=r"report.compile.exit_code"):
+        decode_report(bad)
+
+
+def encode_compile_dict(result: object) -> dict[str, object]:
+    from sandbox.wire import encode_compile
+
+    encoded = encode_compile(result)  # type: ignore[arg-type]
+    assert encoded is not None
+    return encoded
