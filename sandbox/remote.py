@@ -230,6 +230,23 @@ class RemoteStats:
             *(getattr(self, f.name) - getattr(earlier, f.name) for f in dataclasses.fields(self))
         )
 
+    def plus(self, **counts: int) -> RemoteStats:
+        """Return these counts with ``counts`` added (``requests=1``...)."""
+        return dataclasses.replace(self, **{k: getattr(self, k) + v for k, v in counts.items()})
+
+
+_PROCESS_STATS = RemoteStats()
+_PROCESS_LOCK = threading.Lock()
+
+
+def process_stats() -> RemoteStats:
+    """Return the counts of every ``RemoteSandbox`` of this process together, since it started.
+
+    The trainer logs their change per step (``sandbox/*`` metrics).
+    """
+    with _PROCESS_LOCK:
+        return _PROCESS_STATS
+
 
 class _Endpoint:
     """One URL and what its recent requests say about it."""
@@ -530,9 +547,15 @@ class RemoteSandbox:
             return self.settings.request_timeout_s
         return job_bound_s + REQUEST_SLACK_S
 
-    def _count_failure(self) -> None:
+    def _count(self, **counts: int) -> None:
+        global _PROCESS_STATS
         with self._lock:
-            self._stats = dataclasses.replace(self._stats, failures=self._stats.failures + 1)
+            self._stats = self._stats.plus(**counts)
+        with _PROCESS_LOCK:
+            _PROCESS_STATS = _PROCESS_STATS.plus(**counts)
+
+    def _count_failure(self) -> None:
+        self._count(failures=1)
 
     def _pick(self, avoid: _Endpoint | None) -> _Endpoint | None:
         """Pick the URL for the next try: round-robin among those not down, ``avoid`` last.
@@ -594,12 +617,7 @@ class RemoteSandbox:
             if self._closed:
                 raise SandboxClosedError("the RemoteSandbox was closed during this call")
             if attempt:
-                with self._lock:
-                    self._stats = dataclasses.replace(
-                        self._stats,
-                        retries=self._stats.retries + 1,
-                        failovers=self._stats.failovers + (endpoint is not previous),
-                    )
+                self._count(retries=1, failovers=int(endpoint is not previous))
             got = self._post(endpoint, path, body, min(timeout_s, job_deadline - time.monotonic()))
             self._record(endpoint, got)
             if not got.error:
@@ -628,8 +646,7 @@ class RemoteSandbox:
                 retry=False,
             )
         try:
-            with self._lock:
-                self._stats = dataclasses.replace(self._stats, requests=self._stats.requests + 1)
+            self._count(requests=1)
             left = max(0.001, deadline - time.monotonic())
             timeout = httpx.Timeout(left, connect=min(left, self.settings.connect_timeout_s))
             with self._client.stream(

@@ -22,7 +22,7 @@ from grpo_envs.wrappers import guarded_scores
 from grpo_train.collect.batch import RolloutBatch
 from grpo_train.collect.episodes import collect_episode_groups, episode_metrics, is_multi_turn
 from grpo_train.collect.groups import MIN_SCORED, Group
-from grpo_train.collect.metrics import rollout_metrics
+from grpo_train.collect.metrics import RemoteSandboxCounts, rollout_metrics
 from grpo_train.collect.score_failures import ScoreErrors
 from grpo_train.collect.training_prompts import TrainingPrompts
 from grpo_train.episodes.driver import EpisodeRenderer
@@ -124,6 +124,7 @@ class Collector:
         self.engine = engine
         self.tokenizer, self.prompt_format = tokenizer, prompt_format
         self.rank, self.run_dir = rank, run_dir
+        self.sandbox_counts = RemoteSandboxCounts()
         if any(is_multi_turn(env) for env in prompts.envs):
             # The chat template must extend episodes: refused here, before any generation.
             renderer = EpisodeRenderer(tokenizer, prompt_format)
@@ -166,6 +167,7 @@ class Collector:
         # Statistics describe the whole step's batch: every rank's groups, as one process.
         everything = distributed.gather_objects(sampled)
         m.update(rollout_metrics(everything, self.env_names))
+        m.update(self.sandbox_counts.step_metrics())
         m.update(episode_metrics(everything))
         self._check_scores(step, everything)
         curriculum, moved = self.prompts.record(everything)
