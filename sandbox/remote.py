@@ -23,9 +23,12 @@ How, in order:
   retried at once on the next URL (round-robin start, failover), or after a jittered exponential
   backoff on the same one; up to ``retries`` times. Other 4xx (a request the service refused, our
   bug) are not retried: their message is the detail;
-* a URL that failed ``DOWN_AFTER`` times in a row is avoided for ``cooldown_s``; then one job
-  probes it. While every URL is down, jobs fail at once (a dead service costs a step seconds,
-  not every job's timeout), and the trainer's ``max_reward_errors`` guard stops the run;
+* a URL that failed ``DOWN_AFTER`` times in a row is down: avoided for ``cooldown_s``, then
+  probed by one job (the others keep waiting), up again when a probe succeeds. While every URL
+  is down, jobs wait for the next probe within their deadline, so a short outage costs time, not
+  verdicts; once every URL has failed ``DEAD_AFTER_PROBES`` probes in a row, jobs fail at once
+  (a dead service costs a step about twice ``cooldown_s``, not every job's timeout), and the
+  trainer's ``max_reward_errors`` guard stops the run;
 * each request has a deadline (``request_timeout_s``, by default the job's own limits plus
   ``REQUEST_SLACK_S``), each job one for all its tries (``job_timeout_s``, by default twice the
   request's).
@@ -88,8 +91,11 @@ PROTOCOLS: tuple[str, ...] = get_args(Protocol)
 #: Seconds added to a job's own time limits for its request's deadline: the transfer, the
 #: service's start-up of the run and a short wait in its queue.
 REQUEST_SLACK_S = 10.0
-#: Consecutive failures after which a URL is avoided for ``RemoteSettings.cooldown_s``.
+#: Consecutive failures after which a URL is down: avoided for ``RemoteSettings.cooldown_s``.
 DOWN_AFTER = 3
+#: Failed probes in a row (one per cool-down) after which a down URL counts as dead: while every
+#: URL is, jobs fail at once instead of waiting for the next probe.
+DEAD_AFTER_PROBES = 2
 #: Characters of a service's error message kept in a detail.
 MESSAGE_CHARS = 300
 
@@ -159,8 +165,8 @@ class RemoteSettings:
     """Deadline of one job over all its tries; ``None``: twice its request deadline."""
     connect_timeout_s: float = 5.0
     """Deadline of opening a connection."""
-    cooldown_s: float = 10.0
-    """How long a URL that failed ``DOWN_AFTER`` times in a row is avoided."""
+    cooldown_s: float = 5.0
+    """How long a URL that failed ``DOWN_AFTER`` times in a row is avoided before a probe."""
 
     def __post_init__(self) -> None:
         urls = self.urls
@@ -254,9 +260,24 @@ class _Endpoint:
     def __init__(self, url: str) -> None:
         self.url = url
         self.failures = 0  # in a row
+        self.failed_probes = 0  # in a row
         self.down_until = 0.0  # avoided until then (DOWN_AFTER failures in a row)
         self.busy_until = 0.0  # its Retry-After
         self.last_error = ""
+
+    @property
+    def dead(self) -> bool:
+        """Whether its last ``DEAD_AFTER_PROBES`` probes failed."""
+        return self.failed_probes >= DEAD_AFTER_PROBES
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """Where the next try goes: ``endpoint``, or wait ``wait_s`` for a probe, or (neither) fail."""
+
+    endpoint: _Endpoint | None = None
+    probe: bool = False
+    wait_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -317,6 +338,8 @@ class RemoteSandbox:
         )
         self._slots = threading.BoundedSemaphore(settings.max_in_flight)
         self._lock = threading.Lock()
+        #: Notified when a URL's health changes (a probe's verdict): jobs waiting on it look again.
+        self._health = threading.Condition(self._lock)
         self._endpoints = [_Endpoint(url) for url in settings.urls]
         self._next = 0
         self._stats = RemoteStats()
@@ -557,11 +580,12 @@ class RemoteSandbox:
     def _count_failure(self) -> None:
         self._count(failures=1)
 
-    def _pick(self, avoid: _Endpoint | None) -> _Endpoint | None:
-        """Pick the URL for the next try: round-robin among those not down, ``avoid`` last.
+    def _pick(self, avoid: _Endpoint | None) -> _Choice:
+        """Choose the URL for the next try: round-robin among those up, ``avoid`` last.
 
-        A URL whose cool-down has passed is probed by one try (its cool-down restarts, so the
-        others do not pile on). None when every URL is down.
+        A down URL whose cool-down has passed is probed by one try (its cool-down restarts, so
+        the others do not pile on). With every URL down: wait for the next probe, unless every
+        URL is dead (then fail).
         """
         now = time.monotonic()
         with self._lock:
@@ -570,28 +594,35 @@ class RemoteSandbox:
             order = [self._endpoints[(start + i) % n] for i in range(n)]
             usable = [ep for ep in order if ep.down_until <= now]
             if not usable:
-                return None
+                if all(ep.dead for ep in order):
+                    return _Choice()
+                return _Choice(wait_s=min(ep.down_until for ep in order) - now)
             ready = [ep for ep in usable if ep.busy_until <= now]
             preferred = [ep for ep in ready if ep is not avoid] or ready or usable
             chosen = min(preferred, key=lambda ep: ep.busy_until) if not ready else preferred[0]
-            if chosen.failures >= DOWN_AFTER:  # a probe after the cool-down
+            probe = chosen.failures >= DOWN_AFTER
+            if probe:
                 chosen.down_until = now + self.settings.cooldown_s
-            return chosen
+            return _Choice(chosen, probe)
 
     def _down_text(self) -> str:
         with self._lock:
             return "; ".join(f"{ep.url}: {ep.last_error}" for ep in self._endpoints)
 
-    def _record(self, endpoint: _Endpoint, attempt: _Try) -> None:
+    def _record(self, endpoint: _Endpoint, attempt: _Try, probe: bool) -> None:
         with self._lock:
+            if probe:
+                self._health.notify_all()  # the jobs waiting for this probe look again
             if not attempt.error:
-                endpoint.failures, endpoint.down_until = 0, 0.0
+                endpoint.failures = endpoint.failed_probes = 0
+                endpoint.down_until = 0.0
                 return
             endpoint.last_error = attempt.error
             if attempt.retry_after_s:
                 endpoint.busy_until = time.monotonic() + attempt.retry_after_s
             if attempt.failed:
                 endpoint.failures += 1
+                endpoint.failed_probes += probe
                 if endpoint.failures >= DOWN_AFTER:
                     endpoint.down_until = time.monotonic() + self.settings.cooldown_s
 
@@ -602,10 +633,21 @@ class RemoteSandbox:
         body = json.dumps(payload).encode()
         errors: list[str] = []
         previous: _Endpoint | None = None
-        for attempt in range(settings.retries + 1):
-            endpoint = self._pick(avoid=previous)
+        attempt = 0
+        while attempt <= settings.retries:
+            choice = self._pick(avoid=previous)
+            endpoint = choice.endpoint
             if endpoint is None:
-                return self._give_up(f"every sandbox service URL is down ({self._down_text()})")
+                down = f"every sandbox service URL is down ({self._down_text()})"
+                if choice.wait_s is None:  # dead: no probe to wait for
+                    return self._give_up(down)
+                if time.monotonic() + choice.wait_s >= job_deadline:
+                    return self._give_up(f"{down}; no probe of it within the job's deadline")
+                with self._health:  # until the next probe is due, or a probe's verdict
+                    self._health.wait(timeout=max(choice.wait_s, 0.001))
+                if self._closed:
+                    raise SandboxClosedError("the RemoteSandbox was closed during this call")
+                continue
             wait = max(0.0, endpoint.busy_until - time.monotonic())
             if endpoint is previous:
                 backoff = min(settings.backoff_cap_s, settings.backoff_base_s * 2 ** (attempt - 1))
@@ -619,13 +661,13 @@ class RemoteSandbox:
             if attempt:
                 self._count(retries=1, failovers=int(endpoint is not previous))
             got = self._post(endpoint, path, body, min(timeout_s, job_deadline - time.monotonic()))
-            self._record(endpoint, got)
+            self._record(endpoint, got, choice.probe)
             if not got.error:
                 return got.body
             errors.append(f"{endpoint.url}{path}: {got.error}")
             if not got.retry:
                 return self._give_up(_tried(errors))
-            previous = endpoint
+            previous, attempt = endpoint, attempt + 1
             if time.monotonic() >= job_deadline:
                 break
         return self._give_up(_tried(errors))

@@ -30,6 +30,7 @@ from sandbox import CallTest, IOTest, Limits, SandboxClosedError, Status, TestJo
 from sandbox.remote import (
     CALL_TESTS_NEED_GRPO,
     COMPILE_FAILED,
+    DEAD_AFTER_PROBES,
     DOWN_AFTER,
     RemoteSandbox,
     RemoteSettings,
@@ -291,16 +292,35 @@ def test_failover_to_the_second_url_when_the_first_is_dead() -> None:
     assert stats.failovers >= 1 and stats.failures == 0
 
 
-def test_a_url_that_keeps_failing_is_avoided_then_everything_fails_fast() -> None:
-    with fusion_box(dead_url(), retries=1, cooldown_s=60) as box:
-        for _ in range(DOWN_AFTER):
-            box.run("x")
-        start = time.monotonic()
-        result = box.run("x")
-        elapsed = time.monotonic() - start
-    assert result.status is Status.SANDBOX_ERROR
-    assert "every sandbox service URL is down" in result.detail and "connection" in result.detail
-    assert elapsed < 0.05
+def test_a_dead_url_is_probed_then_everything_fails_fast() -> None:
+    with fusion_box(dead_url(), cooldown_s=0.2) as box:
+        times = []
+        for _ in range(4):
+            start = time.monotonic()
+            result = box.run("x")
+            times.append(time.monotonic() - start)
+            assert result.status is Status.SANDBOX_ERROR
+    # Down after DOWN_AFTER failures, then probed once per cool-down: waited for; dead after
+    # DEAD_AFTER_PROBES failed probes: jobs fail at once, naming why.
+    assert max(times[:2]) >= 0.2 and times[-1] < 0.05, times
+    assert "every sandbox service URL is down" in result.detail
+    assert "connection failed" in result.detail
+    assert box.stats().requests == DOWN_AFTER + DEAD_AFTER_PROBES
+
+
+def test_a_short_outage_costs_time_not_verdicts() -> None:
+    served = []
+
+    def handle(path: str, payload: object, headers: Mapping[str, str]) -> Reply:
+        served.append(path)
+        if len(served) <= 6:  # a restart: the first requests fail
+            return Reply(503, {"detail": "starting"})
+        return Reply(body=recorded("success"))
+
+    with FakeService(handle) as service, fusion_box(service.url, cooldown_s=0.3) as box:
+        results = box.run_many(["print(3)"] * 8)
+    assert [r.status for r in results] == [Status.OK] * 8
+    assert box.stats().failures == 0
 
 
 def test_requests_in_flight_stay_within_max_in_flight() -> None:
@@ -330,7 +350,7 @@ def test_a_service_killed_mid_step_leaves_typed_failures_and_no_hang(tmp_path: P
             assert time.monotonic() < deadline, "the fake service did not start"
             time.sleep(0.05)
         url = f"http://127.0.0.1:{port_file.read_text()}"
-        box = fusion_box(url, max_in_flight=8, request_timeout_s=5.0)
+        box = fusion_box(url, max_in_flight=8, request_timeout_s=5.0, cooldown_s=0.5)
         results: list[object] = []
         start = time.monotonic()
         runner = threading.Thread(target=lambda: results.extend(box.run_many(["x"] * 48)))

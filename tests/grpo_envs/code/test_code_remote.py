@@ -100,7 +100,7 @@ def test_function_tasks_on_a_plain_sandbox_fusion_fail_early_with_the_fix(remote
 
 def test_a_dead_service_fails_a_whole_batch_fast_as_sandbox_errors(remote: None) -> None:
     env, sample = stdio_env()
-    box = use(dead_url(), max_in_flight=4, backoff_base_s=0.05, backoff_cap_s=0.1)
+    box = use(dead_url(), max_in_flight=4, backoff_base_s=0.05, backoff_cap_s=0.1, cooldown_s=0.2)
     completions = [f"```python\n{sample.answer}\n# {i}\n```" for i in range(16)]
     start = time.monotonic()
     scores = env.score_batch(completions, [sample] * 16)
@@ -116,13 +116,14 @@ def test_a_hung_service_fails_a_whole_batch_within_its_deadline(remote: None) ->
     env, sample = stdio_env()
     completions = [f"```python\n{sample.answer}\n# {i}\n```" for i in range(16)]
     with silent_listener() as url:
-        box = use(url, max_in_flight=4, request_timeout_s=1.0)
+        box = use(url, max_in_flight=4, request_timeout_s=1.0, cooldown_s=0.2)
         before = box.stats()
         start = time.monotonic()
         scores = env.score_batch(completions, [sample] * 16)
         elapsed = time.monotonic() - start
     assert {s.outcome for s in scores} == {Outcome.SANDBOX_ERROR}
-    # The first wave times out (1 s), the URL is then down and the rest fail at once.
+    # The first wave times out (1 s), the URL is then down, its probes time out, and the rest
+    # fail at once.
     assert elapsed < 4.0, elapsed
     stats = box.stats().minus(before)
     assert isinstance(stats, RemoteStats) and stats.failures == 16
