@@ -245,6 +245,15 @@ _PROCESS_STATS = RemoteStats()
 _PROCESS_LOCK = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    # A lock another thread held at the fork stays held forever in the child.
+    global _PROCESS_LOCK
+    _PROCESS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def process_stats() -> RemoteStats:
     """Return the counts of every ``RemoteSandbox`` of this process together, since it started.
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
@@ -32,6 +33,15 @@ PROBE_SAMPLES = 32
 
 _REMOTE: RemoteSettings | None = None
 _LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    # A lock another thread held at the fork stays held forever in the child.
+    global _LOCK
+    _LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def use_remote_sandbox(settings: RemoteSettings | None) -> None:

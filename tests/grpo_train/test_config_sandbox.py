@@ -98,3 +98,16 @@ def test_the_sandbox_fields_may_change_on_resume() -> None:
     from grpo_train.config import RESUME_FREE
 
     assert {n for n, s in field_owners().items() if s == "sandbox"} <= RESUME_FREE
+
+
+def test_grpo_eval_takes_the_same_flags() -> None:
+    from grpo_train.eval_cli import parse_eval_args
+
+    base = ["--model", "m", "--suite", "gsm8k"]
+    assert parse_eval_args(base).sandbox is None
+    args = parse_eval_args(
+        [*base, "--sandbox_backend", "remote", "--sandbox_urls", "http://a:1,http://b:2"]
+    )
+    assert args.sandbox is not None and args.sandbox.urls == ("http://a:1", "http://b:2")
+    with pytest.raises(ValueError, match="sandbox_backend remote needs sandbox_urls"):
+        parse_eval_args([*base, "--sandbox_backend", "remote"])

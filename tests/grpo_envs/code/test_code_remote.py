@@ -147,3 +147,28 @@ def test_a_missing_token_fails_when_the_backend_is_chosen(
     with pytest.raises(ValueError, match="GRPO_TEST_SANDBOX_TOKEN"):
         use_remote_sandbox(settings)
     assert remote_sandbox_settings() is None
+
+
+def test_grpo_envs_score_scores_on_the_remote_service(
+    local: Sandbox, remote: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from grpo_envs.cli import main
+
+    _, sample = stdio_env()
+    lines = [
+        {"id": sample.id, "completion": f"```python\n{sample.answer}\n```"},
+        {"id": sample.id, "completion": "```python\nprint(0)\n```"},
+    ]
+    path = tmp_path / "completions.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    data = json.dumps({"data_files": str(FIXTURES / "stdio.jsonl")})
+    with FakeService(grpo_handler(local)) as service:
+        argv = ["score", "code/stdio-v0", "--completions", str(path), "--kwargs", data]
+        code = main([*argv, "--sandbox_backend", "remote", "--sandbox_urls", service.url])
+    out = capsys.readouterr().out
+    assert code == 0 and "2 completions, accuracy 0.5000" in out
+    assert len(service.requests) == 2
+    assert main([*argv, "--sandbox_urls", "http://a:1"]) == 2
+    assert "add sandbox_backend remote" in capsys.readouterr().err
