@@ -81,9 +81,11 @@ class ReplayEngine:
         self.steps, self.tokenizer, self.eos_ids = list(steps), tokenizer, eos_ids
         self.calls = 0
 
-    def generate(self, prompt_token_ids: Sequence[Sequence[int]], sampling: Any) -> list[list[Any]]:
-        """Return the next recorded step's completions, grouped by prompt."""
-        from grpo_train.rollout.base import Completion
+    def generate(
+        self, prompt_token_ids: Sequence[Sequence[int]], sampling: Any, on_done: Any = None
+    ) -> list[list[Any]]:
+        """Return the next recorded step's completions, grouped by prompt (reported at once)."""
+        from grpo_train.rollout.base import Completion, report_groups
 
         if self.calls >= len(self.steps):
             raise RuntimeError(
@@ -114,6 +116,7 @@ class ReplayEngine:
                     )
                 )
             out.append(group)
+        report_groups(out, on_done)
         return out
 
     def shares_weights(self, model: Any) -> bool:

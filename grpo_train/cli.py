@@ -33,12 +33,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "envs": ("grpo_envs.cli", "list, show and score registered environments"),
     "plot": ("grpo_train.run.plot", "draw PNG curves of a run folder"),
     "serve": ("grpo_train.rollout.serve", "run vLLM generation servers for `--vllm_mode server`"),
+    "sandbox": (
+        "sandbox.service_cli",
+        "`grpo sandbox serve`: the sandbox as an HTTP service (SandboxFusion's /run_code too)",
+    ),
 }
 
 
 def _usage() -> str:
     lines = ["usage: grpo COMMAND [options]   (grpo --version)", "", "commands:"]
-    lines += [f"  {name:<6} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += [f"  {name:<7} {help_}" for name, (_, help_) in COMMANDS.items()]
     lines += [
         "",
         "`grpo COMMAND --help` shows a command's options; `grpo train` alone runs the embedded "

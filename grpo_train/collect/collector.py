@@ -4,9 +4,12 @@
 from ``TrainingPrompts`` (the sampler's order over each environment's current curriculum
 stage), encode them (``episodes.prompts.encode_prompt``), generate ``num_generations``
 completions each with the rollout engine, score them through the one guard
-(``grpo_envs.wrappers.guarded_scores``), refill with DAPO dynamic sampling when asked, and build
-the immutable ``RolloutBatch`` the update reads, with the step's rollout metrics. A step whose
-scorer looks broken (too many failed scores) stops the run (``TrainingAborted``).
+(``grpo_envs.wrappers.guarded_scores``; each prompt's group as soon as the engine reports it,
+while the rest generates: ``scoring.ScoringStage``), refill with DAPO dynamic sampling when
+asked, and build the immutable ``RolloutBatch`` the update reads, with the step's rollout
+metrics. A step whose scorer looks broken (too many failed scores) stops the run
+(``TrainingAborted``). Multi-turn steps collect episodes instead (``episodes``), unchanged by
+``overlap_scoring``.
 """
 
 from __future__ import annotations
@@ -17,19 +20,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from grpo_envs.types import Sample, Score
-from grpo_envs.wrappers import guarded_scores
+from grpo_envs.types import Sample
 from grpo_train.collect.batch import RolloutBatch
 from grpo_train.collect.episodes import collect_episode_groups, episode_metrics, is_multi_turn
 from grpo_train.collect.groups import MIN_SCORED, Group
 from grpo_train.collect.metrics import RemoteSandboxCounts, rollout_metrics
 from grpo_train.collect.score_failures import ScoreErrors
+from grpo_train.collect.scoring import ScoringStage
 from grpo_train.collect.training_prompts import TrainingPrompts
 from grpo_train.episodes.driver import EpisodeRenderer
 from grpo_train.episodes.prompts import PromptFormat, encode_prompt
 from grpo_train.episodes.reply_render import HistoryPolicy
 from grpo_train.parallel import distributed
-from grpo_train.rollout.base import Completion, RolloutEngine, SamplingConfig
+from grpo_train.rollout.base import Completion, GroupDone, RolloutEngine, SamplingConfig
 from grpo_train.run.checkpoint import latest_checkpoint
 from grpo_train.run.run_log import logger
 from grpo_train.run.stop import TrainingAborted, pause_point
@@ -99,6 +102,9 @@ class CollectorSettings:
     """The training accuracy a curriculum stage moves up at (said in the log)."""
     max_reward_errors: float
     """The share of failed scores above which the scorer looks broken (the run stops)."""
+    overlap_scoring: bool
+    """Score each prompt's group as soon as the engine reports it done, while the rest still
+    generates (``scoring.ScoringStage``); False: score the whole batch after generation."""
 
 
 class Collector:
@@ -125,6 +131,8 @@ class Collector:
         self.tokenizer, self.prompt_format = tokenizer, prompt_format
         self.rank, self.run_dir = rank, run_dir
         self.sandbox_counts = RemoteSandboxCounts()
+        self.score_overlapped_s = 0.0
+        """Scoring seconds of the current step that ran while generation was still going."""
         if any(is_multi_turn(env) for env in prompts.envs):
             # The chat template must extend episodes: refused here, before any generation.
             renderer = EpisodeRenderer(tokenizer, prompt_format)
@@ -149,6 +157,7 @@ class Collector:
         """
         settings, m = self.settings, {}
         p_step = settings.prompts_per_step
+        self.score_overlapped_s = 0.0
         sampled = self.collect(p_step, step, 0, times)
         groups, padding = sampled, False
         if dynamic_sampling:
@@ -176,6 +185,8 @@ class Collector:
             threshold = settings.curriculum_threshold
             logger.info("curriculum: %s (training accuracy reached %g)", where, threshold)
         batch = RolloutBatch.from_groups(groups, settings.num_generations, padding)
+        # Not a phase of the step (``times``): seconds of scoring hidden under "generate".
+        m["time/score_overlapped"] = self.score_overlapped_s
         return batch, sampled, m
 
     def _check_scores(self, step: int, groups: Sequence[Group]) -> None:
@@ -247,21 +258,19 @@ class Collector:
                 history=HistoryPolicy(self.settings.history_policy),
                 fatal_breaks=self.settings.fatal_template_breaks,
             )  # fmt: skip
-        t = time.perf_counter()
-        pause_point("generation", step)
-        results = self._generate(prompts, step, round_, start)
-        times["generate"] += time.perf_counter() - t
-        t = time.perf_counter()
-        pause_point("scoring", step)
-        scores: list[list[Score]] = [[] for _ in mine]
-        for index, env in enumerate(self.prompts.envs):
-            here = [k for k, (_, e) in enumerate(mine) if e == index]
-            texts = [c.text for k in here for c in results[k]]
-            flat = guarded_scores(env, texts, [mine[k][0] for k in here for _ in results[k]])
-            for j, k in enumerate(here):
-                n = len(results[k])
-                scores[k] = flat[j * n : (j + 1) * n]
-        times["score"] += time.perf_counter() - t
+        # Each group is scored as soon as the engine reports it done (``overlap_scoring``):
+        # "score" is then the wait for the last scores after generation ended.
+        background = self.settings.overlap_scoring
+        with ScoringStage(self.prompts.envs, mine, background) as scoring:
+            t = time.perf_counter()
+            pause_point("generation", step)
+            results = self._generate(prompts, step, round_, start, scoring.submit)
+            times["generate"] += time.perf_counter() - t
+            t = time.perf_counter()
+            pause_point("scoring", step)
+            scores = scoring.finish(results)
+            times["score"] += time.perf_counter() - t
+        self.score_overlapped_s += scoring.overlapped_s
         return [
             Group(sample, env_index, ids, list(results[k]), scores[k])
             for k, ((sample, env_index), ids) in enumerate(zip(mine, prompts))
@@ -301,10 +310,17 @@ class Collector:
         return [replace(sampling, seed=base + (start + i) * n) for i in range(n_prompts)]
 
     def _generate(
-        self, prompts: list[list[int]], step: int, round_: int, start: int
+        self, prompts: list[list[int]], step: int, round_: int, start: int, on_done: GroupDone
     ) -> list[list[Completion]]:
-        """``num_generations`` completions per prompt, seeded by step, round and prompt index."""
+        """``num_generations`` completions per prompt, seeded by step, round and prompt index.
+
+        ``on_done`` hears of each prompt's group as soon as it is done.
+        """
         samplings = self._samplings(len(prompts), step, round_, start)
         if self.settings.seed_per_prompt:  # seed = base + global prompt index: split-independent
-            return [self.engine.generate([p], s)[0] for p, s in zip(prompts, samplings)]
-        return self.engine.generate(prompts, samplings[0]) if prompts else []
+            results = []
+            for k, (prompt, sampling) in enumerate(zip(prompts, samplings)):
+                results.append(self.engine.generate([prompt], sampling)[0])
+                on_done(k, results[-1])
+            return results
+        return self.engine.generate(prompts, samplings[0], on_done) if prompts else []

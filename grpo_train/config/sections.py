@@ -263,6 +263,13 @@ class RolloutConfig:
     """async_generation: the most updates a trained sample's weights may lag the policy (0: the
     synchronous loop); batch k is generated with version k-1-max_staleness, older ones are
     dropped (async/dropped_groups) and generated again."""
+    overlap_scoring: Free[bool] = True
+    """Score each prompt's completions as soon as the engine has sampled its whole group, on a
+    background thread while the rest generates, so a step with slow rewards (code tests) costs
+    about max(generation, scoring) instead of their sum; same scores either way. The hf engine
+    reports a group after each chunk of rows that completes it, a server per replica's share,
+    the colocated vllm engine after the whole call. Off: score after generation. Multi-turn
+    environments' episodes are collected as before (``collect.episodes``)."""
 
     @property
     def tensor_parallel(self) -> int:

@@ -2,7 +2,9 @@
 
 The trainer tokenizes prompts itself (chat template, length checks) and hands the engine token ids;
 the engine returns ``n`` sampled completions per prompt with the sampling logprob of every token,
-and can load new weights from the trainer after each update.
+and can load new weights from the trainer after each update. A caller that wants each prompt's
+group as soon as it is done (the collector scores it while the rest still generates) passes
+``on_done`` (``GroupDone``); an engine reports each group once, as early as it can.
 
 What "sampling logprob" means, identically in both engines: the log-probability of the token under
 the distribution it was drawn from, i.e. ``log_softmax(top_k_top_p(logits / temperature))``
@@ -103,6 +105,28 @@ class Completion:
         return self.finish_reason == "length"
 
 
+#: ``on_done(prompt_index, completions)``: prompt ``prompt_index``'s whole group is sampled.
+#: Called once per prompt of a ``generate`` call, on the thread that called it, in any order
+#: (as groups finish), before ``generate`` returns the same completions. Engines that cannot
+#: tell earlier report every group after generating (``report_groups``).
+GroupDone = Callable[[int, list[Completion]], None]
+
+
+def report_groups(
+    groups: Sequence[list[Completion]], on_done: GroupDone | None, first: int = 0
+) -> None:
+    """Call ``on_done`` for each of ``groups`` (prompt indices from ``first``), if given.
+
+    >>> seen = []
+    >>> report_groups([[], []], lambda i, group: seen.append(i), first=3)
+    >>> seen
+    [3, 4]
+    """
+    if on_done is not None:
+        for offset, group in enumerate(groups):
+            on_done(first + offset, group)
+
+
 class EngineDied(RuntimeError):
     """The rollout engine's processes ended under a request (``what``: generate, sync...).
 
@@ -129,7 +153,10 @@ class LostEngine:
         self.cause = cause
 
     def generate(
-        self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        sampling: SamplingConfig,
+        on_done: GroupDone | None = None,
     ) -> list[list[Completion]]:
         """Raise ``EngineDied``: there is no engine to generate with."""
         raise EngineDied(self.cause, "generate")
@@ -161,9 +188,15 @@ class RolloutEngine(Protocol):
     """Wall time of the latest ``sync_weights`` call (0.0 before the first one)."""
 
     def generate(
-        self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        sampling: SamplingConfig,
+        on_done: GroupDone | None = None,
     ) -> list[list[Completion]]:
-        """Sample ``sampling.n`` completions for each prompt; outer list in prompt order."""
+        """Sample ``sampling.n`` completions for each prompt; outer list in prompt order.
+
+        ``on_done``: called with each prompt's group as soon as it is done (``GroupDone``).
+        """
         ...
 
     def shares_weights(self, model: torch.nn.Module) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from grpo_train.rollout.base import Completion, SamplingConfig, check_prompts
+from grpo_train.rollout.base import Completion, GroupDone, SamplingConfig, check_prompts
 
 if TYPE_CHECKING:
     import torch
@@ -86,9 +86,16 @@ class HFEngine:
         self.pad_token_id = int(pad) if pad is not None else min(self.eos_token_ids)
 
     def generate(
-        self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        sampling: SamplingConfig,
+        on_done: GroupDone | None = None,
     ) -> list[list[Completion]]:
-        """Sample ``sampling.n`` completions per prompt, with their sampling logprobs."""
+        """Sample ``sampling.n`` completions per prompt, with their sampling logprobs.
+
+        Rows are decoded in chunks of ``max_batch_size``; ``on_done`` hears of each prompt
+        whose group is complete after the chunk that finished it.
+        """
         import torch
 
         embeddings: Any = self.model.get_input_embeddings()
@@ -107,10 +114,14 @@ class HFEngine:
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
             for start in range(0, len(rows), self.max_batch_size):
-                for completion in self._generate_batch(
-                    rows[start : start + self.max_batch_size], sampling, previous
-                ):
+                chunk = rows[start : start + self.max_batch_size]
+                for completion in self._generate_batch(chunk, sampling, previous):
                     results[completion.prompt_index].append(completion)
+                # A prompt's rows are adjacent: the chunk completed every prompt it touched
+                # but possibly its last one, whose rows may go on in the next chunk.
+                for index in sorted({i for i, _ in chunk}):
+                    if len(results[index]) == sampling.n and on_done is not None:
+                        on_done(index, results[index])
         return results
 
     def _weights_version(self) -> int:

@@ -21,20 +21,26 @@ generation runs.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, replace
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from grpo_train.rollout.base import Completion, EngineDied, SamplingConfig, check_prompts
+from grpo_train.rollout.base import (
+    Completion,
+    EngineDied,
+    GroupDone,
+    SamplingConfig,
+    check_prompts,
+    report_groups,
+)
 from grpo_train.rollout.server_address import parse_server_urls  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
@@ -43,7 +49,6 @@ if TYPE_CHECKING:
     from grpo_train.rollout.weight_channel import StreamStats, WeightGroup
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 def shard_starts(count: int, parts: int) -> list[tuple[int, int]]:
@@ -163,11 +168,6 @@ class ServerEngine:
             reason = getattr(err, "reason", err)
             raise EngineDied(f"the server {url} is unreachable ({reason})", what) from None
 
-    def _on_all(self, calls: Sequence[Callable[[], T]]) -> list[T]:
-        """Run ``calls`` at once (one per replica); the first failure is raised."""
-        futures = [self._pool.submit(call) for call in calls]
-        return [f.result() for f in futures]
-
     def _check_version(self, url: str, reply: Mapping[str, Any], what: str) -> None:
         """Raise ``EngineDied`` unless the replica serves the weights this trainer sent last."""
         if int(reply["version"]) != self.version:
@@ -180,9 +180,16 @@ class ServerEngine:
     # ------------------------------------------------------------------ the engine contract
 
     def generate(
-        self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        sampling: SamplingConfig,
+        on_done: GroupDone | None = None,
     ) -> list[list[Completion]]:
-        """Sample on the replicas, each a contiguous share of the prompts (module doc)."""
+        """Sample on the replicas, each a contiguous share of the prompts (module doc).
+
+        ``on_done`` hears of a share's groups as soon as its replica answers (on this thread);
+        the first share to fail raises.
+        """
         prompts = check_prompts(
             prompt_token_ids, self.vocab_size, self.max_model_len - sampling.max_new_tokens
         )
@@ -208,10 +215,17 @@ class ServerEngine:
                 for i, group in enumerate(reply["completions"])
             ]
 
-        parts = self._on_all(
-            [functools.partial(share, url, s, e) for url, (s, e) in zip(self.urls, shares)]
-        )
-        return [group for part in parts for group in part]
+        pending = {
+            self._pool.submit(share, url, start, end): start
+            for url, (start, end) in zip(self.urls, shares)
+        }
+        results: list[list[Completion]] = [[] for _ in prompts]
+        for future in as_completed(pending):
+            start = pending[future]
+            groups = future.result()
+            results[start : start + len(groups)] = groups
+            report_groups(groups, on_done, first=start)
+        return results
 
     def shares_weights(self, model: torch.nn.Module) -> bool:
         """Return False: the servers hold their own copies."""

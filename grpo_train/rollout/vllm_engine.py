@@ -39,8 +39,10 @@ from grpo_train.rollout.base import (
     WEIGHTS,
     Completion,
     EngineDied,
+    GroupDone,
     SamplingConfig,
     check_prompts,
+    report_groups,
 )
 from grpo_train.rollout.child_output import ChildOutput
 from grpo_train.rollout.processes import (
@@ -223,9 +225,18 @@ class VLLMEngine:
         return llm
 
     def generate(
-        self, prompt_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        sampling: SamplingConfig,
+        on_done: GroupDone | None = None,
     ) -> list[list[Completion]]:
-        """Sample ``sampling.n`` completions per prompt, with their sampling logprobs."""
+        """Sample ``sampling.n`` completions per prompt, with their sampling logprobs.
+
+        ``LLM.generate`` returns every group at once: ``on_done`` hears of them all after it.
+        (Stepping the engine here, ``LLM.enqueue`` then ``llm_engine.step()``, would report
+        groups as they finish, but ``enqueue`` returns vLLM's internal request ids, which differ
+        from its outputs' ids: matching them would rest on how vLLM makes ids.)
+        """
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -279,6 +290,7 @@ class VLLMEngine:
                     )
                 )
             results.append(group * copies)
+        report_groups(results, on_done)
         return results
 
     def _call(self, request: Any, what: str) -> Any:

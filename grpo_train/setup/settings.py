@@ -137,6 +137,7 @@ def collector_settings(cfg: TrainConfig) -> CollectorSettings:
         dynamic_sampling_rounds=cfg.algorithm.dynamic_sampling_rounds,
         curriculum_threshold=cfg.data.curriculum_threshold,
         max_reward_errors=cfg.run.max_reward_errors,
+        overlap_scoring=r.overlap_scoring,
     )
 
 

@@ -255,11 +255,11 @@ class DiesAt:
     def __init__(self, engine, n):
         self.inner, self.n, self.calls = engine, n, 0
 
-    def generate(self, prompts, sampling):
+    def generate(self, prompts, sampling, on_done=None):
         self.calls += 1
         if self.calls == self.n:
             raise EngineDied("engine core killed by SIGKILL", "generate")
-        return self.inner.generate(prompts, sampling)
+        return self.inner.generate(prompts, sampling, on_done)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)

@@ -321,3 +321,30 @@ def test_inverse_cdf_sample_draws_each_token_with_its_probability() -> None:
     drawn, logprob = sample_tokens(logits, SamplingConfig(temperature=0.5))
     expected = torch.log_softmax(logits / 0.5, dim=-1).gather(1, drawn[:, None])[:, 0]
     torch.testing.assert_close(logprob, expected)
+
+
+@pytest.mark.parametrize("max_batch_size", [3, 64])
+def test_on_done_reports_every_prompt_once_with_its_finished_group(
+    policy, max_batch_size, monkeypatch
+) -> None:
+    # Chunks of 3 rows with n = 2: some prompts' rows span two chunks; a prompt is reported
+    # right after the chunk that completes it (before the next chunk decodes), once.
+    engine = HFEngine(policy[0], policy[1], max_batch_size=max_batch_size)
+    sampling = SamplingConfig(n=2, max_new_tokens=8, temperature=0.8, seed=5)
+    chunks: list[int] = []  # rows of each chunk decoded so far
+    decode = engine._generate_batch
+    monkeypatch.setattr(
+        engine, "_generate_batch", lambda rows, *a: chunks.append(len(rows)) or decode(rows, *a)
+    )
+    reported: list[tuple[int, list[Any], int]] = []  # prompt, group, rows decoded by then
+    groups = engine.generate(
+        PROMPTS, sampling, lambda i, g: reported.append((i, list(g), sum(chunks)))
+    )
+    assert sorted(i for i, _, _ in reported) == list(range(len(PROMPTS)))
+    assert all(group == groups[i] and len(group) == 2 for i, group, _ in reported)
+    # Prompt i's rows are 2i and 2i + 1: reported once the chunk holding row 2i + 1 is done.
+    size = min(max_batch_size, 2 * len(PROMPTS))
+    assert [rows for _, _, rows in reported] == [
+        min(-(-(2 * i + 2) // size) * size, 2 * len(PROMPTS)) for i, _, _ in reported
+    ]
+    assert engine.generate(PROMPTS, sampling) == groups  # the same completions without it

@@ -287,3 +287,74 @@ def test_a_bucket_size_that_cannot_work_is_refused_with_the_fix(bucket_mb) -> No
         ServerEngine(["http://127.0.0.1:1"], bucket_mb=bucket_mb)
     with pytest.raises(ConfigError, match="vllm_sync_bucket_mb"):
         _config(vllm_mode="server", vllm_server_urls="a:1", vllm_sync_bucket_mb=bucket_mb)
+
+
+# ------------------------------------------------------------------ generation, real replicas
+
+
+class DelayedEngine(RecordingEngine):
+    """A replica's engine that answers ``/generate`` after ``delay_s``: prompt ids as text."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__(out="")
+        self.delay_s = delay_s
+
+    def generate(self, prompt_token_ids, sampling):
+        from grpo_train.rollout.base import Completion
+
+        time.sleep(self.delay_s)
+        return [
+            [Completion(i, f"{list(ids)}/{j}", (1,), (-0.1,), "stop") for j in range(sampling.n)]
+            for i, ids in enumerate(prompt_token_ids)
+        ]
+
+
+def _delayed_replica(port: int, delay_s: float) -> None:
+    from http.server import ThreadingHTTPServer
+
+    from grpo_train.rollout.serve import ReplicaState, _handler
+
+    state = ReplicaState(DelayedEngine(delay_s), "delayed")
+    ThreadingHTTPServer(("127.0.0.1", port), _handler(state)).serve_forever(poll_interval=0.1)
+
+
+def test_each_replicas_share_is_reported_as_soon_as_it_answers() -> None:
+    from grpo_train.rollout.base import SamplingConfig
+
+    ctx = multiprocessing.get_context("spawn")
+    ports = [free_port(), free_port()]
+    procs = [
+        ctx.Process(target=_delayed_replica, args=(port, delay), daemon=True)
+        for port, delay in zip(ports, (0.0, 1.5))
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        urls = [f"http://127.0.0.1:{port}" for port in ports]
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                engine = ServerEngine(urls, timeout_s=30)
+                break
+            except EngineDied:
+                assert time.monotonic() < deadline, "the replicas did not start"
+                time.sleep(0.2)
+        prompts = [[1, 2], [3], [4, 5, 6], [7], [2, 2]]
+        reported: list[tuple[int, float]] = []
+        t = time.perf_counter()
+        groups = engine.generate(
+            prompts,
+            SamplingConfig(n=2, max_new_tokens=4, seed=0),
+            lambda i, group: reported.append((i, time.perf_counter() - t)) or None,
+        )
+        total = time.perf_counter() - t
+        engine.close()
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.join(timeout=10)
+    assert [g[0].text for g in groups] == [f"{p}/0" for p in prompts]
+    assert sorted(i for i, _ in reported) == list(range(len(prompts)))  # once each
+    # The fast replica's share (prompts 0-2) came before the slow one answered.
+    fast = [at for i, at in reported if i < 3]
+    assert max(fast) < 1.0 < total, (reported, total)
