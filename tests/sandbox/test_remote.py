@@ -141,7 +141,11 @@ def test_recorded_sandbox_fusion_answers_map_to_run_statuses(
         ("success", "3\n4\n", TestStatus.FAILED),  # a prefix of the expected output fails
         ("runtime_error", "3\n", TestStatus.RUNTIME_ERROR),
         ("timeout", "3\n", TestStatus.TIMEOUT),
-        ("compile_error", "3\n", TestStatus.RUNTIME_ERROR),  # until a compile-error verdict
+        (
+            "compile_error",
+            "3\n",
+            TestStatus(COMPILE_FAILED.value),
+        ),  # the run's status, as a verdict
         ("sandbox_error", "3\n", TestStatus.SANDBOX_ERROR),
     ],
 )
