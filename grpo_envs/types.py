@@ -37,6 +37,7 @@ class Outcome(StrEnum):
     TIMEOUT = "timeout"  # scoring or the program ran out of time
     MEMORY = "memory"  # the program ran out of memory
     RUNTIME_ERROR = "runtime_error"  # the program raised / crashed
+    COMPILE_ERROR = "compile_error"  # code: the program did not compile (compiled languages)
     SANDBOX_ERROR = "sandbox_error"  # the sandbox itself failed (not the model's fault)
     ERROR = "error"  # the scorer raised: counted and logged, reward 0
 

@@ -1,4 +1,6 @@
-r"""Isolated execution of untrusted Python code, with verdicts the code cannot forge.
+r"""Isolated execution of untrusted code, with verdicts the code cannot forge.
+
+Languages: Python, C++, Java, Node.js, Rust and bash (``Sandbox.run(..., language="cpp")``).
 
 Quick use::
 
@@ -18,10 +20,18 @@ See ``sandbox/README.md`` for the design, the isolation layers and the threat mo
 
 from sandbox._codec import CandidateError
 from sandbox.core import Sandbox, normalize_output
+from sandbox.languages import (
+    Language,
+    LanguageUnavailableError,
+    Toolchain,
+    available_languages,
+    require_language,
+)
 from sandbox.types import (
     ALL_LAYERS,
     MAX_REQUEST_BYTES,
     CallTest,
+    CompileResult,
     ExecResult,
     IOTest,
     Job,
@@ -41,9 +51,12 @@ __all__ = [
     "MAX_REQUEST_BYTES",
     "CallTest",
     "CandidateError",
+    "CompileResult",
     "ExecResult",
     "IOTest",
     "Job",
+    "Language",
+    "LanguageUnavailableError",
     "Limits",
     "Sandbox",
     "SandboxClosedError",
@@ -54,5 +67,8 @@ __all__ = [
     "TestReport",
     "TestResult",
     "TestStatus",
+    "Toolchain",
+    "available_languages",
     "normalize_output",
+    "require_language",
 ]

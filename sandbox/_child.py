@@ -67,6 +67,7 @@ class RunContext:
         stdlib_dirs: list[str] | None = None,
         seccomp: dict[bool, _seccomp.SeccompFilter] | None = None,
         is_root: bool = False,
+        expose_dirs: list[str] | None = None,
     ) -> None:
         self.uid = uid
         self.env_empty = env_empty
@@ -74,6 +75,9 @@ class RunContext:
         self.stdlib_dirs = stdlib_dirs or []
         self.seccomp = seccomp or {}
         self.is_root = is_root
+        self.expose_dirs = expose_dirs or []
+        """Toolchain folders runs may read and execute although a hidden folder holds them
+        (rustc's sysroot under ``/root/.rustup``): bound read-only into the hidden folder."""
         self.host_dirs_hidden = False
         self.landlock: _landlock.Rules | None = None
         self.slot_net = False
@@ -94,6 +98,7 @@ class RunContext:
             "stdlib_dirs": self.stdlib_dirs,
             "seccomp": {str(int(k)): f.program.hex() for k, f in self.seccomp.items()},
             "is_root": self.is_root,
+            "expose_dirs": self.expose_dirs,
         }
 
     @classmethod
@@ -101,7 +106,8 @@ class RunContext:
         """Inverse of ``to_config`` (in the template)."""
         programs = config["seccomp"]
         dirs = config["stdlib_dirs"]
-        assert isinstance(programs, dict) and isinstance(dirs, list)
+        exposed = config.get("expose_dirs") or []
+        assert isinstance(programs, dict) and isinstance(dirs, list) and isinstance(exposed, list)
         return cls(
             uid=int(config["uid"]),  # type: ignore[call-overload]
             env_empty=config["env_empty"] is True,
@@ -111,6 +117,7 @@ class RunContext:
                 k == "1": _seccomp.SeccompFilter(bytes.fromhex(v)) for k, v in programs.items()
             },
             is_root=config["is_root"] is True,
+            expose_dirs=[str(d) for d in exposed],
         )
 
     @property
@@ -209,7 +216,7 @@ def isolate(ctx: RunContext, kind: Kind, layers: int, ctl: _socket.socket) -> tu
         try:
             dev_shm = ctx.dev_shm  # as the template saw it, in the namespace this one copies
             if not ctx.host_dirs_hidden:
-                _mounts.hide_host_dirs(ctx.stdlib_dirs)
+                _mounts.hide_host_dirs(ctx.stdlib_dirs, ctx.expose_dirs)
                 dev_shm = None
             workdir = _mounts.setup_run_mounts(
                 ctx.uid, kind.max_file_mb, bool(layers & PID_NS_BIT), dev_shm
@@ -263,7 +270,7 @@ def await_program(
     meta, texts = _codec.unpack_views(payload)
     if len(texts) < 2 or len(texts) % 2:
         raise _codec.CodecError("malformed program message")
-    cpu_s, memory_mb, max_file_mb, max_processes, required = PROGRAM_META.unpack_from(meta)
+    cpu_s, address_mb, max_file_mb, max_processes, required = PROGRAM_META.unpack_from(meta)
     entry_point, _nul, unknown = bytes(meta[PROGRAM_META.size :]).partition(b"\0")
     chan = fds[0] if fds else -1
     # texts: code, stdin, then (name, content) per file (``_spawn.spawn``).
@@ -296,7 +303,7 @@ def await_program(
     del texts, meta, payload, stdin
     mib = 1 << 20
     setrlimit = resource.setrlimit
-    setrlimit(resource.RLIMIT_AS, (memory_mb * mib, memory_mb * mib))
+    setrlimit(resource.RLIMIT_AS, (address_mb * mib, address_mb * mib))
     setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
     setrlimit(resource.RLIMIT_FSIZE, (max_file_mb * mib, max_file_mb * mib))
     setrlimit(resource.RLIMIT_NOFILE, (256, 256))

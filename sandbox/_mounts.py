@@ -26,13 +26,19 @@ DEVICES = ("null", "zero", "full", "random", "urandom")
 READ_FILES = tuple(f"/dev/{name}" for name in DEVICES)
 
 
-def hide_host_dirs(stdlib_dirs: list[str]) -> None:
+def _below(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def hide_host_dirs(stdlib_dirs: list[str], expose_dirs: list[str] | None = None) -> None:
     """Make every mount private, cover ``HIDDEN_DIRS``, replace /dev, and record no access times.
 
     Done once in the template's own mount namespace, which each run's namespace copies. The
     new /dev (a tmpfs) holds only ``DEVICES`` (bind mounts of the host's), the ``shm`` mount
     point and the ``fd``/``stdin``/``stdout``/``stderr`` links: no host socket (``/dev/log``)
-    and no other device is left in reach.
+    and no other device is left in reach. Each of ``expose_dirs`` below a hidden folder (a
+    toolchain such as rustc's sysroot in ``/root/.rustup``) is bound back read-only at its own
+    path inside the empty tmpfs: that folder alone, not its parents' other contents.
     """
     libc = _linux.libc
     _linux.errno_call(
@@ -41,12 +47,29 @@ def hide_host_dirs(stdlib_dirs: list[str]) -> None:
     keep = [sys.base_prefix, sys.prefix, *stdlib_dirs]
     flags = _linux.MS_RDONLY | _linux.MS_NOSUID | _linux.MS_NODEV | _linux.MS_NOEXEC
     for path in HIDDEN_DIRS:
-        if not os.path.isdir(path) or any(k == path or k.startswith(path + "/") for k in keep):
+        if not os.path.isdir(path) or any(_below(k, path) for k in keep):
             continue
-        _linux.errno_call(
-            libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"size=4k,mode=0755"),
-            f"hide {path}",
-        )
+        exposed = [d for d in expose_dirs or () if _below(d, path) and os.path.isdir(d)]
+        # O_PATH handles on the exposed folders, taken before the tmpfs covers them.
+        handles = {d: os.open(d, os.O_PATH | os.O_CLOEXEC) for d in exposed}
+        try:
+            _linux.errno_call(
+                libc.mount(
+                    b"tmpfs", path.encode(), b"tmpfs", flags & ~_linux.MS_RDONLY if exposed
+                    else flags, b"size=4k,mode=0755",
+                ),
+                f"hide {path}",
+            )  # fmt: skip
+            for folder, fd in handles.items():
+                _expose(folder, fd)
+        finally:
+            for fd in handles.values():
+                os.close(fd)
+        if exposed:  # the empty tmpfs read-only again, now that the mount points exist
+            _linux.errno_call(
+                libc.mount(None, path.encode(), None, flags | _linux.MS_REMOUNT, None),
+                f"remount {path} read-only",
+            )
     devices = {}
     for name in DEVICES:
         with contextlib.suppress(OSError):
@@ -74,6 +97,27 @@ def hide_host_dirs(stdlib_dirs: list[str]) -> None:
         for fd in devices.values():
             os.close(fd)
     no_access_times()  # last: the mounts made above too (a listed directory, a read link)
+
+
+def _expose(folder: str, fd: int) -> None:
+    """Bind ``folder`` (open as ``fd``) read-only at its own path inside a fresh hiding tmpfs."""
+    libc = _linux.libc
+    os.makedirs(folder, mode=0o755, exist_ok=True)
+    _linux.errno_call(
+        libc.mount(
+            f"/proc/self/fd/{fd}".encode(), folder.encode(), None,
+            _linux.MS_BIND | _linux.MS_REC, None,
+        ),
+        f"bind {folder}",
+    )  # fmt: skip
+    _linux.errno_call(
+        libc.mount(
+            None, folder.encode(), None,
+            _linux.MS_REMOUNT | _linux.MS_BIND | _linux.MS_RDONLY | _linux.MS_NOSUID
+            | _linux.MS_NODEV, None,
+        ),
+        f"remount {folder} read-only",
+    )  # fmt: skip
 
 
 #: Per-mount options of ``/proc/self/mountinfo`` kept by ``no_access_times``' remount.

@@ -95,6 +95,9 @@ class RunSpec:
         self.timeout_s = float(limits["timeout_s"])
         self.cpu_s = int(limits["cpu_s"])
         self.memory_mb = int(limits["memory_mb"])
+        # RLIMIT_AS: ``memory_mb`` unless the library allowed a language's runtime more address
+        # space (the JVM reserves ~0.5 GB it never touches; the cgroup still bounds real memory).
+        self.address_space_mb = int(limits.get("address_space_mb", self.memory_mb))
         self.output_bytes = int(limits["output_bytes"])
         self.max_processes = int(limits["max_processes"])
         self.max_file_mb = int(limits["max_file_mb"])
@@ -108,13 +111,13 @@ class RunSpec:
         """Pack what a child needs besides its texts: fixed binary fields, then the entry point.
 
         Not JSON: parsing it (and building a dict and a RunSpec from it) cost every child
-        ~30 page faults. cpu_s, memory_mb, max_file_mb, max_processes (bounded far below
+        ~30 page faults. cpu_s, address_space_mb, max_file_mb, max_processes (bounded far below
         2^32 by ``sandbox.types``), the required layers' mask, then the entry point as UTF-8
         (an identifier or nothing), a NUL and the names of required layers this code does
         not know (``UNKNOWN_LAYER``: always missing, named in the child's refusal).
         """
         head = PROGRAM_META.pack(
-            self.cpu_s, self.memory_mb, self.max_file_mb, self.max_processes,
+            self.cpu_s, self.address_space_mb, self.max_file_mb, self.max_processes,
             layer_mask(self.required),
         )  # fmt: skip
         unknown = ", ".join(name for name in self.required if name not in LAYER_BIT)

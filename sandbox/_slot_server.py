@@ -100,7 +100,11 @@ def main() -> None:
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _terminate)
     pyseccomp = config.get("pyseccomp")
-    server = SlotState(pyseccomp if isinstance(pyseccomp, str) else None)
+    exposed = config.get("expose_dirs")
+    server = SlotState(
+        pyseccomp if isinstance(pyseccomp, str) else None,
+        [str(d) for d in exposed] if isinstance(exposed, list) else [],
+    )
     try:
         _serve(server, config, req_fd, rep_fd)
     finally:

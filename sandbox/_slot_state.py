@@ -28,7 +28,7 @@ class SlotState:
     Everything it starts is stopped, and everything it makes removed, by ``close``.
     """
 
-    def __init__(self, pyseccomp_path: str | None) -> None:
+    def __init__(self, pyseccomp_path: str | None, expose_dirs: list[str] | None = None) -> None:
         self.is_root = os.geteuid() == 0
         self.res = _slot.SlotResources(self.is_root)
         _linux.libc.prctl(_linux.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -51,6 +51,7 @@ class SlotState:
             stdlib_dirs=list(STDLIB_DIRS),
             seccomp=_seccomp.build(pyseccomp_path),
             is_root=self.is_root,
+            expose_dirs=expose_dirs,
         )
         self.template = Template(self.ctx)
         self.spawner = Spawner(self.template, self.res.uid)

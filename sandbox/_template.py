@@ -116,14 +116,17 @@ def _isolate_slot(ctx: _child.RunContext) -> None:
         # every run's namespace is a copy of it (per run this cost 9 tmpfs mounts, ~0.25 ms).
         if libc.unshare(_linux.CLONE_NEWNS) == 0:
             with contextlib.suppress(OSError):
-                _mounts.hide_host_dirs(ctx.stdlib_dirs)
+                _mounts.hide_host_dirs(ctx.stdlib_dirs, ctx.expose_dirs)
                 ctx.host_dirs_hidden = True
     # Landlock rules for the paths every run shares, prepared once (after the mounts above:
     # the rules hold the inodes seen here). /proc is a fresh mount per run: each child adds it.
     if _landlock.abi_version() > 0:
         reads = _minimal_paths(
-            [*_mounts.READ_DIRS, *ctx.stdlib_dirs, *_mounts.READ_FILES, "/sys/devices/system/cpu"]
-        )
+            [
+                *_mounts.READ_DIRS, *ctx.stdlib_dirs, *ctx.expose_dirs, *_mounts.READ_FILES,
+                "/sys/devices/system/cpu",
+            ]
+        )  # fmt: skip
         with contextlib.suppress(OSError):
             ctx.landlock = _landlock.Rules([p for p in reads if p != "/proc"], ["/dev/null"])
 

@@ -29,11 +29,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sandbox import _codec, _slot
+from sandbox import _codec, _compiled, _slot, languages
+from sandbox.languages import Language, Toolchain
 from sandbox.types import (
     ALL_LAYERS,
     MAX_REQUEST_BYTES,
     CallTest,
+    CompileResult,
     ExecResult,
     IOTest,
     Job,
@@ -62,9 +64,12 @@ _T = TypeVar("_T")
 _R = TypeVar("_R")
 
 
-def _check_size(texts: Sequence[str], what: str) -> None:
-    """Refuse a request over ``MAX_REQUEST_BYTES`` before it is sent (ValueError naming it)."""
-    size = _codec.texts_size(texts)
+def _check_size(texts: Sequence[str], what: str, reserve: int = 0) -> None:
+    """Refuse a request over ``MAX_REQUEST_BYTES`` before it is sent (ValueError naming it).
+
+    ``reserve``: bytes the request will carry besides ``texts`` (a compiled program).
+    """
+    size = _codec.texts_size(texts) + reserve
     if size > MAX_REQUEST_BYTES:
         raise ValueError(
             f"{what} take {size} bytes (UTF-8, 4 more per text), over the limit of "
@@ -156,11 +161,14 @@ def _layers(reply: dict[str, object]) -> tuple[str, ...]:
 class _SlotHandle:
     """One slot server process and its framed pipe protocol."""
 
-    def __init__(self, python: str, debug: bool, limits: Limits) -> None:
+    def __init__(
+        self, python: str, debug: bool, limits: Limits, expose_dirs: Sequence[str] = ()
+    ) -> None:
         config = {
             "pyseccomp": _pyseccomp_path(),
             "debug": debug,
             "default_limits": _limits_payload(limits),  # to prepare the first child ahead
+            "expose_dirs": list(expose_dirs),  # toolchains below hidden folders (rustc)
         }
         self.proc = subprocess.Popen(
             [python, "-I", "-S", _SLOT_SERVER_SCRIPT, json.dumps(config)],
@@ -355,6 +363,13 @@ class Sandbox:
         self.required_layers = tuple(layer for layer in ALL_LAYERS if layer in required)
         self._python = python or _pick_python()
         self._debug = debug
+        self.languages: tuple[Language, ...] = languages.available_languages()
+        """The languages whose toolchains are installed here (``sandbox.Language``)."""
+        toolchains = [languages.require_language(lang) for lang in self.languages]
+        languages.prepare_cache_dirs(toolchains)  # they must exist to be exposed
+        self._expose_dirs = sorted(
+            {d for tc in toolchains for d in tc.expose_dirs if os.path.isdir(d)}
+        )
         self._lock = threading.Lock()
         self._closed = False
         self.owner_pid = os.getpid()
@@ -366,7 +381,7 @@ class Sandbox:
         try:
             # Start every slot server first, then wait: they start up in parallel.
             for _ in range(self.workers):
-                self._all.append(_SlotHandle(self._python, debug, self.limits))
+                self._all.append(_SlotHandle(self._python, debug, self.limits, self._expose_dirs))
             for slot in self._all:
                 self._idle.put(slot.wait_ready())
         except (_SlotError, OSError) as exc:
@@ -482,7 +497,9 @@ class Sandbox:
         if self._closed:
             raise SandboxClosedError("the Sandbox was closed while this call was running")
         try:
-            replacement = _SlotHandle(self._python, self._debug, self.limits).wait_ready()
+            replacement = _SlotHandle(
+                self._python, self._debug, self.limits, self._expose_dirs
+            ).wait_ready()
         except (_SlotError, OSError):
             raise _SlotError("the slot server died and could not be restarted") from None
         with self._lock:
@@ -541,13 +558,22 @@ class Sandbox:
         stdin: str = "",
         files: dict[str, str] | None = None,
         limits: Limits | None = None,
+        *,
+        language: str = "python",
+        compile_timeout_s: float | None = None,
     ) -> ExecResult:
-        """Run a Python program with ``stdin`` and extra ``files`` in its work dir.
+        """Run a program with ``stdin`` and extra ``files`` in its work dir.
 
+        ``language``: one of ``sandbox.Language`` (``ValueError`` for others,
+        ``LanguageUnavailableError`` when its toolchain is missing here). A compiled language
+        is compiled first, in the sandbox, within ``compile_timeout_s`` (default: the
+        toolchain's); a compile that fails ends as ``COMPILE_ERROR`` (``ExecResult.compile``).
         Never raises for anything the program does; bad arguments raise TypeError/ValueError.
         """
         self._check_usable()
-        return self._execute(self._prepare(code, stdin, files, limits))
+        return self._execute_any(
+            self._prepare_any(code, stdin, files, limits, language, compile_timeout_s)
+        )
 
     def run_many(self, jobs: Sequence[str | Job]) -> list[ExecResult]:
         """Run many programs in parallel over the workers; results are in input order."""
@@ -555,10 +581,133 @@ class Sandbox:
         prepared = [
             self._prepare(job, "", None, None)
             if isinstance(job, str)
-            else self._prepare(job.code, job.stdin, job.files, job.limits)
+            else self._prepare_any(
+                job.code, job.stdin, job.files, job.limits, job.language, job.compile_timeout_s
+            )
             for job in jobs
         ]
-        return self._map(self._execute, prepared)
+        return self._map(self._execute_any, prepared)
+
+    # -- other languages -----------------------------------------------------------------------
+    def _toolchain(self, language: object, compile_timeout_s: float | None) -> Toolchain | None:
+        """Return the toolchain of a language other than Python (None for Python), validated."""
+        if compile_timeout_s is not None:
+            check_seconds("compile_timeout_s", compile_timeout_s)
+        lang = languages.parse_language(language)
+        if lang is Language.PYTHON:
+            return None
+        toolchain = languages.require_language(lang)
+        if lang not in self.languages:  # installed after this Sandbox started
+            raise languages.LanguageUnavailableError(
+                f"language {lang.value!r} was not available when this Sandbox started"
+            )
+        return toolchain
+
+    def _prepare_any(
+        self,
+        code: str,
+        stdin: str,
+        files: dict[str, str] | None,
+        limits: Limits | None,
+        language: object,
+        compile_timeout_s: float | None,
+    ) -> _Prepared | _compiled.LanguageRun:
+        toolchain = self._toolchain(language, compile_timeout_s)
+        if toolchain is None:
+            return self._prepare(code, stdin, files, limits)
+        if not isinstance(code, str) or not isinstance(stdin, str):
+            raise TypeError("code and stdin must be str")
+        lim = limits if limits is not None else self.limits
+        if not isinstance(lim, Limits):
+            raise TypeError(f"limits must be a sandbox.Limits, got {type(lim).__name__}")
+        checked = check_files(files)
+        reserved = {toolchain.source_name, languages.ARTIFACT_FILE, languages.OUT_DIR}
+        clash = sorted(name for name in checked if name.split("/")[0] in reserved)
+        if clash:
+            raise ValueError(f"file names {clash} are reserved for the {toolchain.language} run")
+        texts = [code, stdin, *checked, *checked.values()]
+        # Each run also carries the compiled program and its launcher.
+        _check_size(texts, "code, stdin and files", languages.RUN_RESERVE_BYTES)
+        _check_files_fit(checked, lim)
+        timeout = (
+            compile_timeout_s if compile_timeout_s is not None else toolchain.compile_timeout_s
+        )
+        return _compiled.LanguageRun(toolchain, code, stdin, checked, lim, timeout)
+
+    def _execute_any(self, prepared: _Prepared | _compiled.LanguageRun) -> ExecResult:
+        if isinstance(prepared, _Prepared):
+            return self._execute(prepared)
+        built = self._compile(prepared)
+        if isinstance(built, ExecResult):
+            return built
+        artifact, compile_result = built
+        try:
+            run = self._prepare_run(prepared, prepared.stdin, artifact)
+        except ValueError as exc:  # the compiled program does not fit with the input files
+            return _compiled.too_large(exc, compile_result)
+        result = self._execute(run)
+        return dataclasses.replace(
+            _compiled.memory_status(result, prepared.toolchain), compile=compile_result
+        )
+
+    def _compile(self, run: _compiled.LanguageRun) -> tuple[str, CompileResult | None] | ExecResult:
+        """Compile ``run``'s program in the sandbox: its artifact, or the failed result.
+
+        Interpreted languages get their source as the "artifact" (no compile run).
+        """
+        toolchain = run.toolchain
+        if not toolchain.compiled:
+            return run.code, None
+        languages.ensure_precompiled_header(toolchain)  # C++, once per machine
+        lim = run.limits
+        compile_limits = Limits(
+            timeout_s=run.compile_timeout_s,
+            memory_mb=max(lim.memory_mb, toolchain.compile_memory_mb),
+            output_bytes=languages.ARTIFACT_MAX_BYTES + 1024,
+            max_processes=max(lim.max_processes, 64),
+            max_file_mb=max(lim.max_file_mb, 256),
+        )
+        prepared = self._prepare(
+            languages.compile_launcher(toolchain), "", {toolchain.source_name: run.code},
+            compile_limits,
+        )  # fmt: skip
+        prepared.message["limits"] = {
+            **_limits_payload(compile_limits),
+            "address_space_mb": compile_limits.memory_mb + toolchain.compile_address_space_mb,
+        }
+        res = self._execute(prepared)
+        artifact = languages.artifact_of(res.stdout) if res.status is Status.OK else None
+        if res.status is Status.OK and artifact is not None:
+            ok = CompileResult(Status.OK, "", res.stderr, res.exit_code, res.wall_s)
+            return artifact, ok
+        status, detail = _compiled.compile_failure(res, artifact is None, run.compile_timeout_s)
+        compile_result = CompileResult(status, "", res.stderr, res.exit_code, res.wall_s)
+        return ExecResult(
+            status=Status.COMPILE_ERROR,
+            stdout="",
+            stderr=res.stderr,
+            exit_code=res.exit_code,
+            wall_s=res.wall_s,
+            isolation=res.isolation,
+            truncated=res.truncated,
+            detail=detail,
+            compile=compile_result,
+        )
+
+    def _prepare_run(self, run: _compiled.LanguageRun, stdin: str, artifact: str) -> _Prepared:
+        """Prepare the sandbox run of ``run``'s program (its launcher, artifact, files)."""
+        toolchain = run.toolchain
+        name = languages.ARTIFACT_FILE if toolchain.compiled else toolchain.source_name
+        prepared = self._prepare(
+            languages.run_launcher(toolchain, run.limits.memory_mb), stdin,
+            {**run.files, name: artifact}, run.limits,
+        )  # fmt: skip
+        if toolchain.address_space_mb:
+            prepared.message["limits"] = {
+                **_limits_payload(run.limits),
+                "address_space_mb": run.limits.memory_mb + toolchain.address_space_mb,
+            }
+        return prepared
 
     # -- tests ---------------------------------------------------------------------------------
     def run_tests(
@@ -572,6 +721,8 @@ class Sandbox:
         per_test_timeout_s: float | None = None,
         stop_on_first_failure: bool = False,
         stop_on_program_failure: bool = False,
+        language: str = "python",
+        compile_timeout_s: float | None = None,
     ) -> TestReport:
         """Judge ``program`` on ``tests``; the verdicts are decided outside the program.
 
@@ -579,6 +730,8 @@ class Sandbox:
         code that runs in a separate verdict process, where ``candidate`` and ``entry_point`` are
         proxies returning plain values. ``IOTest``: the program runs once per test with that stdin
         and this process compares its stdout. See README.md for the full contract.
+        ``language`` other than Python: IOTests only; the program is compiled once (compiled
+        languages), and a failed compile makes every test ``COMPILE_ERROR``.
         """
         self._check_usable()
         job = TestJob(
@@ -590,6 +743,8 @@ class Sandbox:
             per_test_timeout_s=per_test_timeout_s,
             stop_on_first_failure=stop_on_first_failure,
             stop_on_program_failure=stop_on_program_failure,
+            language=language,
+            compile_timeout_s=compile_timeout_s,
         )
         return self._run_test_job(self._check_test_job(job))
 
@@ -625,6 +780,11 @@ class Sandbox:
             and not (job.entry_point and job.entry_point.isidentifier())
         ):
             raise ValueError("CallTest jobs need entry_point, the name of the function to test")
+        toolchain = self._toolchain(job.language, job.compile_timeout_s)
+        if toolchain is not None and tests and not isinstance(tests[0], IOTest):
+            raise ValueError(
+                f"language {job.language!r} takes IOTests only (CallTests need Python)"
+            )
         if job.per_test_timeout_s is not None:
             check_seconds("per_test_timeout_s", job.per_test_timeout_s)
         if job.limits is not None and not isinstance(job.limits, Limits):
@@ -633,7 +793,8 @@ class Sandbox:
             for test in tests:  # each IOTest is one run of the program with its stdin
                 if not isinstance(test, IOTest) or not isinstance(test.stdin, str):
                     raise TypeError("IOTest.stdin must be str")
-                _check_size([job.program, test.stdin], "the program and a test's stdin")
+                reserve = languages.RUN_RESERVE_BYTES if toolchain is not None else 0
+                _check_size([job.program, test.stdin], "the program and a test's stdin", reserve)
         elif tests:
             sources = [t.source for t in tests if isinstance(t, CallTest)]
             if not all(isinstance(source, str) for source in sources):
@@ -687,6 +848,17 @@ class Sandbox:
         if job.per_test_timeout_s is not None:
             lim = dataclasses.replace(lim, timeout_s=job.per_test_timeout_s, cpu_s=None)
         start = time.monotonic()
+        toolchain = self._toolchain(job.language, job.compile_timeout_s)
+        language_run: _compiled.LanguageRun | None = None
+        artifact = ""
+        compile_result: CompileResult | None = None
+        if toolchain is not None:
+            timeout = job.compile_timeout_s or toolchain.compile_timeout_s
+            language_run = _compiled.LanguageRun(toolchain, job.program, "", {}, lim, timeout)
+            built = self._compile(language_run)  # once: every test runs what it built
+            if isinstance(built, ExecResult):
+                return _compiled.compile_error_report(tests, built, time.monotonic() - start)
+            artifact, compile_result = built
         results: list[TestResult] = []
         program_status = Status.OK
         isolation: tuple[str, ...] = ()
@@ -698,7 +870,15 @@ class Sandbox:
             if stopped:
                 results.append(TestResult(name, TestStatus.FAILED, stopped))
                 continue
-            res = self._execute(self._prepare(job.program, test.stdin, None, lim))
+            if language_run is None or toolchain is None:
+                res = self._execute(self._prepare(job.program, test.stdin, None, lim))
+            else:
+                try:
+                    run = self._prepare_run(language_run, test.stdin, artifact)
+                except ValueError as exc:
+                    res = _compiled.too_large(exc, compile_result)
+                else:
+                    res = _compiled.memory_status(self._execute(run), toolchain)
             isolation = res.isolation or isolation
             if sum(map(len, stdout)) < 64 << 10:
                 stdout.append(res.stdout[: 64 << 10])
@@ -717,10 +897,12 @@ class Sandbox:
             isolation=isolation,
             stdout="".join(stdout)[: 64 << 10],
             stderr="".join(stderr)[: 64 << 10],
+            compile=compile_result,
         )
 
 
 _RUN_TO_TEST = {
+    Status.COMPILE_ERROR: TestStatus.COMPILE_ERROR,
     Status.TIMEOUT: TestStatus.TIMEOUT,
     Status.MEMORY: TestStatus.MEMORY,
     Status.OUTPUT_LIMIT: TestStatus.OUTPUT_LIMIT,

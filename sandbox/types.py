@@ -72,6 +72,7 @@ class Status(StrEnum):
     SANDBOX_ERROR = (
         "sandbox_error"  # the sandbox could not run the program (not the program's fault)
     )
+    COMPILE_ERROR = "compile_error"  # the program did not compile (``ExecResult.compile`` says how)
 
 
 #: The longest time limit accepted (one day): far beyond any test, and safely inside what
@@ -157,6 +158,22 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class CompileResult:
+    """How the compile step of a compiled language ended (it runs in the sandbox too).
+
+    ``status``: ``OK``, ``COMPILE_ERROR`` (the compiler refused the program; its message is in
+    ``stderr``), ``TIMEOUT``/``MEMORY``/``OUTPUT_LIMIT`` (the compile hit a limit: a compile
+    bomb), ``SANDBOX_ERROR``.
+    """
+
+    status: Status
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    wall_s: float
+
+
+@dataclass(frozen=True)
 class ExecResult:
     """The observable outcome of one program run. Nothing in it was judged by the program itself."""
 
@@ -172,6 +189,10 @@ class ExecResult:
     """True when stdout/stderr were cut at ``Limits.output_bytes``."""
     detail: str = ""
     """A short explanation for non-OK statuses (e.g. which limit, or the sandbox error)."""
+    compile: CompileResult | None = None
+    """The compile step (compiled languages only; ``None`` for Python, Node.js, bash). When it
+    failed, ``status`` is ``COMPILE_ERROR``, the program never ran, and ``stderr`` holds the
+    compiler's message."""
 
     @property
     def ok(self) -> bool:
@@ -216,6 +237,11 @@ class Job:
     stdin: str = ""
     files: dict[str, str] | None = None
     limits: Limits | None = None
+    language: str = "python"
+    """One of ``sandbox.Language`` (SandboxFusion's names: python, cpp, java, nodejs, rust,
+    bash)."""
+    compile_timeout_s: float | None = None
+    """The compile step's wall-clock limit (compiled languages); ``None``: the toolchain's."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,6 +291,7 @@ class TestStatus(StrEnum):
     RUNTIME_ERROR = "runtime_error"
     OUTPUT_LIMIT = "output_limit"
     SANDBOX_ERROR = "sandbox_error"
+    COMPILE_ERROR = "compile_error"
 
 
 @dataclass(frozen=True)
@@ -295,6 +322,9 @@ class TestReport:
     isolation: tuple[str, ...]
     stdout: str = ""
     stderr: str = ""
+    compile: CompileResult | None = None
+    """The compile step (compiled languages only). When it failed, ``status`` and every
+    test are ``COMPILE_ERROR`` and ``stderr`` holds the compiler's message."""
 
     @property
     def passed(self) -> int:
@@ -339,3 +369,8 @@ class TestJob:
     program does with inputs that do not depend on verdicts is its own doing, so stopping
     there tells it nothing; for a binary reward it saves the time a hung program would take
     on every remaining test."""
+    language: str = "python"
+    """One of ``sandbox.Language``. Languages other than Python take ``IOTest``s only: the
+    program is compiled once (when its language is compiled), then each test runs it fresh."""
+    compile_timeout_s: float | None = None
+    """The compile step's wall-clock limit; ``None``: the toolchain's default."""

@@ -1,4 +1,4 @@
-"""Pull a runnable Python program out of a model's completion.
+"""Pull a runnable program (Python, or another language's fenced block) out of a completion.
 
 Models answer in three shapes: a fenced Markdown block (often after prose or a ``<think>``
 section), bare code, or, for HumanEval-style prompts, the continuation of a function body. The
@@ -19,6 +19,17 @@ from enum import StrEnum
 
 #: Fence info strings accepted as Python; an untagged fence counts too (models often omit it).
 PYTHON_TAGS = frozenset({"", "python", "python3", "py", "py3", "python 3"})
+#: Fence info strings accepted for each other language (``sandbox.Language`` names); an untagged
+#: fence counts too. No parser checks these programs here: a compile error is the sandbox's
+#: verdict (``compile_error``).
+LANGUAGE_TAGS = {
+    "python": PYTHON_TAGS,
+    "cpp": frozenset({"", "cpp", "c++", "cxx", "cc", "c++17", "c++20", "cpp17", "cpp20"}),
+    "java": frozenset({"", "java"}),
+    "nodejs": frozenset({"", "javascript", "js", "node", "nodejs", "node.js"}),
+    "rust": frozenset({"", "rust", "rs"}),
+    "bash": frozenset({"", "bash", "sh", "shell"}),
+}
 
 # An opening fence (``` or ~~~, 3 or more), its info string, the body, and the matching close or
 # the end of the text (a generation cut off by max_tokens leaves the last block unterminated).
@@ -95,12 +106,13 @@ def strip_reasoning(completion: str) -> str:
     return tail if sep else completion
 
 
-def fenced_blocks(text: str) -> list[str]:
-    """Bodies of the fenced blocks tagged as Python (or untagged), in order of appearance."""
+def fenced_blocks(text: str, language: str = "python") -> list[str]:
+    """Bodies of the fenced blocks tagged as ``language`` (or untagged), in order of appearance."""
+    tags = LANGUAGE_TAGS[language]
     blocks = []
     for match in _FENCE_RE.finditer(text):
         tag = match.group("tag").strip().lower()
-        if tag in PYTHON_TAGS:
+        if tag in tags:
             blocks.append(match.group("body"))
     return blocks
 
@@ -129,7 +141,9 @@ def _bare_code(text: str) -> str | None:
     return None
 
 
-def extract_code(completion: str, entry_point: str | None = None) -> ExtractedCode | None:
+def extract_code(
+    completion: str, entry_point: str | None = None, language: str = "python"
+) -> ExtractedCode | None:
     r"""Extract the program from a completion.
 
     Rules, in order: text before the last ``</think>`` is ignored; among fenced Python blocks that
@@ -137,11 +151,24 @@ def extract_code(completion: str, entry_point: str | None = None) -> ExtractedCo
     completion itself (or its largest code-looking part) is used if it parses. ``None`` means no
     parsable code was found.
 
+    Another ``language`` (``cpp``, ``java``, ``nodejs``, ``rust``, ``bash``): the last non-empty
+    fenced block tagged as that language (``LANGUAGE_TAGS``; untagged counts too), else
+    ``None``: nothing parses these here, and prose is not guessed at.
+
     >>> extract_code("Here:\n```python\ndef f():\n    return 1\n```\nDone.").code
     'def f():\n    return 1\n'
     >>> extract_code("I don't know.") is None
     True
+    >>> extract_code("```c++\nint main() {}\n```", language="cpp").code
+    'int main() {}\n'
+    >>> extract_code("```python\nprint(1)\n```", language="cpp") is None
+    True
     """
+    if language != "python":
+        if language not in LANGUAGE_TAGS:
+            return None
+        tagged = [b for b in fenced_blocks(strip_reasoning(completion), language) if b.strip()]
+        return ExtractedCode(tagged[-1], ExtractionMethod.FENCED) if tagged else None
     text = strip_reasoning(completion)
     blocks = [b for b in fenced_blocks(text) if b.strip() and parses(b)]
     if blocks:

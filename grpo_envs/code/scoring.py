@@ -135,6 +135,8 @@ class CodeTask:
     """Trusted code run in the verdict namespace before the tests (helpers, imports, ``check``)."""
     reference: str | None = None
     """A full program that passes the tests, used to calibrate the time limit."""
+    language: str = "python"
+    """The program's language (``sandbox.Language``); other than Python: IOTests only."""
 
 
 _TEST_STATUS_OUTCOME = {
@@ -145,9 +147,11 @@ _TEST_STATUS_OUTCOME = {
     "runtime_error": Outcome.RUNTIME_ERROR,
     "output_limit": Outcome.RUNTIME_ERROR,  # flooding stdout is the program's fault
     "sandbox_error": Outcome.SANDBOX_ERROR,
+    "compile_error": Outcome.COMPILE_ERROR,
 }
 # How the untrusted program as a whole ended; only statuses that explain a failure are mapped.
 _PROGRAM_STATUS_OUTCOME = {
+    "compile_error": Outcome.COMPILE_ERROR,
     "timeout": Outcome.TIMEOUT,
     "memory": Outcome.MEMORY,
     "sandbox_error": Outcome.SANDBOX_ERROR,
@@ -339,7 +343,8 @@ class CodeEnvironment(SingleTurnEnv):
                 judged[i] = _failed(Outcome.UNPARSABLE, f"extraction raised {exc!r}")
                 continue
             if program is None:
-                judged[i] = _failed(Outcome.UNPARSABLE, "no parsable Python code found")
+                what = "Python" if task.language == "python" else f"{task.language} (fenced)"
+                judged[i] = _failed(Outcome.UNPARSABLE, f"no parsable {what} code found")
                 continue
             pending.append((i, task, program))
 
@@ -483,6 +488,7 @@ class CodeEnvironment(SingleTurnEnv):
             # every test even then.
             stop_on_first_failure=False,
             stop_on_program_failure=self.config.reward is RewardMode.BINARY,
+            language=task.language,
         )
 
     def _run_bounded(self, jobs: Sequence[TestJob], deadline: float) -> list[TestReport | Unrun]:

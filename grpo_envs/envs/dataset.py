@@ -36,8 +36,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_envs.base import SingleTurnEnv
+from grpo_envs.base import SingleTurnEnv, render_template
 from grpo_envs.code.extract import ExtractedCode, extract_code
+from grpo_envs.code.languages import (
+    DISPLAY_NAMES,
+    FENCES,
+    PYTHON,
+    check_language,
+    reference_fence,
+    require_toolchain,
+)
 from grpo_envs.code.scoring import CodeEnvironment, CodeTask
 from grpo_envs.envs._common import extra_components, math_correctness, reference_answer
 from grpo_envs.envs.mbpp import entry_point_of
@@ -48,6 +56,11 @@ from grpo_envs.types import DataUnavailableError, JSONValue, Sample
 MATH_TEMPLATE = "{question}\n\nPut your final answer within \\boxed{}."
 CODE_TEMPLATE = (
     "{question}\n\nReply with your complete Python solution in a single ```python code block."
+)
+#: The default prompt of a task in another language (``{language}``: its display name).
+LANGUAGE_CODE_TEMPLATE = (
+    "{question}\n\nReply with your complete {language} solution in a single ```{fence} code "
+    "block. It reads standard input and writes standard output."
 )
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 _OFFLINE_VARS = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
@@ -426,6 +439,8 @@ class DatasetCodeEnv(CodeEnvironment):
         prompt_template: str = CODE_TEMPLATE,
         system_prompt: str | None = None,
         reward: str = "binary",
+        language: str = PYTHON,
+        language_column: str | None = None,
         **options: Any,
     ) -> None:
         """Configure the environment (see ``code_dataset`` for the arguments)."""
@@ -439,6 +454,8 @@ class DatasetCodeEnv(CodeEnvironment):
         self.columns = {"question": question, "tests": tests, "inputs": inputs, "outputs": outputs}
         self.solution, self.id_column = solution, id
         self.prompt_template = prompt_template
+        self.language = check_language(language)
+        self.language_column = language_column
         if system_prompt is not None:
             self.system_prompt = system_prompt
         self._sources = {name: self._rows_of(name) for name in self.splits}
@@ -479,12 +496,32 @@ class DatasetCodeEnv(CodeEnvironment):
                     raise ValueError(f"{row.source}, row {row.number}: tests: {exc}") from exc
                 meta = {"asserts": list(asserts), "entry_point": entry}
         meta["row"] = row.number
+        column = self.language_column
+        language = (row.values.get(column) if column else None) or self.language
+        try:
+            language = check_language(language)
+        except ValueError as exc:
+            raise ValueError(f"{row.source}, row {row.number}: {exc}") from None
+        prompt: list[dict[str, str]] | None = None
+        if language != PYTHON:  # Python items stay exactly as they were
+            if "asserts" in meta:
+                raise ValueError(
+                    f"{row.source}, row {row.number}: {language} tasks need stdin/stdout tests "
+                    "(assert tests call a Python function)"
+                )
+            meta["language"] = language
+            if self.prompt_template == CODE_TEMPLATE:
+                values = {**_fields(row), "question": str(text)}
+                values |= {"language": DISPLAY_NAMES[language], "fence": FENCES[language]}
+                prompt = [
+                    {"role": "user", "content": render_template(LANGUAGE_CODE_TEMPLATE, values)}
+                ]
         return {
             **_fields(row),
             "id": _row_id(row, self.id_column, split),
             "question": str(text),
             "answer": reference,
-            "prompt": None,
+            "prompt": prompt,
             "metadata": meta,
         }
 
@@ -502,12 +539,22 @@ class DatasetCodeEnv(CodeEnvironment):
                 IOTest(stdin=str(p[0]), expected_stdout=str(p[1]), name=f"io[{i}]")  # type: ignore[index]
                 for i, p in enumerate(io)
             )
-            return CodeTask(sample.id, pairs, reference=sample.answer or None)
+            language = require_toolchain(_language_of(sample))
+            return CodeTask(sample.id, pairs, reference=sample.answer or None, language=language)
         raise ValueError(f"sample {sample.id!r} carries no tests (metadata 'asserts' or 'io')")
 
     def extract(self, completion: str, task: CodeTask, sample: Sample) -> ExtractedCode | None:
-        """Take the last fenced Python block (preferring one defining the function), or code."""
-        return extract_code(completion, task.entry_point)
+        """Take the last fenced block of the task's language (Python: one defining the function)."""
+        return extract_code(completion, task.entry_point, task.language)
+
+    def reference_completion(self, sample: Sample) -> str | None:
+        """Return the reference solution as a fenced block of its language."""
+        return reference_fence(sample.answer, _language_of(sample)) if sample.answer else None
+
+
+def _language_of(sample: Sample) -> str:
+    """Return the language of a sample (``metadata['language']``; Python when absent)."""
+    return check_language(sample.metadata.get("language", PYTHON))
 
 
 def code_dataset(path: str, **kwargs: Any) -> DatasetCodeEnv:
@@ -525,6 +572,10 @@ def code_dataset(path: str, **kwargs: Any) -> DatasetCodeEnv:
         id, splits, config, test_fraction, limit, prompt_template, system_prompt: as for
             ``math/dataset-v0``.
         reward: ``binary`` (all tests pass: 1, else 0) or ``fraction`` (share of tests passed).
+        language: the language of the tasks (``sandbox.Language``: python, cpp, java, nodejs,
+            rust, bash); other than Python needs stdin/stdout tests. A task whose toolchain is
+            not installed is a clear error when it is built.
+        language_column: a column naming each row's language (empty cells: ``language``).
         **kwargs: the arguments above, and ``CodeConfig`` fields (``memory_mb``...).
     """
     return DatasetCodeEnv(path, **kwargs)

@@ -2,7 +2,9 @@
 
 Rows come from a jsonl (or parquet) file the user provides, in any of these shapes:
 
-- this project's: ``{"id", "prompt", "tests": [{"input", "output"}, ...], "solution"?}``
+- this project's: ``{"id", "prompt", "tests": [{"input", "output"}, ...], "solution"?,
+  "language"?}`` (``language``: one of ``sandbox.Language``, default the env's ``language=``,
+  itself Python by default; ``grpo_envs.data.CPP_STDIO`` is a C++ set in this shape)
 - LiveCodeBench: ``question_content``, ``public_test_cases`` / ``private_test_cases`` (JSON, or
   LiveCodeBench's base64+zlib+pickle encoding of that JSON), ``testtype`` ``stdin`` only
 - CodeContests: ``description``, ``public_tests`` / ``private_tests`` / ``generated_tests`` as
@@ -30,21 +32,29 @@ import datasets
 
 from grpo_envs.code.data import load_local, resolve_files
 from grpo_envs.code.extract import ExtractedCode, extract_code
+from grpo_envs.code.languages import (
+    DISPLAY_NAMES,
+    FENCES,
+    PYTHON,
+    check_language,
+    reference_fence,
+    require_toolchain,
+    stdio_instruction,
+)
 from grpo_envs.code.scoring import CodeConfig, CodeEnvironment, CodeTask
 from grpo_envs.types import JSONValue, Message, Sample
 
 if TYPE_CHECKING:
     from sandbox import Sandbox
 
-DEFAULT_INSTRUCTION = (
-    "Solve the following problem in Python 3. Read the input from standard input and write the "
-    "answer to standard output.\n\n{statement}\n\n"
-    "Reply with your complete program in a single ```python code block."
-)
+DEFAULT_INSTRUCTION = stdio_instruction(PYTHON)
+"""The Python prompt; a task in another language gets ``stdio_instruction(language)``."""
 _STATEMENT_KEYS = ("prompt", "question", "question_content", "description", "problem")
 _ID_KEYS = ("id", "question_id", "problem_id", "task_id", "name")
 _CODECONTESTS_TEST_KEYS = ("public_tests", "private_tests", "generated_tests")
 _CODECONTESTS_PYTHON3 = 3  # CodeContests' `Language` enum: 3 is PYTHON3
+#: CodeContests' ``Language`` enum value of the references usable per task language.
+_CODECONTESTS_LANGUAGES = {PYTHON: _CODECONTESTS_PYTHON3, "cpp": 2, "java": 4}
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,8 @@ class StdioProblem:
     statement: str
     tests: tuple[tuple[str, str], ...]
     reference: str | None = None
+    language: str = PYTHON
+    """The language of the reference and of the programs asked for (``sandbox.Language``)."""
 
 
 class _NoGlobalsUnpickler(pickle.Unpickler):
@@ -141,17 +153,20 @@ def _pairs_from_row(row: Mapping[str, object], where: str) -> list[tuple[str, st
     return pairs
 
 
-def _reference(row: Mapping[str, object]) -> str | None:
+def _reference(row: Mapping[str, object], language: str = PYTHON) -> str | None:
     for key in ("solution", "reference", "canonical_solution"):
         if isinstance(row.get(key), str) and row[key]:
             return str(row[key])
     solutions = row.get("solutions")
     if isinstance(solutions, Mapping):  # CodeContests
+        wanted = _CODECONTESTS_LANGUAGES.get(language)
         langs, codes = solutions.get("language") or [], solutions.get("solution") or []
         for lang, code in zip(langs, codes):  # type: ignore[call-overload]
-            if lang == _CODECONTESTS_PYTHON3 and isinstance(code, str):
+            if lang == wanted and isinstance(code, str):
                 return code
         return None
+    if language != PYTHON:
+        return None  # APPS' solutions are Python
     if isinstance(solutions, str) and solutions:  # APPS: a JSON list
         try:
             decoded = json.loads(solutions)
@@ -175,7 +190,12 @@ def parse_stdio_row(row: Mapping[str, object], index: int = 0) -> StdioProblem:
             f"{where}: no stdin/stdout tests; expected 'tests' (list of {{input, output}}), "
             "LiveCodeBench's *_test_cases, CodeContests' *_tests or APPS' input_output"
         )
-    return StdioProblem(ident, statement, tuple(pairs), _reference(row))
+    language = row.get("language") or PYTHON
+    try:
+        language = check_language(language)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    return StdioProblem(ident, statement, tuple(pairs), _reference(row, language), language)
 
 
 class StdioEnv(CodeEnvironment):
@@ -187,7 +207,12 @@ class StdioEnv(CodeEnvironment):
             Needed for ``dataset`` only: samples carry their tests, so scoring works without.
         max_tests: keep at most this many tests per problem (None: all); bounds scoring time for
             datasets with hundreds of generated tests per problem.
-        instruction: the prompt template, with ``{statement}``.
+        instruction: the prompt template, with ``{statement}`` (and optionally ``{language}``,
+            the language's display name, and ``{fence}``); default: the task language's own
+            (``grpo_envs.code.languages.stdio_instruction``).
+        language: the language of rows that do not name one (a ``language`` column): one of
+            ``sandbox.Language`` (python, cpp, java, nodejs, rust, bash). A task whose toolchain
+            is not installed is a clear error when it is built.
         sandbox: a sandbox to share (not closed by this environment).
     """
 
@@ -197,7 +222,8 @@ class StdioEnv(CodeEnvironment):
         *,
         data_files: str | Path | Mapping[str, str | Path] | None = None,
         max_tests: int | None = None,
-        instruction: str = DEFAULT_INSTRUCTION,
+        instruction: str | None = None,
+        language: str = PYTHON,
         sandbox: Sandbox | None = None,
         **overrides: Any,
     ) -> None:
@@ -210,6 +236,7 @@ class StdioEnv(CodeEnvironment):
         self.splits: tuple[str, ...] = tuple(self.files) if self.files else ("test",)
         self.max_tests = max_tests
         self.instruction = instruction
+        self.language = check_language(language)
 
     def dataset(self, split: str = "test") -> datasets.Dataset:
         """Return the problems of ``split``; ``answer`` is the reference program or ''."""
@@ -219,16 +246,29 @@ class StdioEnv(CodeEnvironment):
                 "jsonl of problems with stdin/stdout tests; grpo_envs.envs.stdio lists the shapes)"
             )
         raw = load_local(self.files, split)
-        rows = [self.sample(parse_stdio_row(r, i)).to_row() for i, r in enumerate(raw)]
+        rows = [
+            self.sample(
+                parse_stdio_row(r if r.get("language") else {**r, "language": self.language}, i)
+            ).to_row()
+            for i, r in enumerate(raw)
+        ]
         return datasets.Dataset.from_list(rows)
 
     def sample(self, problem: StdioProblem) -> Sample:
         """Turn a normalized problem into a ``Sample``; tests live in ``metadata['tests']``."""
         tests = problem.tests[: self.max_tests] if self.max_tests else problem.tests
         metadata: dict[str, JSONValue] = {"tests": [[i, o] for i, o in tests]}
+        language = problem.language
+        if language != PYTHON:  # Python samples stay exactly as they were
+            metadata["language"] = language
+        instruction = self.instruction or stdio_instruction(language)
+        text = instruction.format(
+            statement=problem.statement.strip(), language=DISPLAY_NAMES[language],
+            fence=FENCES[language],
+        )  # fmt: skip
         return Sample(
             id=problem.id,
-            prompt=(Message("user", self.instruction.format(statement=problem.statement.strip())),),
+            prompt=(Message("user", text),),
             answer=problem.reference or "",
             env_id=self.env_id,
             metadata=metadata,
@@ -248,8 +288,23 @@ class StdioEnv(CodeEnvironment):
             io_tests.append(
                 IOTest(stdin=str(pair[0]), expected_stdout=str(pair[1]), name=f"io[{i}]")
             )
-        return CodeTask(key=sample.id, tests=tuple(io_tests), reference=sample.answer or None)
+        language = require_toolchain(_language_of(sample))
+        return CodeTask(
+            key=sample.id,
+            tests=tuple(io_tests),
+            reference=sample.answer or None,
+            language=language,
+        )
 
     def extract(self, completion: str, task: CodeTask, sample: Sample) -> ExtractedCode | None:
-        """Take the last fenced Python block, or bare code."""
-        return extract_code(completion)
+        """Take the last fenced block of the task's language (Python: or bare code)."""
+        return extract_code(completion, language=task.language)
+
+    def reference_completion(self, sample: Sample) -> str | None:
+        """Return the reference solution as a fenced block of its language."""
+        return reference_fence(sample.answer, _language_of(sample)) if sample.answer else None
+
+
+def _language_of(sample: Sample) -> str:
+    """Return the language of a sample (``metadata['language']``; Python when absent)."""
+    return check_language(sample.metadata.get("language", PYTHON))
