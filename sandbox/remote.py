@@ -62,8 +62,10 @@ import httpx
 
 from sandbox import fusion, wire
 from sandbox.core import _judge_io, clean_text
+from sandbox.languages import Language, parse_language
 from sandbox.types import (
     CallTest,
+    CompileResult,
     ExecResult,
     IOTest,
     Job,
@@ -99,9 +101,9 @@ DEAD_AFTER_PROBES = 2
 #: Characters of a service's error message kept in a detail.
 MESSAGE_CHARS = 300
 
-#: What a SandboxFusion compile failure becomes: ``Status.RUNTIME_ERROR`` until the sandbox has a
-#: status of its own for it (the one place to switch; a test's verdict follows ``_judge_io``).
-COMPILE_FAILED: Status = Status.RUNTIME_ERROR
+#: What a SandboxFusion compile failure (or compile timeout) becomes, as the local sandbox's: the
+#: program never ran (``ExecResult.compile`` says how the compile step ended).
+COMPILE_FAILED: Status = Status.COMPILE_ERROR
 
 #: The answer to a CallTest job on a plain SandboxFusion.
 CALL_TESTS_NEED_GRPO = (
@@ -109,11 +111,6 @@ CALL_TESTS_NEED_GRPO = (
     "candidate's process: serve them with `grpo sandbox serve` and use protocol grpo "
     "(--sandbox_protocol grpo)"
 )
-
-#: The fields of a ``Job`` that a ``TestJob`` has too (its limits aside): how to run the program.
-_RUN_FIELDS_OF_TEST_JOBS = (
-    {f.name for f in dataclasses.fields(Job)} & {f.name for f in dataclasses.fields(TestJob)}
-) - {"limits"}
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -402,10 +399,18 @@ class RemoteSandbox:
         stdin: str = "",
         files: dict[str, str] | None = None,
         limits: Limits | None = None,
+        *,
+        language: str = "python",
+        compile_timeout_s: float | None = None,
     ) -> ExecResult:
-        """Run one program remotely (``Sandbox.run``); service trouble is ``SANDBOX_ERROR``."""
+        """Run one program remotely (``Sandbox.run``); service trouble is ``SANDBOX_ERROR``.
+
+        Whether the service has ``language``'s toolchain is its own to say (a
+        ``SANDBOX_ERROR`` naming it when it has not).
+        """
         self._check_usable()
-        return self._run_job(_check_job(Job(code, stdin, files, limits)))
+        job = Job(code, stdin, files, limits, language, compile_timeout_s)
+        return self._run_job(_check_job(job))
 
     def run_many(self, jobs: Sequence[str | Job]) -> list[ExecResult]:
         """``run`` for many programs, ``max_in_flight`` at once; results in input order."""
@@ -424,6 +429,8 @@ class RemoteSandbox:
         per_test_timeout_s: float | None = None,
         stop_on_first_failure: bool = False,
         stop_on_program_failure: bool = False,
+        language: str = "python",
+        compile_timeout_s: float | None = None,
     ) -> TestReport:
         """Judge ``program`` on ``tests`` remotely (``Sandbox.run_tests``)."""
         self._check_usable()
@@ -436,6 +443,8 @@ class RemoteSandbox:
             per_test_timeout_s=per_test_timeout_s,
             stop_on_first_failure=stop_on_first_failure,
             stop_on_program_failure=stop_on_program_failure,
+            language=language,
+            compile_timeout_s=compile_timeout_s,
         )
         return self._run_test_job(_check_test_job(job))
 
@@ -503,12 +512,12 @@ class RemoteSandbox:
     def _run_fusion(self, job: Job, limits: Limits, start: float) -> ExecResult:
         """One ``/run_code`` request for ``job``; its response as an ``ExecResult``."""
         language = _language_of(job)
-        compile_s = _compile_timeout_of(job)
         request = fusion.RunCodeRequest(
             code=job.code,
             language=language,
             stdin=job.stdin,
-            compile_timeout=compile_s if compile_s is not None else 10.0,
+            # None: SandboxFusion's default (10 s), as it has no toolchain defaults of ours.
+            compile_timeout=job.compile_timeout_s or fusion.RunCodeRequest.compile_timeout,
             run_timeout=limits.timeout_s,
             memory_limit_MB=limits.memory_mb,
             files=fusion.encode_files(check_files(job.files)),
@@ -538,16 +547,16 @@ class RemoteSandbox:
         stdout: list[str] = []
         stderr: list[str] = []
         stopped: TestResult | None = None
+        compiled: CompileResult | None = None
         for index, test in enumerate(job.tests):
             assert isinstance(test, IOTest)  # _check_test_job: one kind per job
             name = test.name or f"test_{index}"
             if stopped is not None:
                 results.append(dataclasses.replace(stopped, name=name))
                 continue
-            # How the job says to run its program (beyond its limits) holds for each test's run.
-            shared = {name: getattr(job, name) for name in _RUN_FIELDS_OF_TEST_JOBS}
-            run = Job(job.program, test.stdin, None, lim, **shared)
+            run = Job(job.program, test.stdin, None, lim, job.language, job.compile_timeout_s)
             res = self._run_fusion(run, lim, time.monotonic())
+            compiled = compiled or res.compile
             if sum(map(len, stdout)) < 64 << 10:
                 stdout.append(res.stdout[: 64 << 10])
                 stderr.append(res.stderr[: 64 << 10])
@@ -558,6 +567,9 @@ class RemoteSandbox:
                 # The service failed, not the program: the job's outcome is a sandbox error
                 # whatever the other tests say, so they are not sent to a failing service.
                 stopped = TestResult(name, TestStatus.SANDBOX_ERROR, "not run: " + res.detail)
+            elif res.status is COMPILE_FAILED:
+                # As the local sandbox: a program that does not compile fails every test so.
+                stopped = results[-1]
             elif job.stop_on_program_failure and res.status is not Status.OK:
                 why = f"not run: the program failed in test {index} (stop_on_program_failure)"
                 stopped = TestResult(name, TestStatus.FAILED, why)
@@ -571,6 +583,7 @@ class RemoteSandbox:
             isolation=(),
             stdout="".join(stdout)[: 64 << 10],
             stderr="".join(stderr)[: 64 << 10],
+            compile=compiled,
         )
 
     # -- transport -----------------------------------------------------------------------------
@@ -858,9 +871,25 @@ def exec_result_of(response: fusion.RunCodeResponse, wall_s: float) -> ExecResul
     ``SandboxError``, or a command the runner could not run (``Error``) -> ``SANDBOX_ERROR``; a
     compile step that failed or timed out -> ``COMPILE_FAILED``; the run's
     ``TimeLimitExceeded`` -> ``TIMEOUT``; a non-zero return code -> ``RUNTIME_ERROR``; else
-    ``OK``. ``wall_s``: the run's ``execution_time`` when the service measured it.
+    ``OK``. ``wall_s``: the run's ``execution_time`` when the service measured it. A compile
+    step is kept in ``ExecResult.compile`` (``COMPILE_ERROR`` or ``TIMEOUT`` when it failed).
     """
     compiled, run = response.compile_result, response.run_result
+    compile_result = None
+    if compiled is not None:
+        built = Status.OK if compiled.return_code == 0 else COMPILE_FAILED
+        compile_status = {
+            fusion.CommandStatus.FINISHED: built,
+            fusion.CommandStatus.TIME_LIMIT_EXCEEDED: Status.TIMEOUT,
+            fusion.CommandStatus.ERROR: Status.SANDBOX_ERROR,
+        }[compiled.status]
+        compile_result = CompileResult(
+            compile_status,
+            clean_text(compiled.stdout or ""),
+            clean_text(compiled.stderr or ""),
+            compiled.return_code,
+            compiled.execution_time or 0.0,
+        )
 
     def result(status: Status, command: fusion.CommandRunResult | None, detail: str) -> ExecResult:
         return ExecResult(
@@ -871,6 +900,7 @@ def exec_result_of(response: fusion.RunCodeResponse, wall_s: float) -> ExecResul
             wall_s=(command.execution_time if command else None) or wall_s,
             isolation=(),
             detail=clean_text(detail[:MESSAGE_CHARS]),
+            compile=compile_result,
         )
 
     if response.status is fusion.RunStatus.SANDBOX_ERROR:
@@ -882,7 +912,8 @@ def exec_result_of(response: fusion.RunCodeResponse, wall_s: float) -> ExecResul
         compiled.status is fusion.CommandStatus.TIME_LIMIT_EXCEEDED or compiled.return_code != 0
     ):
         timed_out = compiled.status is fusion.CommandStatus.TIME_LIMIT_EXCEEDED
-        why = "the compile step timed out" if timed_out else "the program did not compile"
+        stderr = (compiled.stderr or "").strip()
+        why = "compile: the compile step timed out" if timed_out else "compile error: " + stderr
         return result(COMPILE_FAILED, compiled, why)
     if run is None:
         return result(Status.SANDBOX_ERROR, None, f"SandboxFusion {response.status}: no run result")
@@ -894,21 +925,16 @@ def exec_result_of(response: fusion.RunCodeResponse, wall_s: float) -> ExecResul
 
 
 def _language_of(job: Job) -> fusion.FusionLanguage:
-    """Return the job's language (Python until jobs carry one)."""
-    language = getattr(job, "language", "python")
-    if language not in fusion.FUSION_LANGUAGES:  # pragma: no cover - validated by Job
+    """Return the job's language by SandboxFusion's name (ours are SandboxFusion's)."""
+    language = str(job.language)
+    if language not in fusion.FUSION_LANGUAGES:
         raise ValueError(f"language {language!r} is not one SandboxFusion knows")
     return cast(fusion.FusionLanguage, language)
 
 
-def _compile_timeout_of(job: Job) -> float | None:
-    value = getattr(job, "compile_timeout_s", None)
-    return None if value is None else float(value)
-
-
 def _run_bound(job: Job, default: Limits) -> float:
     limits = job.limits or default
-    return limits.timeout_s + (_compile_timeout_of(job) or 0.0)
+    return limits.timeout_s + (job.compile_timeout_s or 0.0)
 
 
 def _test_job_bound(job: TestJob, default: Limits) -> float:
@@ -916,13 +942,20 @@ def _test_job_bound(job: TestJob, default: Limits) -> float:
     limits = job.limits or default
     per_test = job.per_test_timeout_s or limits.timeout_s
     module_level = limits.timeout_s if isinstance(job.tests[0], CallTest) else 0.0
-    compile_s = getattr(job, "compile_timeout_s", None) or 0.0
-    return module_level + per_test * len(job.tests) + float(compile_s)
+    return module_level + per_test * len(job.tests) + (job.compile_timeout_s or 0.0)
+
+
+def _check_language(language: object, compile_timeout_s: float | None) -> Language:
+    if compile_timeout_s is not None:
+        check_seconds("compile_timeout_s", compile_timeout_s)
+    return parse_language(language)
 
 
 def _check_job(job: Job) -> Job:
+    """Refuse what ``Sandbox.run`` refuses, at once (``TypeError``/``ValueError``)."""
     if not isinstance(job.code, str) or not isinstance(job.stdin, str):
         raise TypeError("code and stdin must be str")
+    _check_language(job.language, job.compile_timeout_s)
     if job.limits is not None and not isinstance(job.limits, Limits):
         raise TypeError(f"limits must be a sandbox.Limits, got {type(job.limits).__name__}")
     check_files(job.files)
@@ -944,6 +977,9 @@ def _check_test_job(job: TestJob) -> TestJob:
         and not (job.entry_point and job.entry_point.isidentifier())
     ):
         raise ValueError("CallTest jobs need entry_point, the name of the function to test")
+    language = _check_language(job.language, job.compile_timeout_s)
+    if language is not Language.PYTHON and tests and not isinstance(tests[0], IOTest):
+        raise ValueError(f"language {language.value!r} takes IOTests only (CallTests need Python)")
     if job.per_test_timeout_s is not None:
         check_seconds("per_test_timeout_s", job.per_test_timeout_s)
     if job.limits is not None and not isinstance(job.limits, Limits):

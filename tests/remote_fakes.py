@@ -119,13 +119,36 @@ def grpo_handler(box: Sandbox, delay_s: float = 0.0) -> Handler:
 
 
 def fusion_response_of(box: Sandbox, request: fusion.RunCodeRequest) -> fusion.RunCodeResponse:
-    """What a SandboxFusion would answer for a Python ``request``, run by ``box``."""
+    """What a SandboxFusion would answer for ``request``, run by ``box`` (its languages)."""
     from sandbox import Limits
 
     limits = Limits(timeout_s=request.run_timeout, memory_mb=max(request.memory_limit_MB, 64))
-    res = box.run(request.code, request.stdin or "", None, limits)
+    res = box.run(
+        request.code,
+        request.stdin or "",
+        None,
+        limits,
+        language=request.language,
+        compile_timeout_s=request.compile_timeout,
+    )
     if res.status is Status.SANDBOX_ERROR:
         return fusion.RunCodeResponse(fusion.RunStatus.SANDBOX_ERROR, res.detail)
+    compiled = None
+    if res.compile is not None:
+        compile_timed_out = res.compile.status is Status.TIMEOUT
+        compiled = fusion.CommandRunResult(
+            status=fusion.CommandStatus.TIME_LIMIT_EXCEEDED
+            if compile_timed_out
+            else fusion.CommandStatus.FINISHED,
+            execution_time=res.compile.wall_s,
+            return_code=None
+            if compile_timed_out
+            else (0 if res.compile.status is Status.OK else 1),
+            stdout=res.compile.stdout,
+            stderr=res.compile.stderr,
+        )
+    if res.status is Status.COMPILE_ERROR:
+        return fusion.RunCodeResponse(fusion.RunStatus.FAILED, "", compiled, None)
     timed_out = res.status is Status.TIMEOUT
     command = fusion.CommandRunResult(
         status=fusion.CommandStatus.TIME_LIMIT_EXCEEDED
@@ -138,11 +161,11 @@ def fusion_response_of(box: Sandbox, request: fusion.RunCodeRequest) -> fusion.R
     )
     ok = command.status is fusion.CommandStatus.FINISHED and command.return_code == 0
     status = fusion.RunStatus.SUCCESS if ok else fusion.RunStatus.FAILED
-    return fusion.RunCodeResponse(status, "", None, command)
+    return fusion.RunCodeResponse(status, "", compiled, command)
 
 
 def fusion_handler(box: Sandbox) -> Handler:
-    """SandboxFusion's ``/run_code`` for Python, run by ``box``."""
+    """SandboxFusion's ``/run_code``, run by ``box``."""
 
     def handle(path: str, payload: object, headers: Mapping[str, str]) -> Reply:
         if path != wire.RUN_CODE_PATH:

@@ -115,7 +115,7 @@ def test_the_token_is_sent_as_a_bearer_header(monkeypatch: pytest.MonkeyPatch) -
         ("success", Status.OK, 0, ""),
         ("runtime_error", Status.RUNTIME_ERROR, 1, "exit status 1"),
         ("timeout", Status.TIMEOUT, None, "time limit exceeded"),
-        ("compile_error", COMPILE_FAILED, 1, "the program did not compile"),
+        ("compile_error", COMPILE_FAILED, 1, "compile error: /tmp/tmp9x8y7z6w/tmp_3c4d.cpp: In"),
         ("sandbox_error", Status.SANDBOX_ERROR, None, "Too many open files"),
     ],
 )
@@ -179,6 +179,31 @@ def test_a_sandbox_error_stops_the_other_io_tests_of_the_job() -> None:
         report = box.run_tests("# sandbox_error\n", [IOTest("", "1")] * 3)
     assert [r.status for r in report.results] == [TestStatus.SANDBOX_ERROR] * 3
     assert len(service.requests) == 1
+
+
+def test_a_compile_error_fails_every_io_test_so_after_one_request() -> None:
+    with FakeService(recorded_fusion_handler()) as service, fusion_box(service.url) as box:
+        report = box.run_tests(
+            "# compile_error\nint main() {}",
+            [IOTest("", "1")] * 3,
+            language="cpp",
+            compile_timeout_s=30,
+        )
+    assert [r.status for r in report.results] == [TestStatus.COMPILE_ERROR] * 3
+    assert report.status is Status.COMPILE_ERROR and report.compile is not None
+    assert report.compile.status is Status.COMPILE_ERROR and report.compile.exit_code == 1
+    ((_, sent),) = service.requests
+    assert (sent["language"], sent["compile_timeout"]) == ("cpp", 30)  # type: ignore[index]
+
+
+def test_unknown_languages_and_call_tests_of_other_languages_are_refused_at_once() -> None:
+    with fusion_box("http://127.0.0.1:9") as box:
+        with pytest.raises(ValueError, match="unknown language 'c\\+\\+'"):
+            box.run("int main() {}", language="c++")
+        with pytest.raises(ValueError, match="takes IOTests only"):
+            box.run_tests("x", [CallTest("1")], entry_point="f", language="rust")
+        with pytest.raises(ValueError, match="compile_timeout_s"):
+            box.run("x", language="cpp", compile_timeout_s=-1)
 
 
 def test_call_tests_are_refused_by_a_plain_sandbox_fusion_naming_the_fix() -> None:

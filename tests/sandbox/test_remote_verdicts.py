@@ -13,6 +13,10 @@ from sandbox.remote import RemoteSandbox, RemoteSettings
 ADD = "def add(a, b):\n    return a + b\n"
 WRONG_ADD = "def add(a, b):\n    return a - b\n"
 DOUBLE = "print(int(input()) * 2)"
+DOUBLE_CPP = (
+    "#include <iostream>\nint main() { long n; std::cin >> n; std::cout << 2 * n << '\\n'; }\n"
+)
+NOT_CPP = "int main() { cout << 1; }\n"
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +67,18 @@ def test_io_tests_over_sandbox_fusion_are_judged_here(fusion_box: RemoteSandbox)
     assert [r.status for r in wrong.results] == [TestStatus.FAILED, TestStatus.PASSED]
     assert [r.status for r in slow.results] == [TestStatus.TIMEOUT, TestStatus.TIMEOUT]
     assert fusion_box.run("print(1)", limits=Limits(timeout_s=2)).stdout == "1\n"
+
+
+@pytest.mark.parametrize("protocol", ["grpo", "sandbox_fusion"])
+def test_cpp_io_tests_compile_and_are_judged_over_both_protocols(
+    protocol: str, grpo_box: RemoteSandbox, fusion_box: RemoteSandbox
+) -> None:
+    box = grpo_box if protocol == "grpo" else fusion_box
+    tests = (IOTest("21\n", "42\n"), IOTest("2\n", "5\n"))
+    right, broken = box.run_tests_many(
+        [TestJob(DOUBLE_CPP, tests, language="cpp"), TestJob(NOT_CPP, tests, language="cpp")]
+    )
+    assert [r.status for r in right.results] == [TestStatus.PASSED, TestStatus.FAILED]
+    assert broken.status is Status.COMPILE_ERROR
+    assert [r.status for r in broken.results] == [TestStatus.COMPILE_ERROR] * 2
+    assert "cout" in broken.results[0].detail
