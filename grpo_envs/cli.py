@@ -93,6 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     p_score.add_argument("--out", type=Path, help="per-sample JSONL output")
     p_score.add_argument("--kwargs", default="{}", help="JSON object of make() overrides")
     p_score.add_argument("--workers", type=int, default=None, help="scoring processes")
+    from grpo_envs.code.backend import add_sandbox_arguments
+
+    add_sandbox_arguments(p_score)
     return parser
 
 
@@ -221,7 +224,15 @@ def _load_lines(path: Path) -> list[Mapping[str, object]]:
 
 
 def _score(args: argparse.Namespace) -> int:
+    from grpo_envs.code.backend import (
+        check_sandbox_backend,
+        sandbox_settings_from,
+        use_remote_sandbox,
+    )
+
+    use_remote_sandbox(sandbox_settings_from(args))  # the code environments' sandbox
     env = make(args.id, **_kwargs(args.kwargs))
+    check_sandbox_backend([env], args.split)
     items = _load_lines(args.completions)
     by_id: dict[str, Mapping[str, object]] = {}
     if any("sample" not in item for item in items):

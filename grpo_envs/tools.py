@@ -78,6 +78,7 @@ from grpo_envs.types import JSONValue, Message
 
 if TYPE_CHECKING:
     from sandbox import ExecResult, Sandbox
+    from sandbox.remote import RemoteSandbox
 
 
 class ToolFormat(StrEnum):
@@ -461,7 +462,7 @@ class PythonTool:
         )
 
 
-def _shared() -> Sandbox:
+def _shared() -> Sandbox | RemoteSandbox:
     from grpo_envs.code.scoring import shared_sandbox
 
     return shared_sandbox()

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from grpo_train.eval.suites import Task
     from grpo_train.rollout.base import RolloutEngine, SamplingConfig
     from grpo_train.run.stop import StopRequest
+    from sandbox.remote import RemoteSettings
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,8 @@ class EvalArgs:
     """The command line as given (recorded in summary.json)."""
     decoding: ResolvedDecoding | None = None
     """The protocol, reasoning tags and --data_dir folders (None: built by hand, no protocol)."""
+    sandbox: RemoteSettings | None = None
+    """Remote sandbox services the code suites score on (``--sandbox_*``); None: the local one."""
 
 
 def _eval_parser() -> argparse.ArgumentParser:
@@ -201,6 +204,9 @@ def _eval_parser() -> argparse.ArgumentParser:
         "debug: everything, on the console too)",
     )
     add_protocol_arguments(p)
+    from grpo_envs.code.backend import add_sandbox_arguments
+
+    add_sandbox_arguments(p)
     return p
 
 
@@ -257,6 +263,9 @@ def parse_eval_args(argv: list[str]) -> EvalArgs:
         template_kwargs = parse_mapping("--chat_template_kwargs", ns.chat_template_kwargs)
     if ns.prompt_template is not None and "{prompt}" not in ns.prompt_template:
         raise ValueError(f"--prompt_template {ns.prompt_template!r} has no {{prompt}} placeholder")
+    from grpo_envs.code.backend import sandbox_settings_from
+
+    sandbox = sandbox_settings_from(ns)  # ValueError names the --sandbox_* flag to fix
     return EvalArgs(
         model=ns.model,
         suite=ns.suite,
@@ -283,6 +292,7 @@ def parse_eval_args(argv: list[str]) -> EvalArgs:
         prompt_template=ns.prompt_template,
         log_level=ns.log_level,
         decoding=decoding,
+        sandbox=sandbox,
     )
 
 
@@ -419,6 +429,10 @@ def _eval_tasks(args: EvalArgs) -> tuple[list[Task], list[EvalTask]]:
     ]
     for task in envs:
         task.env.dataset(args.split)
+    from grpo_envs.code.backend import check_sandbox_backend, use_remote_sandbox
+
+    use_remote_sandbox(args.sandbox)
+    check_sandbox_backend([task.env for task in envs], args.split)
     return tasks, envs
 
 

@@ -35,6 +35,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Self
 
 from grpo_envs.base import SingleTurnEnv
+from grpo_envs.code.backend import remote_sandbox_settings
 from grpo_envs.code.extract import ExtractedCode
 from grpo_envs.executor import fan_out
 from grpo_envs.rubric import Judgement, RewardComponent, Rubric, ScoringContext
@@ -42,6 +43,7 @@ from grpo_envs.types import Component, Outcome, Sample, Scalar, Score
 
 if TYPE_CHECKING:  # the sandbox is imported lazily: loading datasets must not start it
     from sandbox import CallTest, IOTest, Sandbox, TestJob, TestReport
+    from sandbox.remote import RemoteSandbox, RemoteSettings
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +266,7 @@ class CodeEnvironment(SingleTurnEnv):
         self,
         config: CodeConfig | None = None,
         *,
-        sandbox: Sandbox | None = None,
+        sandbox: Sandbox | RemoteSandbox | None = None,
         **overrides: Any,
     ) -> None:
         super().__init__(rubric=Rubric([tests_component(self)]))
@@ -426,7 +428,7 @@ class CodeEnvironment(SingleTurnEnv):
     # -- sandbox plumbing ----------------------------------------------------------------------
 
     @property
-    def sandbox(self) -> Sandbox:
+    def sandbox(self) -> Sandbox | RemoteSandbox:
         """The sandbox: the one given, else the process's shared one (started on first use).
 
         In a process forked after the given one was made (a dataloader or reward worker), the
@@ -580,27 +582,33 @@ class CodeEnvironment(SingleTurnEnv):
             self._test_timeouts[task.key] = limit
 
 
-_SHARED: dict[tuple[int, int | None], Sandbox] = {}
+_SHARED: dict[tuple[int, int | RemoteSettings | None], Sandbox | RemoteSandbox] = {}
 _SHARED_LOCK = threading.Lock()
 #: Every code environment of this process (weakly), to renew their locks after a fork.
 _ENVIRONMENTS: weakref.WeakSet[CodeEnvironment] = weakref.WeakSet()
 
 
-def shared_sandbox(workers: int | None = None) -> Sandbox:
+def shared_sandbox(workers: int | None = None) -> Sandbox | RemoteSandbox:
     """Return this process's sandbox with ``workers`` workers (started once, closed at exit).
 
     Keyed by process id too: a forked child must not use its parent's pool (its pipes and threads
-    belong to the parent), so it starts its own.
+    belong to the parent), so it starts its own. With remote services chosen
+    (``grpo_envs.code.backend.use_remote_sandbox``), a ``RemoteSandbox`` for them instead, whose
+    ``max_in_flight`` replaces ``workers``.
     """
-    key = (os.getpid(), workers)
+    remote = remote_sandbox_settings()
+    key = (os.getpid(), workers if remote is None else remote)
     with _SHARED_LOCK:
         box = _SHARED.get(key)
         if box is None:
             from sandbox import Sandbox
+            from sandbox.remote import RemoteSandbox
 
             if not _SHARED:
                 atexit.register(close_shared_sandboxes)
-            box = _SHARED[key] = Sandbox(workers=workers)
+            box = _SHARED[key] = (
+                Sandbox(workers=workers) if remote is None else RemoteSandbox(remote)
+            )
         return box
 
 

@@ -24,7 +24,7 @@ from grpo_envs.types import Sample
 from grpo_train.collect.batch import RolloutBatch
 from grpo_train.collect.episodes import collect_episode_groups, episode_metrics, is_multi_turn
 from grpo_train.collect.groups import MIN_SCORED, Group
-from grpo_train.collect.metrics import rollout_metrics
+from grpo_train.collect.metrics import RemoteSandboxCounts, rollout_metrics
 from grpo_train.collect.score_failures import ScoreErrors
 from grpo_train.collect.scoring import ScoringStage
 from grpo_train.collect.training_prompts import TrainingPrompts
@@ -130,6 +130,7 @@ class Collector:
         self.engine = engine
         self.tokenizer, self.prompt_format = tokenizer, prompt_format
         self.rank, self.run_dir = rank, run_dir
+        self.sandbox_counts = RemoteSandboxCounts()
         self.score_overlapped_s = 0.0
         """Scoring seconds of the current step that ran while generation was still going."""
         if any(is_multi_turn(env) for env in prompts.envs):
@@ -175,6 +176,7 @@ class Collector:
         # Statistics describe the whole step's batch: every rank's groups, as one process.
         everything = distributed.gather_objects(sampled)
         m.update(rollout_metrics(everything, self.env_names))
+        m.update(self.sandbox_counts.step_metrics())
         m.update(episode_metrics(everything))
         self._check_scores(step, everything)
         curriculum, moved = self.prompts.record(everything)

@@ -85,6 +85,10 @@ def rollout_metrics(groups: Sequence[Group], env_names: Sequence[str]) -> dict[s
         "score/error_share": sum(scoring_failed(s) for s in scores) / len(scores),
         "score/dropped_group_share": sum(g.dropped for g in groups) / len(groups),
         "score/timeout_share": sum(s.outcome is Outcome.TIMEOUT for s in scores) / len(scores),
+        # The sandbox itself failed (a local slot, or remote services: dead, hung, overloaded):
+        # the part of error_share that is the sandbox's, not the scorer's.
+        "score/sandbox_error_share": sum(s.outcome is Outcome.SANDBOX_ERROR for s in scores)
+        / len(scores),
         "length/mean": sum(lengths) / len(lengths),
         "length/max": float(max(lengths)),
         "length/clipped_frac": sum(c.truncated for c in completions) / len(completions),
@@ -99,6 +103,38 @@ def rollout_metrics(groups: Sequence[Group], env_names: Sequence[str]) -> dict[s
     m.update({f"reward/component/{k}": sum(v) / len(v) for k, v in per_component.items()})
     m.update({f"reward/env/{k}": sum(v) / len(v) for k, v in per_env.items()})
     return m
+
+
+class RemoteSandboxCounts:
+    """Per step: what the remote sandbox services of every rank did (``sandbox.remote``).
+
+    ``step_metrics`` returns the requests, retries, failovers and failed jobs since its last call,
+    summed over ranks (a collective: every rank calls it), as ``sandbox/*`` metrics; nothing for
+    steps that sent no request (the local sandbox).
+    """
+
+    def __init__(self) -> None:
+        from sandbox.remote import process_stats
+
+        self._seen = process_stats()
+
+    def step_metrics(self) -> dict[str, float]:
+        """Return this step's ``sandbox/*`` counts (empty when no request was sent)."""
+        from sandbox.remote import process_stats
+
+        now = process_stats()
+        step, self._seen = now.minus(self._seen), now
+        requests, retries, failovers, failed = distributed.global_sum(
+            step.requests, step.retries, step.failovers, step.failures
+        )
+        if not requests:
+            return {}
+        return {
+            "sandbox/requests": requests,
+            "sandbox/retries": retries,
+            "sandbox/failovers": failovers,
+            "sandbox/failed_jobs": failed,
+        }
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,9 @@ class ScoreErrors:
             total += 1
             if scoring_failed(s):
                 failed += 1
-                first = first or str(s.details.get("reason", s.outcome.value))
+                # A code environment's sandbox failure names its cause in its first test.
+                why = s.details.get("reason") or s.details.get("first_failure")
+                first = first or str(why or s.outcome.value)
         return cls(failed, total, first)
 
     def describe(self) -> str:

@@ -21,7 +21,7 @@ What a field is, is written once, beside it: its type and default, its docstring
 Booleans are read by one parser (``parse_bool``). Importing this package imports no torch: the
 algorithm's choices come from ``grpo_train.algorithm.choices``.
 
-The package, by concern: ``sections`` (the six section dataclasses and the resume classes),
+The package, by concern: ``sections`` (the seven section dataclasses and the resume classes),
 ``loading`` (``TrainConfig``: YAML, command-line values, TRL's aliases, coercion, field docs),
 ``validation`` (the cross-field checks and their fix-it messages, ``ConfigError``) and
 ``defaults`` (the embedded preset, real-model defaults, the default run folder).
@@ -79,6 +79,7 @@ from grpo_train.config.sections import (
     Resume,
     RolloutConfig,
     RunConfig,
+    SandboxConfig,
     field_resume,
 )
 from grpo_train.config.validation import (
@@ -113,6 +114,7 @@ __all__ = [
     "Resume",
     "RolloutConfig",
     "RunConfig",
+    "SandboxConfig",
     "TrainConfig",
     "algorithm_notes",
     "coerce",

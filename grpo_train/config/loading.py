@@ -35,6 +35,7 @@ from grpo_train.config.sections import (
     PolicyConfig,
     RolloutConfig,
     RunConfig,
+    SandboxConfig,
 )
 from grpo_train.config.validation import ConfigError, problems_text, validate
 
@@ -66,6 +67,7 @@ class TrainConfig:
     algorithm: AlgorithmConfig = AlgorithmConfig()  # noqa: RUF009
     optim: OptimConfig = OptimConfig()  # noqa: RUF009
     run: RunConfig = RunConfig()  # noqa: RUF009
+    sandbox: SandboxConfig = SandboxConfig()  # noqa: RUF009
 
     def __post_init__(self) -> None:
         problems = validate(self)

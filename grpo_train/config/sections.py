@@ -1,4 +1,4 @@
-"""The six sections of a run's configuration: one frozen dataclass per concern.
+"""The seven sections of a run's configuration: one frozen dataclass per concern.
 
 What a field is, is written once, beside it: its type and default, its docstring (the help
 ``grpo train --help`` prints, ``loading.field_docs``) and its resume class in the annotation
@@ -443,6 +443,37 @@ class RunConfig:
     ``debug`` shows everything on the console."""
 
 
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Where the code environments run the model's programs (``grpo_envs.code.backend``)."""
+
+    sandbox_backend: Free[Literal["local", "remote"]] = "local"
+    """``local``: this machine's sandbox (one worker per CPU); ``remote``: the services at
+    sandbox_urls (``grpo sandbox serve``, or a plain SandboxFusion), so that code rewards scale
+    beyond the trainer's CPUs. A service that fails yields ``sandbox_error`` outcomes, never
+    wrong answers, and max_reward_errors stops the run when a step has too many."""
+    sandbox_urls: Free[str] = ""
+    """Remote backend: comma-separated base URLs of the services, e.g.
+    ``http://sandbox-a:8080,http://sandbox-b:8080`` (requests are spread over them, and a URL
+    that fails is avoided for a while)."""
+    sandbox_protocol: Free[Literal["grpo", "sandbox_fusion"]] = "grpo"
+    """Remote backend: ``grpo`` (``grpo sandbox serve``: every code environment, verdicts decided
+    by the service's sandbox) or ``sandbox_fusion`` (a plain SandboxFusion's ``/run_code``:
+    stdin/stdout tasks only, their outputs judged by the trainer; function-call tasks such as
+    HumanEval and MBPP are refused at start)."""
+    sandbox_token_env: Free[str] = ""
+    """Remote backend: the NAME of the environment variable holding the services' bearer token
+    (never the token: this config is saved with the run); empty: no token."""
+    sandbox_max_in_flight: Free[int] = 64
+    """Remote backend: requests in flight at once over all URLs (and the threads scoring them)."""
+    sandbox_retries: Free[int] = 3
+    """Remote backend: tries after the first for one request (429 after its Retry-After, 5xx,
+    connection errors, timeouts); other refusals are not retried."""
+    sandbox_request_timeout_s: Free[float] = 0.0
+    """Remote backend: the deadline of one request in seconds; 0: the job's own time limits plus
+    10 s. A job gets twice its request's deadline over all its tries."""
+
+
 SECTIONS: dict[str, type] = {
     "policy": PolicyConfig,
     "data": DataConfig,
@@ -450,6 +481,7 @@ SECTIONS: dict[str, type] = {
     "algorithm": AlgorithmConfig,
     "optim": OptimConfig,
     "run": RunConfig,
+    "sandbox": SandboxConfig,
 }
 
 

@@ -18,11 +18,12 @@ from grpo_train.config.sections import (
     PolicyConfig,
     RolloutConfig,
     RunConfig,
+    SandboxConfig,
 )
 
 
 class Sections(Protocol):
-    """The six sections of a ``TrainConfig``, which the checks read.
+    """The seven sections of a ``TrainConfig``, which the checks read.
 
     ``loading`` builds the ``TrainConfig`` and calls these checks, so they name its shape rather
     than import it.
@@ -58,6 +59,11 @@ class Sections(Protocol):
         """The run folder, logging and checkpoints."""
         ...
 
+    @property
+    def sandbox(self) -> SandboxConfig:
+        """Where the code environments run programs."""
+        ...
+
 
 class ConfigError(ValueError):
     """Invalid configuration; the message names each bad field and how to fix it."""
@@ -79,6 +85,7 @@ def validate(cfg: Sections) -> list[str]:
         *_optim_problems(cfg.optim),
         *_policy_problems(cfg.policy),
         *_run_problems(cfg.run),
+        *_sandbox_problems(cfg.sandbox),
     ]
 
 
@@ -352,6 +359,32 @@ def _run_problems(run: RunConfig) -> list[str]:
         "from a checkpoint's weights",
     )
     return p
+
+
+def _sandbox_problems(s: SandboxConfig) -> list[str]:
+    """List the problems of the ``sandbox`` settings (``grpo_envs.code.backend`` checks them)."""
+    from grpo_envs.code.backend import remote_settings
+
+    if s.sandbox_request_timeout_s < 0:
+        return [
+            f"sandbox_request_timeout_s: {s.sandbox_request_timeout_s}; must be >= 0 seconds "
+            "(0: the job's own time limits plus 10 s)"
+        ]
+    if s.sandbox_backend == "local" and not s.sandbox_urls.strip():
+        return []  # the default: nothing to check (and grpo_envs need not be imported)
+    try:
+        remote_settings(
+            s.sandbox_backend,
+            s.sandbox_urls,
+            protocol=s.sandbox_protocol,
+            token_env=s.sandbox_token_env,
+            max_in_flight=s.sandbox_max_in_flight,
+            retries=s.sandbox_retries,
+            request_timeout_s=s.sandbox_request_timeout_s or None,
+        )
+    except ValueError as exc:
+        return [str(exc)]
+    return []
 
 
 def algorithm_notes(cfg: Sections) -> list[str]:

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from grpo_envs.base import Environment, easier_versions
+from grpo_envs.code.backend import check_sandbox_backend, use_remote_sandbox
 from grpo_train.algorithm.baselines import EmaBaselines
 from grpo_train.collect.learning_signal import AutoHeuristics
 from grpo_train.collect.training_prompts import TrainingPrompts
@@ -84,6 +85,7 @@ from grpo_train.setup.settings import (
     prompt_format_for,
     prompt_settings,
     run_folder,
+    sandbox_settings,
     update_settings,
 )
 
@@ -157,7 +159,8 @@ def setup_run(
     """Build a run from its configuration, in order; ``env`` / ``engine`` may be injected.
 
     Resolve the configuration and check the run folder (before anything loads), start the
-    process (device, ranks), build the environments, find the checkpoint to resume and check it,
+    process (device, ranks), build the environments and choose their sandbox (local or remote
+    services), find the checkpoint to resume and check it,
     load the policy, its KL reference and optimizer, restore the training state, order the
     prompts, start the engine, and put together what the update calls.
     """
@@ -168,6 +171,10 @@ def setup_run(
     envs = [env] if isinstance(env, Environment) else list(env or make_envs(cfg))
     env_names = [e.env_id or type(e).__name__ for e in envs]
     check_splits(envs, env_names, cfg.data)
+    # Where the code environments run programs, for this process (before anything heavy loads,
+    # so that a missing token or a task the chosen service cannot judge fails at once).
+    use_remote_sandbox(sandbox_settings(cfg))
+    check_sandbox_backend(envs, cfg.data.train_split)
     same = len(cfg.data.env) == len(envs)
     weights = [e.weight for e in cfg.data.env] if same else [1.0] * len(envs)
     launch = new_launch_id()

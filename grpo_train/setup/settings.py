@@ -29,6 +29,7 @@ from grpo_train.run.run_log import RunLogSettings, StartNotes, WandbSettings
 
 if TYPE_CHECKING:
     from grpo_train.eval.training_suites import SuiteSettings
+    from sandbox.remote import RemoteSettings
 
 
 def update_settings(cfg: TrainConfig) -> UpdateSettings:
@@ -50,6 +51,22 @@ def update_settings(cfg: TrainConfig) -> UpdateSettings:
         mask_truncated=a.mask_truncated,
         is_correction=a.is_correction,
         is_cap=a.is_cap,
+    )
+
+
+def sandbox_settings(cfg: TrainConfig) -> RemoteSettings | None:
+    """Return the remote sandbox services the run scores code on (``None``: the local sandbox)."""
+    from grpo_envs.code.backend import remote_settings
+
+    s = cfg.sandbox
+    return remote_settings(
+        s.sandbox_backend,
+        s.sandbox_urls,
+        protocol=s.sandbox_protocol,
+        token_env=s.sandbox_token_env,
+        max_in_flight=s.sandbox_max_in_flight,
+        retries=s.sandbox_retries,
+        request_timeout_s=s.sandbox_request_timeout_s or None,
     )
 
 
