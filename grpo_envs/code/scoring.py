@@ -86,6 +86,8 @@ class CodeConfig:
     """Bound on one ``score_batch`` call; items not started in time score ``timeout``."""
     workers: int | None = None
     """Sandbox worker processes (None: one per CPU)."""
+    compile_timeout_s: float = 20.0
+    """Limit of the compile step of a compiled language (C++, Java, Rust; run once per job)."""
 
     def __post_init__(self) -> None:
         try:
@@ -98,6 +100,7 @@ class CodeConfig:
         for name in (
             "min_test_timeout_s",
             "default_test_timeout_s",
+            "compile_timeout_s",
             "max_job_s",
             "batch_timeout_s",
         ):
@@ -489,6 +492,8 @@ class CodeEnvironment(SingleTurnEnv):
             stop_on_first_failure=False,
             stop_on_program_failure=self.config.reward is RewardMode.BINARY,
             language=task.language,
+            # Python has no compile step (and the sandbox refuses a compile limit for it).
+            compile_timeout_s=None if task.language == "python" else self.config.compile_timeout_s,
         )
 
     def _run_bounded(self, jobs: Sequence[TestJob], deadline: float) -> list[TestReport | Unrun]:
@@ -646,13 +651,14 @@ def _timed_out(report: TestReport | Unrun) -> bool:
 
 
 def _cap_job(job: TestJob, seconds: float) -> TestJob:
-    """``job`` with its wall-clock limits cut to at most ``seconds``."""
-    limits = job.limits
-    if limits is None or limits.timeout_s <= seconds:
+    """``job`` with its wall-clock limits (a compile step's too) cut to at most ``seconds``."""
+    limits, per_test, compile_s = job.limits, job.per_test_timeout_s, job.compile_timeout_s
+    over = limits is not None and limits.timeout_s > seconds
+    if not over and (compile_s is None or compile_s <= seconds):
         return job
-    per_test = job.per_test_timeout_s
     return dataclasses.replace(
         job,
-        limits=dataclasses.replace(limits, timeout_s=seconds),
-        per_test_timeout_s=min(per_test, seconds) if per_test is not None else None,
+        limits=dataclasses.replace(limits, timeout_s=seconds) if over and limits else limits,
+        per_test_timeout_s=min(per_test, seconds) if over and per_test is not None else per_test,
+        compile_timeout_s=min(compile_s, seconds) if compile_s is not None else None,
     )

@@ -79,6 +79,10 @@ def test_the_job_carries_the_task_language() -> None:
     task = CodeTask("k", (IOTest("1\n", "1\n"),), language="cpp")
     assert env._job(task, "int main(){}").language == "cpp"
     assert env._job(CodeTask("p", (IOTest("", ""),)), "pass").language == "python"
+    # The compile limit is the environment's (one per job), and Python has no compile step.
+    assert env._job(task, "int main(){}").compile_timeout_s == 20.0
+    assert StdioEnv(compile_timeout_s=3)._job(task, "").compile_timeout_s == 3
+    assert env._job(CodeTask("p", (IOTest("", ""),)), "pass").compile_timeout_s is None
 
 
 def test_python_stdio_samples_are_unchanged() -> None:
@@ -184,3 +188,22 @@ def test_dataset_env_refuses_asserts_for_other_languages(tmp_path: Path) -> None
         env.dataset("test")
     with pytest.raises(ValueError, match="unknown language 'go'"):
         grpo_envs.make("code/dataset-v0", path=str(path), splits="test", language="go")
+
+
+def test_a_compiled_job_gets_the_configured_compile_limit_cut_to_the_batch_budget() -> None:
+    from grpo_envs.code.scoring import _cap_job
+    from sandbox import IOTest, Limits, TestJob
+
+    job = TestJob(
+        "int main(){}", (IOTest("", ""),), limits=Limits(timeout_s=4), per_test_timeout_s=2,
+        language="cpp", compile_timeout_s=20.0,
+    )  # fmt: skip
+    capped = _cap_job(job, 5.0)  # the run's limits fit; the 20 s compile does not
+    assert capped.compile_timeout_s == 5.0
+    assert capped.limits == job.limits and capped.per_test_timeout_s == 2
+    tight = _cap_job(job, 1.5)
+    assert tight.compile_timeout_s == 1.5 and tight.per_test_timeout_s == 1.5
+    assert tight.limits is not None and tight.limits.timeout_s == 1.5
+    assert _cap_job(job, 30.0) is job
+    python = TestJob("print()", (IOTest("", "\n"),), limits=Limits(timeout_s=4))
+    assert _cap_job(python, 2.0).compile_timeout_s is None
