@@ -172,7 +172,7 @@ def worst_case_s(job: TestJob, default: Limits) -> float:
     per_test = job.per_test_timeout_s or lim.timeout_s
     if job.tests and isinstance(job.tests[0], CallTest):
         return (lim.timeout_s + per_test + 1.0) * (len(job.tests) + 1)
-    return per_test * len(job.tests)
+    return (job.compile_timeout_s or 0.0) + per_test * len(job.tests)
 
 
 class _Admission:
@@ -370,9 +370,16 @@ class _Service:
             job = wire.decode_run(data)
             limits = job.limits if job.limits is not None else self.sandbox.limits
             check_limits(limits, self.settings.max_limits, "run.limits")
-            self._check_time(limits.timeout_s, "run")
+            self._check_time(limits.timeout_s + (job.compile_timeout_s or 0.0), "run")
             result: ExecResult = await self._call(
-                lambda: self.sandbox.run(job.code, job.stdin, job.files, job.limits)
+                lambda: self.sandbox.run(
+                    job.code,
+                    job.stdin,
+                    job.files,
+                    job.limits,
+                    language=job.language,
+                    compile_timeout_s=job.compile_timeout_s,
+                )
             )
             return {"version": wire.WIRE_VERSION, "result": wire.encode_exec_result(result)}
 

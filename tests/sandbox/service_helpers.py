@@ -79,14 +79,19 @@ class ServiceSandbox:
         stdin: str = "",
         files: dict[str, str] | None = None,
         limits: Limits | None = None,
+        *,
+        language: str = "python",
+        compile_timeout_s: float | None = None,
     ) -> ExecResult:
-        data = self._post(wire.RUN_PATH, wire.encode_run(Job(code, stdin, files, limits)))
+        job = Job(code, stdin, files, limits, language, compile_timeout_s)
+        data = self._post(wire.RUN_PATH, wire.encode_run(job))
         return wire.decode_exec_result(data["result"])
 
     def run_many(self, jobs: Sequence[str | Job]) -> list[ExecResult]:
         def one(job: str | Job) -> ExecResult:
             job = Job(job) if isinstance(job, str) else job
-            return self.run(job.code, job.stdin, job.files, job.limits)
+            data = self._post(wire.RUN_PATH, wire.encode_run(job))
+            return wire.decode_exec_result(data["result"])
 
         with ThreadPoolExecutor(max(1, len(jobs))) as pool:
             return list(pool.map(one, jobs))

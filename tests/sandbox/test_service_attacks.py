@@ -1,4 +1,5 @@
-"""The adversarial suite of ``test_attacks.py`` again, every run posted through the service.
+"""The adversarial suites of ``test_attacks.py`` and ``test_language_attacks.py`` (C++, Java,
+Node.js, Rust, bash) again, every run posted through the service.
 
 Each attack test there that takes the shared Sandbox (``sb``) runs here unchanged against
 ``ServiceSandbox``: its ``run``/``run_many`` post to ``/v1/run`` and its ``run_tests`` to
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import test_attacks
+import test_language_attacks
 from service_helpers import ServiceSandbox, running_service
 
 from sandbox import CallTest, Sandbox, TestJob, TestStatus
@@ -30,6 +32,22 @@ ATTACKS: dict[str, Callable[..., None]] = {
     and "sb" in inspect.signature(fn).parameters
     and set(inspect.signature(fn).parameters) <= {"sb", "canary"}
 }
+
+#: The other languages' attacks: each takes the shared Sandbox and a language (parametrized).
+LANGUAGE_ATTACKS: dict[str, Callable[..., None]] = {
+    name: fn
+    for name, fn in vars(test_language_attacks).items()
+    if name.startswith("test_")
+    and callable(fn)
+    and set(inspect.signature(fn).parameters) <= {"sb", "language"}
+}
+LANGUAGE_CASES = [
+    (name, value)
+    for name, fn in LANGUAGE_ATTACKS.items()
+    for mark in getattr(fn, "pytestmark", [])
+    if mark.name == "parametrize"
+    for value in mark.args[1]
+]
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +95,16 @@ def test_verdict_forgeries_through_run_tests(sb: Sandbox, remote: ServiceSandbox
         assert theirs.results == mine.results, program
         assert theirs.passed == 0, (program, theirs)
         assert all(r.status is not TestStatus.PASSED for r in theirs.results)
+
+
+def test_the_language_suite_is_the_attack_table() -> None:
+    attacked = {language for _, language in LANGUAGE_CASES}
+    assert {"cpp", "java", "nodejs", "rust", "bash"} <= attacked
+    assert len(LANGUAGE_CASES) >= 25, LANGUAGE_CASES
+
+
+@pytest.mark.parametrize(("attack", "language"), LANGUAGE_CASES)
+def test_language_attack_through_the_service(
+    attack: str, language: str, remote: ServiceSandbox
+) -> None:
+    LANGUAGE_ATTACKS[attack](sb=remote, language=language)
