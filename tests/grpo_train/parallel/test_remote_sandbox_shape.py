@@ -16,9 +16,11 @@ environment and runs the real CLI.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import select
+import shlex
 import signal
 import socket
 import subprocess
@@ -55,6 +57,32 @@ def test_the_example_config_loads_with_server_generation_and_two_sandbox_service
     )
 
 
+def _recipe_flags_command() -> list[str]:
+    """The recipe's ``grpo launch ... train --config run.yaml --vllm_mode server ...`` line."""
+    text = (ROOT / "examples" / "README.md").read_text()
+    section = text.split("## Several machines: trainers, generation, scoring", 1)[1]
+    blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.DOTALL)
+    (block,) = [b for b in blocks if "--sandbox_token_env" in b and "--config run.yaml" in b]
+    return shlex.split(block.replace("\\\n", " "))
+
+
+def test_the_recipe_flags_say_what_the_example_config_says() -> None:
+    from grpo_train.config import TrainConfig, field_owners
+    from grpo_train.train_cli import build_parser
+
+    command = _recipe_flags_command()
+    train = command[command.index("train") + 1 :]
+    assert train[:2] == ["--config", "run.yaml"]
+    args = build_parser().parse_args(train[2:])  # an unknown flag fails here
+    given = {n: getattr(args, n) for n in field_owners() if getattr(args, n) is not None}
+    flags, example = TrainConfig.from_flat(given), TrainConfig.from_yaml(EXAMPLE)
+    # Every sandbox field the same, but the in-flight bound the example sizes to its services.
+    in_flight = flags.sandbox.sandbox_max_in_flight
+    assert flags.sandbox == dataclasses.replace(example.sandbox, sandbox_max_in_flight=in_flight)
+    for name in ("vllm_mode", "vllm_server_urls", "vllm_sync_address"):
+        assert getattr(flags.rollout, name) == getattr(example.rollout, name), name
+
+
 # -- the shape on localhost ------------------------------------------------------------------
 
 
@@ -66,19 +94,26 @@ class Service:
     url: str
 
 
-def _service_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "GRPO_SANDBOX_TOKEN"}  # loopback: none
+#: The bearer token of the test that uses one (loopback needs none; the recipe's machines do).
+TOKEN = "shape-token-5be1"
+#: The environment variable the trainer ranks read it from (``--sandbox_token_env``).
+TOKEN_ENV = "SHAPE_SANDBOX_TOKEN"
+
+
+def _service_env(token: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "GRPO_SANDBOX_TOKEN"}
     env["PYTHONPATH"] = str(ROOT)
-    return env
+    return {**env, "GRPO_SANDBOX_TOKEN": token} if token else env
 
 
 @contextmanager
-def sandbox_service() -> Iterator[Service]:
-    """Start ``grpo sandbox serve --port 0 --workers 1``; kill it if the test did not stop it."""
+def sandbox_service(token: str = "") -> Iterator[Service]:
+    """Start ``grpo sandbox serve --port 0 --workers 1`` (with ``$GRPO_SANDBOX_TOKEN`` =
+    ``token`` when given); kill it if the test did not stop it."""
     command = [sys.executable, "-m", "grpo_train.cli", "sandbox", "serve", "--port", "0"]
     proc = subprocess.Popen(
         [*command, "--workers", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_service_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_service_env(token),
         cwd=ROOT,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -96,13 +131,14 @@ def sandbox_service() -> Iterator[Service]:
 
 
 def served(url: str) -> int:
-    """Requests the service at ``url`` has answered (its ``/health`` ``served``, all paths)."""
+    """Requests the service at ``url`` has answered (its ``/health`` ``served``, all paths);
+    asserts that it refused none (a 401 would be a rank without the token)."""
     import httpx
 
-    reply = httpx.get(f"{url}/health", timeout=10)
+    reply = httpx.get(f"{url}/health", timeout=10)  # no token needed
     assert reply.status_code == 200, reply.text
-    counts = reply.json()["served"]
-    assert isinstance(counts, dict)
+    counts, refused = reply.json()["served"], reply.json()["refused"]
+    assert isinstance(counts, dict) and refused == {}, refused
     return sum(int(n) for n in counts.values())
 
 
@@ -151,7 +187,7 @@ def _free_port() -> int:
         return port
 
 
-def _train_args(model: Path, out: Path, urls: list[str]) -> list[str]:
+def _train_args(model: Path, out: Path, urls: list[str], token_env: str) -> list[str]:
     return [
         "grpo", "train", "--model", str(model), "--env", "faults/remote-code-v0",
         "--engine", "hf", "--max_steps", "1", "--num_generations", "4",
@@ -159,11 +195,15 @@ def _train_args(model: Path, out: Path, urls: list[str]) -> list[str]:
         "--eval_size", "0", "--save_every", "0", "--progress", "false",
         "--log_every_samples", "0", "--output_dir", str(out),
         "--sandbox_backend", "remote", "--sandbox_urls", ",".join(urls),
+        "--sandbox_token_env", token_env,
     ]  # fmt: skip
 
 
-def train_on_two_ranks(model: Path, out: Path, urls: list[str]) -> dict[str, float]:
-    """Run the real ``grpo train`` on 2 gloo ranks; assert it ends 0; its step-1 metrics."""
+def train_on_two_ranks(
+    model: Path, out: Path, urls: list[str], token: str = ""
+) -> dict[str, float]:
+    """Run the real ``grpo train`` on 2 gloo ranks (``token`` in ``$SHAPE_SANDBOX_TOKEN``, named
+    by ``--sandbox_token_env``); assert that both end 0; return the step's metrics."""
     from collective_guard.nccl_guard import guarded_env
 
     from grpo_train.run.run_log import read_metrics
@@ -178,8 +218,11 @@ def train_on_two_ranks(model: Path, out: Path, urls: list[str]) -> dict[str, flo
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env = guarded_env({**env, "TOKENIZERS_PARALLELISM": "false"})
     env.pop("GRPO_SANDBOX_TOKEN", None)
+    env.pop(TOKEN_ENV, None)
+    if token:
+        env[TOKEN_ENV] = token
     proc = subprocess.Popen(
-        launch + _train_args(model, out, urls),
+        launch + _train_args(model, out, urls, TOKEN_ENV if token else ""),
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -200,8 +243,9 @@ def test_two_trainer_ranks_score_on_two_sandbox_services(
     tmp_path: Path, tiny_model_path: Path
 ) -> None:
     with ExitStack() as stack:
-        services = [stack.enter_context(sandbox_service()) for _ in range(2)]
-        row = train_on_two_ranks(tiny_model_path, tmp_path, [s.url for s in services])
+        # As on the recipe's machines: the services require a token, the ranks send it.
+        services = [stack.enter_context(sandbox_service(TOKEN)) for _ in range(2)]
+        row = train_on_two_ranks(tiny_model_path, tmp_path, [s.url for s in services], TOKEN)
         counts = [served(s.url) for s in services]
         for service in services:
             stop(service)
