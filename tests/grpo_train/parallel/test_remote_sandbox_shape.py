@@ -1,13 +1,17 @@
 """The multi-machine recipe of ``examples/README.md`` on localhost: its config, and its shape.
 
-``examples/multi_node_code.yaml`` must load with the real config loader. The slow tests run the
-recipe's shape on one machine: two ``grpo sandbox serve --port 0`` processes (the scoring
-machines) and the real ``grpo train`` on two gloo ranks under ``accelerate launch`` (the trainer
-machines), scoring through ``--sandbox_backend remote --sandbox_urls <both>``. Generation is
-colocated (the ``hf`` engine on the tiny model): ``grpo serve`` replicas of vLLM take minutes to
-start on a CPU, too slow for CI; ``tests/grpo_train/rollout/test_server_mode.py`` covers server
-mode on its own. The environment is ``faults/remote-code-v0``, whose completions all run one
-fixed program that passes, so every completion reaches a service and every reward is 1.0.
+``examples/multi_node_code.yaml`` must load with the real config loader, and the recipe's
+command-line form must parse and say the same. The slow tests run the recipe's shape on one
+machine: two ``grpo sandbox serve --port 0`` processes (the scoring machines, requiring a token
+as off loopback) and the real ``grpo train`` on two gloo ranks under ``accelerate launch`` (the
+trainer machines), scoring through ``--sandbox_backend remote --sandbox_urls <both>
+--sandbox_token_env``; then again with one of the two services stopped first. Generation is
+colocated (the ``hf`` engine on the tiny model): a ``grpo serve`` replica of vLLM takes about a
+minute to start on a loaded 2-core machine, and two of them beside two trainer ranks and two
+services would not fit this test's budget (~90 s) in CI;
+``tests/grpo_train/rollout/test_server_mode.py`` covers server mode on its own. The environment
+is ``faults/remote-code-v0``, whose completions all run one fixed program that passes, so every
+completion reaches a service and every reward is 1.0.
 
 Launched by ``accelerate``, this file is also each rank's script (``python
 test_remote_sandbox_shape.py grpo train ...``): the guard at the bottom registers the test
