@@ -102,8 +102,12 @@ class ServiceSettings:
     max_request_bytes: int = 16 << 20
     """Largest request body (413 beyond it, on Content-Length and while reading)."""
     max_limits: Limits = DEFAULT_MAX_LIMITS
-    max_request_s: float = 600.0
-    """Longest time one request's runs may take at their limits (a test set's sum); over it: 400."""
+    max_request_s: float = 3600.0
+    """Longest time one request's runs may take at their limits (a test set's sum); over it: 400.
+
+    An hour: a function-call job whose program may restart after each failing test (partial
+    credit: ``stop_on_program_failure`` off) is bounded by about (limit + per-test limit) x
+    (tests + 1), e.g. 20 min for HumanEval's longest test set at EvalPlus's limits."""
     read_timeout_s: float = 30.0
     """Longest time to receive a request's body (a slow sender holds a ticket meanwhile)."""
     token: str | None = field(default=None, repr=False)
@@ -167,10 +171,17 @@ def check_limits(limits: Limits, ceiling: Limits, where: str) -> None:
 
 
 def worst_case_s(job: TestJob, default: Limits) -> float:
-    """Return the longest a test job may take at its limits (the sandbox's own bound)."""
+    """Return the longest a test job may take at its limits (the sandbox's own bound).
+
+    Function-call tests run in rounds: the program is restarted after a test it died or hung
+    in, each round bounded by ``timeout_s + remaining tests x per_test``; with
+    ``stop_on_program_failure`` there is no second round.
+    """
     lim = job.limits if job.limits is not None else default
     per_test = job.per_test_timeout_s or lim.timeout_s
     if job.tests and isinstance(job.tests[0], CallTest):
+        if job.stop_on_program_failure:
+            return lim.timeout_s + per_test * len(job.tests) + 1.0
         return (lim.timeout_s + per_test + 1.0) * (len(job.tests) + 1)
     return (job.compile_timeout_s or 0.0) + per_test * len(job.tests)
 

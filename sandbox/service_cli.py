@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-request-s",
         type=float,
-        default=600.0,
+        default=3600.0,
         help="longest a request's runs may take at their limits (a whole test set; more: 400)",
     )
     parser.add_argument(

@@ -452,3 +452,25 @@ def test_the_app_refuses_more_workers_or_larger_defaults_than_it_can_serve(sb: S
         build_app(ServiceSettings(workers=sb.workers + 1), sb)
     with pytest.raises(wire.WireError, match="timeout_s"):  # defaults above the ceiling
         build_app(ServiceSettings(max_limits=Limits(timeout_s=1.0)), sb)
+
+
+def test_a_humaneval_sized_job_is_admitted_by_a_default_service(remote: ServiceSandbox) -> None:
+    """The code environments' HumanEval jobs (EvalPlus limits, many tests) fit the default bound.
+
+    A default service once refused every HumanEval problem with 11 or more tests (400): the
+    bound counted a restart per test even where ``stop_on_program_failure`` forbids one.
+    """
+    from sandbox.service import worst_case_s
+
+    tests = tuple(CallTest(f"assert candidate({i}) == {i + 1}") for i in range(14))
+    job = TestJob(
+        "def inc(x):\n    return x + 1\n", tests, entry_point="inc",
+        limits=Limits(timeout_s=58.0), per_test_timeout_s=4.0, stop_on_program_failure=True,
+    )  # fmt: skip
+    assert worst_case_s(job, Limits()) == 58 + 14 * 4 + 1
+    assert ServiceSettings().max_request_s >= worst_case_s(job, Limits())
+    partial = TestJob(job.program, tests, "inc", limits=job.limits, per_test_timeout_s=4.0)
+    assert worst_case_s(partial, Limits()) == (58 + 4 + 1) * 15  # a restart after each test
+    assert ServiceSettings().max_request_s >= worst_case_s(partial, Limits())
+    report = remote.run_tests_many([job])[0]
+    assert report.all_passed and report.total == 14
