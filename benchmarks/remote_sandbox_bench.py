@@ -445,7 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     grpo_ratios = [s.ratio_to_local for s in summaries if s.mode == "grpo" and s.ratio_to_local]
     if grpo_ratios:
         worst = min(grpo_ratios)
-        print(f"protocol grpo vs local: {worst:.2f}x at worst (target >= 0.8x: "
+        print(f"protocol grpo vs local: {worst:.3f}x at worst (target >= 0.8x: "
               f"{'met' if worst >= 0.8 else 'not met'})")  # fmt: skip
     if args.json:
         record = {
