@@ -40,13 +40,19 @@ from __future__ import annotations
 
 import base64
 import binascii
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal, TypeVar, cast, get_args
+from typing import Literal, cast, get_args
 
-from sandbox.wire import WireError
+from sandbox.wire import (
+    WireError,
+    expect_enum,
+    expect_int,
+    expect_number,
+    expect_object,
+    expect_str,
+)
 
 #: Every language (execution mode) SandboxFusion's server or its official client names; a
 #: request for another is refused. Which of them a given service runs is its own: see
@@ -188,61 +194,24 @@ def decode_files(files: Mapping[str, str | None], where: str = "files") -> dict[
 
 # -- strict decoding ---------------------------------------------------------------------------
 
-_S = TypeVar("_S", RunStatus, CommandStatus)
-
-
-def _mapping(
-    value: object, where: str, allowed: set[str], required: set[str]
-) -> Mapping[str, object]:
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-        raise WireError(f"{where}: expected an object, got {type(value).__name__}")
-    unknown = sorted(set(value) - allowed)
-    if unknown:
-        raise WireError(f"{where}: unknown field(s) {unknown}")
-    missing = sorted(required - set(value))
-    if missing:
-        raise WireError(f"{where}: missing field(s) {missing}")
-    return value
-
-
-def _str(value: object, where: str) -> str:
-    if not isinstance(value, str):
-        raise WireError(f"{where}: expected a string, got {type(value).__name__}")
-    return value
-
 
 def _optional_str(value: object, where: str) -> str | None:
-    return None if value is None else _str(value, where)
+    return None if value is None else expect_str(value, where)
 
 
 def _number(value: object, where: str, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise WireError(f"{where}: expected a finite number, got {value!r}")
-    if positive and not value > 0:
+    number = expect_number(value, where)
+    if positive and not number > 0:
         raise WireError(f"{where}: expected a number of seconds > 0, got {value!r}")
-    return float(value)
+    return number
 
 
 def _optional_number(value: object, where: str) -> float | None:
     return None if value is None else _number(value, where)
 
 
-def _int(value: object, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise WireError(f"{where}: expected an integer, got {value!r}")
-    return value
-
-
 def _optional_int(value: object, where: str) -> int | None:
-    return None if value is None else _int(value, where)
-
-
-def _enum(kind: type[_S], value: object, where: str) -> _S:
-    try:
-        return kind(_str(value, where))
-    except ValueError:
-        valid = [m.value for m in kind]
-        raise WireError(f"{where}: {value!r} is not one of {valid}") from None
+    return None if value is None else expect_int(value, where)
 
 
 def _str_map(value: object, where: str, *, nullable: bool) -> dict[str, str | None]:
@@ -251,15 +220,15 @@ def _str_map(value: object, where: str, *, nullable: bool) -> dict[str, str | No
     out: dict[str, str | None] = {}
     for key, item in value.items():
         here = f"{where}[{key!r}]"
-        key = _str(key, f"{where} key")
-        out[key] = _optional_str(item, here) if nullable else _str(item, here)
+        key = expect_str(key, f"{where} key")
+        out[key] = _optional_str(item, here) if nullable else expect_str(item, here)
     return out
 
 
 def _str_list(value: object, where: str) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise WireError(f"{where}: expected a list, got {type(value).__name__}")
-    return tuple(_str(item, f"{where}[{i}]") for i, item in enumerate(value))
+    return tuple(expect_str(item, f"{where}[{i}]") for i, item in enumerate(value))
 
 
 _REQUEST_FIELDS = {
@@ -303,8 +272,8 @@ def decode_run_code_request(value: object, where: str = "request") -> RunCodeReq
     ``WireError`` names the field: an unknown language, a time limit that is not a positive
     number, a file content that is not base64, an unknown key.
     """
-    data = _mapping(value, where, _REQUEST_FIELDS, {"code", "language"})
-    language = _str(data["language"], f"{where}.language")
+    data = expect_object(value, where, _REQUEST_FIELDS, {"code", "language"})
+    language = expect_str(data["language"], f"{where}.language")
     if language not in FUSION_LANGUAGES:
         raise WireError(
             f"{where}.language: {language!r} is not a SandboxFusion language; "
@@ -313,14 +282,14 @@ def decode_run_code_request(value: object, where: str = "request") -> RunCodeReq
     files = _str_map(data.get("files", {}), f"{where}.files", nullable=True)
     decode_files(files, f"{where}.files")  # refuse what is not base64 here, naming the file
     return RunCodeRequest(
-        code=_str(data["code"], f"{where}.code"),
+        code=expect_str(data["code"], f"{where}.code"),
         language=cast(FusionLanguage, language),
         stdin=_optional_str(data.get("stdin"), f"{where}.stdin"),
         compile_timeout=_number(
             data.get("compile_timeout", 10.0), f"{where}.compile_timeout", positive=True
         ),
         run_timeout=_number(data.get("run_timeout", 10.0), f"{where}.run_timeout", positive=True),
-        memory_limit_MB=_int(data.get("memory_limit_MB", -1), f"{where}.memory_limit_MB"),
+        memory_limit_MB=expect_int(data.get("memory_limit_MB", -1), f"{where}.memory_limit_MB"),
         files=files,
         fetch_files=_str_list(data.get("fetch_files", []), f"{where}.fetch_files"),
     )
@@ -342,9 +311,9 @@ def encode_command_result(result: CommandRunResult) -> dict[str, object]:
 
 def decode_command_result(value: object, where: str = "command") -> CommandRunResult:
     """Inverse of ``encode_command_result``."""
-    data = _mapping(value, where, _COMMAND_FIELDS, {"status"})
+    data = expect_object(value, where, _COMMAND_FIELDS, {"status"})
     return CommandRunResult(
-        status=_enum(CommandStatus, data["status"], f"{where}.status"),
+        status=expect_enum(CommandStatus, data["status"], f"{where}.status"),
         execution_time=_optional_number(data.get("execution_time"), f"{where}.execution_time"),
         return_code=_optional_int(data.get("return_code"), f"{where}.return_code"),
         stdout=_optional_str(data.get("stdout"), f"{where}.stdout"),
@@ -371,13 +340,13 @@ def encode_run_code_response(response: RunCodeResponse) -> dict[str, object]:
 
 def decode_run_code_response(value: object, where: str = "response") -> RunCodeResponse:
     """Inverse of ``encode_run_code_response``: the client's check of a server's reply."""
-    data = _mapping(value, where, _RESPONSE_FIELDS, {"status", "message"})
+    data = expect_object(value, where, _RESPONSE_FIELDS, {"status", "message"})
     compile_raw, run_raw = data.get("compile_result"), data.get("run_result")
     files = _str_map(data.get("files", {}), f"{where}.files", nullable=False)
     decode_files(files, f"{where}.files")
     return RunCodeResponse(
-        status=_enum(RunStatus, data["status"], f"{where}.status"),
-        message=_str(data["message"], f"{where}.message"),
+        status=expect_enum(RunStatus, data["status"], f"{where}.status"),
+        message=expect_str(data["message"], f"{where}.message"),
         compile_result=None
         if compile_raw is None
         else decode_command_result(compile_raw, f"{where}.compile_result"),

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import TypeVar
 
 from sandbox.types import (
@@ -52,16 +53,20 @@ HEALTH_PATH = "/health"
 #: SandboxFusion's single-run endpoint (its request and response, field for field).
 RUN_CODE_PATH = "/run_code"
 
-_E = TypeVar("_E", Status, TestStatus)
+_E = TypeVar("_E", bound=StrEnum)
 
 
 class WireError(ValueError):
     """A request or reply that does not have the protocol's shape; the message names the field."""
 
 
-def _mapping(
+def expect_object(
     value: object, where: str, allowed: set[str], required: set[str]
 ) -> Mapping[str, object]:
+    """Return ``value`` as a JSON object with only ``allowed`` and every ``required`` key.
+
+    This and the other ``expect_*`` checks are shared with ``sandbox.fusion``'s decoders.
+    """
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise WireError(f"{where}: expected an object, got {type(value).__name__}")
     unknown = sorted(set(value) - allowed)
@@ -73,27 +78,31 @@ def _mapping(
     return value
 
 
-def _str(value: object, where: str) -> str:
+def expect_str(value: object, where: str) -> str:
+    """Return ``value`` if it is a string, else raise ``WireError`` naming ``where``."""
     if not isinstance(value, str):
         raise WireError(f"{where}: expected a string, got {type(value).__name__}")
     return value
 
 
-def _bool(value: object, where: str) -> bool:
+def expect_bool(value: object, where: str) -> bool:
+    """Return ``value`` if it is true or false."""
     if not isinstance(value, bool):
         raise WireError(f"{where}: expected true or false, got {type(value).__name__}")
     return value
 
 
-def _number(value: object, where: str) -> float:
+def expect_number(value: object, where: str) -> float:
+    """Return ``value`` as a float if it is a finite number (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise WireError(f"{where}: expected a finite number, got {value!r}")
     return float(value)
 
 
-def _enum(kind: type[_E], value: object, where: str) -> _E:
+def expect_enum(kind: type[_E], value: object, where: str) -> _E:
+    """Return the member of ``kind`` whose value ``value`` is (the message lists them)."""
     try:
-        return kind(_str(value, where))
+        return kind(expect_str(value, where))
     except ValueError:
         valid = [m.value for m in kind]
         raise WireError(f"{where}: {value!r} is not one of {valid}") from None
@@ -107,7 +116,7 @@ def encode_limits(limits: Limits) -> dict[str, object]:
 def decode_limits(value: object, where: str = "limits") -> Limits:
     """Inverse of ``encode_limits``; omitted fields take ``Limits``' defaults."""
     names = {f.name for f in dataclasses.fields(Limits)}
-    data = _mapping(value, where, names, set())
+    data = expect_object(value, where, names, set())
     try:
         return Limits(**data)  # type: ignore[arg-type]
     except (TypeError, ValueError) as exc:
@@ -142,16 +151,20 @@ def _encode_test(test: CallTest | IOTest) -> dict[str, object]:
 
 
 def _decode_test(value: object, where: str) -> CallTest | IOTest:
-    data = _mapping(value, where, {"kind", "source", "stdin", "expected_stdout", "name"}, {"kind"})
+    data = expect_object(
+        value, where, {"kind", "source", "stdin", "expected_stdout", "name"}, {"kind"}
+    )
     kind = data["kind"]
-    name = _str(data.get("name", ""), f"{where}.name")
+    name = expect_str(data.get("name", ""), f"{where}.name")
     if kind == "call":
-        _mapping(data, where, {"kind", "source", "name"}, {"source"})
-        return CallTest(_str(data["source"], f"{where}.source"), name)
+        expect_object(data, where, {"kind", "source", "name"}, {"source"})
+        return CallTest(expect_str(data["source"], f"{where}.source"), name)
     if kind == "io":
-        _mapping(data, where, {"kind", "stdin", "expected_stdout", "name"}, {"expected_stdout"})
-        stdin = _str(data.get("stdin", ""), f"{where}.stdin")
-        return IOTest(stdin, _str(data["expected_stdout"], f"{where}.expected_stdout"), name)
+        expect_object(
+            data, where, {"kind", "stdin", "expected_stdout", "name"}, {"expected_stdout"}
+        )
+        stdin = expect_str(data.get("stdin", ""), f"{where}.stdin")
+        return IOTest(stdin, expect_str(data["expected_stdout"], f"{where}.expected_stdout"), name)
     raise WireError(f"{where}.kind: {kind!r} is not 'call' or 'io'")
 
 
@@ -161,13 +174,13 @@ def decode_job(value: object, where: str = "job") -> TestJob:
     Only the shape is checked here; what the sandbox itself refuses (mixed test kinds, sizes)
     is its ``run_tests`` validation's to say.
     """
-    data = _mapping(value, where, _JOB_FIELDS, {"program", "tests"})
+    data = expect_object(value, where, _JOB_FIELDS, {"program", "tests"})
     raw_tests = data["tests"]
     if not isinstance(raw_tests, list):
         raise WireError(f"{where}.tests: expected a list, got {type(raw_tests).__name__}")
     tests = tuple(_decode_test(t, f"{where}.tests[{i}]") for i, t in enumerate(raw_tests))
     kwargs: dict[str, object] = {
-        "program": _str(data["program"], f"{where}.program"),
+        "program": expect_str(data["program"], f"{where}.program"),
         "tests": tests,
     }
     for name in _JOB_FIELDS - {"program", "tests"}:
@@ -177,11 +190,11 @@ def decode_job(value: object, where: str = "job") -> TestJob:
         if name == "limits":
             kwargs[name] = decode_limits(raw, here)
         elif name.endswith("_s"):  # per_test_timeout_s and any later duration
-            kwargs[name] = _number(raw, here)
+            kwargs[name] = expect_number(raw, here)
         elif name.startswith("stop_on_"):
-            kwargs[name] = _bool(raw, here)
+            kwargs[name] = expect_bool(raw, here)
         else:  # entry_point, setup and any later text field
-            kwargs[name] = _str(raw, here)
+            kwargs[name] = expect_str(raw, here)
     try:
         return TestJob(**kwargs)  # type: ignore[arg-type]
     except (TypeError, ValueError) as exc:
@@ -215,14 +228,21 @@ def decode_compile(value: object, where: str = "compile") -> CompileResult | Non
     if value is None:
         return None
     fields = {"status", "stdout", "stderr", "exit_code", "wall_s"}
-    data = _mapping(value, where, fields, fields)
+    data = expect_object(value, where, fields, fields)
     return CompileResult(
-        status=_enum(Status, data["status"], f"{where}.status"),
-        stdout=_str(data["stdout"], f"{where}.stdout"),
-        stderr=_str(data["stderr"], f"{where}.stderr"),
+        status=expect_enum(Status, data["status"], f"{where}.status"),
+        stdout=expect_str(data["stdout"], f"{where}.stdout"),
+        stderr=expect_str(data["stderr"], f"{where}.stderr"),
         exit_code=_exit_code(data["exit_code"], f"{where}.exit_code"),
-        wall_s=_number(data["wall_s"], f"{where}.wall_s"),
+        wall_s=expect_number(data["wall_s"], f"{where}.wall_s"),
     )
+
+
+def expect_int(value: object, where: str) -> int:
+    """Return ``value`` if it is an integer (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WireError(f"{where}: expected an integer, got {value!r}")
+    return value
 
 
 def _exit_code(value: object, where: str) -> int | None:
@@ -234,7 +254,7 @@ def _exit_code(value: object, where: str) -> int | None:
 def decode_report(value: object, where: str = "report") -> TestReport:
     """Inverse of ``encode_report``: the client's check of what a service sent back."""
     fields = {"results", "status", "wall_s", "isolation", "stdout", "stderr", "compile"}
-    data = _mapping(value, where, fields, {"results", "status", "wall_s", "isolation"})
+    data = expect_object(value, where, fields, {"results", "status", "wall_s", "isolation"})
     raw_results, raw_layers = data["results"], data["isolation"]
     if not isinstance(raw_results, list):
         raise WireError(f"{where}.results: expected a list")
@@ -243,21 +263,21 @@ def decode_report(value: object, where: str = "report") -> TestReport:
     results = []
     for i, raw in enumerate(raw_results):
         here = f"{where}.results[{i}]"
-        item = _mapping(raw, here, {"name", "status", "detail"}, {"name", "status"})
+        item = expect_object(raw, here, {"name", "status", "detail"}, {"name", "status"})
         results.append(
             TestResult(
-                _str(item["name"], f"{here}.name"),
-                _enum(TestStatus, item["status"], f"{here}.status"),
-                _str(item.get("detail", ""), f"{here}.detail"),
+                expect_str(item["name"], f"{here}.name"),
+                expect_enum(TestStatus, item["status"], f"{here}.status"),
+                expect_str(item.get("detail", ""), f"{here}.detail"),
             )
         )
     return TestReport(
         results=tuple(results),
-        status=_enum(Status, data["status"], f"{where}.status"),
-        wall_s=_number(data["wall_s"], f"{where}.wall_s"),
-        isolation=tuple(_str(x, f"{where}.isolation") for x in raw_layers),
-        stdout=_str(data.get("stdout", ""), f"{where}.stdout"),
-        stderr=_str(data.get("stderr", ""), f"{where}.stderr"),
+        status=expect_enum(Status, data["status"], f"{where}.status"),
+        wall_s=expect_number(data["wall_s"], f"{where}.wall_s"),
+        isolation=tuple(expect_str(x, f"{where}.isolation") for x in raw_layers),
+        stdout=expect_str(data.get("stdout", ""), f"{where}.stdout"),
+        stderr=expect_str(data.get("stderr", ""), f"{where}.stderr"),
         compile=decode_compile(data.get("compile"), f"{where}.compile"),
     )
 
@@ -278,8 +298,8 @@ def encode_run(job: Job) -> dict[str, object]:
 
 def decode_run(value: object, where: str = "run") -> Job:
     """Inverse of ``encode_run``: a ``Job``, or ``WireError`` naming what is wrong."""
-    data = _mapping(value, where, _RUN_FIELDS, {"code"})
-    kwargs: dict[str, object] = {"code": _str(data["code"], f"{where}.code")}
+    data = expect_object(value, where, _RUN_FIELDS, {"code"})
+    kwargs: dict[str, object] = {"code": expect_str(data["code"], f"{where}.code")}
     for name in _RUN_FIELDS - {"code"}:
         if name not in data or data[name] is None:
             continue
@@ -287,12 +307,12 @@ def decode_run(value: object, where: str = "run") -> Job:
         if name == "limits":
             kwargs[name] = decode_limits(raw, here)
         elif name == "files":
-            files = _mapping(raw, here, set(raw) if isinstance(raw, Mapping) else set(), set())
-            kwargs[name] = {k: _str(v, f"{here}[{k!r}]") for k, v in files.items()}
+            files = expect_object(raw, here, set(raw) if isinstance(raw, Mapping) else set(), set())
+            kwargs[name] = {k: expect_str(v, f"{here}[{k!r}]") for k, v in files.items()}
         elif name.endswith("_s"):
-            kwargs[name] = _number(raw, here)
+            kwargs[name] = expect_number(raw, here)
         else:  # stdin and any later text field
-            kwargs[name] = _str(raw, here)
+            kwargs[name] = expect_str(raw, here)
     try:
         return Job(**kwargs)  # type: ignore[arg-type]
     except (TypeError, ValueError) as exc:
@@ -312,18 +332,18 @@ def decode_exec_result(value: object, where: str = "result") -> ExecResult:
     """Inverse of ``encode_exec_result``: the client's check of a single run's reply."""
     names = {f.name for f in dataclasses.fields(ExecResult)}
     required = {"status", "stdout", "stderr", "exit_code", "wall_s", "isolation"}
-    data = _mapping(value, where, names, required)
+    data = expect_object(value, where, names, required)
     layers = data["isolation"]
     if not isinstance(layers, list):
         raise WireError(f"{where}.isolation: expected a list")
     return ExecResult(
-        status=_enum(Status, data["status"], f"{where}.status"),
-        stdout=_str(data["stdout"], f"{where}.stdout"),
-        stderr=_str(data["stderr"], f"{where}.stderr"),
+        status=expect_enum(Status, data["status"], f"{where}.status"),
+        stdout=expect_str(data["stdout"], f"{where}.stdout"),
+        stderr=expect_str(data["stderr"], f"{where}.stderr"),
         exit_code=_exit_code(data["exit_code"], f"{where}.exit_code"),
-        wall_s=_number(data["wall_s"], f"{where}.wall_s"),
-        isolation=tuple(_str(x, f"{where}.isolation") for x in layers),
-        truncated=_bool(data.get("truncated", False), f"{where}.truncated"),
-        detail=_str(data.get("detail", ""), f"{where}.detail"),
+        wall_s=expect_number(data["wall_s"], f"{where}.wall_s"),
+        isolation=tuple(expect_str(x, f"{where}.isolation") for x in layers),
+        truncated=expect_bool(data.get("truncated", False), f"{where}.truncated"),
+        detail=expect_str(data.get("detail", ""), f"{where}.detail"),
         compile=decode_compile(data.get("compile"), f"{where}.compile"),
     )
