@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import sandbox_helpers  # noqa: F401  (imports the real package first)
+from process_tree import alive, descendants
 from service_helpers import health
 
 from sandbox import wire
@@ -57,32 +58,6 @@ def serving(*args: str, **env: str) -> Iterator[tuple[subprocess.Popen[str], str
             proc.kill()
         proc.wait()
         proc.stdout.close()
-
-
-def _descendants(root: int) -> set[int]:
-    """Every live process below ``root`` (children, their children, ...)."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found: set[int] = set()
-    frontier = {root}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_refuses_a_public_address_without_a_token() -> None:
@@ -130,7 +105,7 @@ def test_sigterm_with_a_run_in_flight_stops_cleanly() -> None:
         while health(url)["in_flight"] != 1:
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        below = _descendants(proc.pid)
+        below = descendants(proc.pid)
         assert below  # the slot server, its template, the run's child
         start = time.monotonic()
         proc.send_signal(signal.SIGTERM)
@@ -143,7 +118,7 @@ def test_sigterm_with_a_run_in_flight_stops_cleanly() -> None:
     reply = replies[0]  # the Sandbox closes first: the run in flight is answered, not dropped
     assert isinstance(reply, httpx.Response) and reply.status_code == 503, reply
     time.sleep(0.5)
-    assert [pid for pid in below if _alive(pid)] == []
+    assert [pid for pid in below if alive(pid)] == []
 
 
 def test_the_command_imports_no_torch_nor_the_environments() -> None:

@@ -146,42 +146,19 @@ def served(url: str) -> int:
     return sum(int(n) for n in counts.values())
 
 
-def _descendants(root: int) -> set[int]:
-    """Every live process below ``root`` (children, their children, ...)."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found: set[int] = set()
-    frontier = {root}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def stop(service: Service) -> None:
     """SIGTERM the service; it exits 0 and leaves none of its processes (slot servers...)."""
-    below = _descendants(service.proc.pid)
+    # Imported here: this file is also each rank's script, where tests/ is not on sys.path.
+    from process_tree import alive, descendants
+
+    below = descendants(service.proc.pid)
     assert below  # its Sandbox's slot servers, templates, verdict servers
     service.proc.send_signal(signal.SIGTERM)
     assert service.proc.wait(timeout=30) == 0
     deadline = time.monotonic() + 5
-    while [pid for pid in below if _alive(pid)] and time.monotonic() < deadline:
+    while [pid for pid in below if alive(pid)] and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert [pid for pid in below if _alive(pid)] == []
+    assert [pid for pid in below if alive(pid)] == []
 
 
 def _free_port() -> int:
