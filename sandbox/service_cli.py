@@ -31,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="grpo sandbox serve",
         description="Serve the sandbox over HTTP: /v1/run_tests, /v1/run, SandboxFusion's "
         "/run_code, /health. Needs a token unless it listens on loopback.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,  # a service's defaults matter
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=8080, help="0: a free port (printed)")
