@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from grpo_train.collect.batch import RolloutBatch
 from grpo_train.collect.collector import Collector
 from grpo_train.collect.groups import Group
-from grpo_train.rollout.base import on_callers_device
+from grpo_train.rollout.base import in_callers_torch_context
 from grpo_train.run.checkpoint import SamplerState
 from grpo_train.run.run_log import logger
 
@@ -274,7 +274,7 @@ class RolloutPipeline:
         self._next = max(self._next, step + 1)
         if self._thread is None:
             # The producer generates on this rank's GPU, not on the new thread's device 0.
-            produce = on_callers_device(self._produce)
+            produce = in_callers_torch_context(self._produce)
             self._thread = threading.Thread(target=produce, name="rollouts", daemon=True)
             self._thread.start()
         self._queue.put(job)

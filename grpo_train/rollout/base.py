@@ -26,22 +26,34 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def on_callers_device(work: Callable[[], T]) -> Callable[[], T]:
-    """Return ``work`` set to run on the calling thread's CUDA device, from any thread.
+def in_callers_torch_context(work: Callable[[], T]) -> Callable[[], T]:
+    """Return ``work`` set to run with the calling thread's CUDA device and CPU thread count.
 
-    The current CUDA device is per thread and a new thread starts on device 0: a helper thread
-    that generates or syncs weights for rank 3 would otherwise allocate on rank 0's GPU. Taken
-    when this is called (in the caller's thread), set first thing in the thread that runs it.
-    Without CUDA in use, ``work`` itself.
+    Both are per thread, and a new thread starts with neither: its CUDA device is 0 (a helper
+    thread that generates or syncs weights for rank 3 would allocate on rank 0's GPU), and its
+    OpenMP thread count is the process default, not what ``torch.set_num_threads`` set in the
+    caller (``num_threads``). vLLM's CPU attention plans its work for the thread count of the
+    thread that schedules and checks it where it runs: with ``num_threads: 1`` an asynchronous
+    run died in its first step ("Check failed: input->metadata->thread_num == thread_num (2 vs.
+    1)"). Taken when this is called (in the caller's thread), set first thing in the thread
+    that runs it.
     """
     import torch
 
-    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
-        return work
-    device = torch.cuda.current_device()
+    threads = torch.get_num_threads()
+    device = (
+        torch.cuda.current_device()
+        if torch.cuda.is_available() and torch.cuda.is_initialized()
+        else None
+    )
+    # torch's own setter: vLLM's CPU worker swaps ``torch.set_num_threads`` for a no-op after it
+    # binds its threads (``vllm_engine`` puts the original back; this never depends on that).
+    set_threads = torch._C.set_num_threads
 
     def run() -> T:
-        torch.cuda.set_device(device)
+        if device is not None:
+            torch.cuda.set_device(device)
+        set_threads(threads)  # also when torch reports the same: OpenMP's count is per thread
         return work()
 
     return run

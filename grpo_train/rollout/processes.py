@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from grpo_train.rollout.base import EngineDied, on_callers_device
+from grpo_train.rollout.base import EngineDied, in_callers_torch_context
 from grpo_train.rollout.engine_reaper import mapped_shm
 
 T = TypeVar("T")
@@ -173,7 +173,7 @@ class EngineProcesses:
         done = threading.Event()
         outcome: list[T] = []
         failure: list[BaseException] = []
-        work = on_callers_device(request)  # this rank's GPU, not the new thread's device 0
+        work = in_callers_torch_context(request)  # this rank's GPU and thread count
 
         def run() -> None:
             try:

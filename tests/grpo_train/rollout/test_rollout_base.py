@@ -5,12 +5,16 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
+from typing import TypeVar
 
 import pytest
 import torch
 
 from grpo_train.rollout.base import engine_asleep
+
+T = TypeVar("T")
 
 
 class _SleepyEngine:
@@ -143,3 +147,63 @@ def test_the_rollout_producer_thread_generates_on_the_callers_gpu(
     finally:
         pipeline.close()
     assert {c[2] for c in collector.calls} == {"rollouts"} and devices == [3, 3, 3]
+
+
+def _in_new_thread(fn: Callable[[], T]) -> T:
+    out: list[T] = []
+    thread = threading.Thread(target=lambda: out.append(fn()))
+    thread.start()
+    thread.join()
+    return out[0]
+
+
+@pytest.fixture
+def other_threads_count() -> Iterator[int]:
+    """New threads start with another CPU thread count than this one's (returned).
+
+    As after another thread's ``torch.set_num_threads`` (OpenMP keeps a count per thread and a
+    default for new ones): the state in which vLLM's CPU attention planned a step for 2
+    threads and ran it on 1.
+    """
+    mine = torch.get_num_threads()
+    _in_new_thread(lambda: torch.set_num_threads(mine + 1))
+    try:
+        if _in_new_thread(torch.get_num_threads) != mine + 1 or torch.get_num_threads() != mine:
+            pytest.fail("could not give new threads another count: the test would prove nothing")
+        yield mine
+    finally:
+        _in_new_thread(lambda: torch.set_num_threads(mine))
+
+
+def test_helper_threads_use_the_callers_cpu_thread_count(other_threads_count: int) -> None:
+    """vLLM's CPU attention checks that a step runs on the thread count it was planned for.
+
+    A new thread starts with the process default, not the caller's count: an asynchronous vLLM
+    run died in its first step ("thread_num (2 vs. 1)") after an earlier test had set 1 thread.
+    """
+    import torch
+    from test_rollout_pipeline import FakeCollector, _drive
+
+    from grpo_train.collect.pipeline import RolloutPipeline
+    from grpo_train.rollout.processes import EngineProcesses
+
+    mine = other_threads_count
+    before = EngineProcesses.current_children()
+    engine_process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    watched = EngineProcesses.started_since(before, roots=[engine_process.pid])
+    try:
+        seen = watched.call(lambda: (threading.get_ident(), torch.get_num_threads()), "generate")
+    finally:
+        watched.end(grace_s=0.1)
+    assert seen[0] != threading.get_ident() and seen[1] == mine
+    engine = SimpleNamespace(version=0, syncing=False)
+    counts: list[int] = []
+    collector = FakeCollector(engine)
+    sample = collector.sample_batch
+    collector.sample_batch = lambda *a: (counts.append(torch.get_num_threads()), sample(*a))[1]
+    pipeline = RolloutPipeline(collector, 1, last_step=2)
+    try:
+        _drive(pipeline, engine, 2)
+    finally:
+        pipeline.close()
+    assert counts == [mine, mine]
