@@ -307,8 +307,12 @@ def decode_run(value: object, where: str = "run") -> Job:
         if name == "limits":
             kwargs[name] = decode_limits(raw, here)
         elif name == "files":
-            files = expect_object(raw, here, set(raw) if isinstance(raw, Mapping) else set(), set())
-            kwargs[name] = {k: expect_str(v, f"{here}[{k!r}]") for k, v in files.items()}
+            if not isinstance(raw, Mapping):
+                raise WireError(f"{here}: expected an object, got {type(raw).__name__}")
+            kwargs[name] = {
+                expect_str(k, f"{here} key"): expect_str(v, f"{here}[{k!r}]")
+                for k, v in raw.items()
+            }
         elif name.endswith("_s"):
             kwargs[name] = expect_number(raw, here)
         else:  # stdin and any later text field

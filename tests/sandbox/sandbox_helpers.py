@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -79,3 +80,20 @@ def require_any(box: object, *layers: str) -> None:
 
     if not set(layers) & set(box.isolation):  # type: ignore[attr-defined]
         pytest.skip(f"needs one of the layers {layers} (have {box.isolation})")  # type: ignore[attr-defined]
+
+
+def drain_listener(listener: socket.socket) -> list[bytes]:
+    """Accept whatever reached ``listener`` (until its timeout), then close it.
+
+    The first bytes of each connection: what a run that should have no network got through.
+    """
+    accepted = []
+    try:
+        while True:
+            conn, _ = listener.accept()
+            accepted.append(conn.recv(100))
+    except (TimeoutError, OSError):
+        pass
+    finally:
+        listener.close()
+    return accepted

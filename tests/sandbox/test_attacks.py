@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import CANARY_ENV, CANARY_VALUE, FAST, require_any, server_pids
+from sandbox_helpers import CANARY_ENV, CANARY_VALUE, FAST, drain_listener, require_any, server_pids
 
 from sandbox import CallTest, Limits, Sandbox, Status, TestJob
 
@@ -221,15 +221,7 @@ except OSError as e:
     print("udp refused", type(e).__name__)
 """
     res = sb.run(code)
-    accepted = []
-    try:
-        while True:
-            conn, _ = listener.accept()
-            accepted.append(conn.recv(100))
-    except (TimeoutError, OSError):
-        pass
-    finally:
-        listener.close()
+    accepted = drain_listener(listener)
     assert res.status is Status.OK, res
     assert "connected" not in res.stdout
     assert "udp sent" not in res.stdout

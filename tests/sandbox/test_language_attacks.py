@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import CANARY_ENV, CANARY_VALUE, require_any
+from sandbox_helpers import CANARY_ENV, CANARY_VALUE, drain_listener, require_any
 
 from sandbox import IOTest, Limits, Sandbox, Status, TestStatus
 
@@ -326,15 +326,7 @@ def test_network_is_unreachable_and_host_listener_gets_nothing(sb: Sandbox, lang
     listener.settimeout(0.5)
     port = listener.getsockname()[1]
     res = run(sb, language, _network(port)[language], limits=Limits(timeout_s=10.0))
-    accepted = []
-    try:
-        while True:
-            conn, _ = listener.accept()
-            accepted.append(conn.recv(100))
-    except (TimeoutError, OSError):
-        pass
-    finally:
-        listener.close()
+    accepted = drain_listener(listener)
     assert res.status is Status.OK, res
     assert "connected" not in res.stdout
     assert res.stdout.count("refused") == 3, res.stdout

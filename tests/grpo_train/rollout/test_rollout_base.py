@@ -112,19 +112,43 @@ def rank_3_gpu(monkeypatch: pytest.MonkeyPatch) -> PerThreadCuda:
     return cuda
 
 
-def test_engine_requests_on_a_helper_thread_run_on_the_callers_gpu(
-    rank_3_gpu: PerThreadCuda,
-) -> None:
-    """A watched request (generate, weight sync) runs on a helper thread: on rank 3's GPU."""
+def _on_a_watched_engines_helper_thread(probe: Callable[[], T]) -> tuple[int, T]:
+    """Run ``probe`` as a watched engine request (a helper thread): its thread id and value."""
     from grpo_train.rollout.processes import EngineProcesses
 
     before = EngineProcesses.current_children()
     engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     watched = EngineProcesses.started_since(before, roots=[engine.pid])
     try:
-        seen = watched.call(lambda: (threading.get_ident(), rank_3_gpu.current_device()), "sync")
+        return watched.call(lambda: (threading.get_ident(), probe()), "generate")
     finally:
         watched.end(grace_s=0.1)
+
+
+def _in_each_step_of_the_producer(probe: Callable[[], T], steps: int) -> tuple[list[T], set[str]]:
+    """``probe``'s value in each step the async rollout producer collects, and its threads."""
+    from test_rollout_pipeline import FakeCollector, _drive
+
+    from grpo_train.collect.pipeline import RolloutPipeline
+
+    engine = SimpleNamespace(version=0, syncing=False)
+    values: list[T] = []
+    collector = FakeCollector(engine)
+    sample = collector.sample_batch
+    collector.sample_batch = lambda *a: (values.append(probe()), sample(*a))[1]
+    pipeline = RolloutPipeline(collector, 1, last_step=steps)
+    try:
+        _drive(pipeline, engine, steps)
+    finally:
+        pipeline.close()
+    return values, {c[2] for c in collector.calls}
+
+
+def test_engine_requests_on_a_helper_thread_run_on_the_callers_gpu(
+    rank_3_gpu: PerThreadCuda,
+) -> None:
+    """A watched request (generate, weight sync) runs on a helper thread: on rank 3's GPU."""
+    seen = _on_a_watched_engines_helper_thread(rank_3_gpu.current_device)
     assert seen[0] != threading.get_ident()  # it did run on a helper thread
     assert seen[1] == 3
 
@@ -132,21 +156,8 @@ def test_engine_requests_on_a_helper_thread_run_on_the_callers_gpu(
 def test_the_rollout_producer_thread_generates_on_the_callers_gpu(
     rank_3_gpu: PerThreadCuda,
 ) -> None:
-    from test_rollout_pipeline import FakeCollector, _drive
-
-    from grpo_train.collect.pipeline import RolloutPipeline
-
-    engine = SimpleNamespace(version=0, syncing=False)
-    devices: list[int] = []
-    collector = FakeCollector(engine)
-    sample = collector.sample_batch
-    collector.sample_batch = lambda *a: (devices.append(rank_3_gpu.current_device()), sample(*a))[1]
-    pipeline = RolloutPipeline(collector, 1, last_step=3)
-    try:
-        _drive(pipeline, engine, 3)
-    finally:
-        pipeline.close()
-    assert {c[2] for c in collector.calls} == {"rollouts"} and devices == [3, 3, 3]
+    devices, threads = _in_each_step_of_the_producer(rank_3_gpu.current_device, 3)
+    assert threads == {"rollouts"} and devices == [3, 3, 3]
 
 
 def _in_new_thread(fn: Callable[[], T]) -> T:
@@ -181,29 +192,8 @@ def test_helper_threads_use_the_callers_cpu_thread_count(other_threads_count: in
     A new thread starts with the process default, not the caller's count: an asynchronous vLLM
     run died in its first step ("thread_num (2 vs. 1)") after an earlier test had set 1 thread.
     """
-    import torch
-    from test_rollout_pipeline import FakeCollector, _drive
-
-    from grpo_train.collect.pipeline import RolloutPipeline
-    from grpo_train.rollout.processes import EngineProcesses
-
     mine = other_threads_count
-    before = EngineProcesses.current_children()
-    engine_process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    watched = EngineProcesses.started_since(before, roots=[engine_process.pid])
-    try:
-        seen = watched.call(lambda: (threading.get_ident(), torch.get_num_threads()), "generate")
-    finally:
-        watched.end(grace_s=0.1)
+    seen = _on_a_watched_engines_helper_thread(torch.get_num_threads)
     assert seen[0] != threading.get_ident() and seen[1] == mine
-    engine = SimpleNamespace(version=0, syncing=False)
-    counts: list[int] = []
-    collector = FakeCollector(engine)
-    sample = collector.sample_batch
-    collector.sample_batch = lambda *a: (counts.append(torch.get_num_threads()), sample(*a))[1]
-    pipeline = RolloutPipeline(collector, 1, last_step=2)
-    try:
-        _drive(pipeline, engine, 2)
-    finally:
-        pipeline.close()
+    counts, _ = _in_each_step_of_the_producer(torch.get_num_threads, 2)
     assert counts == [mine, mine]
