@@ -323,6 +323,37 @@ def any_rank(flag: bool) -> bool:
     return global_sum(float(flag))[0] > 0
 
 
+@dataclass(frozen=True)
+class RankFailure:
+    """A rank that failed in a stage every rank runs, and its error on one line."""
+
+    rank: int
+    error: str
+
+
+def failed_rank(error: str | None) -> RankFailure | None:
+    """Agree on whether a stage failed on some rank: its lowest failing rank, on every rank.
+
+    ``error``: this rank's one-line error, None when its stage went well. Collective, in place
+    of a barrier between stages: a rank that raises before a barrier never reaches it, and the
+    others wait there until the process group's timeout (NCCL: 10-30 minutes) and fail with a
+    timeout that names nobody. Here every rank reaches the agreement, one all-reduce of a flag
+    (a gather of the errors only when one failed), and each then knows who failed and why.
+    World size 1: this rank's own error.
+
+    >>> failed_rank(None) is None
+    True
+    >>> failed_rank("OSError: disk full")
+    RankFailure(rank=0, error='OSError: disk full')
+    """
+    if not multi_rank():
+        return None if error is None else RankFailure(rank_info().rank, error)
+    if not any_rank(error is not None):
+        return None
+    errors = gather_objects([error])
+    return next(RankFailure(rank, text) for rank, text in enumerate(errors) if text is not None)
+
+
 def global_loss_normalizers(local_tokens: int, local_sequences: int) -> tuple[int, int]:
     """Global ``(total_tokens, total_sequences)`` for ``loss_share`` (all ranks' batches)."""
     tokens, sequences = global_sum(local_tokens, local_sequences)

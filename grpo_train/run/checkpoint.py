@@ -42,6 +42,7 @@ moment leaves a resumable run needs all of it in one place.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -49,7 +50,7 @@ import random
 import shutil
 import uuid
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -504,7 +505,9 @@ def save_checkpoint(
 
     ``identity`` / ``launch``: what goes into ``manifest.json`` (None: no manifest, as before);
     the checkpoint then becomes the lineage head of ``launch``. A full disk or an unwritable
-    folder raises ``OutputWriteError`` naming the folder and the space a checkpoint needs.
+    folder raises ``OutputWriteError`` naming the folder and the space a checkpoint needs; in a
+    launched job a failure on one rank makes every rank raise at its next agreement
+    (``_SaveStages``), naming that rank, with the previous checkpoint still the last one.
 
     A LoRA (peft) model writes only its adapter into ``model/``. ``state_dict``: the gathered
     full weights of a sharded (FSDP / ZeRO-3) model (``weight_export.full_state_dict``; only rank
@@ -517,64 +520,113 @@ def save_checkpoint(
 
     sharded = shards_training_state(accelerator)
     main = accelerator is None or bool(accelerator.is_main_process)
-    barrier: Callable[[], None] = (
-        accelerator.wait_for_everyone if accelerator is not None else lambda: None
-    )
     root = checkpoint_dir(run_dir)
     final = checkpoint_path(run_dir, step)
     # The same name on every rank (save_state writes per-rank files into it); rank 0 clears
     # what a crashed save may have left.
     tmp = root / f".tmp-{final.name}"
     parent = read_head(run_dir) if main else None
+    stages = _SaveStages(accelerator, final, model)
     try:
-        _stage(tmp, main, barrier, accelerator if sharded else None)
-        if accelerator is not None and not sharded and accelerator.num_processes > 1:
-            # Each rank's own random states (its CUDA generator, its CPU one): the main
-            # process's trainer state holds only rank 0's. Sharded runs have them in
-            # accelerate/ (save_state).
-            torch.save(rng_state(), tmp / rank_rng_file(accelerator.process_index))
-        if main:
-            optimizer_file = None if sharded else optimizer  # sharded: in accelerate/ already
-            _write_files(tmp, step, model=model, tokenizer=tokenizer, optimizer=optimizer_file,
-                         scheduler=scheduler, sampler=sampler, config_yaml=config_yaml,
-                         state_dict=state_dict, baselines=baselines)  # fmt: skip
-            records = [{"step": int(step_), "what": str(what)} for step_, what in switches]
-            (tmp / SWITCHES_FILE).write_text(json.dumps(records, indent=1) + "\n")
-            if rollouts:
-                torch.save(list(rollouts), tmp / ROLLOUTS_FILE)
-        barrier()  # every rank's files are in tmp before it is renamed
-        if main and identity is not None and launch is not None:
-            parent_name = parent.checkpoint if parent is not None else None
-            _write_manifest(tmp, Manifest(step, launch, parent_name, identity, {}))
-        if main:
-            _publish(tmp, final)
-            if launch is not None:
-                write_head(run_dir, Head(final.name, launch))
-    except (OSError, RuntimeError) as err:
-        if not _is_write_failure(err):
-            raise
-        raise _write_error(err, root, final, model) from None
+        with stages.stage():
+            if main:
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir(parents=True)
+        stages.agree()
+        with stages.stage():
+            if sharded:
+                # Collective itself: optimizer shards, model shards, per-rank RNG.
+                accelerator.save_state(str(tmp / ACCELERATE_DIR))
+            if accelerator is not None and not sharded and accelerator.num_processes > 1:
+                # Each rank's own random states (its CUDA generator, its CPU one): the main
+                # process's trainer state holds only rank 0's. Sharded runs have them in
+                # accelerate/ (save_state).
+                torch.save(rng_state(), tmp / rank_rng_file(accelerator.process_index))
+            if main:
+                optimizer_file = None if sharded else optimizer  # sharded: in accelerate/ already
+                _write_files(tmp, step, model=model, tokenizer=tokenizer, optimizer=optimizer_file,
+                             scheduler=scheduler, sampler=sampler, config_yaml=config_yaml,
+                             state_dict=state_dict, baselines=baselines)  # fmt: skip
+                records = [{"step": int(step_), "what": str(what)} for step_, what in switches]
+                (tmp / SWITCHES_FILE).write_text(json.dumps(records, indent=1) + "\n")
+                if rollouts:
+                    torch.save(list(rollouts), tmp / ROLLOUTS_FILE)
+        stages.agree()  # every rank's files are in tmp before it is renamed
+        with stages.stage():
+            if main and identity is not None and launch is not None:
+                parent_name = parent.checkpoint if parent is not None else None
+                _write_manifest(tmp, Manifest(step, launch, parent_name, identity, {}))
+            if main:
+                _publish(tmp, final)
+                if launch is not None:
+                    write_head(run_dir, Head(final.name, launch))
+                for stale in list_checkpoints(run_dir)[:-keep_last]:
+                    shutil.rmtree(stale, ignore_errors=True)
+        stages.agree()  # no rank goes on before the checkpoint is in place
     finally:
         if main and tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    if main:
-        for stale in list_checkpoints(run_dir)[:-keep_last]:
-            shutil.rmtree(stale, ignore_errors=True)
-    barrier()
     return final
 
 
-def _stage(tmp: Path, main: bool, barrier: Callable[[], None], sharding: Any) -> None:
-    """Make the empty staging folder (main rank); ``sharding`` (an accelerator) saves its state.
+class _SaveStages:
+    """The stages of a collective save, ended by agreements where a save used to have barriers.
 
-    ``accelerator.save_state`` is collective: optimizer shards, model shards, per-rank RNG.
+    ``stage()`` keeps an exception of this rank's part instead of raising it; ``agree()`` (every
+    rank calls it) then raises on every rank as soon as one failed. A rank that raised at once
+    would never reach the next barrier, and the others would wait there until the process
+    group's timeout (NCCL: 10-30 minutes), to fail with a timeout naming nobody. The failing
+    rank raises its own error (a failed write as ``OutputWriteError``, with the space a
+    checkpoint needs; anything else, a bug, as it was), every other rank an ``OutputWriteError``
+    naming it, in one line. The temporary folder is then removed and the previous checkpoint
+    stays the last one. ``accelerator.save_state`` is collective inside: a rank failing in the
+    middle of it is beyond this.
     """
-    if main:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    barrier()
-    if sharding is not None:
-        sharding.save_state(str(tmp / ACCELERATE_DIR))
+
+    def __init__(self, accelerator: Any, final: Path, model: Any) -> None:
+        self.accelerator = accelerator
+        self.final = final
+        self.model = model
+        self.error: Exception | None = None
+
+    @contextlib.contextmanager
+    def stage(self) -> Iterator[None]:
+        """Run this rank's part of a stage; keep its exception for ``agree``."""
+        try:
+            yield
+        except Exception as err:  # raised by agree(), on every rank
+            self.error = err
+
+    def agree(self) -> None:
+        """Raise on every rank when a stage failed on any (collective: every rank calls it)."""
+        from grpo_train.parallel.distributed import failed_rank, multi_rank
+
+        own = self.error
+        if self.accelerator is not None and not multi_rank():
+            # No process group of several ranks (one process): the accelerator's own barrier.
+            self.accelerator.wait_for_everyone()
+        failure = failed_rank(None if own is None else self._detail(own))
+        if failure is None:
+            return
+        if own is not None and not _failed_write(own):
+            raise own
+        written = (
+            None if own is None else _write_error(own, self.final.parent, self.final, self.model)
+        )
+        if written is not None and not multi_rank():
+            raise written from None  # one process: the error as it always was
+        code = errno.EIO if written is None else written.errno or errno.EIO
+        raise OutputWriteError(
+            code,
+            f"cannot write checkpoint {self.final}: rank {failure.rank} failed: {failure.error}",
+        )
+
+    def _detail(self, err: Exception) -> str:
+        """One line: a failed write's reason and the space note, else the error's type and text."""
+        if _failed_write(err):
+            return f"{_reason(err)}; {_space_note(self.final.parent, self.model)}"
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        return f"{type(err).__name__}{': ' + first if first else ''}"
 
 
 def _write_manifest(tmp: Path, manifest: Manifest) -> None:
@@ -591,6 +643,11 @@ def _write_error(err: BaseException, root: Path, final: Path, model: Any) -> Out
         errno.ENOSPC if "space" in note else errno.EIO,
         f"cannot write checkpoint {final} ({_reason(err)}); {note}",
     )
+
+
+def _failed_write(err: BaseException) -> bool:
+    """Return whether ``err``, raised while saving, is a failed write (``_is_write_failure``)."""
+    return isinstance(err, OSError | RuntimeError) and _is_write_failure(err)
 
 
 def _is_write_failure(err: BaseException) -> bool:

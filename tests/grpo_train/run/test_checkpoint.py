@@ -362,3 +362,103 @@ def test_cuda_rng_states_restore_on_a_machine_with_fewer_gpus(monkeypatch, saved
     set_rng_state(state)
     assert sorted(restored) == list(range(min(saved, here)))
     assert all(int(restored[i][0]) == i for i in restored)
+
+
+# A rank of a 2-process DDP run (real gloo process group, real accelerate Accelerator): save
+# step 1, then save step 2 with rank 1's writes failing (a full disk); report how long the save
+# took and what it raised. Then stay alive until the other rank has reported, as a rank on
+# another node would (a rank that exits makes gloo fail its peers at once, which NCCL across
+# nodes does not).
+_FAILING_RANK_SCRIPT = """
+import errno, json, os, sys, time
+from datetime import timedelta
+from pathlib import Path
+import torch
+from accelerate import Accelerator
+from accelerate.utils import InitProcessGroupKwargs
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from grpo_train.config import TrainConfig
+from grpo_train.run.checkpoint import RunIdentity, SamplerState, save_checkpoint
+
+model_path, run_dir, timeout_s = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
+group_timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=timeout_s))
+accelerator = Accelerator(cpu=True, kwargs_handlers=[group_timeout])
+rank = accelerator.process_index
+model = AutoModelForCausalLM.from_pretrained(model_path)
+tokenizer = AutoTokenizer.from_pretrained(model_path)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+identity = RunIdentity(model={"architecture": "x"}, envs=[], config={"seed": 0})
+
+def save(step):
+    return save_checkpoint(
+        run_dir, step, model=model, tokenizer=tokenizer, optimizer=optimizer,
+        scheduler=scheduler, sampler=SamplerState(step, (step,)),
+        config_yaml=TrainConfig().to_yaml(), keep_last=3, accelerator=accelerator,
+        identity=identity, launch="L",
+    )
+
+save(1)
+if rank == 1:
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    torch.save = disk_full
+start = time.monotonic()
+try:
+    save(2)
+    outcome = "saved"
+except BaseException as err:
+    outcome = f"{type(err).__name__}: {err}"
+report = {"seconds": time.monotonic() - start, "outcome": outcome}
+(run_dir / f"rank{rank}.json").write_text(json.dumps(report))
+other = run_dir / f"rank{1 - rank}.json"
+deadline = time.monotonic() + 3 * timeout_s
+while not other.exists() and time.monotonic() < deadline:
+    time.sleep(0.1)
+os._exit(0)
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_rank_failing_mid_save_stops_every_rank_at_once(parts, tiny_model_path, tmp_path):
+    """Rank 1 cannot write its part of step 2: both ranks raise within seconds, naming rank 1,
+    instead of rank 0 waiting at the next barrier until the process group's timeout; no
+    temporary folder is left and step 1 (the last good checkpoint) still loads."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from collective_guard.nccl_guard import guarded_env
+
+    group_timeout_s = 30.0
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    procs = []
+    for rank in (0, 1):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OMP_NUM_THREADS": "1"}  # fmt: skip
+        cmd = [sys.executable, "-c", _FAILING_RANK_SCRIPT, str(tiny_model_path), str(tmp_path),
+               str(group_timeout_s)]  # fmt: skip
+        procs.append(subprocess.Popen(cmd, env=guarded_env(env), stderr=subprocess.PIPE, text=True))
+    errors = [proc.communicate(timeout=200)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], errors
+    reports = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    for rank, report in enumerate(reports):
+        # Well below the group's timeout: the failure is agreed on, not waited out.
+        assert report["seconds"] < group_timeout_s / 3, (rank, report)
+        assert report["outcome"].startswith("OutputWriteError"), (rank, report)
+        assert "rank 1" in report["outcome"] and "No space left" in report["outcome"], report
+    assert len(reports[0]["outcome"].splitlines()) == 1
+    good = checkpoint.checkpoint_path(tmp_path, 1)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "lineage.json",
+        "step-000001",
+    ]
+    assert latest_checkpoint(tmp_path) == good
+    checkpoint.verify_files(good)
+    model, _ = parts
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    assert load_checkpoint(good, optimizer=opt, scheduler=sched).step == 1
