@@ -14,7 +14,7 @@ import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, cast
 
 import torch
 
@@ -129,6 +129,21 @@ def _token_mask(batch: RolloutBatch, rows: list[int], width: int) -> torch.Tenso
     return out
 
 
+class SteppingEngine(Protocol):
+    """An engine that clips and steps inside ``accelerator.backward``: DeepSpeed's.
+
+    ``distributed.engine_stepping_in_backward`` finds it; the names are DeepSpeed's.
+    """
+
+    def was_step_applied(self) -> bool:
+        """Whether the last step changed the weights (False: skipped on non-finite gradients)."""
+        ...
+
+    def get_global_grad_norm(self) -> object:
+        """Return the last applied step's gradient norm before clipping (float, tensor, None)."""
+        ...
+
+
 class ClipAndStep:
     """The optimizer step the update calls once per pass over the batch: clip, step, zero.
 
@@ -137,6 +152,12 @@ class ClipAndStep:
     checkpoint ``last_good()`` intact. ``max_grad_norm`` 0: no clipping. ``clip(params,
     max_norm)`` returns the gradient norm:
     ``torch.nn.utils.clip_grad_norm_``, or accelerate's collective one for sharded models.
+
+    ``engine`` (DeepSpeed): the engine already clipped (at ``max_grad_norm``:
+    ``distributed.set_deepspeed_gradient_clipping``), stepped and zeroed inside the last
+    backward, or skipped the step on non-finite gradients; then nothing is stepped here but the
+    scheduler, after an applied step only (as DeepSpeed treats its own), and a skipped step
+    counts as a bad one.
     """
 
     def __init__(
@@ -148,14 +169,18 @@ class ClipAndStep:
         max_bad_steps: int,
         clip: Callable[[list[torch.nn.Parameter], float], object] = torch.nn.utils.clip_grad_norm_,
         last_good: Callable[[], object] = lambda: None,
+        engine: SteppingEngine | None = None,
     ) -> None:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.max_norm = max_grad_norm or float("inf")
         self.max_bad_steps, self.clip, self.last_good = max_bad_steps, clip, last_good
+        self.engine = engine
         self.bad_in_a_row = 0
 
     def __call__(self, loss: float) -> float:
         """Clip and step; skip (and count) an update whose loss or gradient is not finite."""
+        if self.engine is not None:
+            return self._after_engine_step(loss)
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = float(self.clip(params, self.max_norm))  # type: ignore[arg-type]
         if math.isfinite(loss) and math.isfinite(grad_norm):
@@ -163,21 +188,51 @@ class ClipAndStep:
             self.scheduler.step()
             self.bad_in_a_row = 0
         else:
-            self.bad_in_a_row += 1
-            logger.warning(
-                "non-finite loss (%s) or grad norm (%s): update skipped (%d in a row)",
-                loss,
-                grad_norm,
-                self.bad_in_a_row,
-            )
+            self._count_bad(loss, grad_norm, "update skipped")
         self.optimizer.zero_grad(set_to_none=True)
+        self._stop_after_too_many()
+        return grad_norm
+
+    def _after_engine_step(self, loss: float) -> float:
+        """Count the step DeepSpeed took or skipped; NaN as the norm where it reports none.
+
+        DeepSpeed keeps the norm of its last applied step (None before the first, and always
+        on an engine whose optimizer records none): after a skipped step it is stale.
+        """
+        assert self.engine is not None
+        applied = bool(self.engine.was_step_applied())
+        reported = self.engine.get_global_grad_norm()
+        grad_norm = float("nan")
+        if applied and reported is not None:
+            grad_norm = float(cast(Any, reported))  # a float or a one-element tensor
+        if applied:
+            self.scheduler.step()  # the optimizer stepped inside backward; no second step
+        if not applied:
+            self._count_bad(loss, grad_norm, "DeepSpeed skipped the update")
+        elif math.isfinite(loss) and (reported is None or math.isfinite(grad_norm)):
+            self.bad_in_a_row = 0
+        else:  # DeepSpeed applied it: its gradient overflow check is off
+            self._count_bad(loss, grad_norm, "DeepSpeed applied the update")
+        self._stop_after_too_many()
+        return grad_norm
+
+    def _count_bad(self, loss: float, grad_norm: float, what: str) -> None:
+        self.bad_in_a_row += 1
+        logger.warning(
+            "non-finite loss (%s) or grad norm (%s): %s (%d in a row)",
+            loss,
+            grad_norm,
+            what,
+            self.bad_in_a_row,
+        )
+
+    def _stop_after_too_many(self) -> None:
         if self.bad_in_a_row >= self.max_bad_steps:
             raise TrainingAborted(
                 f"{self.bad_in_a_row} updates in a row had a non-finite loss or gradient; stopped "
                 f"with the last good checkpoint {self.last_good()} intact. "
                 "Try a lower learning_rate, dtype=float32, or a smaller max_grad_norm."
             )
-        return grad_norm
 
 
 def grpo_update(

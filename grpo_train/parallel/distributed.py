@@ -444,6 +444,50 @@ def set_deepspeed_micro_batch_size(accelerator: Any) -> None:
         config["train_micro_batch_size_per_gpu"] = 1
 
 
+def set_deepspeed_gradient_clipping(accelerator: Any, max_grad_norm: float) -> str | None:
+    """Make DeepSpeed clip at ``max_grad_norm``; return why it cannot, or None.
+
+    Under DeepSpeed the clipping is DeepSpeed's own (``gradient_clipping``, inside the engine's
+    step, which ``accelerator.backward`` runs), and accelerate's ``clip_grad_norm_`` only
+    reports the engine's norm. ``prepare`` fills a ``gradient_clipping: auto`` with 1.0
+    whatever ``max_grad_norm`` says, so ``auto`` or no value becomes ``max_grad_norm`` here, before
+    ``prepare`` (0: no clipping, in both). A number set in the launcher's configuration that
+    differs is a mismatch the caller refuses with the returned text (``setup.run``: a
+    ``ConfigError``), rather than a run clipping at another norm than its config says.
+    """
+    plugin = getattr(getattr(accelerator, "state", None), "deepspeed_plugin", None)
+    if plugin is None:
+        return None
+    config = plugin.deepspeed_config  # what prepare() reads (the plugin's hf_ds_config too)
+    given = config.get("gradient_clipping", "auto")
+    if given in ("auto", None):
+        config["gradient_clipping"] = float(max_grad_norm)
+        plugin.gradient_clipping = float(max_grad_norm)
+        return None
+    if float(given) == float(max_grad_norm):
+        return None
+    return (
+        f"max_grad_norm is {max_grad_norm:g} but the DeepSpeed configuration sets "
+        f"gradient_clipping: {given} (DeepSpeed clips, so the run would clip at {given}); "
+        "set gradient_clipping to auto or remove it (accelerate config's deepspeed_config, or "
+        f"the DeepSpeed config file) and grpo sets it from max_grad_norm, or run with "
+        f"--max_grad_norm {given}"
+    )
+
+
+def engine_stepping_in_backward(accelerator: Any) -> Any:
+    """Return DeepSpeed's engine when ``accelerator.backward`` steps the optimizer, else None.
+
+    accelerate's DeepSpeed wrapper runs the engine's ``step()`` (clip, optimizer step or a
+    skip on overflow, zero the gradients) inside ``backward`` on the last micro-batch, and the
+    prepared optimizer's ``step`` does nothing. ``learner.update.ClipAndStep`` then reads what
+    happened (``was_step_applied``, ``get_global_grad_norm``) instead of stepping, and steps the
+    run's scheduler (not prepared, so not DeepSpeed's) only after an applied step.
+    """
+    wrapper = getattr(accelerator, "deepspeed_engine_wrapped", None)
+    return None if wrapper is None else wrapper.engine
+
+
 # ------------------------------------------------------------------------------ consistency
 
 

@@ -225,6 +225,7 @@ def setup_run(
     clip_and_step = ClipAndStep(
         wrapped, optimizer, scheduler, cfg.optim.max_grad_norm, cfg.run.max_bad_steps, clip,
         lambda: latest_checkpoint(run_dir),
+        engine=distributed.engine_stepping_in_backward(accelerator) if is_distributed else None,
     )  # fmt: skip
     return RunSetup(
         cfg=cfg, run_dir=run_dir, prompt_format=prompt_format, accelerator=accelerator,
@@ -283,6 +284,8 @@ def _start_process(cfg: TrainConfig) -> tuple[Any, bool, RankInfo, str]:
     device = str(accelerator.device)
     if problem := attention_problem(cfg.policy.attn_implementation, torch.device(device).type):
         raise ConfigError(problem)  # before the run folder is cleared: nothing lost
+    if problem := distributed.set_deepspeed_gradient_clipping(accelerator, cfg.optim.max_grad_norm):
+        raise ConfigError(problem)
     if rank.is_main:
         clear_run_dir(run_folder(cfg))
     if cfg.policy.use_qlora and torch.device(device).type != "cuda":

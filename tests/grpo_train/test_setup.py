@@ -266,3 +266,30 @@ def test_a_lone_process_of_a_gpu_launch_of_several_is_refused(
     assert "this one has 1; launch one process per GPU (--num_processes 1)" in problem
     monkeypatch.setattr(distributed, "requested_processes", lambda cmdline: 1)
     assert distributed.launch_problem() is None
+
+
+def test_a_deepspeed_clipping_other_than_max_grad_norm_is_refused_at_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """DeepSpeed clips inside its own step, at its ``gradient_clipping``: a launcher config that
+    sets another number than max_grad_norm is refused before anything loads, naming both."""
+    from types import SimpleNamespace
+
+    import accelerate
+    from accelerate.utils import DeepSpeedPlugin, DistributedType
+
+    from grpo_train.setup.run import _start_process
+
+    plugin = DeepSpeedPlugin(zero_stage=2, gradient_accumulation_steps=1, gradient_clipping=1.0)
+
+    class DeepSpeedAccelerator:  # accelerate's under `accelerate launch` with such a config
+        def __init__(self, **kwargs: object) -> None:
+            self.state = SimpleNamespace(deepspeed_plugin=plugin)
+            self.distributed_type = DistributedType.DEEPSPEED
+            self.device = torch.device("cpu")
+
+    monkeypatch.setattr(accelerate, "Accelerator", DeepSpeedAccelerator)
+    cfg = TrainConfig.from_flat({"max_grad_norm": 0.5})
+    with pytest.raises(ConfigError, match=r"max_grad_norm is 0.5 .*gradient_clipping: 1.0"):
+        _start_process(cfg)
+    assert plugin.deepspeed_config["gradient_clipping"] == 1.0  # left as the user set it

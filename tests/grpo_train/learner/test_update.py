@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -282,3 +283,91 @@ def test_deepspeed_steps_once_per_optimizer_step_whatever_the_micro_batches(
     assert accelerator.sync_gradients  # left as accelerate's default
     if micro_batch_tokens == 16:
         assert per_pass > 1  # the case that matters: several micro-batches
+
+
+class SteppingDeepSpeedEngine(RecordingDeepSpeedEngine):
+    """DeepSpeed's engine step as its source has it (``DeepSpeedEngine._take_model_step``,
+    ZeRO-1/2's ``step``): non-finite gradients skip the optimizer step (``was_step_applied()``
+    False) and leave the norm of the last applied step (None before the first); finite ones are
+    clipped at ``gradient_clipping`` and stepped. Either way the gradients are zeroed."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, gradient_clipping: float) -> None:
+        super().__init__()
+        self.optimizer, self.gradient_clipping = optimizer, gradient_clipping
+        self.applied, self.norm = False, None  # DeepSpeed's _step_applied, _global_grad_norm
+        self.optimizer_steps = 0
+
+    def step(self) -> None:
+        super().step()
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        norm = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in params]))
+        self.applied = bool(torch.isfinite(norm))
+        if self.applied:
+            self.norm = norm  # a tensor, as ZeRO's scaled_global_norm() / loss scale
+            torch.nn.utils.clip_grad_norm_(params, self.gradient_clipping)
+            self.optimizer.step()
+            self.optimizer_steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def was_step_applied(self) -> bool:
+        return self.applied
+
+    def get_global_grad_norm(self) -> torch.Tensor | None:
+        return self.norm
+
+
+def test_clip_and_step_under_deepspeed_counts_skipped_steps_and_steps_nothing_twice(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under DeepSpeed the engine clips and steps inside accelerator.backward (accelerate's own
+    wrappers here): the optimizer is not stepped again, the run's scheduler steps once per
+    applied step, and a step DeepSpeed skipped (no norm, or its last applied step's) is a bad
+    one toward max_bad_steps."""
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedType
+    from accelerate.utils.deepspeed import DeepSpeedEngineWrapper, DeepSpeedOptimizerWrapper
+
+    from grpo_train.learner.update import ClipAndStep
+    from grpo_train.parallel.distributed import engine_stepping_in_backward
+    from grpo_train.run.stop import TrainingAborted
+
+    weight = torch.nn.Parameter(torch.zeros(2))
+    model = torch.nn.Module()
+    model.weight = weight
+    inner = torch.optim.SGD([weight], lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(inner, lambda step: 1.0 / (1 + step))
+    accelerator = Accelerator(cpu=True)
+    # What prepare() returns for the optimizer (made first: it re-reads accelerate's state).
+    prepared = DeepSpeedOptimizerWrapper(inner)
+    monkeypatch.setattr(accelerator.state, "distributed_type", DistributedType.DEEPSPEED)
+    engine = SteppingDeepSpeedEngine(inner, gradient_clipping=1.0)
+    accelerator.deepspeed_engine_wrapped = DeepSpeedEngineWrapper(engine)
+    # setup.run's wiring: accelerate's clip_grad_norm_ (the engine's norm), the engine.
+    step = ClipAndStep(
+        model, prepared, scheduler, max_grad_norm=1.0, max_bad_steps=2,
+        clip=accelerator.clip_grad_norm_, last_good=lambda: "ckpt-1",
+        engine=engine_stepping_in_backward(accelerator),
+    )  # fmt: skip
+
+    def backward_and_step(grad: list[float], loss: float) -> float:
+        accelerator.backward((weight * torch.tensor(grad)).sum())  # the pass's last micro-batch
+        return step(loss)
+
+    with caplog.at_level("WARNING", logger="grpo_train"):
+        # Skipped on the very first step: DeepSpeed has no norm yet (None).
+        assert math.isnan(backward_and_step([float("inf"), 0.0], float("nan")))
+    assert step.bad_in_a_row == 1 and scheduler.last_epoch == 0
+    assert "DeepSpeed skipped the update (1 in a row)" in caplog.text
+    assert torch.equal(weight.detach(), torch.zeros(2))
+    # Applied: clipped by the engine (norm 5 -> 1), stepped once, the scheduler once.
+    assert backward_and_step([3.0, 4.0], 0.5) == pytest.approx(5.0)
+    assert torch.allclose(weight.detach(), torch.tensor([-0.6, -0.8]))
+    assert (engine.optimizer_steps, scheduler.last_epoch, step.bad_in_a_row) == (1, 1, 0)
+    assert inner.param_groups[0]["lr"] == pytest.approx(0.5)
+    # Skipped again: DeepSpeed still reports the applied step's norm (5), which must not count.
+    assert math.isnan(backward_and_step([float("inf"), 0.0], 0.1))
+    assert step.bad_in_a_row == 1 and scheduler.last_epoch == 1
+    with pytest.raises(TrainingAborted, match=r"2 updates in a row.*ckpt-1"):
+        backward_and_step([0.0, float("nan")], 0.1)
+    assert torch.allclose(weight.detach(), torch.tensor([-0.6, -0.8]))
+    assert engine.steps == 4 and engine.optimizer_steps == 1 and scheduler.last_epoch == 1

@@ -249,6 +249,9 @@ def test_example_accelerate_configs_load(name: str, kind: str, machines: int) ->
         assert config.fsdp_config["fsdp_version"] == 2
     if name.startswith("zero"):
         assert config.deepspeed_config["zero_stage"] == int(name[-1])
+        # auto: set from max_grad_norm (set_deepspeed_gradient_clipping); a number would have
+        # to equal it
+        assert "gradient_clipping" not in config.deepspeed_config
     if machines > 1:
         assert config.main_process_ip and config.main_process_port
     assert f"accelerate/{name}.yaml" in (EXAMPLES / "README.md").read_text()
@@ -686,3 +689,48 @@ def test_deepspeed_gets_a_micro_batch_size_without_a_dataloader(given: object) -
     assert not plugin.is_auto("train_micro_batch_size_per_gpu")
     assert plugin.get_value("train_micro_batch_size_per_gpu") == (4 if given == 4 else 1)
     set_deepspeed_micro_batch_size(SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=None)))
+
+
+@pytest.mark.parametrize(
+    ("given", "max_grad_norm", "clips_at"),
+    [("auto", 0.5, 0.5), (None, 0.5, 0.5), ("auto", 0.0, 0.0), (0.5, 0.5, 0.5), (1.0, 0.5, None)],
+)
+def test_deepspeed_clips_at_max_grad_norm(
+    given: object, max_grad_norm: float, clips_at: float | None
+) -> None:
+    """DeepSpeed clips inside its own step, at its ``gradient_clipping``; accelerate's prepare()
+    fills an ``auto`` with 1.0 whatever max_grad_norm is. It becomes max_grad_norm before
+    prepare(); a different number in the launcher's config is refused, naming both."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DeepSpeedPlugin
+
+    from grpo_train.parallel.distributed import set_deepspeed_gradient_clipping
+
+    def plugin_with(value: object) -> DeepSpeedPlugin:
+        plugin = DeepSpeedPlugin(zero_stage=2, gradient_accumulation_steps=1)
+        if value is None:
+            plugin.deepspeed_config.pop("gradient_clipping", None)
+        else:
+            plugin.deepspeed_config["gradient_clipping"] = value
+        return plugin
+
+    def prepared(plugin: DeepSpeedPlugin) -> object:
+        # What Accelerator._prepare_deepspeed does with the config before deepspeed.initialize.
+        filled = {"gradient_clipping": 1.0, "train_micro_batch_size_per_gpu": 1}
+        plugin.deepspeed_config_process(must_match=False, train_batch_size=1, **filled)
+        return plugin.deepspeed_config.get("gradient_clipping", 0.0)  # DeepSpeed's default: 0
+
+    assert prepared(plugin_with("auto")) == 1.0  # accelerate alone: 1.0, whatever the run says
+    plugin = plugin_with(given)
+    problem = set_deepspeed_gradient_clipping(
+        SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=plugin)), max_grad_norm
+    )
+    if clips_at is None:
+        assert problem is not None
+        assert "max_grad_norm is 0.5" in problem and "gradient_clipping: 1.0" in problem
+        assert "auto" in problem and "--max_grad_norm 1.0" in problem
+    else:
+        assert problem is None and prepared(plugin) == clips_at
+    no_plugin = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=None))
+    assert set_deepspeed_gradient_clipping(no_plugin, 0.5) is None
