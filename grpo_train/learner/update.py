@@ -204,15 +204,16 @@ class ClipAndStep:
         reported = self.engine.get_global_grad_norm()
         grad_norm = float("nan")
         if applied and reported is not None:
-            grad_norm = float(cast(Any, reported))  # a float or a one-element tensor
-        if applied:
-            self.scheduler.step()  # the optimizer stepped inside backward; no second step
+            value = reported.item() if isinstance(reported, torch.Tensor) else reported
+            grad_norm = float(cast(float, value))
         if not applied:
             self._count_bad(loss, grad_norm, "DeepSpeed skipped the update")
-        elif math.isfinite(loss) and (reported is None or math.isfinite(grad_norm)):
-            self.bad_in_a_row = 0
-        else:  # DeepSpeed applied it: its gradient overflow check is off
-            self._count_bad(loss, grad_norm, "DeepSpeed applied the update")
+        else:
+            self.scheduler.step()  # the optimizer stepped inside backward; no second step
+            if math.isfinite(loss) and (reported is None or math.isfinite(grad_norm)):
+                self.bad_in_a_row = 0
+            else:  # applied all the same: DeepSpeed's gradient overflow check is off
+                self._count_bad(loss, grad_norm, "DeepSpeed applied the update")
         self._stop_after_too_many()
         return grad_norm
 
