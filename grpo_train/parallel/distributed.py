@@ -14,9 +14,9 @@ DDP, or sharded by FSDP / DeepSpeed ZeRO) and its own rollout engine. Per step:
    (``global_loss_normalizers``) and multiplied by ``data_parallel_loss_scale()``, because DDP,
    FSDP and ZeRO all *average* gradients over ranks. The sum of gradients then equals the
    single-process gradient of the global batch.
-5. Every rank runs the same number of forward/backward passes (``common_count``; FSDP and ZeRO-3
-   all-gather parameters inside each forward, so a rank with fewer micro-batches would hang the
-   others), padding with zero-weight micro-batches.
+5. Every rank runs the same number of forward/backward passes (``micro_batch_schedule``; FSDP
+   and ZeRO-3 all-gather parameters inside each forward, so a rank with fewer micro-batches
+   would hang the others), padding with zero-weight micro-batches.
 6. ``learner.weight_export.sync_rollout_weights``: the engine gets full weights, gathered from
    shards when sharded.
 7. Checkpoints (``run/checkpoint.py``): the HF folder gets
@@ -207,7 +207,8 @@ def shard_prompts(items: Sequence[T], rank: int, world: int, group_size: int = 1
     ``items`` are prompts (one group each, ``group_size=1``) or flattened per-completion rows
     (``group_size=G``, ``len(items)`` a multiple of ``G``); shares are cut at group boundaries
     only. Shares differ by at most one group. More ranks than groups leaves some ranks empty,
-    which ``common_count`` then pads; ``prompts_per_step`` a multiple of the world size avoids it.
+    which ``micro_batch_schedule`` then refuses with an error; ``prompts_per_step`` a multiple
+    of the world size avoids it.
 
     >>> shard_prompts(["a", "b", "c", "d", "e"], rank=1, world=2)
     ['d', 'e']
@@ -369,15 +370,10 @@ def data_parallel_loss_scale() -> float:
     return float(dist.get_world_size()) if multi_rank() else 1.0
 
 
-def common_count(local_count: int) -> int:
-    """Return the largest ``local_count`` over all ranks: micro-batches every rank must run."""
-    return int(global_max(local_count)[0])
-
-
 def micro_batch_schedule(local_count: int) -> list[tuple[int, float]]:
     """``(local micro-batch index, loss weight)`` for every forward/backward this rank runs.
 
-    Every rank runs ``common_count(local_count)`` passes; past its own micro-batches a rank
+    Every rank runs as many passes as the busiest rank has micro-batches; past its own a rank
     repeats its last one with weight 0 (gradients of 0, but the collectives inside DDP / FSDP /
     ZeRO still happen). A rank with no micro-batch at all cannot pad: keep at least one group per
     rank (e.g. dynamic sampling keeps an uninformative group with zero advantages).

@@ -44,7 +44,6 @@ from grpo_train.learner.weight_export import (
 )
 from grpo_train.parallel import distributed
 from grpo_train.parallel.distributed import (
-    common_count,
     data_parallel_loss_scale,
     generation_share,
     global_loss_normalizers,
@@ -166,7 +165,7 @@ def test_single_process_helpers_are_identities() -> None:
     items = ["x", "y"]
     assert distributed.gather_objects(items) is items
     assert global_loss_normalizers(17, 4) == (17, 4)
-    assert common_count(3) == 3 and data_parallel_loss_scale() == 1.0
+    assert data_parallel_loss_scale() == 1.0
     assert micro_batch_schedule(3) == [(0, 1.0), (1, 1.0), (2, 1.0)]
     assert micro_batch_schedule(0) == []
     assert vllm_colocate_kwargs(seed=3) == {"seed": 3}
