@@ -396,7 +396,9 @@ def auto_dtype(device: str | torch.device) -> Literal["bfloat16", "float32"]:
     """Return what ``dtype: auto`` means on ``device``: bfloat16 where native, else float32.
 
     A GPU without bfloat16 (before Ampere: V100, T4) emulates it slowly or not at all, and float16
-    training needs loss scaling, so those GPUs and the CPU get float32.
+    training needs loss scaling, so those GPUs and the CPU get float32. Emulation is not support:
+    ``torch.cuda.is_bf16_supported()`` says True on a V100 or T4 (its default
+    ``including_emulation=True`` only checks that a bfloat16 tensor can be made there).
 
     >>> auto_dtype("cpu")
     'float32'
@@ -405,7 +407,8 @@ def auto_dtype(device: str | torch.device) -> Literal["bfloat16", "float32"]:
 
     if torch.device(device).type != "cuda":
         return "float32"
-    return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+    native = torch.cuda.is_bf16_supported(including_emulation=False)
+    return "bfloat16" if native else "float32"
 
 
 def load_policy(

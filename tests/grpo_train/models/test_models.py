@@ -171,3 +171,25 @@ def test_auto_dtype_is_bfloat16_only_on_a_gpu_that_has_it(monkeypatch, bf16, exp
     assert auto_dtype("cpu") == "float32"
     resolved = resolve_auto(TrainConfig.from_flat({"dtype": "auto"}))
     assert resolved.policy.dtype == expected
+
+
+@pytest.mark.parametrize(("major", "expected"), [(7, "float32"), (8, "bfloat16"), (9, "bfloat16")])
+def test_auto_dtype_reads_the_gpu_not_bfloat16_emulation(monkeypatch, major, expected) -> None:
+    """A V100 / T4 (compute capability 7.x) makes bfloat16 tensors, so torch's default check
+    (``is_bf16_supported()``, emulation included) says True there: only native counts.
+
+    The real ``torch.cuda.is_bf16_supported`` runs; the GPU under it is stood in for.
+    """
+    import types
+
+    from grpo_train.models.loading import auto_dtype
+
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    properties = types.SimpleNamespace(major=major, minor=5)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: properties)
+    # A T4 creates bfloat16 tensors (emulated kernels): the emulation check passes.
+    monkeypatch.setattr(torch.cuda, "_check_bf16_tensor_supported", lambda device: True)
+    assert torch.cuda.is_bf16_supported() is True  # what the check said before: emulation
+    assert auto_dtype("cuda") == expected
