@@ -193,3 +193,31 @@ def test_auto_dtype_reads_the_gpu_not_bfloat16_emulation(monkeypatch, major, exp
     monkeypatch.setattr(torch.cuda, "_check_bf16_tensor_supported", lambda device: True)
     assert torch.cuda.is_bf16_supported() is True  # what the check said before: emulation
     assert auto_dtype("cuda") == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "capability", "refused"),
+    [
+        ("flash_attention_2", (7, 5), True),  # T4
+        ("flash_attention_2", (7, 0), True),  # V100
+        ("flash_attention_2", (8, 0), False),  # A100
+        ("flash_attention_2", (8, 9), False),  # L4, RTX 4090
+        ("flash_attention_3", (8, 0), True),
+        ("flash_attention_3", (9, 0), False),  # H100
+    ],
+)
+def test_flash_attention_is_refused_at_start_on_a_gpu_its_kernels_do_not_run_on(
+    monkeypatch, name, capability, refused
+) -> None:
+    """FlashAttention-2 runs on Ampere and later, FlashAttention-3 on Hopper: on a T4 or V100 a
+    run loaded the policy, started its engine and failed in the first forward. ``setup`` asks
+    ``attention_problem`` before anything loads; the GPU's compute capability is stood in for."""
+    from grpo_train.models.loading import attention_problem
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    problem = attention_problem(name, "cuda", lambda module: True)
+    if refused:
+        assert problem is not None and f"this one is {capability[0]}.{capability[1]}" in problem
+        assert problem.endswith("use sdpa")
+    else:
+        assert problem is None
