@@ -195,3 +195,26 @@ def test_vllm_takes_the_gpu_share_of_an_engine_alone(tiny_model_path, tmp_path, 
     # The hf engine takes no such option.
     assert _run_humaneval(tiny_model_path, tmp_path / "c", "hf", extra) == 0
     assert asked[-1][0] == "hf" and "gpu_memory_utilization" not in asked[-1][1]
+
+
+@pytest.mark.parametrize(
+    ("gpu", "native", "argv", "dtype"),
+    [
+        (True, True, [], "bfloat16"),  # A100, H100: as training's dtype: auto
+        (True, False, [], "float32"),  # V100, T4: bfloat16 only emulated
+        (False, False, [], "float32"),  # the CPU, as before
+        (True, True, ["--dtype", "float32"], "float32"),  # asked for
+    ],
+)
+def test_default_dtype_is_bfloat16_on_a_gpu_that_has_it(monkeypatch, gpu, native, argv, dtype):
+    """Without --dtype a GPU evaluated in float32: a 7B model's 30 GB of weights overflow a
+    24 GB GPU and decode at half bfloat16's speed. ``torch.cuda`` is stood in for."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+
+    def bf16(including_emulation: bool = True) -> bool:
+        return native or including_emulation  # any GPU makes bfloat16 tensors
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", bf16)
+    assert parse_eval_args(argv).dtype == dtype
