@@ -47,6 +47,11 @@ CPU_TOKENS_PER_S = 150.0
 """vLLM's CPU build decoding SmolLM2-135M, all sequences together: 147-168 tokens/s in
 benchmarks/README.md; a larger model is slower."""
 CPU_TOKEN_WARNING = 1_000_000
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+"""vLLM's GPU share in ``grpo eval`` (vLLM's own default, as ``grpo serve``): the evaluation has
+the GPU to itself, unlike a training run's colocated engine (``vllm_memory_fraction``, 0.3 by
+default, leaves the rest to the trainer). At 0.3 a 7B model in bfloat16 (15 GB of weights) left
+no KV cache on a 24 or 40 GB GPU, and vLLM refused to start."""
 """Above this many tokens at most, a run on a CPU says what it may cost before starting."""
 
 
@@ -54,6 +59,19 @@ def _has_cuda() -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
+
+
+def default_dtype() -> str:
+    """Return the weights' dtype without ``--dtype``: ``auto_dtype`` of the GPU, float32 on a CPU.
+
+    float32 everywhere put a 7B model's 30 GB of weights on a GPU (more than a 24 GB one holds,
+    most of a 40 GB one's share) and decoded at half the speed of the bfloat16 that training
+    generates and evaluates in (``dtype: auto``); a GPU without native bfloat16 and the CPU
+    keep float32.
+    """
+    from grpo_train.models.loading import auto_dtype
+
+    return auto_dtype("cuda" if _has_cuda() else "cpu")
 
 
 @dataclass(frozen=True)
@@ -90,6 +108,8 @@ class EvalArgs:
     """The protocol, reasoning tags and --data_dir folders (None: built by hand, no protocol)."""
     sandbox: RemoteSettings | None = None
     """Remote sandbox services the code suites score on (``--sandbox_*``); None: the local one."""
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    """vLLM on a GPU: the share of the GPU's memory it takes (nothing else runs there)."""
 
 
 def _eval_parser() -> argparse.ArgumentParser:
@@ -158,7 +178,18 @@ def _eval_parser() -> argparse.ArgumentParser:
         help="what generates: vllm (fast; its CPU build on a CPU), hf (transformers' generate, "
         "slow, no vLLM needed); auto: vllm where installed",
     )
-    p.add_argument("--dtype", default="float32", help="weight dtype: float32, bfloat16, ...")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        help="weight dtype: float32, bfloat16, ... (default: bfloat16 on a GPU with native "
+        "bfloat16, else float32)",
+    )
+    p.add_argument(
+        "--gpu_memory_utilization",
+        type=float,
+        default=DEFAULT_GPU_MEMORY_UTILIZATION,
+        help="vLLM on a GPU: the share of its memory vLLM takes (weights, KV cache)",
+    )
     p.add_argument(
         "--max_model_len",
         type=int,
@@ -247,6 +278,10 @@ def parse_eval_args(argv: list[str]) -> EvalArgs:
         raise ValueError(f"--limit must be >= 1, got {ns.limit}")
     if not 0 < ns.top_p <= 1:
         raise ValueError(f"--top_p must be in (0, 1], got {ns.top_p}")
+    if not 0 < ns.gpu_memory_utilization <= 1:
+        raise ValueError(
+            f"--gpu_memory_utilization must be in (0, 1], got {ns.gpu_memory_utilization}"
+        )
     env_kwargs: dict[str, dict[str, object]] = {}
     if ns.env_kwargs:
         try:
@@ -279,7 +314,7 @@ def parse_eval_args(argv: list[str]) -> EvalArgs:
         limit=ns.limit,
         out=ns.out,
         engine=ns.engine,
-        dtype=ns.dtype,
+        dtype=ns.dtype or default_dtype(),
         max_model_len=ns.max_model_len,
         split=ns.split,
         batch_size=ns.batch_size,
@@ -293,6 +328,7 @@ def parse_eval_args(argv: list[str]) -> EvalArgs:
         log_level=ns.log_level,
         decoding=decoding,
         sandbox=sandbox,
+        gpu_memory_utilization=ns.gpu_memory_utilization,
     )
 
 
@@ -542,6 +578,19 @@ def run_eval(args: EvalArgs) -> int:
         )
 
 
+def engine_options(args: EvalArgs) -> dict[str, Any]:
+    """Return the engine's own options: vLLM's GPU share (it ignores it on a CPU); none for hf.
+
+    Without it vLLM took ``VLLMEngine``'s default, the share a training run leaves its
+    colocated engine, though an evaluation has the GPU to itself.
+    """
+    from grpo_train.rollout import resolve_engine_name
+
+    if resolve_engine_name(args.engine) != "vllm":
+        return {}
+    return {"gpu_memory_utilization": args.gpu_memory_utilization}
+
+
 def _generate(
     args: EvalArgs,
     tasks: list[Task],
@@ -567,7 +616,11 @@ def _generate(
     try:
         if stop.signum is None:
             engine = make_engine(
-                args.engine, model_path, dtype=args.dtype, max_model_len=args.max_model_len
+                args.engine,
+                model_path,
+                dtype=args.dtype,
+                max_model_len=args.max_model_len,
+                **engine_options(args),
             )
         if stop.signum is not None:
             raise EvalStopped(0, 0)

@@ -112,6 +112,25 @@ def qlora_quantization_config(compute_dtype: torch.dtype = torch.bfloat16) -> An
     )
 
 
+def qlora_compute_dtype(dtype: str, device: str) -> torch.dtype:
+    """Return the dtype QLoRA's 4-bit layers compute in, for a policy at ``dtype`` on ``device``.
+
+    The 4-bit weights are dequantized to it for each matmul. A bfloat16 policy computes in
+    bfloat16; a float32 one too where the GPU has native bfloat16 (``models.loading.auto_dtype``)
+    and in float32 on the others (V100, T4), which only emulate bfloat16: there a bfloat16
+    compute dtype runs every layer's matmuls emulated (float16 would need loss scaling).
+
+    >>> qlora_compute_dtype("bfloat16", "cuda:0"), qlora_compute_dtype("float32", "cpu")
+    (torch.bfloat16, torch.float32)
+    """
+    from grpo_train.models.loading import auto_dtype
+
+    chosen = auto_dtype(device) if dtype == "float32" else dtype
+    resolved = getattr(torch, chosen)
+    assert isinstance(resolved, torch.dtype)
+    return resolved
+
+
 def load_quantized_base(
     name_or_path: str,
     compute_dtype: torch.dtype = torch.bfloat16,
@@ -197,7 +216,7 @@ def load_lora_policy(
     ``model`` is what ``--model`` takes (``models.resolve_model``); ``adapter_dir`` a folder
     written by ``save_adapter`` (a LoRA run's checkpoint ``model/`` folder, since a
     ``PeftModel``'s ``save_pretrained`` writes only the adapter). With ``use_qlora`` the base is
-    loaded in 4-bit on the GPU of ``device`` (``"cuda:N"``) with ``dtype`` as compute dtype.
+    loaded in 4-bit on the GPU of ``device`` (``"cuda:N"``) computing in ``qlora_compute_dtype``.
     ``attn_implementation`` is the base model's (``models.load_policy``).
     """
     from grpo_train.models.loading import load_policy, resolve_model
@@ -205,7 +224,7 @@ def load_lora_policy(
     tokenizer: PreTrainedTokenizerBase
     if settings.use_qlora:
         require_qlora()
-        compute = torch.bfloat16 if dtype == "float32" else getattr(torch, dtype)
+        compute = qlora_compute_dtype(dtype, device)
         index = torch.device(device).index or 0
         path = resolve_model(model)
         base = load_quantized_base(path, compute, index, attn_implementation)

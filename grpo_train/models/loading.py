@@ -339,14 +339,21 @@ def _train_tiny_tokenizer(vocab_size: int) -> PreTrainedTokenizerBase:
 
 
 def attention_problem(
-    name: str, device_type: str, importable: Callable[[str], bool] | None = None
+    name: str,
+    device_type: str,
+    importable: Callable[[str], bool] | None = None,
+    capability: Callable[[], tuple[int, int]] | None = None,
 ) -> str | None:
     """Say why ``attn_implementation: name`` cannot run on a ``device_type`` device; None if it can.
 
     Flash-attention needs a CUDA GPU and its kernels: the flash-attn package (``flash_attn``;
     flash-attn-3's ``flash_attn_interface``) or the kernels package, from which transformers
-    loads the hub build instead; a hub kernel (``org/repo``) needs the kernels package. Asked
-    before any model loads, so a run fails in one line rather than inside ``from_pretrained``.
+    loads the hub build instead; a hub kernel (``org/repo``) needs the kernels package. The GPU
+    must be recent enough (``capability``: this process's GPU's compute capability, by default
+    ``torch.cuda.get_device_capability``): FlashAttention-2 runs on Ampere and later, so on a
+    V100 or T4 the run loaded everything and then failed in its first forward.
+    FlashAttention-3 runs on Hopper. Asked before any model loads, so a run fails in one line
+    rather than inside ``from_pretrained`` or its first step.
 
     >>> attention_problem("sdpa", "cpu") is None
     True
@@ -354,8 +361,13 @@ def attention_problem(
     attn_implementation: flash_attention_2 runs on a CUDA GPU and this run is on cpu; use sdpa
     >>> print(attention_problem("flash_attention_3", "cuda", lambda module: False))
     attn_implementation: flash_attention_3 needs pip install flash-attn-3 (or kernels); or sdpa
-    >>> attention_problem("flash_attention_2", "cuda", lambda module: module == "kernels") is None
+    >>> ampere, turing = (lambda: (8, 0)), (lambda: (7, 5))
+    >>> attention_problem("flash_attention_2", "cuda", lambda m: m == "kernels", ampere) is None
     True
+    >>> problem = attention_problem("flash_attention_2", "cuda", lambda module: True, turing)
+    >>> for part in problem.split(" of "): print(part)
+    attn_implementation: flash_attention_2 runs on GPUs
+    compute capability 8.0 or later (Ampere) and this one is 7.5; use sdpa
     """
     found = importable or _importable
     if name.startswith("flash_attention_"):
@@ -365,9 +377,36 @@ def attention_problem(
         package, module = _FLASH_PACKAGES.get(name, ("flash-attn", "flash_attn"))
         if not (found(module) or found("kernels")):
             return f"attn_implementation: {name} needs pip install {package} (or kernels); or sdpa"
+        oldest = _FLASH_OLDEST_GPU.get(name)
+        if oldest is not None:
+            major, minor = (capability or _device_capability)()
+            (need_major, need_minor), family = oldest
+            if (major, minor) < (need_major, need_minor):
+                return (
+                    f"attn_implementation: {name} runs on GPUs of compute capability "
+                    f"{need_major}.{need_minor} or later ({family}) and this one is "
+                    f"{major}.{minor}; use sdpa"
+                )
     elif "/" in name and not found("kernels"):
         return f"attn_implementation: the hub kernel {name} needs pip install kernels; or use sdpa"
     return None
+
+
+def _device_capability() -> tuple[int, int]:
+    """Return the compute capability (major, minor) of this process's CUDA GPU."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    return int(major), int(minor)
+
+
+#: flash_attention_N -> the oldest GPUs its kernels run on (compute capability, family):
+#: FlashAttention-2's kernels are built for Ampere and later (Turing and Volta had only the first
+#: FlashAttention), FlashAttention-3's for Hopper.
+_FLASH_OLDEST_GPU: dict[str, tuple[tuple[int, int], str]] = {
+    "flash_attention_2": ((8, 0), "Ampere"),
+    "flash_attention_3": ((9, 0), "Hopper"),
+}
 
 
 def _importable(module: str) -> bool:
@@ -396,7 +435,9 @@ def auto_dtype(device: str | torch.device) -> Literal["bfloat16", "float32"]:
     """Return what ``dtype: auto`` means on ``device``: bfloat16 where native, else float32.
 
     A GPU without bfloat16 (before Ampere: V100, T4) emulates it slowly or not at all, and float16
-    training needs loss scaling, so those GPUs and the CPU get float32.
+    training needs loss scaling, so those GPUs and the CPU get float32. Emulation is not support:
+    ``torch.cuda.is_bf16_supported()`` says True on a V100 or T4 (its default
+    ``including_emulation=True`` only checks that a bfloat16 tensor can be made there).
 
     >>> auto_dtype("cpu")
     'float32'
@@ -405,7 +446,8 @@ def auto_dtype(device: str | torch.device) -> Literal["bfloat16", "float32"]:
 
     if torch.device(device).type != "cuda":
         return "float32"
-    return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+    native = torch.cuda.is_bf16_supported(including_emulation=False)
+    return "bfloat16" if native else "float32"
 
 
 def load_policy(

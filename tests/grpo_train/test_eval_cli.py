@@ -1,5 +1,6 @@
 """`grpo eval` end to end on real HumanEval data with the tiny random model, and argument checks."""
 
+import inspect
 import json
 import re
 from dataclasses import replace
@@ -18,6 +19,7 @@ OUTCOMES = {o.value for o in Outcome}
         (["--n", "4", "--k", "1,8"], "raise --n"),
         (["--n", "2", "--temperature", "0"], "same greedy completion"),
         (["--limit", "0"], "--limit"),
+        (["--gpu_memory_utilization", "1.5"], "--gpu_memory_utilization must be in (0, 1]"),
         (["--env_kwargs", "{nope"], "not valid JSON"),
         (["--suite", "gsm8"], "Did you mean gsm8k"),
         (["--suite", "humaneval", "--split", "train"], "'train'"),
@@ -161,3 +163,58 @@ def test_a_large_evaluation_on_a_cpu_says_its_cost_before_loading(capsys):
     assert "--limit (problems), --n (samples) and --max_tokens" in err
     assert main(["--model", "./no/such/model", "--suite", "math/add2-v0", "--limit", "2"]) == 2
     assert "generates up to" not in capsys.readouterr().err
+
+
+def test_vllm_takes_the_gpu_share_of_an_engine_alone(tiny_model_path, tmp_path, monkeypatch):
+    """``grpo eval`` asks vLLM for 0.9 of the GPU (``--gpu_memory_utilization``), not the 0.3
+    ``VLLMEngine`` leaves a colocated trainer: at 0.3 a 7B model's bfloat16 weights alone
+    overflow a 24 or 40 GB GPU's share and vLLM refuses to start. The engine is stood in for
+    (it records what ``grpo eval`` asked vLLM for and generates with the hf engine); on a CPU
+    ``VLLMEngine`` ignores the share (a fixed KV cache instead).
+    """
+    import grpo_train.rollout as rollout
+    from grpo_train.rollout.vllm_engine import VLLMEngine
+
+    real = rollout.make_engine
+    asked: list[tuple[str, dict]] = []
+
+    def recording(name, model_path, **kwargs):
+        asked.append((name, kwargs))
+        return real("hf", model_path, dtype=kwargs["dtype"])
+
+    monkeypatch.setattr(rollout, "make_engine", recording)
+    extra = ["--max_tokens", "8", "--limit", "1"]
+    assert _run_humaneval(tiny_model_path, tmp_path / "a", "vllm", extra) == 0
+    share = asked[-1][1].get("gpu_memory_utilization")
+    assert share == 0.9  # vLLM's own default, as grpo serve's
+    colocated = inspect.signature(VLLMEngine).parameters["gpu_memory_utilization"].default
+    assert share > colocated
+    more = ["--gpu_memory_utilization", "0.5"]
+    assert _run_humaneval(tiny_model_path, tmp_path / "b", "vllm", [*extra, *more]) == 0
+    assert asked[-1][1]["gpu_memory_utilization"] == 0.5
+    # The hf engine takes no such option.
+    assert _run_humaneval(tiny_model_path, tmp_path / "c", "hf", extra) == 0
+    assert asked[-1][0] == "hf" and "gpu_memory_utilization" not in asked[-1][1]
+
+
+@pytest.mark.parametrize(
+    ("gpu", "native", "argv", "dtype"),
+    [
+        (True, True, [], "bfloat16"),  # A100, H100: as training's dtype: auto
+        (True, False, [], "float32"),  # V100, T4: bfloat16 only emulated
+        (False, False, [], "float32"),  # the CPU, as before
+        (True, True, ["--dtype", "float32"], "float32"),  # asked for
+    ],
+)
+def test_default_dtype_is_bfloat16_on_a_gpu_that_has_it(monkeypatch, gpu, native, argv, dtype):
+    """Without --dtype a GPU evaluated in float32: a 7B model's 30 GB of weights overflow a
+    24 GB GPU and decode at half bfloat16's speed. ``torch.cuda`` is stood in for."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+
+    def bf16(including_emulation: bool = True) -> bool:
+        return native or including_emulation  # any GPU makes bfloat16 tensors
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", bf16)
+    assert parse_eval_args(argv).dtype == dtype

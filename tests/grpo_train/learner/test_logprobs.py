@@ -212,6 +212,42 @@ def test_fused_head_with_lora_on_the_lm_head_and_the_kl_reference() -> None:
     assert float((fused_ref - lp.detach())[on].abs().max()) > 1e-4  # adapter off: another policy
 
 
+@pytest.mark.parametrize("frozen", [True, False])
+def test_fused_head_backward_allocates_no_weight_gradient_for_a_frozen_head(frozen) -> None:
+    """LoRA leaves the lm_head frozen, and the fused head's backward still made a (V, H)
+    float32 gradient buffer for it (2.2 GB for a 7B model's head, on the GPU beside the
+    activations, at every micro-batch). The tensors the backward allocates are recorded by a
+    dispatch mode (the CPU has no GPU memory counter); the gradients stay the same."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Allocations(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.shapes: list[tuple[int, ...]] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.overloadpacket in (torch.ops.aten.zeros, torch.ops.aten.empty):
+                self.shapes.append(tuple(out.shape))
+            return out
+
+    head = torch.nn.Linear(64, 1000)
+    head.requires_grad_(not frozen)
+    hidden = torch.randn(2, 9, 64, requires_grad=True)
+    ids = torch.randint(0, 1000, (2, 8))
+    logprobs, _ = fused_logprobs(head, hidden, ids, 1.0, False, vocab=1000, chunk=3)
+    allocations = Allocations()
+    with allocations:
+        logprobs.sum().backward()
+    weight_sized = [s for s in allocations.shapes if s in ((1000, 64), (1000,))]
+    assert weight_sized == ([] if frozen else [(1000, 64), (1000,)])
+    plain, _ = plain_logprobs(head(hidden[:, :-1]), ids, 1.0, False)
+    expected = torch.autograd.grad(plain.sum(), hidden)[0]
+    assert hidden.grad is not None
+    torch.testing.assert_close(hidden.grad, expected, rtol=1e-5, atol=1e-6)
+    assert (head.weight.grad is None) == frozen
+
+
 def test_a_model_whose_logits_are_not_its_head_output_uses_the_chunked_path() -> None:
     model = _qwen3()
     real_forward = model.forward

@@ -98,6 +98,49 @@ def test_qlora_refuses_cleanly_without_cuda(tiny_model_path: Path) -> None:
         apply_lora(_load(tiny_model_path), LoraSettings(use_qlora=True))
 
 
+@pytest.mark.parametrize(
+    ("native", "policy", "expected"),
+    [
+        (False, "float32", torch.float32),  # V100 / T4: bfloat16 only emulated
+        (True, "float32", torch.bfloat16),  # Ampere and later
+        (False, "bfloat16", torch.bfloat16),  # asked for: as asked
+    ],
+)
+def test_qlora_computes_in_bfloat16_only_on_a_gpu_that_has_it(
+    monkeypatch: pytest.MonkeyPatch, native: bool, policy: str, expected: torch.dtype
+) -> None:
+    """The 4-bit base of a float32 policy computes in bfloat16 only where it is native.
+
+    ``load_lora_policy`` hands ``load_quantized_base`` the compute dtype (the stand-in records
+    it and stops the load); ``torch.cuda`` is stood in for: a GPU that makes bfloat16 tensors
+    (so emulated bfloat16 passes), native only on ``native``.
+    """
+    import grpo_train.learner.lora as lora
+
+    class Loaded(Exception):
+        pass
+
+    asked: list[torch.dtype] = []
+
+    def record(path: str, compute_dtype: torch.dtype, *args: object) -> None:
+        asked.append(compute_dtype)
+        raise Loaded
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(
+        torch.cuda,
+        "is_bf16_supported",
+        lambda including_emulation=True: native or including_emulation,
+    )
+    monkeypatch.setattr(lora, "require_qlora", lambda: None)
+    monkeypatch.setattr(lora, "load_quantized_base", record)
+    qlora = LoraSettings(lora_r=4, lora_alpha=8, use_qlora=True)
+    with pytest.raises(Loaded):
+        lora.load_lora_policy("org/model", qlora, dtype=policy, device="cuda:0")
+    assert asked == [expected]
+    assert lora.qlora_compute_dtype(policy, "cuda:0") == expected
+
+
 def test_reference_is_base_model(tiny_model_path: Path, lora_model: torch.nn.Module) -> None:
     mb = _batch()
     base = _load(tiny_model_path)

@@ -171,3 +171,53 @@ def test_auto_dtype_is_bfloat16_only_on_a_gpu_that_has_it(monkeypatch, bf16, exp
     assert auto_dtype("cpu") == "float32"
     resolved = resolve_auto(TrainConfig.from_flat({"dtype": "auto"}))
     assert resolved.policy.dtype == expected
+
+
+@pytest.mark.parametrize(("major", "expected"), [(7, "float32"), (8, "bfloat16"), (9, "bfloat16")])
+def test_auto_dtype_reads_the_gpu_not_bfloat16_emulation(monkeypatch, major, expected) -> None:
+    """A V100 / T4 (compute capability 7.x) makes bfloat16 tensors, so torch's default check
+    (``is_bf16_supported()``, emulation included) says True there: only native counts.
+
+    The real ``torch.cuda.is_bf16_supported`` runs; the GPU under it is stood in for.
+    """
+    import types
+
+    from grpo_train.models.loading import auto_dtype
+
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    properties = types.SimpleNamespace(major=major, minor=5)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: properties)
+    # A T4 creates bfloat16 tensors (emulated kernels): the emulation check passes.
+    monkeypatch.setattr(torch.cuda, "_check_bf16_tensor_supported", lambda device: True)
+    assert torch.cuda.is_bf16_supported() is True  # what the check said before: emulation
+    assert auto_dtype("cuda") == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "capability", "refused"),
+    [
+        ("flash_attention_2", (7, 5), True),  # T4
+        ("flash_attention_2", (7, 0), True),  # V100
+        ("flash_attention_2", (8, 0), False),  # A100
+        ("flash_attention_2", (8, 9), False),  # L4, RTX 4090
+        ("flash_attention_3", (8, 0), True),
+        ("flash_attention_3", (9, 0), False),  # H100
+    ],
+)
+def test_flash_attention_is_refused_at_start_on_a_gpu_its_kernels_do_not_run_on(
+    monkeypatch, name, capability, refused
+) -> None:
+    """FlashAttention-2 runs on Ampere and later, FlashAttention-3 on Hopper: on a T4 or V100 a
+    run loaded the policy, started its engine and failed in the first forward. ``setup`` asks
+    ``attention_problem`` before anything loads; the GPU's compute capability is stood in for."""
+    from grpo_train.models.loading import attention_problem
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    problem = attention_problem(name, "cuda", lambda module: True)
+    if refused:
+        assert problem is not None and f"this one is {capability[0]}.{capability[1]}" in problem
+        assert problem.endswith("use sdpa")
+    else:
+        assert problem is None
