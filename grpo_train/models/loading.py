@@ -343,6 +343,7 @@ def attention_problem(
     device_type: str,
     importable: Callable[[str], bool] | None = None,
     capability: Callable[[], tuple[int, int]] | None = None,
+    dtype: str | None = None,
 ) -> str | None:
     """Say why ``attn_implementation: name`` cannot run on a ``device_type`` device; None if it can.
 
@@ -352,8 +353,10 @@ def attention_problem(
     must be recent enough (``capability``: this process's GPU's compute capability, by default
     ``torch.cuda.get_device_capability``): FlashAttention-2 runs on Ampere and later, so on a
     V100 or T4 the run loaded everything and then failed in its first forward.
-    FlashAttention-3 runs on Hopper. Asked before any model loads, so a run fails in one line
-    rather than inside ``from_pretrained`` or its first step.
+    FlashAttention-3 runs on Hopper. Its kernels take float16 and bfloat16 only: with ``dtype``
+    float32 (float32 weights and no autocast on a GPU) transformers only warns at load and the
+    first forward fails. Asked before any model loads, so a run fails in one line rather than
+    inside ``from_pretrained`` or its first step.
 
     >>> attention_problem("sdpa", "cpu") is None
     True
@@ -368,6 +371,10 @@ def attention_problem(
     >>> for part in problem.split(" of "): print(part)
     attn_implementation: flash_attention_2 runs on GPUs
     compute capability 8.0 or later (Ampere) and this one is 7.5; use sdpa
+    >>> problem = attention_problem("flash_attention_2", "cuda", lambda m: True, ampere, "float32")
+    >>> for part in problem.split("; "): print(part)
+    attn_implementation: flash_attention_2 computes in bfloat16 or float16 and dtype is float32
+    use --dtype bfloat16 (or auto) or sdpa
     """
     found = importable or _importable
     if name.startswith("flash_attention_"):
@@ -387,6 +394,11 @@ def attention_problem(
                     f"{need_major}.{need_minor} or later ({family}) and this one is "
                     f"{major}.{minor}; use sdpa"
                 )
+        if dtype == "float32":
+            return (
+                f"attn_implementation: {name} computes in bfloat16 or float16 and dtype is "
+                "float32; use --dtype bfloat16 (or auto) or sdpa"
+            )
     elif "/" in name and not found("kernels"):
         return f"attn_implementation: the hub kernel {name} needs pip install kernels; or use sdpa"
     return None

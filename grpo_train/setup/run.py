@@ -282,7 +282,8 @@ def _start_process(cfg: TrainConfig) -> tuple[Any, bool, RankInfo, str]:
     is_distributed = accelerator.distributed_type != DistributedType.NO
     rank = distributed.rank_info()
     device = str(accelerator.device)
-    if problem := attention_problem(cfg.policy.attn_implementation, torch.device(device).type):
+    where = torch.device(device).type
+    if problem := attention_problem(cfg.policy.attn_implementation, where, dtype=cfg.policy.dtype):
         raise ConfigError(problem)  # before the run folder is cleared: nothing lost
     if problem := distributed.set_deepspeed_gradient_clipping(accelerator, cfg.optim.max_grad_norm):
         raise ConfigError(problem)

@@ -221,3 +221,40 @@ def test_flash_attention_is_refused_at_start_on_a_gpu_its_kernels_do_not_run_on(
         assert problem.endswith("use sdpa")
     else:
         assert problem is None
+
+
+@pytest.mark.parametrize(("dtype", "refused"), [("float32", True), ("bfloat16", False)])
+def test_flash_attention_with_float32_weights_is_refused_at_start(
+    monkeypatch, tmp_path, dtype, refused
+) -> None:
+    """Flash-attention's kernels take float16 / bfloat16 only; with ``dtype: float32`` a GPU run
+    has float32 weights and no autocast, transformers only warns at load and the first forward
+    fails after the policy and engine loaded. ``_start_process`` asks before anything loads; the
+    GPU (an H100) and its kernels are stood in for."""
+    from grpo_train.config import ConfigError, TrainConfig
+    from grpo_train.models import loading
+    from grpo_train.setup import run
+
+    monkeypatch.chdir(tmp_path)  # a start that went on would clear ./runs/...
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(loading, "_importable", lambda module: True)
+
+    class OnGpu:
+        """accelerate's Accelerator as on a one-GPU machine (only what the start reads)."""
+
+        distributed_type = "NO"
+        device = torch.device("cuda", 0)
+
+        def __init__(self, **kwargs: object) -> None:
+            del kwargs
+
+    import accelerate
+
+    monkeypatch.setattr(accelerate, "Accelerator", OnGpu)
+    cfg = TrainConfig.from_flat({"attn_implementation": "flash_attention_2", "dtype": dtype})
+    if refused:
+        with pytest.raises(ConfigError, match="dtype is float32; use --dtype bfloat16"):
+            run._start_process(cfg)
+    else:
+        problem = loading.attention_problem("flash_attention_2", "cuda", dtype=dtype)
+        assert problem is None
