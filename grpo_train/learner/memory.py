@@ -73,6 +73,9 @@ def on_device(
         raise ValueError("on_device: CUDA is not available on this machine")
     first = next(module.parameters(), None)
     home = first.device if first is not None else torch.device("cpu")
+    if home.type == target.type and target.index in (None, home.index):
+        yield module  # already there (an outer on_device holds it): nothing to move or release
+        return
     module.to(target)
     try:
         yield module

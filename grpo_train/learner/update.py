@@ -67,7 +67,7 @@ class UpdateSettings:
     """The cap of those weights."""
 
 
-def _no_autocast() -> contextlib.AbstractContextManager[object]:
+def _nothing() -> contextlib.AbstractContextManager[object]:
     return contextlib.nullcontext()
 
 
@@ -85,9 +85,11 @@ class Learner:
     device: str = "cpu"
     share_prompts: bool = False
     """Run each group's prompt once per micro-batch (``forward.token_logprobs``)."""
-    autocast: Callable[[], contextlib.AbstractContextManager[object]] = _no_autocast
+    autocast: Callable[[], contextlib.AbstractContextManager[object]] = _nothing
     reference: Callable[[MicroBatch], torch.Tensor] | None = None
     """Per-token logprobs under the KL reference; needed when ``beta > 0``."""
+    reference_resident: Callable[[], contextlib.AbstractContextManager[object]] = _nothing
+    """While open, an offloaded reference stays on the device (``KLReference.resident``)."""
     accelerator: Any = None
     """accelerate's ``Accelerator``: its ``backward`` (the fp16 loss scaler, when one is set up)
     and ``no_sync`` (one gradient all-reduce per optimizer step). None: ``loss.backward()``."""
@@ -289,6 +291,7 @@ def grpo_update(
     schedule = distributed.micro_batch_schedule(len(batches))
     loss_scale = distributed.data_parallel_loss_scale()
     adv = flat_adv.to(learner.device)
+    refs = _reference_logprobs(learner, batches, schedule) if objective.beta > 0 else {}
     old: dict[int, torch.Tensor] = {}  # micro-batch -> logprobs before any update
     sums, loss_total, grad_norm = MetricSums(), 0.0, 0.0
     learner.model.train()
@@ -323,8 +326,8 @@ def grpo_update(
                 if entropy is not None and tokens:
                     sums.add({"entropy": float((entropy * mask).sum() / max(tokens, 1.0))}, tokens)
                 loss, metrics = _micro_batch_loss(
-                    learner, batch, mb, logprobs, old[i], adv[rows], mask, settings,
-                    sums if first and tokens else None, tokens, states, first,
+                    learner, batch, mb, logprobs, old[i], refs.get(i), adv[rows], mask,
+                    settings, sums if first and tokens else None, tokens, states, first,
                 )  # fmt: skip
                 # Each micro-batch's loss is a mean over its own tokens / sequences; weighting by
                 # its share of the global batch makes the accumulated gradient the whole batch's.
@@ -347,6 +350,7 @@ def _micro_batch_loss(
     mb: MicroBatch,
     logprobs: torch.Tensor,
     old: torch.Tensor,
+    ref: torch.Tensor | None,
     adv: torch.Tensor,
     mask: torch.Tensor,
     settings: UpdateSettings,
@@ -357,7 +361,7 @@ def _micro_batch_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Return the clipped GRPO loss of one micro-batch (``grpo_loss``) and its metrics.
 
-    With ``beta > 0`` it reads the KL reference's logprobs; with truncated importance sampling
+    ``ref``: the KL reference's logprobs (``beta > 0``); with truncated importance sampling
     (``is_correction``) it weights tokens by old / sampling probabilities, adding their metrics
     to ``is_sums`` when given (the first pass over the micro-batch). ``liger``: the loss (and
     its gradients) comes from Liger's fused linear GRPO loss over those hidden states, the
@@ -365,11 +369,6 @@ def _micro_batch_loss(
     before any update, whose old policy is the current one.
     """
     objective = settings.objective
-    ref = None
-    if objective.beta > 0:
-        if learner.reference is None:
-            raise ValueError("beta > 0 needs Learner.reference (the KL reference)")
-        ref = learner.reference(mb)
     weights = None
     if settings.is_correction:
         rows = list(mb.rows)
@@ -400,6 +399,26 @@ def _micro_batch_loss(
             old_logprobs=None if first else old, ref_logprobs=ref, importance_weights=weights,
         )  # fmt: skip
     return loss, metrics
+
+
+def _reference_logprobs(
+    learner: Learner, batches: Sequence[MicroBatch], schedule: Sequence[tuple[int, float]]
+) -> dict[int, torch.Tensor]:
+    """Every micro-batch's KL-reference logprobs, computed once before the update's passes.
+
+    The reference does not change during an update, so ``mu`` passes need it once, and an
+    offloaded copy moves to the device once (``Learner.reference_resident``) instead of once
+    per micro-batch and pass. One forward per entry of ``schedule`` (padding repeats included):
+    a sharded reference (the LoRA policy with its adapter off, under FSDP) gathers its
+    parameters inside each forward, so every rank must run as many.
+    """
+    if learner.reference is None:
+        raise ValueError("beta > 0 needs Learner.reference (the KL reference)")
+    refs: dict[int, torch.Tensor] = {}
+    with learner.reference_resident(), learner.autocast(), torch.no_grad():
+        for i, _ in schedule:
+            refs[i] = learner.reference(batches[i].to(learner.device)).float()
+    return refs
 
 
 @dataclass(frozen=True)

@@ -304,7 +304,12 @@ def _load_reference(
 ) -> PreTrainedModel | None:
     """Load the KL reference: the initial policy, only when used (beta > 0).
 
-    With LoRA it is the same module with the adapter switched off: no second copy.
+    With LoRA it is the same module with the adapter switched off: no second copy. Otherwise a
+    copy in the policy's parameter dtype (``parameter_dtype``), run under the same autocast: a
+    bfloat16 copy of a float32-master policy keeps its residual stream and norms in bfloat16,
+    and the KL is not 0 before the first update (SmolLM2-135M, 264 tokens: mean |log-prob
+    difference| 0.016, largest 0.21, k3 KL 5.5e-4 per token, where a run's KL starts at 0).
+    ``offload_reference`` keeps the copy in host RAM.
     """
     from grpo_train.models.loading import load_policy
 
@@ -313,7 +318,7 @@ def _load_reference(
     ref_device = "cpu" if cfg.policy.offload_reference else device
     with distributed.every_rank_loads_weights():  # never prepared: needs real weights
         ref_model = load_policy(
-            base_model, cfg.policy.dtype, ref_device, cfg.policy.attn_implementation
+            base_model, parameter_dtype(cfg.policy), ref_device, cfg.policy.attn_implementation
         )[0]
     ref_model.eval().requires_grad_(False)
     return ref_model
@@ -417,6 +422,7 @@ def _learner(
         share_prompts=share_prompts,
         autocast=functools.partial(training_autocast, cfg.policy, device),
         reference=reference,
+        reference_resident=contextlib.nullcontext if reference is None else reference.resident,
         accelerator=accelerator,
         head=head,
         packing=packing,
@@ -476,6 +482,17 @@ class KLReference:
     offload: bool
     share_prompts: bool
     head: HeadChoice = DEFAULT_HEAD
+
+    def resident(self) -> contextlib.AbstractContextManager[object]:
+        """Keep an offloaded copy on the device while open: one move per update, not per call.
+
+        The update computes every micro-batch's reference logprobs inside one of these, before
+        its passes (15 GB each way per micro-batch and pass, for a 7B model in bfloat16, moved
+        only once); calls inside find the copy on the device already and move nothing.
+        """
+        if self.offload and self.copy is not None:
+            return memory.on_device(self.copy, self.device)
+        return contextlib.nullcontext()
 
     def __call__(self, mb: MicroBatch) -> torch.Tensor:
         """Return the reference's (B, T) per-token logprobs of micro-batch ``mb``."""
