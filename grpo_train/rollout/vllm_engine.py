@@ -18,8 +18,11 @@ Weight sync:
   without ``external_launcher``: ``grpo serve``): the tensors stream through a spool folder in
   RAM (``/dev/shm``; weight_spool.py): the trainer writes safetensors buckets of at most
   ``sync_bucket_mb`` while every worker loads them in one ``reload_weights(weights_iterator=...)``
-  call, and at most two buckets exist at once, never a copy of the model. vLLM's
-  ``distributed/weight_transfer`` engines (CUDA IPC, NCCL) are the path for a separate server.
+  call, and at most two buckets exist at once (one may be a tensor larger than a bucket, alone),
+  never a copy of the model: SmolLM2-135M in float32 peaked at 145 MB in /dev/shm with 32 MiB
+  buckets (its 113 MB embedding and a bucket), 538 MB as one file, in a similar time (1.0-1.4 s
+  on 2 shared cores). vLLM's ``distributed/weight_transfer`` engines (CUDA IPC, NCCL) are the
+  path for a separate server.
 - Tensor parallel: every worker gets the whole state dict and vLLM's weight loaders keep its
   shard (``reload_weights`` slices by the worker's TP rank), so no sharding happens here.
 """
