@@ -239,11 +239,14 @@ class RolloutConfig:
     vllm_sync_timeout_s: Free[float] = 120.0
     """Server mode: the longest one step of a weight sync may take (each bucket's broadcast, a
     replica's answer after the last one): a replica that dies or stalls mid-sync ends the run
-    within this time, naming it."""
+    within this time, naming it. Likewise for a colocated engine in processes of its own
+    (``vllm_in_process: false``): the longest wait for its workers to read a bucket."""
     vllm_sync_bucket_mb: Free[float] = 256.0
     """Server mode: a weight sync streams the model in buffers of at most this many MiB (a
     tensor larger than that travels alone), on the trainer and on every replica, beside vLLM's
-    share of the GPU; never one buffer of the whole model."""
+    share of the GPU; never one buffer of the whole model. A colocated engine in processes of
+    its own (``vllm_in_process: false``) gets its syncs in files of this size in ``/dev/shm``,
+    at most two at a time."""
     vllm_sync_backend: Free[Literal["auto", "nccl", "gloo"]] = "auto"
     """Server mode: the weight broadcast's transport: ``nccl`` (GPU to GPU), ``gloo`` (through
     host memory; also for a server on the trainer's own GPU, which NCCL refuses); ``auto``:

@@ -245,6 +245,8 @@ def serve_replica(args: argparse.Namespace) -> int:
             gpu_memory_utilization=args.gpu_memory_utilization,
             cpu_kv_cache_gib=args.cpu_kv_cache_gib,
             in_process=args.in_process,
+            sync_bucket_mb=args.sync_bucket_mb,
+            sync_timeout_s=args.sync_timeout_s,
             **extra,
         )
     except EngineDied as died:
@@ -468,6 +470,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu_memory_utilization", type=float, default=0.9, help="GPU share")
     p.add_argument("--cpu_kv_cache_gib", type=float, default=1.0, help="CPU: KV cache GiB")
     p.add_argument("--in_process", action="store_true", help="CPU: engine core in-process")
+    p.add_argument(
+        "--sync_bucket_mb", type=float, default=256.0,
+        help="weight sync into worker processes (tensor parallel): largest spool file, MiB",
+    )  # fmt: skip
+    p.add_argument(
+        "--sync_timeout_s", type=float, default=120.0,
+        help="weight sync into worker processes: longest wait for a bucket, seconds",
+    )  # fmt: skip
     p.add_argument("--log_level", default="warning", help="debug, info, warning")
     return p
 

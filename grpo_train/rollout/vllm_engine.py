@@ -15,10 +15,14 @@ Weight sync:
   empty). On SmolLM2-135M (one thread) a sync took 0.22-0.37 s, through a file 0.53-1.27 s.
   A tied LM head needs one more step (see vllm_worker.py).
 - An engine in processes of its own (CPU with ``in_process=False``; ``tensor_parallel_size`` > 1
-  without ``external_launcher``: ``grpo serve``): the tensors are saved as one safetensors file
-  in a RAM-backed folder (``/dev/shm``) and each worker reloads them in place with
-  ``reload_weights(weights_path=...)``. vLLM's ``distributed/weight_transfer`` engines (CUDA
-  IPC, NCCL) are the path for a separate server.
+  without ``external_launcher``: ``grpo serve``): the tensors stream through a spool folder in
+  RAM (``/dev/shm``; weight_spool.py): the trainer writes safetensors buckets of at most
+  ``sync_bucket_mb`` while every worker loads them in one ``reload_weights(weights_iterator=...)``
+  call, and at most two buckets exist at once (one may be a tensor larger than a bucket, alone),
+  never a copy of the model: SmolLM2-135M in float32 peaked at 145 MB in /dev/shm with 32 MiB
+  buckets (its 113 MB embedding and a bucket), 538 MB as one file, in a similar time (1.0-1.4 s
+  on 2 shared cores). vLLM's ``distributed/weight_transfer`` engines (CUDA IPC, NCCL) are the
+  path for a separate server.
 - Tensor parallel: every worker gets the whole state dict and vLLM's weight loaders keep its
   shard (``reload_weights`` slices by the worker's TP rank), so no sharding happens here.
 """
@@ -29,6 +33,7 @@ import contextlib
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -42,6 +47,7 @@ from grpo_train.rollout.base import (
     GroupDone,
     SamplingConfig,
     check_prompts,
+    in_callers_torch_context,
     report_groups,
 )
 from grpo_train.rollout.child_output import ChildOutput
@@ -57,10 +63,14 @@ from grpo_train.rollout.vllm_worker import GrpoWorkerExtension
 if TYPE_CHECKING:
     import torch
 
+    from grpo_train.rollout.weight_spool import SpoolStats
+
 logger = logging.getLogger(__name__)
 
 #: The CPU weight-sync folders' names (``/dev/shm/grpo-kit-sync-PID.START-XXXX``).
 SYNC_DIR_PREFIX = "grpo-kit-sync-"
+#: How long a failed sync waits for the workers to stop loading (they see its abort marker).
+ABORT_GRACE_S = 5.0
 
 
 def vllm_available() -> bool:
@@ -88,6 +98,8 @@ class VLLMEngine:
         enforce_eager: bool | None = None,
         sync_dir: str | Path | None = None,
         in_process: bool = True,
+        sync_bucket_mb: float = 256.0,
+        sync_timeout_s: float = 120.0,
         **llm_kwargs: Any,
     ) -> None:
         """Start the engine on ``model_path`` (an HF folder or hub id).
@@ -104,8 +116,8 @@ class VLLMEngine:
                 default; a fixed size is predictable on a shared machine.
             enforce_eager: skip graph capture / compilation (default: on for CPU, where it
                 avoids a long torch.compile at start; off on GPU).
-            sync_dir: where the weight sync of an engine in child processes writes its
-                safetensors file (default: a fresh folder under /dev/shm, else the temp dir).
+            sync_dir: where the weight sync of an engine in child processes spools its
+                buckets (default: a fresh folder under /dev/shm, else the temp dir).
             in_process: CPU: run vLLM's engine core and its worker in this process (the
                 default; GPU engines always do). False: in child processes, where vLLM's engine
                 core busy-waits on its worker through shared memory during every generate (a
@@ -116,9 +128,23 @@ class VLLMEngine:
                 39.5 s for 6 steps against 61.3 s in child processes, the same samples bit for
                 bit. vLLM's CPU worker disables ``torch.set_num_threads``; it is restored once
                 the engine is up, so ``num_threads`` keeps working.
+            sync_bucket_mb: an engine in child processes: the largest bucket file a weight sync
+                writes (MiB; ``vllm_sync_bucket_mb``); a tensor larger than that goes alone.
+            sync_timeout_s: an engine in child processes: the longest a weight sync waits for
+                its workers to read a bucket or finish, and they for the next bucket
+                (``vllm_sync_timeout_s``): a side that stalls or dies ends the sync with an error.
             llm_kwargs: passed on to ``vllm.LLM``.
         """
+        from grpo_train.rollout.weight_channel import bucket_bytes_for
+
+        if not sync_timeout_s > 0:
+            raise ValueError(f"sync_timeout_s: {sync_timeout_s}; must be > 0 (seconds, e.g. 120)")
+        self.sync_bucket_bytes = bucket_bytes_for(sync_bucket_mb)
+        self.sync_timeout_s = sync_timeout_s
         self.last_sync_seconds = 0.0
+        self.last_sync_stats: SpoolStats | None = None
+        """What the last sync through the spool wrote (None: none did, or in this process)."""
+        self._syncs = 0
         self.processes = EngineProcesses()
         self.output = ChildOutput(_stop_requested)
         self._sync_dir = Path(sync_dir) if sync_dir is not None else None
@@ -208,6 +234,7 @@ class VLLMEngine:
             getattr(parallel, "distributed_executor_backend", None) == "external_launcher"
             or int(getattr(parallel, "world_size", 1)) == 1
         )
+        self.worker_count = int(getattr(parallel, "world_size", 1))
         # The engine core and worker processes (none when fully in this process): watched by
         # every request, ended by close() whatever happened to them.
         manager = getattr(getattr(llm.llm_engine, "engine_core", None), "resources", None)
@@ -314,8 +341,8 @@ class VLLMEngine:
 
         A worker in this process consumes ``tensors`` inside vLLM's ``load_weights``, one at a
         time (``reload_weights(weights_iterator=...)``), so a stream that receives buckets on
-        demand is never held whole. Workers in processes of their own get one safetensors file
-        of the whole model in ``/dev/shm``.
+        demand is never held whole. Workers in processes of their own read them bucket by
+        bucket from the spool folder (``_sync_through_spool``).
         """
         start = time.perf_counter()
         self.wake_up(WEIGHTS)  # the weights to load into; the KV cache comes back after
@@ -327,26 +354,81 @@ class VLLMEngine:
                 "weight sync",
             )
         else:
-            from safetensors.torch import save_file
-
-            folder = self._ensure_sync_dir()
-            tmp = folder / "model.safetensors.tmp"
-            save_file({k: v.to(self.dtype).contiguous().cpu() for k, v in tensors}, str(tmp))
-            target = folder / "model.safetensors"
-            tmp.replace(target)
-            try:
-                self._call(
-                    lambda: self.llm.collective_rpc(
-                        "grpo_reload_weights", kwargs={"weights_path": str(folder)}
-                    ),
-                    "weight sync",
-                )
-            finally:
-                target.unlink()  # loaded now; a copy of the model in /dev/shm would hold RAM
+            self.last_sync_stats = self._sync_through_spool(tensors)
         self.wake_up()  # the KV cache, now that the export's buffers are gone
         # Cached KV blocks were computed with the old weights.
         self._call(self.llm.reset_prefix_cache, "weight sync")
         self.last_sync_seconds = time.perf_counter() - start
+
+    def _sync_through_spool(self, tensors: Iterable[tuple[str, torch.Tensor]]) -> SpoolStats:
+        """Write ``tensors`` as spool buckets while the workers load them (weight_spool.py).
+
+        The workers' load (a blocking ``collective_rpc``, watched for dead processes) runs in a
+        helper thread; this one writes the buckets. A failure on either side ends both: the
+        workers' error reaches the writer's waits, the writer's leaves an abort marker the
+        workers raise on. The stream's folder is removed whatever happened.
+        """
+        import torch
+
+        from grpo_train.rollout.weight_channel import buckets
+        from grpo_train.rollout.weight_spool import SpoolWriter, write_stream
+
+        self._syncs += 1
+        folder = self._ensure_sync_dir() / f"stream-{self._syncs}"
+        shutil.rmtree(folder, ignore_errors=True)  # a leftover of a failed removal
+        done = threading.Event()
+        failure: list[BaseException] = []
+        load = in_callers_torch_context(
+            lambda: self._call(
+                lambda: self.llm.collective_rpc(
+                    "grpo_reload_spool",
+                    kwargs={"folder": str(folder), "timeout_s": self.sync_timeout_s},
+                ),
+                "weight sync",
+            )
+        )
+
+        def run() -> None:
+            try:
+                load()
+            except BaseException as err:  # raised in the writer's thread
+                failure.append(err)
+            finally:
+                done.set()
+
+        def stopped() -> BaseException | None:
+            if not done.is_set():
+                return None
+            if failure:
+                return failure[0]
+            return RuntimeError("the engine's workers ended the weight load before its end")
+
+        writer = SpoolWriter(
+            folder, self.worker_count, timeout_s=self.sync_timeout_s, stopped=stopped
+        )
+        element_size = torch.empty((), dtype=self.dtype).element_size()
+        cast = (
+            {name: t.detach().to(self.dtype).contiguous().cpu() for name, t in bucket}
+            for bucket in buckets(tensors, self.sync_bucket_bytes, element_size)
+        )
+        threading.Thread(target=run, name="engine-weight-sync", daemon=True).start()
+        try:
+            stats = write_stream(writer, cast)
+            writer.wait_read()
+            if not done.wait(self.sync_timeout_s):
+                raise RuntimeError(
+                    f"the engine's workers did not finish loading the weights within "
+                    f"{self.sync_timeout_s:g} s of the last bucket (vllm_sync_timeout_s)"
+                )
+            if failure:
+                raise failure[0]
+            return stats
+        except BaseException as err:
+            writer.abort(f"{type(err).__name__}: {err}")
+            done.wait(ABORT_GRACE_S)  # the workers see the marker at their next look
+            raise
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def sleep(self, level: Literal[1, 2] = 1) -> bool:
         """Free the KV cache and offload (level 1) or drop (level 2) the weights for the update.

@@ -58,6 +58,9 @@ def build_engine(
     if config.rollout.vllm_sleep_mode:
         extra["enable_sleep_mode"] = True
     extra["in_process"] = config.rollout.vllm_in_process
+    # An engine whose workers run in processes of their own streams each sync in these buckets.
+    extra["sync_bucket_mb"] = config.rollout.vllm_sync_bucket_mb
+    extra["sync_timeout_s"] = config.rollout.vllm_sync_timeout_s
     return rollout.make_engine(
         "vllm",
         model_path,

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import random
+import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
@@ -16,6 +21,9 @@ from grpo_train.learner.weight_export import sync_rollout_weights
 from grpo_train.models.loading import load_policy
 from grpo_train.rollout import make_engine
 from grpo_train.rollout.base import SamplingConfig
+
+if TYPE_CHECKING:
+    from grpo_train.rollout.vllm_engine import VLLMEngine
 
 pytestmark = pytest.mark.vllm
 
@@ -143,13 +151,55 @@ def test_seeded_batch_larger_than_one_prefill_step(engine) -> None:
     assert [c.token_ids for g in again for c in g] == [c.token_ids for g in first for c in g]
 
 
-def test_cpu_engine_runs_in_process_by_default_and_samples_as_a_child_engine_does(
-    tiny_model_path: Path, engine, trainer_model
-) -> None:
+#: The child engine's sync bucket: 32 KiB, against the tiny model's ~2 MiB of float32 weights.
+SPOOL_BUCKET_MB = 1 / 32
+
+
+@dataclass
+class ChildEngine:
+    """An engine in child processes, with what its start left of this process's settings."""
+
+    engine: VLLMEngine
+    env_kept: bool
+    set_num_threads_kept: bool
+
+
+@pytest.fixture(scope="module")
+def child(tiny_model_path: Path) -> Iterator[ChildEngine]:
+    """One ``in_process=False`` engine for the module, streaming its syncs in small buckets."""
     import os
 
     from grpo_train.rollout.vllm_engine import VLLMEngine
 
+    set_num_threads = torch.set_num_threads
+    env_before = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    engine = VLLMEngine(
+        tiny_model_path, dtype="float32", max_model_len=256, seed=0, in_process=False,
+        sync_bucket_mb=SPOOL_BUCKET_MB, sync_timeout_s=20,
+    )  # fmt: skip
+    try:
+        yield ChildEngine(
+            engine,
+            os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == env_before,
+            torch.set_num_threads is set_num_threads,
+        )
+    finally:
+        engine.close()
+
+
+def _moved(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """A copy of ``model`` with every tensor moved (the tied embedding / LM head included)."""
+    moved = copy.deepcopy(model)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in moved.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return moved
+
+
+def test_cpu_engine_runs_in_process_by_default_and_samples_as_a_child_engine_does(
+    engine, child, trainer_model
+) -> None:
     if not engine.on_cpu:
         pytest.skip("in_process is a CPU option (GPU engines always run in process)")
     # The default: no engine process of its own (none spinning beside the trainer), and
@@ -159,27 +209,112 @@ def test_cpu_engine_runs_in_process_by_default_and_samples_as_a_child_engine_doe
     torch.set_num_threads(1)
     assert torch.get_num_threads() == 1
     torch.set_num_threads(before)
-    set_num_threads = torch.set_num_threads
-    env_before = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
-    inner = VLLMEngine(
-        tiny_model_path, dtype="float32", max_model_len=256, seed=0, in_process=False
-    )
+    inner = child.engine
+    assert not inner.in_process and inner.processes.pids  # the engine core and its worker
+    # told from other children of this process by vLLM's names for them
+    assert all(name.startswith("VLLM::") for name in inner.processes.pids.values())
+    assert child.env_kept and child.set_num_threads_kept
+    sync_rollout_weights(inner, trainer_model)  # a test before may have moved its weights
+    sampling = SamplingConfig(n=4, max_new_tokens=16, temperature=0.8, seed=3)
+    assert inner.generate(PROMPTS, sampling) == engine.generate(PROMPTS, sampling)
+
+
+def _spool_files(engine) -> list[Path]:
+    folder = engine._sync_dir
+    return [] if folder is None else [p for p in folder.rglob("*") if p.is_file()]
+
+
+def test_a_child_engines_sync_streams_in_buckets_and_lands_the_trainers_weights(
+    child, trainer_model
+) -> None:
+    """Workers in processes of their own read the sync from a spool of at most two buckets in
+    /dev/shm (weight_spool.py), never a file of the whole model, and sample with the new
+    weights' exact logprobs."""
+    engine = child.engine
+    moved = _moved(trainer_model, seed=21)
+    state = moved.state_dict()
+    model_bytes = sum(t.numel() * t.element_size() for t in state.values())
+    largest = max(t.numel() * t.element_size() for t in state.values())
+    sampling = SamplingConfig(n=4, max_new_tokens=16, temperature=0.8, seed=3)
+    assert max_logprob_gap(moved, engine.generate(PROMPTS, sampling), PROMPTS, 0.8) > 1e-2
+    stop, polled = threading.Event(), [0]
+
+    def poll() -> None:  # what another process would see in /dev/shm meanwhile
+        while not stop.is_set():
+            sizes = 0
+            for path in _spool_files(engine):
+                with contextlib.suppress(FileNotFoundError):  # deleted since the listing
+                    sizes += path.stat().st_size
+            polled[0] = max(polled[0], sizes)
+            time.sleep(0.001)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
     try:
-        assert not inner.in_process and inner.processes.pids  # the engine core and its worker
-        # told from other children of this process by vLLM's names for them
-        assert all(name.startswith("VLLM::") for name in inner.processes.pids.values())
-        assert os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == env_before
-        assert torch.set_num_threads is set_num_threads
-        sampling = SamplingConfig(n=4, max_new_tokens=16, temperature=0.8, seed=3)
-        assert inner.generate(PROMPTS, sampling) == engine.generate(PROMPTS, sampling)
-        moved = copy.deepcopy(trainer_model)
-        with torch.no_grad():
-            for p in moved.parameters():
-                p.add_(torch.randn_like(p) * 0.05)
-        sync_rollout_weights(inner, moved)
-        assert max_logprob_gap(moved, inner.generate(PROMPTS, sampling), PROMPTS, 0.8) < 1e-3
+        sync_rollout_weights(engine, moved)
     finally:
-        inner.close()
+        stop.set()
+        poller.join()
+    stats = engine.last_sync_stats
+    assert stats is not None and stats.buckets > 10
+    # A window of two buckets (plus the safetensors headers), one of them the largest tensor
+    # (the embedding, which travels alone); before the spool the folder held the whole model.
+    bound = 2 * (engine.sync_bucket_bytes + 4096) + largest
+    assert stats.bytes > model_bytes - largest  # the tied LM head is not sent twice
+    assert stats.peak_bytes <= bound < model_bytes / 4
+    assert 0 < polled[0] <= bound
+    assert not _spool_files(engine)
+    assert max_logprob_gap(moved, engine.generate(PROMPTS, sampling), PROMPTS, 0.8) < 1e-3
+
+
+def test_a_child_engines_sync_fails_in_one_error_when_the_export_raises(
+    child, trainer_model
+) -> None:
+    """The trainer's export raising mid-stream ends the sync with that error within seconds
+    (the workers stop at the abort marker instead of waiting for the next bucket), leaves no
+    spool file, and the next sync loads whole weights again."""
+    engine = child.engine
+
+    def failing() -> Iterator[tuple[str, torch.Tensor]]:
+        for index, pair in enumerate(trainer_model.state_dict().items()):
+            if index == 6:
+                raise ValueError("the export failed")
+            yield pair
+
+    start = time.monotonic()
+    with pytest.raises(ValueError) as caught:
+        engine.sync_weight_stream(failing())
+    assert str(caught.value) == "the export failed"  # the cause itself, not the workers' echo
+    assert time.monotonic() - start < 10  # the sync timeout is 20 s
+    assert not _spool_files(engine)
+    moved = _moved(trainer_model, seed=22)
+    sync_rollout_weights(engine, moved)
+    sampling = SamplingConfig(n=4, max_new_tokens=16, temperature=0.8, seed=4)
+    assert max_logprob_gap(moved, engine.generate(PROMPTS, sampling), PROMPTS, 0.8) < 1e-3
+
+
+def test_a_child_engine_killed_mid_sync_is_one_error_naming_it(child, trainer_model) -> None:
+    """Last of the child engine's tests: its process dies under the sync."""
+    import os
+    import signal
+
+    from grpo_train.rollout.base import EngineDied
+
+    engine = child.engine
+    (worker,) = engine.processes.pids  # one process (vLLM names it per executor) runs the worker
+
+    def killing() -> Iterator[tuple[str, torch.Tensor]]:
+        for index, pair in enumerate(trainer_model.state_dict().items()):
+            if index == 6:
+                os.kill(worker, signal.SIGKILL)
+            yield pair
+
+    start = time.monotonic()
+    with pytest.raises(EngineDied, match="during weight sync") as died:
+        engine.sync_weight_stream(killing())
+    assert time.monotonic() - start < 10
+    assert f"(pid {worker})" in died.value.cause
+    assert not _spool_files(engine)
 
 
 def test_a_bfloat16_engine_samples_near_the_float32_policy_and_takes_its_synced_weights(

@@ -7,10 +7,14 @@ for the module; its start costs one to four minutes on a loaded 2-core machine.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,6 +25,7 @@ from test_server_mode import MAX_MODEL_LEN, _wait_ready, end_server
 from grpo_train.learner.weight_export import sync_rollout_weights
 from grpo_train.rollout.base import SamplingConfig
 from grpo_train.rollout.serve import CPU_BIND_ENV
+from grpo_train.rollout.vllm_engine import SYNC_DIR_PREFIX
 from grpo_train.rollout.weight_channel import free_port
 
 pytestmark = [
@@ -28,6 +33,17 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(torch.cuda.is_available(), reason="CPU build's worker binding (a GPU here)"),
 ]
+
+
+#: The replica's spool bucket (its workers' weight sync): 32 KiB, the tiny model is ~2 MiB.
+SPOOL_BUCKET_MB = 1 / 32
+
+
+@dataclass(frozen=True)
+class TPServer:
+    url: str
+    pid: int
+    """The replica's process, which owns the spool folder its workers read a sync from."""
 
 
 def _env() -> dict[str, str]:
@@ -42,12 +58,13 @@ def _serve(model: Path, port: int, tensor_parallel_size: int) -> list[str]:
         "--port", str(port), "--host", "127.0.0.1",
         "--tensor_parallel_size", str(tensor_parallel_size),
         "--dtype", "float32", "--max_model_len", str(MAX_MODEL_LEN), "--cpu_kv_cache_gib", "0.25",
+        "--sync_bucket_mb", str(SPOOL_BUCKET_MB),
     ]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def tp_server(tiny_model_path: Path) -> Iterator[str]:
-    """One ``grpo serve --tensor_parallel_size 2`` replica on the tiny model: its URL."""
+def tp_server(tiny_model_path: Path) -> Iterator[TPServer]:
+    """One ``grpo serve --tensor_parallel_size 2`` replica on the tiny model."""
     pytest.importorskip("vllm")
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("two tensor-parallel workers need two cores")
@@ -58,7 +75,7 @@ def tp_server(tiny_model_path: Path) -> Iterator[str]:
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_ready(proc, url)  # type: ignore[arg-type]
-        yield url
+        yield TPServer(url, proc.pid)
     finally:
         end_server(proc)
 
@@ -71,7 +88,7 @@ def test_tp2_server_samples_a_tp1_engines_tokens_and_syncs_to_the_trainers_logpr
     from grpo_train.rollout.vllm_engine import VLLMEngine
 
     model = load_policy(str(tiny_model_path))[0]
-    server = ServerEngine([tp_server], timeout_s=300)
+    server = ServerEngine([tp_server.url], timeout_s=300)
     one = VLLMEngine(
         tiny_model_path, dtype="float32", max_model_len=MAX_MODEL_LEN, cpu_kv_cache_gib=0.25,
         in_process=True,
@@ -94,8 +111,14 @@ def test_tp2_server_samples_a_tp1_engines_tokens_and_syncs_to_the_trainers_logpr
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 0.05)
         assert max_logprob_gap(model, before, PROMPTS, 0.8) > 1e-2  # the change is visible
-        # Both workers reload their shard from the file (VLLMEngine.workers_in_process).
-        sync_rollout_weights(server, model)
+        # Both workers reload their shard from the replica's spool (VLLMEngine.workers_in_process),
+        # which never holds more than two buckets (one may be the largest tensor, alone).
+        state = model.state_dict()
+        largest = max(t.numel() * t.element_size() for t in state.values())
+        model_bytes = sum(t.numel() * t.element_size() for t in state.values())
+        with _spool_peak(tp_server.pid) as peak:
+            sync_rollout_weights(server, model)
+        assert 0 < peak[0] <= 2 * (int(SPOOL_BUCKET_MB * 2**20) + 4096) + largest < model_bytes / 4
         assert server.version == 2
         after = server.generate(PROMPTS, sampling)
         assert max_logprob_gap(model, after, PROMPTS, 0.8) < 1e-4
@@ -105,6 +128,29 @@ def test_tp2_server_samples_a_tp1_engines_tokens_and_syncs_to_the_trainers_logpr
     finally:
         server.close()
         one.close()
+
+
+@contextlib.contextmanager
+def _spool_peak(pid: int) -> Iterator[list[int]]:
+    """Poll the spool of replica ``pid`` in /dev/shm meanwhile: the most bytes it held at once."""
+    stop, peak = threading.Event(), [0]
+
+    def poll() -> None:
+        while not stop.is_set():
+            total = 0
+            for path in Path("/dev/shm").glob(f"{SYNC_DIR_PREFIX}{pid}.*/*/*"):
+                with contextlib.suppress(FileNotFoundError):  # deleted since the listing
+                    total += path.stat().st_size
+            peak[0] = max(peak[0], total)
+            time.sleep(0.001)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        poller.join()
 
 
 def test_more_tp_workers_than_cores_fail_with_one_line(tiny_model_path):
