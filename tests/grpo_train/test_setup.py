@@ -293,3 +293,33 @@ def test_a_deepspeed_clipping_other_than_max_grad_norm_is_refused_at_start(
     with pytest.raises(ConfigError, match=r"max_grad_norm is 0.5 .*gradient_clipping: 1.0"):
         _start_process(cfg)
     assert plugin.deepspeed_config["gradient_clipping"] == 1.0  # left as the user set it
+
+
+def test_a_bfloat16_runs_kl_reference_computes_exactly_as_the_policy_before_any_update(
+    tiny_model_path: Path,
+) -> None:
+    """Full fine-tuning in bfloat16 keeps float32 master weights under bf16 autocast; the KL
+    reference must be the same computation, or the KL is not 0 before the first update (a
+    bfloat16 copy kept its residual stream and norms in bfloat16). Same weights, same autocast:
+    equal logprobs, so KL 0 at step 0."""
+    from grpo_train.learner.forward import token_logprobs
+    from grpo_train.learner.micro_batches import make_micro_batches
+    from grpo_train.setup.run import _learner, _load_reference
+
+    cfg = dataclasses.replace(
+        _config(tiny_model_path, "bfloat16"), algorithm=dataclasses.replace(
+            TrainConfig().algorithm, beta=0.1
+        ),
+    )  # fmt: skip
+    model, tokenizer = load_run_policy(cfg, None, "cpu", str(tiny_model_path), None, None)[:2]
+    reference = _load_reference(cfg, None, "cpu", str(tiny_model_path))
+    assert reference is not None
+    assert {p.dtype for p in reference.parameters()} == {torch.float32}
+    learner = _learner(cfg, model, reference, tokenizer, "cpu", None, None, False)
+    assert learner.reference is not None
+    completions = ((5, 6, 7, 8, 9, 10), (11, 12, 13))
+    mb = make_micro_batches(((1, 2, 3, 4),) * 2, completions, 1000, pad_id=0)[0]
+    with learner.autocast(), torch.no_grad():
+        policy = token_logprobs(model, mb, 1.0, False, learner.share_prompts, learner.head)[0]
+        under_reference = learner.reference(mb)
+    assert torch.equal(policy.float(), under_reference.float())

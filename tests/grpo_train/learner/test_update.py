@@ -371,3 +371,44 @@ def test_clip_and_step_under_deepspeed_counts_skipped_steps_and_steps_nothing_tw
         backward_and_step([0.0, float("nan")], 0.1)
     assert torch.allclose(weight.detach(), torch.tensor([-0.6, -0.8]))
     assert engine.steps == 4 and engine.optimizer_steps == 1 and scheduler.last_epoch == 1
+
+
+def test_the_kl_reference_runs_once_per_micro_batch_per_update_while_resident(
+    tiny_model_path: Path,
+) -> None:
+    """The reference does not change during an update: ``mu`` passes read it once per scheduled
+    micro-batch, all inside one ``reference_resident`` (an offloaded copy moves to the device
+    once per update, not per micro-batch and pass: 15 GB each way for a 7B model), before the
+    policy's first forward."""
+    from grpo_train.models.loading import load_policy
+
+    model, _ = load_policy(str(tiny_model_path))
+    reference, _ = load_policy(str(tiny_model_path))
+    events: list[str] = []
+    resident = [False]
+
+    class Resident:
+        def __enter__(self) -> None:
+            events.append("resident")
+            resident[0] = True
+
+        def __exit__(self, *exc: object) -> None:
+            events.append("offloaded")
+            resident[0] = False
+
+    def under_reference(mb) -> torch.Tensor:
+        events.append("reference" if resident[0] else "reference outside")
+        return token_logprobs(reference, mb, 1.0)[0]
+
+    model.register_forward_pre_hook(lambda module, args: events.append("policy"))
+    settings = _settings(loss_type="grpo", micro_batch_tokens=16, beta=0.1, mu=2)
+    learner = Learner(model, pad_id=0, reference=under_reference, reference_resident=Resident)
+    captured: list[float] = []
+    grpo_update(
+        learner, lambda loss: captured.append(loss) or 0.0, make_batch(all_tokens()),
+        torch.tensor([[1.0, -1.0], [-0.5, 0.5]]), settings,
+    )  # fmt: skip
+    passes = events.count("policy") // 2  # policy forwards per pass (mu = 2)
+    assert passes >= 2 and len(captured) == 2
+    assert events[: passes + 2] == ["resident", *["reference"] * passes, "offloaded"]
+    assert events[passes + 2 :] == ["policy"] * (2 * passes)
