@@ -45,6 +45,7 @@ transformers 5.19, peft 0.21, accelerate 1.16: every other path passes with the 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -66,6 +67,9 @@ PATHS = (
     "vllm-sync",
     "checkpoint-resume",
     "long-completion",
+    "fsdp2-save-resume",
+    "multi-process",
+    "train-cli",
 )
 
 
@@ -122,7 +126,8 @@ def _batch(prompts: list[list[int]], completions: list[list[int]]) -> Any:
     )
 
 
-def _small_batch(vocab: int) -> tuple[Any, Any]:
+def _small_rows(vocab: int) -> tuple[list[list[int]], list[list[int]], Any]:
+    """Two prompts of two completions each (random ids, seed 0) and their advantages."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
@@ -130,8 +135,13 @@ def _small_batch(vocab: int) -> tuple[Any, Any]:
     def ids(n: int) -> list[int]:
         return torch.randint(3, vocab, (n,), generator=gen).tolist()
 
-    batch = _batch([ids(5), ids(4)], [ids(9), ids(6), ids(7), ids(8)])
-    return batch, torch.tensor([[1.0, -1.0], [-0.5, 0.5]])
+    prompts, completions = [ids(5), ids(4)], [ids(9), ids(6), ids(7), ids(8)]
+    return prompts, completions, torch.tensor([[1.0, -1.0], [-0.5, 0.5]])
+
+
+def _small_batch(vocab: int) -> tuple[Any, Any]:
+    prompts, completions, advantages = _small_rows(vocab)
+    return _batch(prompts, completions), advantages
 
 
 def _stepper(optimizer: Any) -> Callable[[float], float]:
@@ -434,6 +444,380 @@ def check_long_completion(model_dir: Path, device: str) -> str:
     return f"2000-token completion: {what} {peak_mib:.0f} MiB"
 
 
+# ------------------------------------------------------------------ launched and CLI paths
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _one_rank_fsdp_env(device: str) -> dict[str, str]:
+    """What ``accelerate launch --config_file examples/accelerate/fsdp.yaml`` gives one rank.
+
+    torchrun's rendezvous variables (rank 0 of 1, a free port) and the shipped config's FSDP
+    settings (its ``fsdp_config`` keys upper-cased, as accelerate's launcher passes them); the
+    config's bf16 mixed precision on CUDA, none on CPU.
+    """
+    import yaml
+
+    config = yaml.safe_load((REPO / "examples" / "accelerate" / "fsdp.yaml").read_text())
+    cpu = not device.startswith("cuda")
+    env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_free_port()),
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "ACCELERATE_USE_FSDP": "true",
+        "FSDP_SYNC_MODULE_STATES": "true",
+        "ACCELERATE_MIXED_PRECISION": "no" if cpu else str(config["mixed_precision"]),
+    }
+    for key, value in config["fsdp_config"].items():
+        env[key.upper()] = str(value).lower() if isinstance(value, bool) else str(value)
+    if cpu:
+        env["ACCELERATE_USE_CPU"] = "true"
+    return env
+
+
+def _force_fsdp_on_cpu() -> None:
+    """Make accelerate's state FSDP on a CPU rank (on CUDA it is FSDP by itself).
+
+    With ``ACCELERATE_USE_CPU`` accelerate keeps ``MULTI_CPU`` and drops the FSDP plugin (it
+    promotes only accelerator device types to FSDP), while torch's FSDP2 runs on CPU over gloo.
+    The trainer's ``Accelerator`` then finds this state; everything after is accelerate's own
+    FSDP2 code (``prepare``, ``clip_grad_norm_``, ``save_state``, ``load_state``).
+    """
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    Accelerator()  # starts the process group and the shared state, as MULTI_CPU
+    state = AcceleratorState()
+    state.fsdp_plugin = FullyShardedDataParallelPlugin()  # reads the FSDP_* variables
+    state.distributed_type = DistributedType.FSDP
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+
+
+def _full(value: Any) -> Any:
+    """A tensor's whole value on the CPU (an FSDP2 shard, a ``DTensor``, gathered)."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    whole = value.full_tensor() if isinstance(value, DTensor) else torch.as_tensor(value)
+    return whole.detach().cpu().clone()
+
+
+def _fsdp_policy(cfg: Any, model_dir: Path) -> tuple[Any, Any, Any, Any]:
+    """The trainer's setup of a full fine-tuning policy under a launcher: accelerate's process
+    (``setup.run._start_process``), the policy (``load_run_policy``), AdamW and its schedule
+    (``build_optimizer``), then ``accelerator.prepare``; returns the accelerator, the unwrapped
+    and the prepared model, and (optimizer, scheduler, tokenizer)."""
+    from grpo_train.setup.run import _start_process, build_optimizer, load_run_policy
+
+    accelerator, distributed, _, device = _start_process(cfg)
+    assert distributed, "accelerate did not start a launched (FSDP) process"
+    model, tokenizer, _, _ = load_run_policy(cfg, None, device, str(model_dir), None, None)
+    optimizer, scheduler = build_optimizer(cfg, model)
+    wrapped, optimizer = accelerator.prepare(model, optimizer)
+    return accelerator, model, wrapped, (optimizer, scheduler, tokenizer)
+
+
+def check_fsdp2_save_resume(model_dir: Path, device: str) -> str:
+    import torch
+    from safetensors.torch import load_file
+
+    from grpo_train.config import TrainConfig
+    from grpo_train.learner.update import ClipAndStep, grpo_update
+    from grpo_train.learner.weight_export import export_state_dict, full_state_dict, is_sharded
+    from grpo_train.run.checkpoint import SamplerState, load_checkpoint, save_checkpoint
+    from grpo_train.setup.run import _learner, resolve_auto
+    from grpo_train.setup.settings import update_settings
+
+    if not torch.distributed.is_available():
+        raise Skip("torch.distributed is not available")
+    os.environ.update(_one_rank_fsdp_env(device))
+    if not device.startswith("cuda"):
+        _force_fsdp_on_cpu()
+    with tempfile.TemporaryDirectory() as tmp:
+        flat = {"model": str(model_dir), "learning_rate": 1e-3, "beta": 0.0, "dtype": "auto"}
+        cfg = resolve_auto(TrainConfig.from_flat({**flat, "output_dir": f"{tmp}/run"}))
+        accelerator, model, wrapped, (optimizer, scheduler, tokenizer) = _fsdp_policy(
+            cfg, model_dir
+        )
+        assert accelerator.distributed_type.name == "FSDP", accelerator.distributed_type
+        assert accelerator.is_fsdp2 and is_sharded(wrapped), "the policy is not FSDP2-sharded"
+        learner = _learner(cfg, wrapped, None, tokenizer, str(accelerator.device), None,
+                           accelerator, True)  # fmt: skip
+        step = ClipAndStep(wrapped, optimizer, scheduler, cfg.optim.max_grad_norm,
+                           cfg.run.max_bad_steps, accelerator.clip_grad_norm_)  # fmt: skip
+        batch, advantages = _small_batch(model.config.vocab_size)
+        grpo_update(learner, step, batch, advantages, update_settings(cfg))
+        trained = {n: _full(p) for n, p in model.named_parameters()}
+        initial = load_file(model_dir / "model.safetensors")
+        moved = max((trained[n] - initial[n]).abs().max().item() for n in initial)
+        assert moved > 1e-5, f"no weight moved in the update (max change {moved:.1e})"
+        path = save_checkpoint(
+            f"{tmp}/run", 1, model=model, tokenizer=tokenizer, optimizer=optimizer,
+            scheduler=scheduler, sampler=SamplerState(4, (1,)), config_yaml=cfg.to_yaml(),
+            keep_last=1, state_dict=full_state_dict(wrapped, rank0_only=True),
+            accelerator=accelerator,
+        )  # fmt: skip
+        assert (path / "accelerate").is_dir(), "the sharded state did not go through save_state"
+        saved = load_file(path / "model" / "model.safetensors")
+        exported = export_state_dict(wrapped)
+        odd = sorted(set(saved) ^ set(initial))
+        assert not odd, f"saved names differ from the base checkpoint's: {odd[:3]}"
+        for name, tensor in saved.items():
+            assert torch.equal(tensor, trained[name]), f"saved {name} is not the trained weight"
+            assert torch.equal(exported[name].cpu(), trained[name]), f"exported {name} differs"
+        # A fresh start (new process state aside): new accelerator, policy and optimizer.
+        cfg2 = resolve_auto(TrainConfig.from_flat({**flat, "output_dir": f"{tmp}/fresh"}))
+        accelerator2, model2, _, (optimizer2, scheduler2, _) = _fsdp_policy(cfg2, model_dir)
+        state = load_checkpoint(
+            path, optimizer=optimizer2, scheduler=scheduler2, accelerator=accelerator2
+        )
+    assert state.step == 1, f"step {state.step}"
+    for name, p in model2.named_parameters():
+        assert torch.equal(_full(p), trained[name]), f"weight {name} differs after load_state"
+    before, after = optimizer.state_dict()["state"], optimizer2.state_dict()["state"]
+    assert before.keys() == after.keys() and before, "optimizer state entries differ"
+    for key, entry in before.items():
+        for field, value in entry.items():
+            assert torch.equal(_full(after[key][field]), _full(value)), f"{key}.{field} differs"
+    mixed = os.environ["ACCELERATE_MIXED_PRECISION"]
+    return (
+        f"FSDP2 (1 rank, {torch.distributed.get_backend()}, mixed precision {mixed}): "
+        f"{len(trained)} weights and {len(before)} AdamW states equal after load_state; "
+        f"saved and exported weights equal the gathered shards"
+    )
+
+
+#: Ranks of the multi-process path; rank r trains group r of ``_small_rows``.
+RANKS = 2
+
+
+def _update_once(wrapped: Any, model: Any, device: str, rows: tuple[Any, Any, Any]) -> Any:
+    """One trainer update (``grpo_update``, ``ClipAndStep``, AdamW from ``build_optimizer``) of
+    ``wrapped`` (``model`` or its DDP wrapper) on ``rows``; returns the gradients the step saw,
+    the weights after it and the metrics."""
+    from grpo_train.config import TrainConfig
+    from grpo_train.learner.update import ClipAndStep, Learner, grpo_update
+    from grpo_train.setup.run import build_optimizer
+    from grpo_train.setup.settings import update_settings
+
+    cfg = TrainConfig.from_flat({"learning_rate": 1e-3, "beta": 0.0})
+    optimizer, scheduler = build_optimizer(cfg, model)
+    grads: dict[str, Any] = {}
+
+    def clip(params: Any, max_norm: float) -> Any:
+        import torch
+
+        for name, p in model.named_parameters():
+            if p.grad is not None:
+                grads[name] = p.grad.detach().cpu().clone()
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+    step = ClipAndStep(wrapped, optimizer, scheduler, cfg.optim.max_grad_norm,
+                       cfg.run.max_bad_steps, clip)  # fmt: skip
+    prompts, completions, advantages = rows
+    learner = Learner(wrapped, pad_id=0, device=device)
+    batch = _batch(prompts, completions)
+    metrics = grpo_update(learner, step, batch, advantages, update_settings(cfg))
+    weights = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+    return {"grads": grads, "weights": weights, "metrics": metrics}
+
+
+def _ddp_rank(rank: int, port: int, backend: str, device: str, model_dir: Path, out: Path) -> int:
+    """One rank of the multi-process path: DDP over ``backend``, its own group, one update."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from grpo_train.parallel.distributed import max_rank_difference
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group(backend, rank=rank, world_size=RANKS, timeout=timedelta(seconds=60))
+    try:
+        cuda = device.startswith("cuda")
+        if cuda:
+            torch.cuda.set_device(device)
+        model = _load(model_dir, device)
+        ddp = DistributedDataParallel(model, device_ids=[torch.device(device)] if cuda else None)
+        prompts, completions, advantages = _small_rows(model.config.vocab_size)
+        size = len(completions) // len(prompts)
+        own = ([prompts[rank]], completions[rank * size : (rank + 1) * size], advantages[rank:][:1])
+        result = _update_once(ddp, model, device, own)
+        result["rank_difference"] = max_rank_difference(ddp)
+        torch.save(result, out)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def check_multi_process(model_dir: Path, device: str) -> str:
+    import torch
+
+    if not torch.distributed.is_available():
+        raise Skip("torch.distributed is not available")
+    cuda = device.startswith("cuda")
+    # NCCL needs a GPU of its own per rank; on one GPU both ranks share it over gloo.
+    backend = "nccl" if cuda and torch.cuda.device_count() >= RANKS else "gloo"
+    devices = [f"cuda:{r}" for r in range(RANKS)] if backend == "nccl" else [device] * RANKS
+    port = _free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = [Path(tmp) / f"rank{r}.pt" for r in range(RANKS)]
+        ranks = []
+        for r in range(RANKS):
+            command = [
+                sys.executable, __file__, "--ddp-rank", str(r), "--ddp-port", str(port),
+                "--ddp-backend", backend, "--device", devices[r], "--model-dir", str(model_dir),
+                "--ddp-out", str(outs[r]),
+            ]  # fmt: skip
+            pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+            ranks.append(subprocess.Popen(command, text=True, env=env, cwd=REPO, **pipes))
+        try:
+            ended = [rank.communicate(timeout=90) for rank in ranks]
+        finally:
+            for rank in ranks:
+                if rank.poll() is None:
+                    rank.kill()
+                    rank.communicate()
+        for r, (rank, (_, err)) in enumerate(zip(ranks, ended, strict=True)):
+            assert rank.returncode == 0, f"rank {r} exited {rank.returncode}: {_tail(err, 3)}"
+        results = [torch.load(out, weights_only=False) for out in outs]
+    model = _load(model_dir, device)
+    initial = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+    alone = _update_once(model, model, device, _small_rows(model.config.vocab_size))
+    first, second = results
+    for name, value in first["weights"].items():
+        assert torch.equal(value, second["weights"][name]), f"ranks differ in {name}"
+    assert first["rank_difference"] == 0.0, f"max_rank_difference {first['rank_difference']}"
+    moved = max((first["weights"][n] - initial[n]).abs().max().item() for n in initial)
+    assert moved > 1e-5, f"no weight moved (max change {moved:.1e})"
+    worst = 0.0
+    for name, grad in alone["grads"].items():
+        got = first["grads"][name]
+        torch.testing.assert_close(got, grad, rtol=1e-3, atol=1e-6, msg=f"gradient of {name}")
+        worst = max(worst, (got - grad).abs().max().item())
+    where = "cuda:0 and cuda:1" if backend == "nccl" else devices[0]
+    note = "" if backend == "nccl" or not cuda else " (one GPU: NCCL needs a GPU per rank)"
+    return (
+        f"{RANKS} {backend} ranks on {where}{note}: equal weights after a DDP update "
+        f"(max change {moved:.1e}); the all-reduced gradients equal one process's on the "
+        f"whole batch (max diff {worst:.1e})"
+    )
+
+
+#: The train-cli path's environment: reward 1 when the completion starts with a digit, which a
+#: random tiny model does now and then (about 5% of its tokens), so some steps move the weights.
+DIGIT_ENV = "check/digit-v0"
+
+
+def _starts_with_digit(ctx: Any) -> float:
+    text = ctx.completion.lstrip()
+    return 1.0 if text and text[0].isdigit() else 0.0
+
+
+def _digit_env() -> Any:
+    from grpo_envs.base import SingleTurnEnv
+    from grpo_envs.rubric import RewardComponent, Rubric
+
+    def rows(offset: int, n: int) -> list[dict[str, str]]:
+        question = "Question {}: say a digit."
+        return [{"question": question.format(offset + i), "answer": "7"} for i in range(n)]
+
+    rubric = Rubric([RewardComponent("digit", 1.0, _starts_with_digit, bounded=True)])
+    env = SingleTurnEnv({"train": rows(0, 64), "test": rows(10_000, 16)}, rubric)
+    env.score_workers = 0  # scored in-process: the scorer is a character test
+    return env
+
+
+def _grpo(argv: list[str]) -> int:
+    """The ``grpo`` command (``grpo_train.cli.main``) with ``DIGIT_ENV`` registered."""
+    import grpo_envs
+    from grpo_train.cli import main
+
+    grpo_envs.register(DIGIT_ENV, _digit_env)
+    return main(argv)
+
+
+def check_train_cli(model_dir: Path, device: str) -> str:
+    _need("datasets")  # grpo train's prompts are an environment's datasets.Dataset rows
+    import math
+
+    from safetensors.torch import load_file
+
+    from grpo_train.models.loading import auto_dtype
+    from grpo_train.run.checkpoint import read_manifest
+    from grpo_train.run.run_log import read_metrics
+
+    cuda = device.startswith("cuda")
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    if not cuda:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # the CLI takes a GPU wherever it sees one
+
+    def grpo(*args: str) -> str:
+        command = [sys.executable, __file__, "--grpo", *args]
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=env, cwd=REPO, timeout=100
+        )
+        code, last_lines = done.returncode, _tail(done.stderr, 4)
+        assert code == 0, f"grpo {args[0]} exited {code}: {last_lines}"
+        return done.stdout
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        train = [
+            "train", "--model", str(model_dir), "--env", DIGIT_ENV, "--engine", "hf",
+            "--dtype", "auto", "--save_every", "2", "--num_generations", "4",
+            "--prompts_per_step", "4", "--max_completion_length", "6", "--eval_size", "2",
+            "--learning_rate", "5e-3", "--seed", "11", "--progress", "false",
+            "--output_dir", str(run),
+        ]  # fmt: skip
+        grpo(*train, "--max_steps", "2")
+        first = [r["step"] for r in read_metrics(run)]
+        grpo(*train, "--max_steps", "3", "--resume", "latest")
+        rows = read_metrics(run)
+        last = run / "checkpoints" / "step-000003"
+        manifest = read_manifest(last)
+        config = (run / "config.yaml").read_text()
+        weights = load_file(last / "model" / "model.safetensors")
+        evaluate = [
+            "eval", "--model", str(last / "model"), "--suite", DIGIT_ENV, "--engine", "hf",
+            "--limit", "4", "--max_tokens", "6", "--out", f"{tmp}/eval", "--no_progress",
+        ]  # fmt: skip
+        grpo(*evaluate)
+        summary = json.loads((Path(tmp) / "eval" / "summary.json").read_text())
+    trained = [r for r in rows if "loss" in r]
+    assert first == [0, 1, 2], f"first run's metrics steps {first}"
+    assert [r["step"] for r in trained] == [1, 2, 3], f"steps {[r['step'] for r in rows]}"
+    assert manifest is not None and manifest.parent == "step-000002", "step 3 is not step 2's"
+    assert all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in trained)
+    dtype = auto_dtype("cuda" if cuda else "cpu")
+    assert f"dtype: {dtype}" in config, f"--dtype auto did not resolve to {dtype}"
+    kinds = {str(t.dtype) for t in weights.values()}
+    assert kinds == {"torch.float32"}, f"checkpoint weights are {kinds}, not float32 masters"
+    initial = load_file(model_dir / "model.safetensors")
+    moved = max((weights[n] - initial[n]).abs().max().item() for n in initial)
+    signal = any(r["group/frac_zero_std"] < 1 for r in trained)
+    assert (moved > 0) if signal else (moved == 0), f"signal {signal}, max weight change {moved}"
+    score = summary["overall"]["micro_avg"]
+    assert 0 <= score <= 1 and summary["num_generated"] == 4, f"eval summary {summary['overall']}"
+    return (
+        f"train 2 steps, resume at step 3, eval: exit 0 each; dtype auto -> {dtype} with float32 "
+        f"master weights (max change {moved:.1e}, {'with' if signal else 'no'} reward signal); "
+        f"eval score {score:.2f} on 4 prompts"
+    )
+
+
 CHECKS: dict[str, Callable[[Path, str], str]] = {
     "bf16-full-ft": check_bf16_full_ft,
     "logprob-heads": check_logprob_heads,
@@ -443,6 +827,9 @@ CHECKS: dict[str, Callable[[Path, str], str]] = {
     "vllm-sync": check_vllm_sync,
     "checkpoint-resume": check_checkpoint_resume,
     "long-completion": check_long_completion,
+    "fsdp2-save-resume": check_fsdp2_save_resume,
+    "multi-process": check_multi_process,
+    "train-cli": check_train_cli,
 }
 
 
@@ -547,6 +934,9 @@ def run_all(paths: list[str], device: str, timeout: float, fail_path: str | None
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: run the paths (parent) or one path (child, ``--path``)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--grpo"]:  # the train-cli path's commands
+        return _grpo(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", help="auto (cuda if available), cuda, cpu")
     parser.add_argument("--paths", default=",".join(PATHS), help="comma-separated paths to run")
@@ -557,15 +947,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--path", choices=PATHS, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--ddp-rank", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--ddp-port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--ddp-backend", help=argparse.SUPPRESS)
+    parser.add_argument("--ddp-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.ddp_rank is not None:
+        return _ddp_rank(
+            args.ddp_rank, args.ddp_port, args.ddp_backend, args.device, args.model_dir,
+            args.ddp_out,
+        )  # fmt: skip
     if args.build is not None:
         return _build_child(args.build, args.device)
     if args.path is not None:
         return _child(args.path, args.device, args.model_dir, args.fail_path is not None)
     paths = [p for p in args.paths.split(",") if p]
     unknown = sorted(set(paths) - set(PATHS))
-    if unknown:
-        parser.error(f"unknown paths {unknown}; choose from {', '.join(PATHS)}")
+    if unknown or not paths:
+        wrong = f"unknown paths {unknown}" if unknown else "--paths names no path"
+        parser.error(f"{wrong}; choose from {', '.join(PATHS)}")
     outcomes = run_all(paths, args.device, args.timeout, args.fail_path)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("PASS", "FAIL", "SKIP")}
     print(f"summary: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['SKIP']} SKIP")

@@ -17,12 +17,14 @@ SCRIPT = REPO / "benchmarks" / "gpu_check.py"
 #: compared with it, so a path dropped from the script fails here.
 PATHS = {
     "bf16-full-ft", "logprob-heads", "lora-gc-kl", "qlora-export", "liger-head", "vllm-sync",
-    "checkpoint-resume", "long-completion",
+    "checkpoint-resume", "long-completion", "fsdp2-save-resume", "multi-process", "train-cli",
 }  # fmt: skip
 
 
-def run_check(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+def run_check(*args: str, blocker: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the check on CPU; ``blocker``: a folder whose ``sitecustomize`` every process of the
+    check (paths, ranks, CLI commands) imports first."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, filter(None, [blocker, REPO])))}
     return subprocess.run(
         [sys.executable, str(SCRIPT), "--device", "cpu", *args],
         capture_output=True,
@@ -60,20 +62,58 @@ def test_a_failing_path_is_reported_and_fails_the_run(failing: str) -> None:
     assert "summary: 1 PASS, 1 FAIL, 0 SKIP" in done.stdout
 
 
-def test_an_unknown_path_is_a_usage_error() -> None:
-    done = run_check("--paths", "no-such-path")
-    assert done.returncode == 2 and "unknown paths ['no-such-path']" in done.stderr
+@pytest.mark.parametrize(
+    ("paths", "message"),
+    [("no-such-path", "unknown paths ['no-such-path']"), (",", "--paths names no path")],
+)
+def test_an_unknown_or_empty_path_list_is_a_usage_error(paths: str, message: str) -> None:
+    done = run_check("--paths", paths)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert "choose from bf16-full-ft," in done.stderr
 
 
 #: Packages a GPU machine with only torch, transformers, peft and accelerate lacks, which the
 #: check's paths must not need: datasets brings pyarrow (55 MB) and pandas (12 MB) with it.
 ABSENT_ON_A_BARE_GPU_MACHINE = ("datasets", "pyarrow", "pandas", "vllm")
+#: grpo-kit's other dependencies that neither torch nor transformers bring (the wheel goes in
+#: with ``--no-deps``): the trainer runs without them.
+NOT_BROUGHT_BY_TORCH = ("latex2sympy2_extended", "pyseccomp", "gguf", "tensorboard", "matplotlib")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("absent", "expected"),
+    [
+        (
+            ABSENT_ON_A_BARE_GPU_MACHINE + NOT_BROUGHT_BY_TORCH,
+            {"fsdp2-save-resume": "PASS", "multi-process": "PASS", "train-cli": "SKIP"},
+        ),
+        (("vllm", *NOT_BROUGHT_BY_TORCH), {"train-cli": "PASS"}),
+    ],
+    ids=["bare", "bare-with-datasets"],
+)
+def test_the_trainer_paths_run_without_the_packages_a_bare_gpu_machine_lacks(
+    tmp_path: Path, absent: tuple[str, ...], expected: dict[str, str]
+) -> None:
+    """Every process of the check sees ``absent`` as not installed (``sys.modules[name] = None``
+    in a ``sitecustomize``): the launched paths pass; ``grpo train`` builds its prompts as a
+    ``datasets.Dataset``, so train-cli skips without datasets and passes with it."""
+    names = ", ".join(repr(name) for name in absent)
+    (tmp_path / "sitecustomize.py").write_text(
+        f"import sys\nfor name in ({names},):\n    sys.modules[name] = None\n"
+    )
+    done = run_check("--paths", ",".join(expected), blocker=tmp_path)
+    assert verdicts(done.stdout) == expected, done.stdout + done.stderr[-3000:]
+    if "datasets" in absent:
+        assert re.search(r"^SKIP +train-cli +datasets is not installed", done.stdout, re.M)
+    assert done.returncode == 0
 
 
 def test_the_modules_the_paths_import_need_no_package_a_bare_gpu_machine_lacks() -> None:
-    """What the docstring's wheel list rests on: ``setup.run`` (bf16-full-ft), ``update``,
-    ``checkpoint``, ``lora``, the forward pass, micro-batches, the objective and ``logprobs``
-    import with those packages unimportable."""
+    """What the docstring's wheel list rests on: ``setup.run`` (bf16-full-ft, fsdp2-save-resume),
+    ``update``, ``checkpoint``, ``lora``, the forward pass, micro-batches, the objective,
+    ``logprobs``, the weight export and the data-parallel helpers, and the commands train-cli
+    runs, import with those packages unimportable."""
     modules = (
         "setup.run",
         "learner.update",
@@ -84,6 +124,13 @@ def test_the_modules_the_paths_import_need_no_package_a_bare_gpu_machine_lacks()
         "algorithm.objective",
         "learner.logprobs",
         "learner.memory",
+        "learner.weight_export",
+        "parallel.distributed",
+        "models.loading",
+        "cli",
+        "train_cli",
+        "eval_cli",
+        "trainer",
     )
     code = (
         "import sys\n"
