@@ -20,26 +20,55 @@ network) in a subprocess of its own with a timeout, and checks a result, not onl
   and the AdamW state come back equal.
 * ``long-completion``: one update on a 2,000-token completion; its peak memory
   (``torch.cuda.max_memory_allocated``, or the growth of ``ru_maxrss`` on CPU) is reported.
+* ``fsdp2-save-resume``: FSDP2 on one rank (``torch.distributed`` over nccl on CUDA, gloo on
+  CPU, a free port), set up as the trainer does under ``accelerate launch --config_file
+  examples/accelerate/fsdp.yaml`` (``setup.run``'s process start, policy, optimizer,
+  ``accelerator.prepare`` and learner); one update, ``checkpoint.save_checkpoint`` (the
+  optimizer through ``save_state``), a fresh policy and optimizer, ``load_checkpoint``: the
+  weights and the AdamW state equal the trained ones, and the checkpoint's HF weights and
+  ``weight_export.export_state_dict`` equal the gathered shards. (accelerate makes a CPU process
+  FSDP only when told, as ``tests/grpo_train/parallel/test_fsdp.py`` does; on CUDA it is as
+  launched.)
+* ``multi-process``: two ranks (their own processes) run the trainer's update (``grpo_update``,
+  ``ClipAndStep``) under DDP on one group each: nccl with a GPU per rank where there are two
+  GPUs, else gloo (on the one GPU, or the CPU; NCCL cannot put two ranks on one GPU). The ranks
+  end with equal weights, the weights moved, and the all-reduced gradients equal those of one
+  process on the whole batch.
+* ``train-cli``: the real ``grpo`` commands with the HF engine: ``grpo train`` for 2 steps with
+  ``--dtype auto`` and a checkpoint, ``--resume latest`` for step 3, then ``grpo eval`` on that
+  checkpoint: each exits 0; metrics rows for steps 1-3, step 3's checkpoint descends from step
+  2's; ``auto`` resolved for the device (bf16 on a GPU) with float32 master weights saved, and
+  the weights moved if some step had a reward signal (the environment, registered by this
+  script, rewards a completion that starts with a digit); the eval summary has a score. On CUDA
+  it is the whole loop on a GPU: device placement, autocast, master weights.
 
 A missing optional package or device feature gives SKIP; an exception, a crash or a timeout of a
 path's subprocess gives FAIL with the last lines of its stderr. The exit status is 1 when any path
 failed. This file's top level imports only the standard library, so it starts anywhere; each path
 imports what it needs inside its own subprocess.
 
-On a lent GPU machine (one run, well under 6 minutes; each path has ``--timeout`` seconds):
+On a lent GPU machine (one run, well under 6 minutes; each path has ``--timeout`` seconds;
+on a 2-core CPU the whole check takes about 2 minutes):
 
     PYTHONPATH=$PWD python benchmarks/gpu_check.py --device auto --timeout 120
     PYTHONPATH=$PWD python benchmarks/gpu_check.py --paths logprob-heads,lora-gc-kl
 
 A machine with only torch, transformers, peft and accelerate needs one wheel besides them:
 grpo-kit's own (``pip wheel --no-deps . -w wheels``: 0.6 MB), installed with ``pip install
---no-deps --no-index wheels/*.whl``. numpy, pyyaml, safetensors and tokenizers come with
-transformers; the modules the paths import leave the datasets package (with pyarrow, 55 MB,
-and pandas, 12 MB) to the environments that build datasets
-(``tests/benchmarks/test_gpu_check.py`` guards it). The optional paths want liger-kernel (0.9 MB
-wheel, pure Python; its Triton comes with CUDA torch), bitsandbytes and vllm, which are large
-compiled wheels: without them those paths SKIP. Measured in a fresh venv of torch 2.13,
-transformers 5.19, peft 0.21, accelerate 1.16: every other path passes with the 0.6 MB wheel.
+--no-deps --no-index wheels/*.whl``; train-cli also needs httpx (``grpo train`` and ``grpo
+eval`` import ``sandbox.remote``, which imports it; huggingface-hub 2 brings httpx2 instead):
+``pip wheel httpx -w wheels`` gives httpx, httpcore, h11, certifi, anyio, idna (pure Python,
+about 1 MB), and without them train-cli SKIPs. numpy, pyyaml, safetensors, tokenizers and tqdm
+come with transformers, sympy and psutil with torch and accelerate; the paths need none of
+grpo-kit's other dependencies: not datasets (with pyarrow, 55 MB, and pandas, 12 MB; the
+train-cli environment hands ``grpo train`` and ``grpo eval`` its rows as a list where datasets
+is missing), latex2sympy2_extended, pyseccomp, gguf, tensorboard or matplotlib
+(``tests/benchmarks/test_gpu_check.py`` runs the fsdp2-save-resume, multi-process and
+train-cli paths with all of these and vllm unimportable). The optional paths want
+liger-kernel (0.9 MB wheel, pure Python; its Triton comes with CUDA torch), bitsandbytes and
+vllm, which are large compiled wheels: without them those paths SKIP. Measured in a fresh venv
+of torch 2.13, transformers 5.19, peft 0.21, accelerate 1.16: every other path of the first
+eight passes with the 0.6 MB wheel.
 """
 
 from __future__ import annotations
@@ -47,6 +76,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -590,8 +620,10 @@ def check_fsdp2_save_resume(model_dir: Path, device: str) -> str:
         for field, value in entry.items():
             assert torch.equal(_full(after[key][field]), _full(value)), f"{key}.{field} differs"
     mixed = os.environ["ACCELERATE_MIXED_PRECISION"]
+    backend = torch.distributed.get_backend()
+    torch.distributed.destroy_process_group()
     return (
-        f"FSDP2 (1 rank, {torch.distributed.get_backend()}, mixed precision {mixed}): "
+        f"FSDP2 (1 rank, {backend}, mixed precision {mixed}): "
         f"{len(trained)} weights and {len(before)} AdamW states equal after load_state; "
         f"saved and exported weights equal the gathered shards"
     )
@@ -669,7 +701,10 @@ def check_multi_process(model_dir: Path, device: str) -> str:
     cuda = device.startswith("cuda")
     # NCCL needs a GPU of its own per rank; on one GPU both ranks share it over gloo.
     backend = "nccl" if cuda and torch.cuda.device_count() >= RANKS else "gloo"
-    devices = [f"cuda:{r}" for r in range(RANKS)] if backend == "nccl" else [device] * RANKS
+    if backend == "nccl":
+        devices = [f"cuda:{r}" for r in range(RANKS)]
+    else:  # a CUDA device needs its index (torch.cuda.set_device)
+        devices = [f"cuda:{torch.device(device).index or 0}" if cuda else device] * RANKS
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with tempfile.TemporaryDirectory() as tmp:
@@ -721,23 +756,48 @@ def check_multi_process(model_dir: Path, device: str) -> str:
 DIGIT_ENV = "check/digit-v0"
 
 
-def _starts_with_digit(ctx: Any) -> float:
-    text = ctx.completion.lstrip()
-    return 1.0 if text and text[0].isdigit() else 0.0
+class _Rows(list):  # type: ignore[type-arg]
+    """The digit environment's rows where the datasets package is missing: what ``grpo train``
+    and ``grpo eval`` read of a ``datasets.Dataset`` (length, rows by index and in order,
+    ``select``), so that train-cli runs on a machine with torch, transformers, peft and
+    accelerate only."""
+
+    def select(self, indices: Any) -> _Rows:
+        return _Rows(self[i] for i in indices)
 
 
 def _digit_env() -> Any:
-    from grpo_envs.base import SingleTurnEnv
-    from grpo_envs.rubric import RewardComponent, Rubric
+    import importlib.util
 
-    def rows(offset: int, n: int) -> list[dict[str, str]]:
-        question = "Question {}: say a digit."
-        return [{"question": question.format(offset + i), "answer": "7"} for i in range(n)]
+    from grpo_envs.base import Environment
+    from grpo_envs.types import Component, Outcome, Sample, Score
 
-    rubric = Rubric([RewardComponent("digit", 1.0, _starts_with_digit, bounded=True)])
-    env = SingleTurnEnv({"train": rows(0, 64), "test": rows(10_000, 16)}, rubric)
-    env.score_workers = 0  # scored in-process: the scorer is a character test
-    return env
+    class DigitEnv(Environment):
+        score_workers = 0  # scored in-process: the scorer is a character test
+
+        def dataset(self, split: str = "train") -> Any:
+            offset, n = (0, 64) if split == "train" else (10_000, 16)
+            rows = [
+                Sample(id=f"{split}-{i}", prompt=(), answer="7", env_id=DIGIT_ENV).to_row()
+                | {"prompt": [{"role": "user", "content": f"Question {offset + i}: a digit?"}]}
+                for i in range(n)
+            ]
+            if importlib.util.find_spec("datasets") is None:
+                return _Rows(rows)
+            import datasets
+
+            return datasets.Dataset.from_list(rows)
+
+        def score(self, completion: str, sample: Any) -> Any:
+            text = completion.lstrip()
+            ok = bool(text) and text[0].isdigit()
+            return Score(
+                reward=float(ok),
+                outcome=Outcome.CORRECT if ok else Outcome.WRONG,
+                components=(Component("digit", float(ok)),),
+            )
+
+    return DigitEnv()
 
 
 def _grpo(argv: list[str]) -> int:
@@ -750,9 +810,13 @@ def _grpo(argv: list[str]) -> int:
 
 
 def check_train_cli(model_dir: Path, device: str) -> str:
-    _need("datasets")  # grpo train's prompts are an environment's datasets.Dataset rows
+    # Every grpo train reads its sandbox settings through sandbox.remote, which imports httpx
+    # (huggingface-hub 2 brings httpx2, a package of another name).
+    _need("httpx")
+    import importlib.util
     import math
 
+    import yaml
     from safetensors.torch import load_file
 
     from grpo_train.models.loading import auto_dtype
@@ -788,7 +852,7 @@ def check_train_cli(model_dir: Path, device: str) -> str:
         rows = read_metrics(run)
         last = run / "checkpoints" / "step-000003"
         manifest = read_manifest(last)
-        config = (run / "config.yaml").read_text()
+        config = yaml.safe_load((run / "config.yaml").read_text())
         weights = load_file(last / "model" / "model.safetensors")
         evaluate = [
             "eval", "--model", str(last / "model"), "--suite", DIGIT_ENV, "--engine", "hf",
@@ -802,7 +866,8 @@ def check_train_cli(model_dir: Path, device: str) -> str:
     assert manifest is not None and manifest.parent == "step-000002", "step 3 is not step 2's"
     assert all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in trained)
     dtype = auto_dtype("cuda" if cuda else "cpu")
-    assert f"dtype: {dtype}" in config, f"--dtype auto did not resolve to {dtype}"
+    resolved = config["policy"]["dtype"]
+    assert resolved == dtype, f"--dtype auto resolved to {resolved}, not {dtype}"
     kinds = {str(t.dtype) for t in weights.values()}
     assert kinds == {"torch.float32"}, f"checkpoint weights are {kinds}, not float32 masters"
     initial = load_file(model_dir / "model.safetensors")
@@ -810,11 +875,13 @@ def check_train_cli(model_dir: Path, device: str) -> str:
     signal = any(r["group/frac_zero_std"] < 1 for r in trained)
     assert (moved > 0) if signal else (moved == 0), f"signal {signal}, max weight change {moved}"
     score = summary["overall"]["micro_avg"]
+    without = importlib.util.find_spec("datasets") is None
+    rows_note = " (prompt rows as a list: datasets is not installed)" if without else ""
     assert 0 <= score <= 1 and summary["num_generated"] == 4, f"eval summary {summary['overall']}"
     return (
         f"train 2 steps, resume at step 3, eval: exit 0 each; dtype auto -> {dtype} with float32 "
         f"master weights (max change {moved:.1e}, {'with' if signal else 'no'} reward signal); "
-        f"eval score {score:.2f} on 4 prompts"
+        f"eval score {score:.2f} on 4 prompts{rows_note}"
     )
 
 
@@ -874,25 +941,31 @@ def _tail(text: str, lines: int = 6) -> str:
 
 
 def _spawn(args: list[str], timeout: float) -> tuple[int | None, str, str]:
-    """Run this script with ``args``; return (exit status or None on timeout, stdout, stderr)."""
+    """Run this script with ``args``; return (exit status or None on timeout, stdout, stderr).
+
+    The child leads a process group of its own, ended whole on a timeout (or an interrupt):
+    a path's ranks and CLI commands go with it.
+    """
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    child = subprocess.Popen(
+        [sys.executable, __file__, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+        start_new_session=True,
+    )
     try:
-        done = subprocess.run(
-            [sys.executable, __file__, *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            cwd=REPO,
-        )
-    except subprocess.TimeoutExpired as expired:
-
-        def text(raw: bytes | str | None) -> str:
-            return raw.decode(errors="replace") if isinstance(raw, bytes) else raw or ""
-
-        return None, text(expired.stdout), text(expired.stderr)
-    return done.returncode, done.stdout, done.stderr
+        out, err = child.communicate(timeout=timeout)
+    except BaseException as stopped:
+        os.killpg(child.pid, signal.SIGKILL)
+        out, err = child.communicate()
+        if isinstance(stopped, subprocess.TimeoutExpired):
+            return None, out, err
+        raise
+    return child.returncode, out, err
 
 
 def _verdict(path: str, code: int | None, out: str, err: str, timeout: float) -> tuple[str, str]:

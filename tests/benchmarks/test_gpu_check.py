@@ -26,7 +26,8 @@ def run_check(*args: str, blocker: Path | None = None) -> subprocess.CompletedPr
     check (paths, ranks, CLI commands) imports first."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, filter(None, [blocker, REPO])))}
     return subprocess.run(
-        [sys.executable, str(SCRIPT), "--device", "cpu", *args],
+        # A generous per-path limit: CI machines are shared (train-cli takes ~40 s alone).
+        [sys.executable, str(SCRIPT), "--device", "cpu", "--timeout", "300", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -76,36 +77,38 @@ def test_an_unknown_or_empty_path_list_is_a_usage_error(paths: str, message: str
 #: check's paths must not need: datasets brings pyarrow (55 MB) and pandas (12 MB) with it.
 ABSENT_ON_A_BARE_GPU_MACHINE = ("datasets", "pyarrow", "pandas", "vllm")
 #: grpo-kit's other dependencies that neither torch nor transformers bring (the wheel goes in
-#: with ``--no-deps``): the trainer runs without them.
+#: with ``--no-deps``): the trainer runs without them. Not httpx, which ``grpo train`` imports
+#: (through ``sandbox.remote``): train-cli skips without it (below).
 NOT_BROUGHT_BY_TORCH = ("latex2sympy2_extended", "pyseccomp", "gguf", "tensorboard", "matplotlib")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("absent", "expected"),
-    [
-        (
-            ABSENT_ON_A_BARE_GPU_MACHINE + NOT_BROUGHT_BY_TORCH,
-            {"fsdp2-save-resume": "PASS", "multi-process": "PASS", "train-cli": "SKIP"},
-        ),
-        (("vllm", *NOT_BROUGHT_BY_TORCH), {"train-cli": "PASS"}),
-    ],
-    ids=["bare", "bare-with-datasets"],
-)
-def test_the_trainer_paths_run_without_the_packages_a_bare_gpu_machine_lacks(
-    tmp_path: Path, absent: tuple[str, ...], expected: dict[str, str]
-) -> None:
-    """Every process of the check sees ``absent`` as not installed (``sys.modules[name] = None``
-    in a ``sitecustomize``): the launched paths pass; ``grpo train`` builds its prompts as a
-    ``datasets.Dataset``, so train-cli skips without datasets and passes with it."""
-    names = ", ".join(repr(name) for name in absent)
-    (tmp_path / "sitecustomize.py").write_text(
-        f"import sys\nfor name in ({names},):\n    sys.modules[name] = None\n"
+def blocking(folder: Path, names: tuple[str, ...]) -> Path:
+    """Write ``folder/sitecustomize.py``, which makes ``names`` unimportable; return ``folder``."""
+    listed = ", ".join(repr(name) for name in names)
+    (folder / "sitecustomize.py").write_text(
+        f"import sys\nfor name in ({listed},):\n    sys.modules[name] = None\n"
     )
-    done = run_check("--paths", ",".join(expected), blocker=tmp_path)
-    assert verdicts(done.stdout) == expected, done.stdout + done.stderr[-3000:]
-    if "datasets" in absent:
-        assert re.search(r"^SKIP +train-cli +datasets is not installed", done.stdout, re.M)
+    return folder
+
+
+@pytest.mark.slow
+def test_the_trainer_paths_run_without_the_packages_a_bare_gpu_machine_lacks(
+    tmp_path: Path,
+) -> None:
+    """Every process of the check (paths, ranks, the CLI's commands) sees those packages as not
+    installed (``sys.modules[name] = None`` in a ``sitecustomize``): the launched paths and the
+    CLI pass, train-cli with its prompt rows as a list."""
+    absent = ABSENT_ON_A_BARE_GPU_MACHINE + NOT_BROUGHT_BY_TORCH
+    paths = ("fsdp2-save-resume", "multi-process", "train-cli")
+    done = run_check("--paths", ",".join(paths), blocker=blocking(tmp_path, absent))
+    assert verdicts(done.stdout) == dict.fromkeys(paths, "PASS"), done.stdout + done.stderr[-3000:]
+    assert "(prompt rows as a list: datasets is not installed)" in done.stdout
+    assert done.returncode == 0
+
+
+def test_train_cli_skips_without_httpx(tmp_path: Path) -> None:
+    done = run_check("--paths", "train-cli", blocker=blocking(tmp_path, ("httpx",)))
+    assert re.search(r"^SKIP +train-cli +httpx is not installed", done.stdout, re.M), done.stdout
     assert done.returncode == 0
 
 
@@ -132,10 +135,10 @@ def test_the_modules_the_paths_import_need_no_package_a_bare_gpu_machine_lacks()
         "eval_cli",
         "trainer",
     )
-    code = (
-        "import sys\n"
-        f"for name in {ABSENT_ON_A_BARE_GPU_MACHINE!r}: sys.modules[name] = None\n"
-        + "".join(f"import grpo_train.{m}\n" for m in modules)
+    # httpx too: grpo train needs it only once it runs (train-cli), not at import.
+    absent = (*ABSENT_ON_A_BARE_GPU_MACHINE, *NOT_BROUGHT_BY_TORCH, "httpx")
+    code = f"import sys\nfor name in {absent!r}: sys.modules[name] = None\n" + "".join(
+        f"import grpo_train.{m}\n" for m in modules
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
