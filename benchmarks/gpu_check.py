@@ -683,9 +683,10 @@ def _ddp_rank(rank: int, port: int, backend: str, device: str, model_dir: Path, 
         model = _load(model_dir, device)
         ddp = DistributedDataParallel(model, device_ids=[torch.device(device)] if cuda else None)
         prompts, completions, advantages = _small_rows(model.config.vocab_size)
-        size = len(completions) // len(prompts)
-        own = ([prompts[rank]], completions[rank * size : (rank + 1) * size], advantages[rank:][:1])
-        result = _update_once(ddp, model, device, own)
+        size = len(completions) // len(prompts)  # a group's completions
+        own = completions[rank * size : (rank + 1) * size]
+        group = ([prompts[rank]], own, advantages[rank : rank + 1])
+        result = _update_once(ddp, model, device, group)
         result["rank_difference"] = max_rank_difference(ddp)
         torch.save(result, out)
     finally:
@@ -716,8 +717,10 @@ def check_multi_process(model_dir: Path, device: str) -> str:
                 "--ddp-backend", backend, "--device", devices[r], "--model-dir", str(model_dir),
                 "--ddp-out", str(outs[r]),
             ]  # fmt: skip
-            pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-            ranks.append(subprocess.Popen(command, text=True, env=env, cwd=REPO, **pipes))
+            pipe = subprocess.PIPE
+            ranks.append(
+                subprocess.Popen(command, stdout=pipe, stderr=pipe, text=True, env=env, cwd=REPO)
+            )
         try:
             ended = [rank.communicate(timeout=90) for rank in ranks]
         finally:
@@ -737,6 +740,7 @@ def check_multi_process(model_dir: Path, device: str) -> str:
     assert first["rank_difference"] == 0.0, f"max_rank_difference {first['rank_difference']}"
     moved = max((first["weights"][n] - initial[n]).abs().max().item() for n in initial)
     assert moved > 1e-5, f"no weight moved (max change {moved:.1e})"
+    assert alone["grads"] and alone["grads"].keys() == first["grads"].keys(), "gradients missing"
     worst = 0.0
     for name, grad in alone["grads"].items():
         got = first["grads"][name]
