@@ -20,32 +20,63 @@ network) in a subprocess of its own with a timeout, and checks a result, not onl
   and the AdamW state come back equal.
 * ``long-completion``: one update on a 2,000-token completion; its peak memory
   (``torch.cuda.max_memory_allocated``, or the growth of ``ru_maxrss`` on CPU) is reported.
+* ``fsdp2-save-resume``: FSDP2 on one rank (``torch.distributed`` over nccl on CUDA, gloo on
+  CPU, a free port), set up as the trainer does under ``accelerate launch --config_file
+  examples/accelerate/fsdp.yaml`` (``setup.run``'s process start, policy, optimizer,
+  ``accelerator.prepare`` and learner); one update, ``checkpoint.save_checkpoint`` (the
+  optimizer through ``save_state``), a fresh policy and optimizer, ``load_checkpoint``: the
+  weights and the AdamW state equal the trained ones, and the checkpoint's HF weights and
+  ``weight_export.export_state_dict`` equal the gathered shards. (accelerate makes a CPU process
+  FSDP only when told, as ``tests/grpo_train/parallel/test_fsdp.py`` does; on CUDA it is as
+  launched.)
+* ``multi-process``: two ranks (their own processes) run the trainer's update (``grpo_update``,
+  ``ClipAndStep``) under DDP on one group each: nccl with a GPU per rank where there are two
+  GPUs, else gloo (on the one GPU, or the CPU; NCCL cannot put two ranks on one GPU). The ranks
+  end with equal weights, the weights moved, and the all-reduced gradients equal those of one
+  process on the whole batch.
+* ``train-cli``: the real ``grpo`` commands with the HF engine: ``grpo train`` for 2 steps with
+  ``--dtype auto`` and a checkpoint, ``--resume latest`` for step 3, then ``grpo eval`` on that
+  checkpoint: each exits 0; metrics rows for steps 1-3, step 3's checkpoint descends from step
+  2's; ``auto`` resolved for the device (bf16 on a GPU) with float32 master weights saved, and
+  the weights moved if some step had a reward signal (the environment, registered by this
+  script, rewards a completion that starts with a digit); the eval summary has a score. On CUDA
+  it is the whole loop on a GPU: device placement, autocast, master weights.
 
 A missing optional package or device feature gives SKIP; an exception, a crash or a timeout of a
 path's subprocess gives FAIL with the last lines of its stderr. The exit status is 1 when any path
 failed. This file's top level imports only the standard library, so it starts anywhere; each path
 imports what it needs inside its own subprocess.
 
-On a lent GPU machine (one run, well under 6 minutes; each path has ``--timeout`` seconds):
+On a lent GPU machine (one run, well under 6 minutes; each path has ``--timeout`` seconds;
+on a 2-core CPU the whole check takes about 2 minutes):
 
     PYTHONPATH=$PWD python benchmarks/gpu_check.py --device auto --timeout 120
     PYTHONPATH=$PWD python benchmarks/gpu_check.py --paths logprob-heads,lora-gc-kl
 
 A machine with only torch, transformers, peft and accelerate needs one wheel besides them:
 grpo-kit's own (``pip wheel --no-deps . -w wheels``: 0.6 MB), installed with ``pip install
---no-deps --no-index wheels/*.whl``. numpy, pyyaml, safetensors and tokenizers come with
-transformers; the modules the paths import leave the datasets package (with pyarrow, 55 MB,
-and pandas, 12 MB) to the environments that build datasets
-(``tests/benchmarks/test_gpu_check.py`` guards it). The optional paths want liger-kernel (0.9 MB
-wheel, pure Python; its Triton comes with CUDA torch), bitsandbytes and vllm, which are large
-compiled wheels: without them those paths SKIP. Measured in a fresh venv of torch 2.13,
-transformers 5.19, peft 0.21, accelerate 1.16: every other path passes with the 0.6 MB wheel.
+--no-deps --no-index wheels/*.whl``; train-cli also needs httpx (``grpo train`` and ``grpo
+eval`` import ``sandbox.remote``, which imports it; huggingface-hub 2 brings httpx2 instead):
+``pip wheel httpx -w wheels`` gives httpx, httpcore, h11, certifi, anyio, idna (pure Python,
+about 1 MB), and without them train-cli SKIPs. numpy, pyyaml, safetensors, tokenizers and tqdm
+come with transformers, sympy and psutil with torch and accelerate; the paths need none of
+grpo-kit's other dependencies: not datasets (with pyarrow, 55 MB, and pandas, 12 MB; the
+train-cli environment hands ``grpo train`` and ``grpo eval`` its rows as a list where datasets
+is missing), latex2sympy2_extended, pyseccomp, gguf, tensorboard or matplotlib
+(``tests/benchmarks/test_gpu_check.py`` runs the fsdp2-save-resume, multi-process and
+train-cli paths with all of these and vllm unimportable). The optional paths want
+liger-kernel (0.9 MB wheel, pure Python; its Triton comes with CUDA torch), bitsandbytes and
+vllm, which are large compiled wheels: without them those paths SKIP. Measured in a fresh venv
+of torch 2.13, transformers 5.19, peft 0.21, accelerate 1.16: every other path of the first
+eight passes with the 0.6 MB wheel.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -66,6 +97,9 @@ PATHS = (
     "vllm-sync",
     "checkpoint-resume",
     "long-completion",
+    "fsdp2-save-resume",
+    "multi-process",
+    "train-cli",
 )
 
 
@@ -122,7 +156,8 @@ def _batch(prompts: list[list[int]], completions: list[list[int]]) -> Any:
     )
 
 
-def _small_batch(vocab: int) -> tuple[Any, Any]:
+def _small_rows(vocab: int) -> tuple[list[list[int]], list[list[int]], Any]:
+    """Two prompts of two completions each (random ids, seed 0) and their advantages."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
@@ -130,8 +165,13 @@ def _small_batch(vocab: int) -> tuple[Any, Any]:
     def ids(n: int) -> list[int]:
         return torch.randint(3, vocab, (n,), generator=gen).tolist()
 
-    batch = _batch([ids(5), ids(4)], [ids(9), ids(6), ids(7), ids(8)])
-    return batch, torch.tensor([[1.0, -1.0], [-0.5, 0.5]])
+    prompts, completions = [ids(5), ids(4)], [ids(9), ids(6), ids(7), ids(8)]
+    return prompts, completions, torch.tensor([[1.0, -1.0], [-0.5, 0.5]])
+
+
+def _small_batch(vocab: int) -> tuple[Any, Any]:
+    prompts, completions, advantages = _small_rows(vocab)
+    return _batch(prompts, completions), advantages
 
 
 def _stepper(optimizer: Any) -> Callable[[float], float]:
@@ -434,6 +474,421 @@ def check_long_completion(model_dir: Path, device: str) -> str:
     return f"2000-token completion: {what} {peak_mib:.0f} MiB"
 
 
+# ------------------------------------------------------------------ launched and CLI paths
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _one_rank_fsdp_env(device: str) -> dict[str, str]:
+    """What ``accelerate launch --config_file examples/accelerate/fsdp.yaml`` gives one rank.
+
+    torchrun's rendezvous variables (rank 0 of 1, a free port) and the shipped config's FSDP
+    settings (its ``fsdp_config`` keys upper-cased, as accelerate's launcher passes them); the
+    config's bf16 mixed precision on CUDA, none on CPU.
+    """
+    import yaml
+
+    config = yaml.safe_load((REPO / "examples" / "accelerate" / "fsdp.yaml").read_text())
+    cpu = not device.startswith("cuda")
+    env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_free_port()),
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "ACCELERATE_USE_FSDP": "true",
+        "FSDP_SYNC_MODULE_STATES": "true",
+        "ACCELERATE_MIXED_PRECISION": "no" if cpu else str(config["mixed_precision"]),
+    }
+    for key, value in config["fsdp_config"].items():
+        env[key.upper()] = str(value).lower() if isinstance(value, bool) else str(value)
+    if cpu:
+        env["ACCELERATE_USE_CPU"] = "true"
+    return env
+
+
+def _force_fsdp_on_cpu() -> None:
+    """Make accelerate's state FSDP on a CPU rank (on CUDA it is FSDP by itself).
+
+    With ``ACCELERATE_USE_CPU`` accelerate keeps ``MULTI_CPU`` and drops the FSDP plugin (it
+    promotes only accelerator device types to FSDP), while torch's FSDP2 runs on CPU over gloo.
+    The trainer's ``Accelerator`` then finds this state; everything after is accelerate's own
+    FSDP2 code (``prepare``, ``clip_grad_norm_``, ``save_state``, ``load_state``).
+    """
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    Accelerator()  # starts the process group and the shared state, as MULTI_CPU
+    state = AcceleratorState()
+    state.fsdp_plugin = FullyShardedDataParallelPlugin()  # reads the FSDP_* variables
+    state.distributed_type = DistributedType.FSDP
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+
+
+def _full(value: Any) -> Any:
+    """A tensor's whole value on the CPU (an FSDP2 shard, a ``DTensor``, gathered)."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    whole = value.full_tensor() if isinstance(value, DTensor) else torch.as_tensor(value)
+    return whole.detach().cpu().clone()
+
+
+def _fsdp_policy(cfg: Any, model_dir: Path) -> tuple[Any, Any, Any, Any]:
+    """The trainer's setup of a full fine-tuning policy under a launcher: accelerate's process
+    (``setup.run._start_process``), the policy (``load_run_policy``), AdamW and its schedule
+    (``build_optimizer``), then ``accelerator.prepare``; returns the accelerator, the unwrapped
+    and the prepared model, and (optimizer, scheduler, tokenizer)."""
+    from grpo_train.setup.run import _start_process, build_optimizer, load_run_policy
+
+    accelerator, distributed, _, device = _start_process(cfg)
+    assert distributed, "accelerate did not start a launched (FSDP) process"
+    model, tokenizer, _, _ = load_run_policy(cfg, None, device, str(model_dir), None, None)
+    optimizer, scheduler = build_optimizer(cfg, model)
+    wrapped, optimizer = accelerator.prepare(model, optimizer)
+    return accelerator, model, wrapped, (optimizer, scheduler, tokenizer)
+
+
+def check_fsdp2_save_resume(model_dir: Path, device: str) -> str:
+    import torch
+    from safetensors.torch import load_file
+
+    from grpo_train.config import TrainConfig
+    from grpo_train.learner.update import ClipAndStep, grpo_update
+    from grpo_train.learner.weight_export import export_state_dict, full_state_dict, is_sharded
+    from grpo_train.run.checkpoint import SamplerState, load_checkpoint, save_checkpoint
+    from grpo_train.setup.run import _learner, resolve_auto
+    from grpo_train.setup.settings import update_settings
+
+    if not torch.distributed.is_available():
+        raise Skip("torch.distributed is not available")
+    os.environ.update(_one_rank_fsdp_env(device))
+    if not device.startswith("cuda"):
+        _force_fsdp_on_cpu()
+    with tempfile.TemporaryDirectory() as tmp:
+        flat = {"model": str(model_dir), "learning_rate": 1e-3, "beta": 0.0, "dtype": "auto"}
+        cfg = resolve_auto(TrainConfig.from_flat({**flat, "output_dir": f"{tmp}/run"}))
+        accelerator, model, wrapped, (optimizer, scheduler, tokenizer) = _fsdp_policy(
+            cfg, model_dir
+        )
+        assert accelerator.distributed_type.name == "FSDP", accelerator.distributed_type
+        assert accelerator.is_fsdp2 and is_sharded(wrapped), "the policy is not FSDP2-sharded"
+        learner = _learner(cfg, wrapped, None, tokenizer, str(accelerator.device), None,
+                           accelerator, True)  # fmt: skip
+        step = ClipAndStep(wrapped, optimizer, scheduler, cfg.optim.max_grad_norm,
+                           cfg.run.max_bad_steps, accelerator.clip_grad_norm_)  # fmt: skip
+        batch, advantages = _small_batch(model.config.vocab_size)
+        grpo_update(learner, step, batch, advantages, update_settings(cfg))
+        trained = {n: _full(p) for n, p in model.named_parameters()}
+        initial = load_file(model_dir / "model.safetensors")
+        moved = max((trained[n] - initial[n]).abs().max().item() for n in initial)
+        assert moved > 1e-5, f"no weight moved in the update (max change {moved:.1e})"
+        path = save_checkpoint(
+            f"{tmp}/run", 1, model=model, tokenizer=tokenizer, optimizer=optimizer,
+            scheduler=scheduler, sampler=SamplerState(4, (1,)), config_yaml=cfg.to_yaml(),
+            keep_last=1, state_dict=full_state_dict(wrapped, rank0_only=True),
+            accelerator=accelerator,
+        )  # fmt: skip
+        assert (path / "accelerate").is_dir(), "the sharded state did not go through save_state"
+        saved = load_file(path / "model" / "model.safetensors")
+        exported = export_state_dict(wrapped)
+        odd = sorted(set(saved) ^ set(initial))
+        assert not odd, f"saved names differ from the base checkpoint's: {odd[:3]}"
+        for name, tensor in saved.items():
+            assert torch.equal(tensor, trained[name]), f"saved {name} is not the trained weight"
+            assert torch.equal(exported[name].cpu(), trained[name]), f"exported {name} differs"
+        # A fresh start (new process state aside): new accelerator, policy and optimizer.
+        cfg2 = resolve_auto(TrainConfig.from_flat({**flat, "output_dir": f"{tmp}/fresh"}))
+        accelerator2, model2, _, (optimizer2, scheduler2, _) = _fsdp_policy(cfg2, model_dir)
+        state = load_checkpoint(
+            path, optimizer=optimizer2, scheduler=scheduler2, accelerator=accelerator2
+        )
+    assert state.step == 1, f"step {state.step}"
+    for name, p in model2.named_parameters():
+        assert torch.equal(_full(p), trained[name]), f"weight {name} differs after load_state"
+    before, after = optimizer.state_dict()["state"], optimizer2.state_dict()["state"]
+    assert before.keys() == after.keys() and before, "optimizer state entries differ"
+    for key, entry in before.items():
+        for field, value in entry.items():
+            assert torch.equal(_full(after[key][field]), _full(value)), f"{key}.{field} differs"
+    mixed = os.environ["ACCELERATE_MIXED_PRECISION"]
+    backend = torch.distributed.get_backend()
+    torch.distributed.destroy_process_group()
+    return (
+        f"FSDP2 (1 rank, {backend}, mixed precision {mixed}): "
+        f"{len(trained)} weights and {len(before)} AdamW states equal after load_state; "
+        f"saved and exported weights equal the gathered shards"
+    )
+
+
+#: Ranks of the multi-process path; rank r trains group r of ``_small_rows``.
+RANKS = 2
+
+
+def _update_once(wrapped: Any, model: Any, device: str, rows: tuple[Any, Any, Any]) -> Any:
+    """One trainer update (``grpo_update``, ``ClipAndStep``, AdamW from ``build_optimizer``) of
+    ``wrapped`` (``model`` or its DDP wrapper) on ``rows``; returns the gradients the step saw,
+    the weights after it and the metrics."""
+    from grpo_train.config import TrainConfig
+    from grpo_train.learner.update import ClipAndStep, Learner, grpo_update
+    from grpo_train.setup.run import build_optimizer
+    from grpo_train.setup.settings import update_settings
+
+    cfg = TrainConfig.from_flat({"learning_rate": 1e-3, "beta": 0.0})
+    optimizer, scheduler = build_optimizer(cfg, model)
+    grads: dict[str, Any] = {}
+
+    def clip(params: Any, max_norm: float) -> Any:
+        import torch
+
+        for name, p in model.named_parameters():
+            if p.grad is not None:
+                grads[name] = p.grad.detach().cpu().clone()
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+    step = ClipAndStep(wrapped, optimizer, scheduler, cfg.optim.max_grad_norm,
+                       cfg.run.max_bad_steps, clip)  # fmt: skip
+    prompts, completions, advantages = rows
+    learner = Learner(wrapped, pad_id=0, device=device)
+    batch = _batch(prompts, completions)
+    metrics = grpo_update(learner, step, batch, advantages, update_settings(cfg))
+    weights = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+    return {"grads": grads, "weights": weights, "metrics": metrics}
+
+
+def _ddp_rank(rank: int, port: int, backend: str, device: str, model_dir: Path, out: Path) -> int:
+    """One rank of the multi-process path: DDP over ``backend``, its own group, one update."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from grpo_train.parallel.distributed import max_rank_difference
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group(backend, rank=rank, world_size=RANKS, timeout=timedelta(seconds=60))
+    try:
+        cuda = device.startswith("cuda")
+        if cuda:
+            torch.cuda.set_device(device)
+        model = _load(model_dir, device)
+        ddp = DistributedDataParallel(model, device_ids=[torch.device(device)] if cuda else None)
+        prompts, completions, advantages = _small_rows(model.config.vocab_size)
+        size = len(completions) // len(prompts)  # a group's completions
+        own = completions[rank * size : (rank + 1) * size]
+        group = ([prompts[rank]], own, advantages[rank : rank + 1])
+        result = _update_once(ddp, model, device, group)
+        result["rank_difference"] = max_rank_difference(ddp)
+        torch.save(result, out)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def check_multi_process(model_dir: Path, device: str) -> str:
+    import torch
+
+    if not torch.distributed.is_available():
+        raise Skip("torch.distributed is not available")
+    cuda = device.startswith("cuda")
+    # NCCL needs a GPU of its own per rank; on one GPU both ranks share it over gloo.
+    backend = "nccl" if cuda and torch.cuda.device_count() >= RANKS else "gloo"
+    if backend == "nccl":
+        devices = [f"cuda:{r}" for r in range(RANKS)]
+    else:  # a CUDA device needs its index (torch.cuda.set_device)
+        devices = [f"cuda:{torch.device(device).index or 0}" if cuda else device] * RANKS
+    port = _free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = [Path(tmp) / f"rank{r}.pt" for r in range(RANKS)]
+        ranks = []
+        for r in range(RANKS):
+            command = [
+                sys.executable, __file__, "--ddp-rank", str(r), "--ddp-port", str(port),
+                "--ddp-backend", backend, "--device", devices[r], "--model-dir", str(model_dir),
+                "--ddp-out", str(outs[r]),
+            ]  # fmt: skip
+            pipe = subprocess.PIPE
+            ranks.append(
+                subprocess.Popen(command, stdout=pipe, stderr=pipe, text=True, env=env, cwd=REPO)
+            )
+        try:
+            ended = [rank.communicate(timeout=90) for rank in ranks]
+        finally:
+            for rank in ranks:
+                if rank.poll() is None:
+                    rank.kill()
+                    rank.communicate()
+        for r, (rank, (_, err)) in enumerate(zip(ranks, ended, strict=True)):
+            assert rank.returncode == 0, f"rank {r} exited {rank.returncode}: {_tail(err, 3)}"
+        results = [torch.load(out, weights_only=False) for out in outs]
+    model = _load(model_dir, device)
+    initial = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+    alone = _update_once(model, model, device, _small_rows(model.config.vocab_size))
+    first, second = results
+    for name, value in first["weights"].items():
+        assert torch.equal(value, second["weights"][name]), f"ranks differ in {name}"
+    assert first["rank_difference"] == 0.0, f"max_rank_difference {first['rank_difference']}"
+    moved = max((first["weights"][n] - initial[n]).abs().max().item() for n in initial)
+    assert moved > 1e-5, f"no weight moved (max change {moved:.1e})"
+    assert alone["grads"] and alone["grads"].keys() == first["grads"].keys(), "gradients missing"
+    worst = 0.0
+    for name, grad in alone["grads"].items():
+        got = first["grads"][name]
+        torch.testing.assert_close(got, grad, rtol=1e-3, atol=1e-6, msg=f"gradient of {name}")
+        worst = max(worst, (got - grad).abs().max().item())
+    where = "cuda:0 and cuda:1" if backend == "nccl" else devices[0]
+    note = "" if backend == "nccl" or not cuda else " (one GPU: NCCL needs a GPU per rank)"
+    return (
+        f"{RANKS} {backend} ranks on {where}{note}: equal weights after a DDP update "
+        f"(max change {moved:.1e}); the all-reduced gradients equal one process's on the "
+        f"whole batch (max diff {worst:.1e})"
+    )
+
+
+#: The train-cli path's environment: reward 1 when the completion starts with a digit, which a
+#: random tiny model does now and then (about 5% of its tokens), so some steps move the weights.
+DIGIT_ENV = "check/digit-v0"
+
+
+class _Rows(list):  # type: ignore[type-arg]
+    """The digit environment's rows where the datasets package is missing: what ``grpo train``
+    and ``grpo eval`` read of a ``datasets.Dataset`` (length, rows by index and in order,
+    ``select``), so that train-cli runs on a machine with torch, transformers, peft and
+    accelerate only."""
+
+    def select(self, indices: Any) -> _Rows:
+        return _Rows(self[i] for i in indices)
+
+
+def _digit_env() -> Any:
+    import importlib.util
+
+    from grpo_envs.base import Environment
+    from grpo_envs.types import Component, Outcome, Sample, Score
+
+    class DigitEnv(Environment):
+        score_workers = 0  # scored in-process: the scorer is a character test
+
+        def dataset(self, split: str = "train") -> Any:
+            offset, n = (0, 64) if split == "train" else (10_000, 16)
+            rows = [
+                Sample(id=f"{split}-{i}", prompt=(), answer="7", env_id=DIGIT_ENV).to_row()
+                | {"prompt": [{"role": "user", "content": f"Question {offset + i}: a digit?"}]}
+                for i in range(n)
+            ]
+            if importlib.util.find_spec("datasets") is None:
+                return _Rows(rows)
+            import datasets
+
+            return datasets.Dataset.from_list(rows)
+
+        def score(self, completion: str, sample: Any) -> Any:
+            text = completion.lstrip()
+            ok = bool(text) and text[0].isdigit()
+            return Score(
+                reward=float(ok),
+                outcome=Outcome.CORRECT if ok else Outcome.WRONG,
+                components=(Component("digit", float(ok)),),
+            )
+
+    return DigitEnv()
+
+
+def _grpo(argv: list[str]) -> int:
+    """The ``grpo`` command (``grpo_train.cli.main``) with ``DIGIT_ENV`` registered."""
+    import grpo_envs
+    from grpo_train.cli import main
+
+    grpo_envs.register(DIGIT_ENV, _digit_env)
+    return main(argv)
+
+
+def check_train_cli(model_dir: Path, device: str) -> str:
+    # Every grpo train reads its sandbox settings through sandbox.remote, which imports httpx
+    # (huggingface-hub 2 brings httpx2, a package of another name).
+    _need("httpx")
+    import importlib.util
+    import math
+
+    import yaml
+    from safetensors.torch import load_file
+
+    from grpo_train.models.loading import auto_dtype
+    from grpo_train.run.checkpoint import read_manifest
+    from grpo_train.run.run_log import read_metrics
+
+    cuda = device.startswith("cuda")
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    if not cuda:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # the CLI takes a GPU wherever it sees one
+
+    def grpo(*args: str) -> str:
+        command = [sys.executable, __file__, "--grpo", *args]
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=env, cwd=REPO, timeout=100
+        )
+        code, last_lines = done.returncode, _tail(done.stderr, 4)
+        assert code == 0, f"grpo {args[0]} exited {code}: {last_lines}"
+        return done.stdout
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        train = [
+            "train", "--model", str(model_dir), "--env", DIGIT_ENV, "--engine", "hf",
+            "--dtype", "auto", "--save_every", "2", "--num_generations", "4",
+            "--prompts_per_step", "4", "--max_completion_length", "6", "--eval_size", "2",
+            "--learning_rate", "5e-3", "--seed", "11", "--progress", "false",
+            "--output_dir", str(run),
+        ]  # fmt: skip
+        grpo(*train, "--max_steps", "2")
+        first = [r["step"] for r in read_metrics(run)]
+        grpo(*train, "--max_steps", "3", "--resume", "latest")
+        rows = read_metrics(run)
+        last = run / "checkpoints" / "step-000003"
+        manifest = read_manifest(last)
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        weights = load_file(last / "model" / "model.safetensors")
+        evaluate = [
+            "eval", "--model", str(last / "model"), "--suite", DIGIT_ENV, "--engine", "hf",
+            "--limit", "4", "--max_tokens", "6", "--out", f"{tmp}/eval", "--no_progress",
+        ]  # fmt: skip
+        grpo(*evaluate)
+        summary = json.loads((Path(tmp) / "eval" / "summary.json").read_text())
+    trained = [r for r in rows if "loss" in r]
+    assert first == [0, 1, 2], f"first run's metrics steps {first}"
+    assert [r["step"] for r in trained] == [1, 2, 3], f"steps {[r['step'] for r in rows]}"
+    assert manifest is not None and manifest.parent == "step-000002", "step 3 is not step 2's"
+    assert all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in trained)
+    dtype = auto_dtype("cuda" if cuda else "cpu")
+    resolved = config["policy"]["dtype"]
+    assert resolved == dtype, f"--dtype auto resolved to {resolved}, not {dtype}"
+    kinds = {str(t.dtype) for t in weights.values()}
+    assert kinds == {"torch.float32"}, f"checkpoint weights are {kinds}, not float32 masters"
+    initial = load_file(model_dir / "model.safetensors")
+    moved = max((weights[n] - initial[n]).abs().max().item() for n in initial)
+    signal = any(r["group/frac_zero_std"] < 1 for r in trained)
+    assert (moved > 0) if signal else (moved == 0), f"signal {signal}, max weight change {moved}"
+    score = summary["overall"]["micro_avg"]
+    without = importlib.util.find_spec("datasets") is None
+    rows_note = " (prompt rows as a list: datasets is not installed)" if without else ""
+    assert 0 <= score <= 1 and summary["num_generated"] == 4, f"eval summary {summary['overall']}"
+    return (
+        f"train 2 steps, resume at step 3, eval: exit 0 each; dtype auto -> {dtype} with float32 "
+        f"master weights (max change {moved:.1e}, {'with' if signal else 'no'} reward signal); "
+        f"eval score {score:.2f} on 4 prompts{rows_note}"
+    )
+
+
 CHECKS: dict[str, Callable[[Path, str], str]] = {
     "bf16-full-ft": check_bf16_full_ft,
     "logprob-heads": check_logprob_heads,
@@ -443,6 +898,9 @@ CHECKS: dict[str, Callable[[Path, str], str]] = {
     "vllm-sync": check_vllm_sync,
     "checkpoint-resume": check_checkpoint_resume,
     "long-completion": check_long_completion,
+    "fsdp2-save-resume": check_fsdp2_save_resume,
+    "multi-process": check_multi_process,
+    "train-cli": check_train_cli,
 }
 
 
@@ -487,25 +945,31 @@ def _tail(text: str, lines: int = 6) -> str:
 
 
 def _spawn(args: list[str], timeout: float) -> tuple[int | None, str, str]:
-    """Run this script with ``args``; return (exit status or None on timeout, stdout, stderr)."""
+    """Run this script with ``args``; return (exit status or None on timeout, stdout, stderr).
+
+    The child leads a process group of its own, ended whole on a timeout (or an interrupt):
+    a path's ranks and CLI commands go with it.
+    """
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    child = subprocess.Popen(
+        [sys.executable, __file__, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+        start_new_session=True,
+    )
     try:
-        done = subprocess.run(
-            [sys.executable, __file__, *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            cwd=REPO,
-        )
-    except subprocess.TimeoutExpired as expired:
-
-        def text(raw: bytes | str | None) -> str:
-            return raw.decode(errors="replace") if isinstance(raw, bytes) else raw or ""
-
-        return None, text(expired.stdout), text(expired.stderr)
-    return done.returncode, done.stdout, done.stderr
+        out, err = child.communicate(timeout=timeout)
+    except BaseException as stopped:
+        os.killpg(child.pid, signal.SIGKILL)
+        out, err = child.communicate()
+        if isinstance(stopped, subprocess.TimeoutExpired):
+            return None, out, err
+        raise
+    return child.returncode, out, err
 
 
 def _verdict(path: str, code: int | None, out: str, err: str, timeout: float) -> tuple[str, str]:
@@ -547,6 +1011,9 @@ def run_all(paths: list[str], device: str, timeout: float, fail_path: str | None
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: run the paths (parent) or one path (child, ``--path``)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--grpo"]:  # the train-cli path's commands
+        return _grpo(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", help="auto (cuda if available), cuda, cpu")
     parser.add_argument("--paths", default=",".join(PATHS), help="comma-separated paths to run")
@@ -557,15 +1024,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--path", choices=PATHS, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--ddp-rank", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--ddp-port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--ddp-backend", help=argparse.SUPPRESS)
+    parser.add_argument("--ddp-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.ddp_rank is not None:
+        return _ddp_rank(
+            args.ddp_rank, args.ddp_port, args.ddp_backend, args.device, args.model_dir,
+            args.ddp_out,
+        )  # fmt: skip
     if args.build is not None:
         return _build_child(args.build, args.device)
     if args.path is not None:
         return _child(args.path, args.device, args.model_dir, args.fail_path is not None)
     paths = [p for p in args.paths.split(",") if p]
     unknown = sorted(set(paths) - set(PATHS))
-    if unknown:
-        parser.error(f"unknown paths {unknown}; choose from {', '.join(PATHS)}")
+    if unknown or not paths:
+        wrong = f"unknown paths {unknown}" if unknown else "--paths names no path"
+        parser.error(f"{wrong}; choose from {', '.join(PATHS)}")
     outcomes = run_all(paths, args.device, args.timeout, args.fail_path)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("PASS", "FAIL", "SKIP")}
     print(f"summary: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['SKIP']} SKIP")

@@ -17,14 +17,17 @@ SCRIPT = REPO / "benchmarks" / "gpu_check.py"
 #: compared with it, so a path dropped from the script fails here.
 PATHS = {
     "bf16-full-ft", "logprob-heads", "lora-gc-kl", "qlora-export", "liger-head", "vllm-sync",
-    "checkpoint-resume", "long-completion",
+    "checkpoint-resume", "long-completion", "fsdp2-save-resume", "multi-process", "train-cli",
 }  # fmt: skip
 
 
-def run_check(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+def run_check(*args: str, blocker: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the check on CPU; ``blocker``: a folder whose ``sitecustomize`` every process of the
+    check (paths, ranks, CLI commands) imports first."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, filter(None, [blocker, REPO])))}
     return subprocess.run(
-        [sys.executable, str(SCRIPT), "--device", "cpu", *args],
+        # A generous per-path limit: CI machines are shared (train-cli takes ~40 s alone).
+        [sys.executable, str(SCRIPT), "--device", "cpu", "--timeout", "300", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -60,20 +63,60 @@ def test_a_failing_path_is_reported_and_fails_the_run(failing: str) -> None:
     assert "summary: 1 PASS, 1 FAIL, 0 SKIP" in done.stdout
 
 
-def test_an_unknown_path_is_a_usage_error() -> None:
-    done = run_check("--paths", "no-such-path")
-    assert done.returncode == 2 and "unknown paths ['no-such-path']" in done.stderr
+@pytest.mark.parametrize(
+    ("paths", "message"),
+    [("no-such-path", "unknown paths ['no-such-path']"), (",", "--paths names no path")],
+)
+def test_an_unknown_or_empty_path_list_is_a_usage_error(paths: str, message: str) -> None:
+    done = run_check("--paths", paths)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert "choose from bf16-full-ft," in done.stderr
 
 
 #: Packages a GPU machine with only torch, transformers, peft and accelerate lacks, which the
 #: check's paths must not need: datasets brings pyarrow (55 MB) and pandas (12 MB) with it.
 ABSENT_ON_A_BARE_GPU_MACHINE = ("datasets", "pyarrow", "pandas", "vllm")
+#: grpo-kit's other dependencies that neither torch nor transformers bring (the wheel goes in
+#: with ``--no-deps``): the trainer runs without them. Not httpx, which ``grpo train`` imports
+#: (through ``sandbox.remote``): train-cli skips without it (below).
+NOT_BROUGHT_BY_TORCH = ("latex2sympy2_extended", "pyseccomp", "gguf", "tensorboard", "matplotlib")
+
+
+def blocking(folder: Path, names: tuple[str, ...]) -> Path:
+    """Write ``folder/sitecustomize.py``, which makes ``names`` unimportable; return ``folder``."""
+    listed = ", ".join(repr(name) for name in names)
+    (folder / "sitecustomize.py").write_text(
+        f"import sys\nfor name in ({listed},):\n    sys.modules[name] = None\n"
+    )
+    return folder
+
+
+@pytest.mark.slow
+def test_the_trainer_paths_run_without_the_packages_a_bare_gpu_machine_lacks(
+    tmp_path: Path,
+) -> None:
+    """Every process of the check (paths, ranks, the CLI's commands) sees those packages as not
+    installed (``sys.modules[name] = None`` in a ``sitecustomize``): the launched paths and the
+    CLI pass, train-cli with its prompt rows as a list."""
+    absent = ABSENT_ON_A_BARE_GPU_MACHINE + NOT_BROUGHT_BY_TORCH
+    paths = ("fsdp2-save-resume", "multi-process", "train-cli")
+    done = run_check("--paths", ",".join(paths), blocker=blocking(tmp_path, absent))
+    assert verdicts(done.stdout) == dict.fromkeys(paths, "PASS"), done.stdout + done.stderr[-3000:]
+    assert "(prompt rows as a list: datasets is not installed)" in done.stdout
+    assert done.returncode == 0
+
+
+def test_train_cli_skips_without_httpx(tmp_path: Path) -> None:
+    done = run_check("--paths", "train-cli", blocker=blocking(tmp_path, ("httpx",)))
+    assert re.search(r"^SKIP +train-cli +httpx is not installed", done.stdout, re.M), done.stdout
+    assert done.returncode == 0
 
 
 def test_the_modules_the_paths_import_need_no_package_a_bare_gpu_machine_lacks() -> None:
-    """What the docstring's wheel list rests on: ``setup.run`` (bf16-full-ft), ``update``,
-    ``checkpoint``, ``lora``, the forward pass, micro-batches, the objective and ``logprobs``
-    import with those packages unimportable."""
+    """What the docstring's wheel list rests on: ``setup.run`` (bf16-full-ft, fsdp2-save-resume),
+    ``update``, ``checkpoint``, ``lora``, the forward pass, micro-batches, the objective,
+    ``logprobs``, the weight export and the data-parallel helpers, and the commands train-cli
+    runs, import with those packages unimportable."""
     modules = (
         "setup.run",
         "learner.update",
@@ -84,11 +127,18 @@ def test_the_modules_the_paths_import_need_no_package_a_bare_gpu_machine_lacks()
         "algorithm.objective",
         "learner.logprobs",
         "learner.memory",
+        "learner.weight_export",
+        "parallel.distributed",
+        "models.loading",
+        "cli",
+        "train_cli",
+        "eval_cli",
+        "trainer",
     )
-    code = (
-        "import sys\n"
-        f"for name in {ABSENT_ON_A_BARE_GPU_MACHINE!r}: sys.modules[name] = None\n"
-        + "".join(f"import grpo_train.{m}\n" for m in modules)
+    # httpx too: grpo train needs it only once it runs (train-cli), not at import.
+    absent = (*ABSENT_ON_A_BARE_GPU_MACHINE, *NOT_BROUGHT_BY_TORCH, "httpx")
+    code = f"import sys\nfor name in {absent!r}: sys.modules[name] = None\n" + "".join(
+        f"import grpo_train.{m}\n" for m in modules
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
