@@ -55,10 +55,7 @@ on a 2-core CPU the whole check takes about 2 minutes):
 
 A machine with only torch, transformers, peft and accelerate needs one wheel besides them:
 grpo-kit's own (``pip wheel --no-deps . -w wheels``: 0.6 MB), installed with ``pip install
---no-deps --no-index wheels/*.whl``; train-cli also needs httpx (``grpo train`` and ``grpo
-eval`` import ``sandbox.remote``, which imports it; huggingface-hub 2 brings httpx2 instead):
-``pip wheel httpx -w wheels`` gives httpx, httpcore, h11, certifi, anyio, idna (pure Python,
-about 1 MB), and without them train-cli SKIPs. numpy, pyyaml, safetensors, tokenizers and tqdm
+--no-deps --no-index wheels/*.whl``. numpy, pyyaml, safetensors, tokenizers and tqdm
 come with transformers, sympy and psutil with torch and accelerate; the paths need none of
 grpo-kit's other dependencies: not datasets (with pyarrow, 55 MB, and pandas, 12 MB; the
 train-cli environment hands ``grpo train`` and ``grpo eval`` its rows as a list where datasets
@@ -300,13 +297,19 @@ def check_qlora_export(model_dir: Path, device: str) -> str:
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
-    from grpo_train.learner.lora import LoraSettings, apply_lora, load_quantized_base, save_merged
+    from grpo_train.learner.lora import (
+        LoraSettings,
+        apply_lora,
+        load_quantized_base,
+        qlora_compute_dtype,
+        save_merged,
+    )
 
     plain = _load(model_dir, "cpu")
     names = set(plain.state_dict()) - {"lm_head.weight"}  # tied: saved once, as the embedding
     index = torch.device(device).index or 0
     model = apply_lora(
-        load_quantized_base(str(model_dir), device_index=index),
+        load_quantized_base(str(model_dir), qlora_compute_dtype("float32", device), index),
         LoraSettings(lora_r=4, lora_alpha=8, use_qlora=True),
     )
     with tempfile.TemporaryDirectory() as out:
@@ -814,9 +817,6 @@ def _grpo(argv: list[str]) -> int:
 
 
 def check_train_cli(model_dir: Path, device: str) -> str:
-    # Every grpo train reads its sandbox settings through sandbox.remote, which imports httpx
-    # (huggingface-hub 2 brings httpx2, a package of another name).
-    _need("httpx")
     import importlib.util
     import math
 

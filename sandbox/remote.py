@@ -56,9 +56,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal, TypeVar, cast, get_args
-
-import httpx
+from typing import TYPE_CHECKING, Literal, TypeVar, cast, get_args
 
 from sandbox import fusion, wire
 from sandbox.core import _judge_io, clean_text
@@ -80,6 +78,9 @@ from sandbox.types import (
     check_files,
     check_seconds,
 )
+
+if TYPE_CHECKING:  # httpx loads with the first RemoteSandbox: `grpo train` runs without it
+    import httpx
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -333,6 +334,8 @@ class RemoteSandbox:
         token = settings.token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
+        import httpx
+
         self._client = httpx.Client(
             headers=headers,
             limits=httpx.Limits(
@@ -700,6 +703,8 @@ class RemoteSandbox:
 
     def _post(self, endpoint: _Endpoint, path: str, body: bytes, timeout_s: float) -> _Try:
         """One HTTP request, bounded by ``timeout_s`` (also while waiting for a free slot)."""
+        import httpx
+
         if timeout_s <= 0:
             return _Try(error="the job's deadline passed", failed=False)
         deadline = time.monotonic() + timeout_s

@@ -77,9 +77,11 @@ def test_an_unknown_or_empty_path_list_is_a_usage_error(paths: str, message: str
 #: check's paths must not need: datasets brings pyarrow (55 MB) and pandas (12 MB) with it.
 ABSENT_ON_A_BARE_GPU_MACHINE = ("datasets", "pyarrow", "pandas", "vllm")
 #: grpo-kit's other dependencies that neither torch nor transformers bring (the wheel goes in
-#: with ``--no-deps``): the trainer runs without them. Not httpx, which ``grpo train`` imports
-#: (through ``sandbox.remote``): train-cli skips without it (below).
-NOT_BROUGHT_BY_TORCH = ("latex2sympy2_extended", "pyseccomp", "gguf", "tensorboard", "matplotlib")
+#: with ``--no-deps``): the trainer runs without them. httpx (huggingface-hub 2 brings httpx2, a
+#: package of another name) loads only with a remote sandbox.
+NOT_BROUGHT_BY_TORCH = (
+    "latex2sympy2_extended", "pyseccomp", "gguf", "tensorboard", "matplotlib", "httpx",
+)  # fmt: skip
 
 
 def blocking(folder: Path, names: tuple[str, ...]) -> Path:
@@ -106,12 +108,6 @@ def test_the_trainer_paths_run_without_the_packages_a_bare_gpu_machine_lacks(
     assert done.returncode == 0
 
 
-def test_train_cli_skips_without_httpx(tmp_path: Path) -> None:
-    done = run_check("--paths", "train-cli", blocker=blocking(tmp_path, ("httpx",)))
-    assert re.search(r"^SKIP +train-cli +httpx is not installed", done.stdout, re.M), done.stdout
-    assert done.returncode == 0
-
-
 def test_the_modules_the_paths_import_need_no_package_a_bare_gpu_machine_lacks() -> None:
     """What the docstring's wheel list rests on: ``setup.run`` (bf16-full-ft, fsdp2-save-resume),
     ``update``, ``checkpoint``, ``lora``, the forward pass, micro-batches, the objective,
@@ -135,8 +131,7 @@ def test_the_modules_the_paths_import_need_no_package_a_bare_gpu_machine_lacks()
         "eval_cli",
         "trainer",
     )
-    # httpx too: grpo train needs it only once it runs (train-cli), not at import.
-    absent = (*ABSENT_ON_A_BARE_GPU_MACHINE, *NOT_BROUGHT_BY_TORCH, "httpx")
+    absent = (*ABSENT_ON_A_BARE_GPU_MACHINE, *NOT_BROUGHT_BY_TORCH)
     code = f"import sys\nfor name in {absent!r}: sys.modules[name] = None\n" + "".join(
         f"import grpo_train.{m}\n" for m in modules
     )
