@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import random
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,6 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 from rollout_checks import PROMPTS, check_groups, forward_logprobs, max_logprob_gap
+from spool_polling import spool_peak
 from test_rollout_episodes_engines import check_each_turn_is_sampled_from_the_exact_history
 
 from grpo_train.learner.weight_export import sync_rollout_weights
@@ -237,24 +236,8 @@ def test_a_child_engines_sync_streams_in_buckets_and_lands_the_trainers_weights(
     largest = max(t.numel() * t.element_size() for t in state.values())
     sampling = SamplingConfig(n=4, max_new_tokens=16, temperature=0.8, seed=3)
     assert max_logprob_gap(moved, engine.generate(PROMPTS, sampling), PROMPTS, 0.8) > 1e-2
-    stop, polled = threading.Event(), [0]
-
-    def poll() -> None:  # what another process would see in /dev/shm meanwhile
-        while not stop.is_set():
-            sizes = 0
-            for path in _spool_files(engine):
-                with contextlib.suppress(FileNotFoundError):  # deleted since the listing
-                    sizes += path.stat().st_size
-            polled[0] = max(polled[0], sizes)
-            time.sleep(0.001)
-
-    poller = threading.Thread(target=poll)
-    poller.start()
-    try:
+    with spool_peak(lambda: _spool_files(engine)) as polled:
         sync_rollout_weights(engine, moved)
-    finally:
-        stop.set()
-        poller.join()
     stats = engine.last_sync_stats
     assert stats is not None and stats.buckets > 10
     # A window of two buckets (plus the safetensors headers), one of them the largest tensor

@@ -7,12 +7,9 @@ for the module; its start costs one to four minutes on a loaded 2-core machine.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from rollout_checks import PROMPTS, max_logprob_gap
+from spool_polling import spool_peak
 from test_server_mode import MAX_MODEL_LEN, _wait_ready, end_server
 
 from grpo_train.learner.weight_export import sync_rollout_weights
@@ -116,7 +114,8 @@ def test_tp2_server_samples_a_tp1_engines_tokens_and_syncs_to_the_trainers_logpr
         state = model.state_dict()
         largest = max(t.numel() * t.element_size() for t in state.values())
         model_bytes = sum(t.numel() * t.element_size() for t in state.values())
-        with _spool_peak(tp_server.pid) as peak:
+        spool = f"{SYNC_DIR_PREFIX}{tp_server.pid}.*/*/*"
+        with spool_peak(lambda: Path("/dev/shm").glob(spool)) as peak:
             sync_rollout_weights(server, model)
         assert 0 < peak[0] <= 2 * (int(SPOOL_BUCKET_MB * 2**20) + 4096) + largest < model_bytes / 4
         assert server.version == 2
@@ -128,29 +127,6 @@ def test_tp2_server_samples_a_tp1_engines_tokens_and_syncs_to_the_trainers_logpr
     finally:
         server.close()
         one.close()
-
-
-@contextlib.contextmanager
-def _spool_peak(pid: int) -> Iterator[list[int]]:
-    """Poll the spool of replica ``pid`` in /dev/shm meanwhile: the most bytes it held at once."""
-    stop, peak = threading.Event(), [0]
-
-    def poll() -> None:
-        while not stop.is_set():
-            total = 0
-            for path in Path("/dev/shm").glob(f"{SYNC_DIR_PREFIX}{pid}.*/*/*"):
-                with contextlib.suppress(FileNotFoundError):  # deleted since the listing
-                    total += path.stat().st_size
-            peak[0] = max(peak[0], total)
-            time.sleep(0.001)
-
-    poller = threading.Thread(target=poll)
-    poller.start()
-    try:
-        yield peak
-    finally:
-        stop.set()
-        poller.join()
 
 
 def test_more_tp_workers_than_cores_fail_with_one_line(tiny_model_path):
