@@ -19,6 +19,14 @@ from grpo_train.run.console import (
 RELOAD = "vllm.model_executor.model_loader.reload.layerwise"
 
 
+@pytest.fixture(autouse=True)
+def _not_tearing_down(monkeypatch):
+    """Each test starts outside vLLM's teardown mode. ``ExpectedNoise.tearing_down`` is
+    process-wide by design (once an engine process ended, the run is ending); an earlier test in
+    the same pytest worker whose engine lost a process leaves it set."""
+    monkeypatch.setattr(ExpectedNoise, "tearing_down", False)
+
+
 @pytest.mark.parametrize(
     ("name", "message", "dropped"),
     [
