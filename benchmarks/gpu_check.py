@@ -480,14 +480,6 @@ def check_long_completion(model_dir: Path, device: str) -> str:
 # ------------------------------------------------------------------ launched and CLI paths
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _one_rank_fsdp_env(device: str) -> dict[str, str]:
     """What ``accelerate launch --config_file examples/accelerate/fsdp.yaml`` gives one rank.
 
@@ -497,11 +489,13 @@ def _one_rank_fsdp_env(device: str) -> dict[str, str]:
     """
     import yaml
 
+    from grpo_train.rollout.weight_channel import free_port
+
     config = yaml.safe_load((REPO / "examples" / "accelerate" / "fsdp.yaml").read_text())
     cpu = not device.startswith("cuda")
     env = {
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
+        "MASTER_PORT": str(free_port()),
         "RANK": "0",
         "WORLD_SIZE": "1",
         "LOCAL_RANK": "0",
@@ -700,6 +694,8 @@ def _ddp_rank(rank: int, port: int, backend: str, device: str, model_dir: Path, 
 def check_multi_process(model_dir: Path, device: str) -> str:
     import torch
 
+    from grpo_train.rollout.weight_channel import free_port
+
     if not torch.distributed.is_available():
         raise Skip("torch.distributed is not available")
     cuda = device.startswith("cuda")
@@ -709,7 +705,7 @@ def check_multi_process(model_dir: Path, device: str) -> str:
         devices = [f"cuda:{r}" for r in range(RANKS)]
     else:  # a CUDA device needs its index (torch.cuda.set_device)
         devices = [f"cuda:{torch.device(device).index or 0}" if cuda else device] * RANKS
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with tempfile.TemporaryDirectory() as tmp:
         outs = [Path(tmp) / f"rank{r}.pt" for r in range(RANKS)]

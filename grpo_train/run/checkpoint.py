@@ -526,7 +526,7 @@ def save_checkpoint(
     # what a crashed save may have left.
     tmp = root / f".tmp-{final.name}"
     parent = read_head(run_dir) if main else None
-    stages = _SaveStages(accelerator, final, model)
+    stages = _SaveStages(final, model)
     try:
         with stages.stage():
             if main:
@@ -583,8 +583,7 @@ class _SaveStages:
     middle of it is beyond this.
     """
 
-    def __init__(self, accelerator: Any, final: Path, model: Any) -> None:
-        self.accelerator = accelerator
+    def __init__(self, final: Path, model: Any) -> None:
         self.final = final
         self.model = model
         self.error: Exception | None = None
@@ -602,9 +601,6 @@ class _SaveStages:
         from grpo_train.parallel.distributed import failed_rank, multi_rank
 
         own = self.error
-        if self.accelerator is not None and not multi_rank():
-            # No process group of several ranks (one process): the accelerator's own barrier.
-            self.accelerator.wait_for_everyone()
         failure = failed_rank(None if own is None else self._detail(own))
         if failure is None:
             return

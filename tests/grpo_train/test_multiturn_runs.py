@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from grpo_train.rollout.weight_channel import free_port
-
 
 def _cli_args(model: Path, out: Path, *extra: str) -> list[str]:
     return [
@@ -67,15 +65,11 @@ def test_a_multi_turn_run_on_two_cpu_ranks_matches_one_process(
 ) -> None:
     """Groups of episodes split over 2 gloo ranks train what one process trains."""
     from safetensors.torch import load_file
+    from two_ranks import accelerate_two_ranks
 
     from grpo_train.run.run_log import read_metrics
 
-    bindir = Path(sys.executable).parent
-    launch = [
-        str(bindir / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(free_port()), __file__,
-    ]  # fmt: skip
+    launch = accelerate_two_ranks(__file__)
     same = ("--seed_per_prompt", "true")
     two = subprocess.Popen(
         launch + _cli_args(tiny_model_path, tmp_path / "two", *same),

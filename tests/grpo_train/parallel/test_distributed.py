@@ -482,16 +482,9 @@ def _free_port() -> int:
 @pytest.mark.timeout(400)
 def test_two_cpu_ranks_match_single_process(tmp_path: Path, tiny_model_path: Path) -> None:
     from safetensors.torch import load_file
+    from two_ranks import accelerate_two_ranks
 
-    accelerate = Path(sys.executable).with_name("accelerate")
-    # `accelerate launch --cpu` starts several processes only through MPI (mpirun); its torchrun
-    # launcher (`--multi_gpu`) with ACCELERATE_USE_CPU=true gives gloo ranks on CPU instead.
-    cmd = [
-        str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(_free_port()),
-        __file__, "--model", str(tiny_model_path), "--out", str(tmp_path),
-    ]  # fmt: skip
+    cmd = [*accelerate_two_ranks(__file__), "--model", str(tiny_model_path), "--out", str(tmp_path)]
     env = guarded_env({**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"})
     # Start the two ranks, and run the single-process reference while they work.
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -588,15 +581,11 @@ def test_grpo_train_cli_on_two_cpu_ranks_matches_one_process(
 ) -> None:
     """The real `grpo train` under `accelerate launch`: 2 gloo ranks == 1 process, same batch."""
     from safetensors.torch import load_file
+    from two_ranks import accelerate_two_ranks
 
     from grpo_train.run.run_log import read_metrics
 
-    bindir = Path(sys.executable).parent
-    launch = [
-        str(bindir / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(_free_port()), __file__,
-    ]  # fmt: skip
+    launch = accelerate_two_ranks(__file__)
     env = guarded_env({**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"})
     env["TOKENIZERS_PARALLELISM"] = "false"
     two = subprocess.Popen(

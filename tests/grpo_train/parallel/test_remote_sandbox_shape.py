@@ -26,7 +26,6 @@ import re
 import select
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -161,13 +160,6 @@ def stop(service: Service) -> None:
     assert [pid for pid in below if alive(pid)] == []
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _train_args(model: Path, out: Path, urls: list[str], token_env: str) -> list[str]:
     return [
         "grpo", "train", "--model", str(model), "--env", "faults/remote-code-v0",
@@ -186,15 +178,11 @@ def train_on_two_ranks(
     """Run the real ``grpo train`` on 2 gloo ranks (``token`` in ``$SHAPE_SANDBOX_TOKEN``, named
     by ``--sandbox_token_env``); assert that both end 0; return the step's metrics."""
     from collective_guard.nccl_guard import guarded_env
+    from two_ranks import accelerate_two_ranks
 
     from grpo_train.run.run_log import read_metrics
 
-    bindir = Path(sys.executable).parent
-    launch = [
-        str(bindir / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(_free_port()), __file__,
-    ]  # fmt: skip
+    launch = accelerate_two_ranks(__file__)
     env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env = guarded_env({**env, "TOKENIZERS_PARALLELISM": "false"})
