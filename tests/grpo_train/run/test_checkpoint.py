@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from grpo_train.config import TrainConfig
+from grpo_train.parallel import distributed
 from grpo_train.run import checkpoint
 from grpo_train.run.checkpoint import (
     CheckpointError,
@@ -134,9 +135,6 @@ class _FakeShardedAccelerator:
         self.is_main_process = True
         self.calls: list[tuple[str, str]] = []
 
-    def wait_for_everyone(self) -> None:
-        self.calls.append(("barrier", ""))
-
     def save_state(self, output_dir: str) -> None:
         Path(output_dir).mkdir(parents=True)
         (Path(output_dir) / "optimizer_0").write_text("shards")
@@ -175,18 +173,27 @@ def test_sharded_runs_save_and_load_the_optimizer_through_accelerate(parts, tmp_
 
 
 class _FakeDataParallelAccelerator:
-    """One rank of a 2-process DDP run; ranks are threads meeting at a real barrier."""
+    """One rank of a 2-process DDP run (its ranks are threads)."""
 
-    def __init__(self, rank: int, barrier: threading.Barrier) -> None:
+    def __init__(self, rank: int) -> None:
         from accelerate.utils import DistributedType
 
         self.distributed_type = DistributedType.MULTI_CPU
         self.process_index, self.num_processes = rank, 2
         self.is_main_process = rank == 0
-        self.barrier = barrier
 
-    def wait_for_everyone(self) -> None:
-        self.barrier.wait(timeout=60)
+
+def _agreements_at(barrier: threading.Barrier):
+    """``failed_rank`` for thread ranks: they meet at ``barrier`` where processes all-reduce.
+
+    Without it rank 1 would write into the temporary folder before rank 0 made it.
+    """
+
+    def failed_rank(error: str | None) -> distributed.RankFailure | None:
+        barrier.wait(timeout=60)
+        return None if error is None else distributed.RankFailure(0, error)
+
+    return failed_rank
 
 
 def test_each_rank_of_a_launched_run_resumes_its_own_random_states(parts, tmp_path, monkeypatch):
@@ -196,6 +203,7 @@ def test_each_rank_of_a_launched_run_resumes_its_own_random_states(parts, tmp_pa
     # Threads share the process's generators: each "rank" reports its own name as its state.
     monkeypatch.setattr(checkpoint, "rng_state", lambda: {"rank": threading.current_thread().name})
     barrier = threading.Barrier(2)
+    monkeypatch.setattr(distributed, "failed_rank", _agreements_at(barrier))
     saved: dict[int, Path] = {}
     failures: list[BaseException] = []
 
@@ -204,7 +212,7 @@ def test_each_rank_of_a_launched_run_resumes_its_own_random_states(parts, tmp_pa
             saved[rank] = save_checkpoint(
                 tmp_path, 4, model=model, tokenizer=tokenizer, optimizer=opt, scheduler=sched,
                 sampler=SamplerState(8, (4, 4)), config_yaml=TrainConfig().to_yaml(),
-                keep_last=2, accelerator=_FakeDataParallelAccelerator(rank, barrier),
+                keep_last=2, accelerator=_FakeDataParallelAccelerator(rank),
             )  # fmt: skip
         except BaseException as err:  # surfaced below: a thread's exception is otherwise lost
             failures.append(err)
@@ -226,9 +234,9 @@ def test_each_rank_of_a_launched_run_resumes_its_own_random_states(parts, tmp_pa
         load_checkpoint(saved[0], optimizer=opt2, scheduler=sched2, accelerator=accelerator)
         return list(restored)
 
-    rank1 = resume(_FakeDataParallelAccelerator(1, threading.Barrier(1)))
+    rank1 = resume(_FakeDataParallelAccelerator(1))
     assert rank1 == [{"rank": "rank0"}, {"rank": "rank1"}]  # rank 0's first, then its own
-    rank0 = resume(_FakeDataParallelAccelerator(0, threading.Barrier(1)))
+    rank0 = resume(_FakeDataParallelAccelerator(0))
     assert rank0 == [{"rank": "rank0"}, {"rank": "rank0"}]
     assert resume(None)[-1] == {"rank": "rank0"}  # one process resuming a launched run's step
 
