@@ -485,7 +485,7 @@ def test_many_unclosed_tool_call_tags_parse_in_linear_time():
     # The lazy regex took 212 s on this (each tag scanned to the end of the text).
     start = time.perf_counter()
     calls = parse_hermes("<tool_call>" * 50_000)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 10.0
     assert [c.reason for c in calls] == ["a <tool_call> tag was not closed with </tool_call>"]  # type: ignore[union-attr]
 
 
@@ -528,7 +528,7 @@ def test_feedback_reads_no_exponent_so_a_huge_one_costs_nothing():
     start = time.perf_counter()
     assert as_number("1e999999999") is None and as_number("-1E99999999") is None
     feedback = answer_feedback("1e999999999", "95", [])
-    assert time.perf_counter() - start < 0.5
+    assert time.perf_counter() - start < 5.0
     assert feedback.startswith("1e999999999 is not right.")
     assert as_number("2.5") == as_number("5/2")
 
@@ -546,7 +546,7 @@ def test_a_long_line_of_tildes_is_scanned_for_fences_in_linear_time():
     # The fence and its info string both matched tildes: 45 s of backtracking for 40,000.
     start = time.perf_counter()
     assert fenced_blocks("~" * 40_000) == [] and extract_code("~" * 40_000) is None
-    assert time.perf_counter() - start < 2.0
+    assert time.perf_counter() - start < 10.0
     assert fenced_blocks("~~~~ python\nprint(1)\n~~~~\n") == ["print(1)\n"]
 
 

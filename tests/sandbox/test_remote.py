@@ -293,8 +293,9 @@ def test_a_hung_service_ends_as_sandbox_error_within_the_deadline() -> None:
         elapsed = time.monotonic() - start
     assert result.status is Status.SANDBOX_ERROR
     assert "no answer within" in result.detail and url in result.detail
-    # job_timeout_s defaults to twice the request's deadline: 2 s, whatever the retries.
-    assert 1.9 <= elapsed <= 3.0, elapsed
+    # job_timeout_s defaults to twice the request's deadline: 2 s, whatever the retries (six
+    # tries of 1 s would take 6 s).
+    assert 1.9 <= elapsed <= 4.0, elapsed
 
 
 def test_the_request_deadline_is_derived_from_the_jobs_limits(
@@ -309,7 +310,7 @@ def test_the_request_deadline_is_derived_from_the_jobs_limits(
         result = box.run("print(3)", limits=Limits(timeout_s=0.5))
         elapsed = time.monotonic() - start
     assert result.status is Status.SANDBOX_ERROR
-    assert 1.45 <= elapsed <= 2.5, elapsed  # 0.5 s of limits + REQUEST_SLACK_S
+    assert 1.45 <= elapsed <= 3.5, elapsed  # 0.5 s of limits + REQUEST_SLACK_S
     assert "no answer within 1.5s" in result.detail
 
 
