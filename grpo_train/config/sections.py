@@ -177,6 +177,11 @@ class RolloutConfig:
     engine: Free[Literal["auto", "vllm", "hf"]] = "auto"
     """Rollout engine: ``vllm`` (colocated vllm.LLM), ``hf`` (transformers, in the trainer's
     process), ``auto`` (vllm when importable)."""
+    hf_max_batch_size: Free[int] = 64
+    """The ``hf`` engine: sequences (prompts x num_generations) decoded together; a step's
+    others wait for the next chunk. Each holds a static KV cache of max_prompt_length +
+    max_completion_length tokens. A chunk that runs out of GPU memory is decoded again in
+    halves, and the rest of the run keeps the smaller size (a warning says so)."""
     num_generations: Fixed[int] = 8
     """Completions per prompt (the group size G); at least 2."""
     prompts_per_step: Fixed[int] = 8

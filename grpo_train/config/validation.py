@@ -134,6 +134,10 @@ def _rollout_problems(r: RolloutConfig) -> list[str]:
     )
     p.need(r.prompts_per_step >= 1, f"prompts_per_step: {r.prompts_per_step}; must be >= 1")
     p.need(
+        r.hf_max_batch_size >= 1,
+        f"hf_max_batch_size: {r.hf_max_batch_size}; must be >= 1 (sequences decoded together)",
+    )
+    p.need(
         r.max_completion_length >= 1,
         f"max_completion_length: {r.max_completion_length}; must be >= 1",
     )

@@ -11,6 +11,7 @@ loop keeps each call's keys/values for the next one: the next turn of a multi-tu
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 
 #: At most this many bytes of keys/values are kept from one call for the next (``_keep``).
 KEEP_BYTES = 1 << 30
+
+logger = logging.getLogger(__name__)
 
 
 class HFEngine:
@@ -51,7 +54,8 @@ class HFEngine:
 
         ``dtype`` / ``device`` apply when loading from a path (``"auto"``: see ``load_policy``).
         ``max_batch_size`` caps the sequences (prompts x n) decoded together; larger requests
-        run in chunks so memory stays bounded. ``decode``: ``"loop"`` (the static-cache decode
+        run in chunks so memory stays bounded, and a chunk that runs out of accelerator memory
+        halves it (``_halve_batch``). ``decode``: ``"loop"`` (the static-cache decode
         loop, see ``_decode_loop``) or ``"generate"`` (``model.generate``); same distribution.
         """
         from grpo_train.models.loading import load_policy
@@ -113,9 +117,22 @@ class HFEngine:
         with rng, _eval_mode(self.model), torch.inference_mode():
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
-            for start in range(0, len(rows), self.max_batch_size):
+            start = 0
+            while start < len(rows):
                 chunk = rows[start : start + self.max_batch_size]
-                for completion in self._generate_batch(chunk, sampling, previous):
+                try:
+                    completions = self._generate_batch(chunk, sampling, previous)
+                except torch.OutOfMemoryError as err:
+                    if len(chunk) == 1:
+                        raise _one_row_out_of_memory(chunk[0][1], err) from err
+                    out_of_memory = True  # retried below: err's traceback holds the chunk
+                else:
+                    out_of_memory = False
+                if out_of_memory:
+                    self._halve_batch(len(chunk))
+                    continue
+                start += len(chunk)
+                for completion in completions:
                     results[completion.prompt_index].append(completion)
                 # A prompt's rows are adjacent: the chunk completed every prompt it touched
                 # but possibly its last one, whose rows may go on in the next chunk.
@@ -123,6 +140,25 @@ class HFEngine:
                     if len(results[index]) == sampling.n and on_done is not None:
                         on_done(index, results[index])
         return results
+
+    def _halve_batch(self, failed_rows: int) -> None:
+        """Go on with half the rows per chunk after ``failed_rows`` ran out of accelerator memory.
+
+        The static KV cache and the logits of a chunk grow with its rows; what fits depends on
+        the card, the model and the completion length, so a GPU run that meets its limit goes
+        on with half the rows (for the rest of this engine's life) instead of losing the run.
+        """
+        import torch
+
+        self.max_batch_size = max(1, failed_rows // 2)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        logger.warning(
+            "hf engine: out of memory decoding %d sequences together; going on with at most %d "
+            "(hf_max_batch_size starts there)",
+            failed_rows,
+            self.max_batch_size,
+        )
 
     def _weights_version(self) -> int:
         """Return a number that changes whenever the model's parameters are written in place.
@@ -555,3 +591,14 @@ def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
         yield
     finally:
         model.train(was_training)
+
+
+def _one_row_out_of_memory(prompt: Sequence[int], err: BaseException) -> BaseException:
+    """Build the error of a single sequence that does not fit: what to change, then torch's."""
+    import torch
+
+    return torch.OutOfMemoryError(
+        f"hf engine: out of memory decoding a single sequence (a {len(prompt)}-token prompt): "
+        "lower max_completion_length, shrink the model (LoRA, a 16-bit dtype) or use the vllm "
+        f"engine; {err}"
+    )

@@ -38,15 +38,18 @@ def build_engine(
             "set vllm_tensor_parallel_size to 1"
         )
     if name == "hf":
+        rows = config.rollout.hf_max_batch_size
         if not weight_export.is_sharded(model):
             return rollout.make_engine(
-                "hf", model_path, model=model, tokenizer=tokenizer, dtype=dtype
+                "hf", model_path, model=model, tokenizer=tokenizer, dtype=dtype, max_batch_size=rows
             )
         # A sharded (FSDP / ZeRO-3) policy cannot generate on one rank alone: its forwards
         # all-gather across ranks, and ranks decode different lengths (and only rank 0
         # evaluates). The engine then keeps its own full copy, refreshed by the weight sync.
         with distributed.every_rank_loads_weights():
-            return rollout.make_engine("hf", model_path, tokenizer=tokenizer, dtype=dtype)
+            return rollout.make_engine(
+                "hf", model_path, tokenizer=tokenizer, dtype=dtype, max_batch_size=rows
+            )
     if config.rollout.vllm_mode == "server":
         return build_server_engine(config, model)
     # Under `accelerate launch` each rank's engine joins the job (external_launcher) with its

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -348,3 +349,71 @@ def test_on_done_reports_every_prompt_once_with_its_finished_group(
         min(-(-(2 * i + 2) // size) * size, 2 * len(PROMPTS)) for i, _, _ in reported
     ]
     assert engine.generate(PROMPTS, sampling) == groups  # the same completions without it
+
+
+def _refusing_rows_over(limit: int, model: torch.nn.Module, tried: list[int]) -> Any:
+    """A forward pre-hook that fails like CUDA does when a forward has more than ``limit`` rows."""
+
+    def refuse(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        rows = int(kwargs["input_ids"].shape[0])
+        tried.append(rows)
+        if rows > limit:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    return model.register_forward_pre_hook(refuse, with_kwargs=True)
+
+
+@pytest.mark.parametrize("decode", ["loop", "generate"])
+def test_a_chunk_out_of_gpu_memory_is_decoded_again_in_halves(policy, decode, caplog) -> None:
+    # What fits depends on the card, the model and the lengths: a chunk that runs out of memory
+    # is decoded again with half the rows, later chunks and calls keep that size, and every
+    # group comes back whole, reported once, with the policy's logprobs.
+    model, tok = policy
+    engine = HFEngine(model, tok, max_batch_size=8, decode=decode)
+    sampling = SamplingConfig(n=4, max_new_tokens=6, temperature=0.8, seed=3)
+    tried: list[int] = []
+    reported: list[int] = []
+    handle = _refusing_rows_over(3, model, tried)
+    try:
+        with caplog.at_level(logging.WARNING, logger="grpo_train.rollout.hf"):
+            groups = engine.generate(PROMPTS[:3], sampling, lambda i, g: reported.append(i))
+            tried.clear()
+            again = engine.generate(PROMPTS[:1], sampling)
+    finally:
+        handle.remove()
+    check_groups(groups, 4, 6, _eos(engine), engine.tokenizer.decode)
+    assert sorted(reported) == [0, 1, 2] and len(again[0]) == 4
+    assert max_logprob_gap(model, groups, PROMPTS[:3], 0.8) < 1e-4
+    assert engine.max_batch_size == 2 and max(tried) <= 2  # the next call starts at 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "hf engine: out of memory decoding 8 sequences together; going on with at most 4 "
+        "(hf_max_batch_size starts there)",
+        "hf engine: out of memory decoding 4 sequences together; going on with at most 2 "
+        "(hf_max_batch_size starts there)",
+    ]
+
+
+def test_a_single_sequence_out_of_gpu_memory_says_what_to_change(policy) -> None:
+    model, tok = policy
+    engine = HFEngine(model, tok, max_batch_size=2)
+    handle = _refusing_rows_over(0, model, [])
+    try:
+        with pytest.raises(torch.OutOfMemoryError, match="single sequence") as raised:
+            engine.generate(PROMPTS[:1], SamplingConfig(n=2, max_new_tokens=4, seed=0))
+    finally:
+        handle.remove()
+    message = str(raised.value)
+    assert f"a {len(PROMPTS[0])}-token prompt" in message and "max_completion_length" in message
+    assert "vllm" in message and "Tried to allocate 2.00 GiB" in message
+    assert isinstance(raised.value.__cause__, torch.OutOfMemoryError)
+    assert engine.max_batch_size == 1
+
+
+def test_a_runs_hf_max_batch_size_reaches_its_engine(policy, tiny_model_path: Path) -> None:
+    from grpo_train.config import TrainConfig
+    from grpo_train.setup.engines import build_engine
+
+    config = TrainConfig.from_flat({"engine": "hf", "hf_max_batch_size": 5})
+    engine = build_engine(config, str(tiny_model_path), *policy)
+    assert isinstance(engine, HFEngine) and engine.max_batch_size == 5
+    assert engine.model is policy[0]  # the trainer's module, shared
