@@ -604,11 +604,14 @@ def _generate(
     stop: StopRequest,
 ) -> int:
     """Run the evaluation with the stop request installed; print the table or how to resume."""
+    import torch
+
     from grpo_train.episodes.driver import STEP_WORKERS, EpisodeSettings
     from grpo_train.eval.runner import EvalStopped, evaluate
     from grpo_train.rollout import make_engine
     from grpo_train.rollout.base import EngineDied
     from grpo_train.run.stop import pause_point
+    from grpo_train.setup.memory_advice import failed_allocation
 
     again = shlex.join(["grpo", "eval", *args.argv])
     pause_point("eval engine start")
@@ -664,6 +667,19 @@ def _generate(
     except EngineDied as err:
         print(
             f"grpo eval: error: {err}; finished samples are kept; rerun `{again}`", file=sys.stderr
+        )
+        return 1
+    except torch.OutOfMemoryError as err:
+        # The hf engine already halved its rows down to one sequence: a completion this long
+        # does not fit beside the model.
+        lower = [f"--max_tokens {max(1, args.max_tokens // 2)} (now {args.max_tokens})"]
+        if args.dtype == "float32":
+            lower.append("--dtype bfloat16 (now float32)")
+        print(
+            f"grpo eval: error: out of GPU memory during generation ({failed_allocation(err)}); "
+            f"settings that lower it: {', '.join(lower)}; finished samples are kept; rerun "
+            f"`{again}` with them",
+            file=sys.stderr,
         )
         return 1
     except Exception:

@@ -241,11 +241,14 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _train(config: TrainConfig, stop: StopRequest, chosen: Sequence[DefaultChoice] = ()) -> int:
+    import torch
+
     from grpo_envs.types import DataUnavailableError
     from grpo_train.models.loading import ModelNotAvailableError
     from grpo_train.rollout.base import EngineDied
     from grpo_train.run.checkpoint import CheckpointError, latest_checkpoint
     from grpo_train.run.stop import SecondSignal, TrainingAborted
+    from grpo_train.setup.memory_advice import out_of_memory_line
     from grpo_train.trainer import Trainer
 
     envs = ", ".join(e.id for e in config.data.env)
@@ -274,6 +277,9 @@ def _train(config: TrainConfig, stop: StopRequest, chosen: Sequence[DefaultChoic
     except OSError as err:  # FileNotFoundError, PermissionError on the run folder or a model
         print(f"grpo train: {_io_message(err)}", file=sys.stderr)
         return 2
+    except torch.OutOfMemoryError as err:
+        print(f"grpo train: {out_of_memory_line(err, config)}", file=sys.stderr)
+        return 1
     from grpo_train.episodes.driver import TemplateBreakError
 
     try:
@@ -297,6 +303,11 @@ def _train(config: TrainConfig, stop: StopRequest, chosen: Sequence[DefaultChoic
         return stop.exit_code
     except OSError as err:
         print(f"grpo train: aborted: {_io_message(err)}", file=sys.stderr)
+        return 1
+    except torch.OutOfMemoryError as err:
+        last = latest_checkpoint(trainer.setup.run_dir)
+        saved = f"last checkpoint {last}; resume with {resume}" if last else "no checkpoint yet"
+        print(f"grpo train: aborted: {out_of_memory_line(err, config)}; {saved}", file=sys.stderr)
         return 1
     except RuntimeError as err:
         if not (trainer.setup.distributed and _is_timeout(err)):

@@ -124,7 +124,7 @@ class HFEngine:
                     completions = self._generate_batch(chunk, sampling, previous)
                 except torch.OutOfMemoryError as err:
                     if len(chunk) == 1:
-                        raise _one_row_out_of_memory(chunk[0][1], err) from err
+                        raise _one_row_out_of_memory(chunk[0][1], sampling, err) from err
                     out_of_memory = True  # retried below: err's traceback holds the chunk
                 else:
                     out_of_memory = False
@@ -593,12 +593,13 @@ def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
-def _one_row_out_of_memory(prompt: Sequence[int], err: BaseException) -> BaseException:
-    """Build the error of a single sequence that does not fit: what to change, then torch's."""
+def _one_row_out_of_memory(
+    prompt: Sequence[int], sampling: SamplingConfig, err: BaseException
+) -> BaseException:
+    """Build the error of a single sequence that does not fit: its size, then torch's words."""
     import torch
 
     return torch.OutOfMemoryError(
-        f"hf engine: out of memory decoding a single sequence (a {len(prompt)}-token prompt): "
-        "lower max_completion_length, shrink the model (LoRA, a 16-bit dtype) or use the vllm "
-        f"engine; {err}"
+        f"hf engine: out of memory decoding a single sequence of a {len(prompt)}-token prompt "
+        f"and up to {sampling.max_new_tokens} new tokens: {err}"
     )

@@ -197,6 +197,49 @@ def test_vllm_takes_the_gpu_share_of_an_engine_alone(tiny_model_path, tmp_path, 
     assert asked[-1][0] == "hf" and "gpu_memory_utilization" not in asked[-1][1]
 
 
+def test_a_sequence_out_of_gpu_memory_is_one_line_and_keeps_the_finished_samples(
+    tiny_model_path, tmp_path, capsys, monkeypatch
+):
+    # The hf engine halves its rows down to one before it gives up; the first problem's
+    # samples were generated and kept, the second runs out of memory however few rows it takes.
+    import torch
+
+    from grpo_train.rollout.hf import HFEngine
+
+    real = HFEngine._generate_batch
+    calls: list[int] = []
+
+    def out_of_memory_after_the_first(self, rows, *args):
+        calls.append(len(rows))
+        if len(calls) > 1:
+            raise torch.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 512.00 MiB. GPU 0 has a total capacity of "
+                "14.74 GiB of which 100.00 MiB is free. Of the allocated memory 13.90 GiB is "
+                "allocated by PyTorch."
+            )
+        return real(self, rows, *args)
+
+    monkeypatch.setattr(HFEngine, "_generate_batch", out_of_memory_after_the_first)
+    out = tmp_path / "run"
+    extra = ["--n", "2", "--batch_size", "1", "--dtype", "float32"]
+    assert _run_humaneval(tiny_model_path, out, "hf", extra) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and calls == [2, 2, 1]
+    (line,) = [x for x in err.splitlines() if x.startswith("grpo eval:")]
+    assert line.startswith(
+        "grpo eval: error: out of GPU memory during generation (hf engine: out of memory decoding "
+        "a single sequence of a "
+    )
+    assert "up to 24 new tokens: CUDA out of memory. Tried to allocate 512.00 MiB" in line
+    assert "Of the allocated memory" not in line
+    assert (
+        "settings that lower it: --max_tokens 12 (now 24), --dtype bfloat16 (now float32)" in line
+    )
+    assert line.endswith("--dtype float32` with them")
+    kept = (out / "samples.jsonl").read_text().splitlines()
+    assert len(kept) == 2 and {json.loads(r)["sample_id"] for r in kept} == {"HumanEval/0"}
+
+
 @pytest.mark.parametrize(
     ("gpu", "native", "argv", "dtype"),
     [

@@ -339,6 +339,44 @@ def test_a_full_disk_names_the_path_and_the_space(tiny_model_path, tmp_path, cap
     assert "MiB" in line and "needs about" in line
 
 
+def test_out_of_gpu_memory_in_the_update_says_what_to_lower_and_resumes_with_it(
+    tiny_model_path, tmp_path, capsys, monkeypatch
+):
+    # torch raises OutOfMemoryError (a RuntimeError) from inside the update: one line with
+    # torch's own allocation, the settings that lower the update's memory (flags the resume
+    # command takes) and the checkpoint to resume from, not a traceback.
+    from grpo_train.learner import update
+
+    run = tmp_path / "run"
+    real = update.token_logprobs
+
+    def out_of_memory_at_step_2(*a, **k):
+        if torch.is_grad_enabled() and latest_checkpoint(run) is not None:
+            raise torch.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+                "23.64 GiB of which 1.06 GiB is free. Including non-PyTorch memory, this "
+                "process has 22.56 GiB memory in use."
+            )
+        return real(*a, **k)
+
+    monkeypatch.setattr(update, "token_logprobs", out_of_memory_at_step_2)
+    code, err = train(args(tiny_model_path, run), capsys)
+    assert code == 1
+    assert message(err) == (
+        "grpo train: aborted: out of GPU memory during the update (CUDA out of memory. Tried to "
+        "allocate 2.00 GiB. GPU 0 has a total capacity of 23.64 GiB of which 1.06 GiB is free); "
+        "settings that lower it: --micro_batch_tokens 1024 (now 2048), --gradient_checkpointing "
+        f"true (now false); for a new run: --lora_r 16 (now 0); last checkpoint "
+        f"{checkpoint_path(run, 1)}; resume with `grpo train --config {run / 'config.yaml'} "
+        "--resume`"
+    )
+    monkeypatch.setattr(update, "token_logprobs", real)
+    resumed = ["--config", str(run / "config.yaml"), "--resume", "--micro_batch_tokens", "1024"]
+    code, err = train(resumed, capsys)
+    assert code == 0, err
+    assert [r["step"] for r in read_metrics(run)] == [0, 1, 2]
+
+
 # ------------------------------------------------------------------------ 5. reward failures
 
 
