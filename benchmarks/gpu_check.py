@@ -42,6 +42,14 @@ network) in a subprocess of its own with a timeout, and checks a result, not onl
   script, rewards a completion that starts with a digit); the eval summary has a score. On CUDA
   it is the whole loop on a GPU: device placement, autocast, master weights.
 
+* ``hf-out-of-memory``: the ``hf`` engine under a forward hook that allocates an eighth of the
+  device's memory per sequence (on CUDA from the real allocator; on a CPU, whose allocator
+  raises no ``OutOfMemoryError``, the hook raises torch's error itself when the rows would not
+  fit): 16 sequences come back from chunks halved to 4 with the engine still usable (its CUDA
+  context survived the failure); then a single sequence that does not fit gives ``grpo
+  train``'s one line (``setup.memory_advice``), which keeps torch's failed allocation and
+  drops its accounting and allocator advice (on CUDA the real message's format).
+
 A missing optional package or device feature gives SKIP; an exception, a crash or a timeout of a
 path's subprocess gives FAIL with the last lines of its stderr. The exit status is 1 when any path
 failed. This file's top level imports only the standard library, so it starts anywhere; each path
@@ -97,6 +105,7 @@ PATHS = (
     "fsdp2-save-resume",
     "multi-process",
     "train-cli",
+    "hf-out-of-memory",
 )
 
 
@@ -885,6 +894,58 @@ def check_train_cli(model_dir: Path, device: str) -> str:
     )
 
 
+def check_hf_out_of_memory(model_dir: Path, device: str) -> str:
+    import torch
+    from transformers import AutoTokenizer
+
+    from grpo_train.config import TrainConfig
+    from grpo_train.rollout.base import SamplingConfig
+    from grpo_train.rollout.hf import HFEngine
+    from grpo_train.setup.memory_advice import out_of_memory_line
+
+    model = _load(model_dir, device).eval()
+    engine = HFEngine(model, AutoTokenizer.from_pretrained(model_dir), max_batch_size=16)
+    cuda = device.startswith("cuda")
+    capacity = torch.cuda.get_device_properties(device).total_memory if cuda else 64 << 30
+    share = {"per_row": capacity // 8}  # 8 rows: the whole device; 4 rows: half of it
+
+    def allocate_per_row(module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        size = int(kwargs["input_ids"].shape[0]) * share["per_row"]
+        if cuda:
+            torch.empty(size, dtype=torch.uint8, device=device)  # the allocator decides; freed
+        elif size >= capacity:
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate {size / 2**30:.2f} GiB. GPU 0 has a total "
+                f"capacity of {capacity / 2**30:.2f} GiB of which 1.00 GiB is free. Including "
+                "non-PyTorch memory, this process has 63.00 GiB memory in use. If reserved but "
+                "unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_"
+                "segments:True to avoid fragmentation."
+            )
+
+    handle = model.register_forward_pre_hook(allocate_per_row, with_kwargs=True)
+    sampling = SamplingConfig(n=16, max_new_tokens=4, temperature=1.0, seed=0)
+    try:
+        groups = engine.generate([[5, 6, 7, 8]], sampling)
+        assert [len(g) for g in groups] == [16], f"groups of {[len(g) for g in groups]}"
+        assert engine.max_batch_size == 4, f"halved to {engine.max_batch_size}, not 16 -> 8 -> 4"
+        halved_to = engine.max_batch_size
+        share["per_row"] = 2 * capacity  # now one sequence cannot fit
+        try:
+            engine.generate([[5, 6, 7, 8]], SamplingConfig(n=1, max_new_tokens=4))
+        except torch.OutOfMemoryError as err:
+            line = out_of_memory_line(err, TrainConfig.from_flat({"engine": "hf"}))
+        else:
+            raise AssertionError("a sequence larger than the device was decoded")
+    finally:
+        handle.remove()
+    assert line.startswith("out of GPU memory during generation (hf engine: out of memory "), line
+    assert "Tried to allocate" in line and "max_completion_length" in line, line
+    for dropped in ("Including non-PyTorch", "PYTORCH_CUDA_ALLOC_CONF"):
+        assert dropped not in line, f"torch's {dropped!r} left in: {line}"
+    where = "the CUDA allocator" if cuda else "a stand-in allocator (CPU)"
+    return f"16 sequences in chunks halved 16 -> {halved_to} by {where}; one line: {line[:160]}"
+
+
 CHECKS: dict[str, Callable[[Path, str], str]] = {
     "bf16-full-ft": check_bf16_full_ft,
     "logprob-heads": check_logprob_heads,
@@ -897,6 +958,7 @@ CHECKS: dict[str, Callable[[Path, str], str]] = {
     "fsdp2-save-resume": check_fsdp2_save_resume,
     "multi-process": check_multi_process,
     "train-cli": check_train_cli,
+    "hf-out-of-memory": check_hf_out_of_memory,
 }
 
 

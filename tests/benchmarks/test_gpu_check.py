@@ -18,6 +18,7 @@ SCRIPT = REPO / "benchmarks" / "gpu_check.py"
 PATHS = {
     "bf16-full-ft", "logprob-heads", "lora-gc-kl", "qlora-export", "liger-head", "vllm-sync",
     "checkpoint-resume", "long-completion", "fsdp2-save-resume", "multi-process", "train-cli",
+    "hf-out-of-memory",
 }  # fmt: skip
 
 
@@ -111,8 +112,9 @@ def test_the_trainer_paths_run_without_the_packages_a_bare_gpu_machine_lacks(
 def test_the_modules_the_paths_import_need_no_package_a_bare_gpu_machine_lacks() -> None:
     """What the docstring's wheel list rests on: ``setup.run`` (bf16-full-ft, fsdp2-save-resume),
     ``update``, ``checkpoint``, ``lora``, the forward pass, micro-batches, the objective,
-    ``logprobs``, the weight export and the data-parallel helpers, and the commands train-cli
-    runs, import with those packages unimportable."""
+    ``logprobs``, the weight export and the data-parallel helpers, the hf engine and the memory
+    advice (hf-out-of-memory), and the commands train-cli runs, import with those packages
+    unimportable."""
     modules = (
         "setup.run",
         "learner.update",
@@ -126,6 +128,8 @@ def test_the_modules_the_paths_import_need_no_package_a_bare_gpu_machine_lacks()
         "learner.weight_export",
         "parallel.distributed",
         "models.loading",
+        "rollout.hf",
+        "setup.memory_advice",
         "cli",
         "train_cli",
         "eval_cli",
