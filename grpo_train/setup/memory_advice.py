@@ -85,38 +85,41 @@ def memory_changes(phase: Phase, config: TrainConfig) -> list[Change]:
     p, r, o = config.policy, config.rollout, config.optim
     engine = rollout.resolve_engine_name(r.engine)
     colocated_vllm = engine == "vllm" and r.vllm_mode == "colocate"
+    # Full fine-tuning with a KL term keeps a reference copy of the model (LoRA has none).
+    reference_copy = config.algorithm.beta > 0 and p.lora_r == 0
     changes: list[Change] = []
     if phase in (Phase.UPDATE, Phase.UNKNOWN):
         if o.micro_batch_tokens > 128:
-            changes.append(
-                Change(
-                    "micro_batch_tokens", str(o.micro_batch_tokens // 2), str(o.micro_batch_tokens)
-                )
-            )
+            tokens = o.micro_batch_tokens
+            changes.append(Change("micro_batch_tokens", str(tokens // 2), str(tokens)))
         if not p.gradient_checkpointing:
             changes.append(Change("gradient_checkpointing", "true", "false"))
-        if colocated_vllm and not r.vllm_sleep_mode:
+        # (Sleep mode cannot overlap generation with the update: not with async_generation.)
+        asynchronous = r.async_generation and r.max_staleness > 0
+        if colocated_vllm and not r.vllm_sleep_mode and not asynchronous:
             changes.append(Change("vllm_sleep_mode", "true", "false"))
-        if config.algorithm.beta > 0 and p.lora_r == 0 and not p.offload_reference:
-            changes.append(Change("offload_reference", "true", "false"))
+    offloadable = reference_copy and not p.offload_reference
+    if phase in (Phase.UPDATE, Phase.LOADING, Phase.UNKNOWN) and offloadable:
+        changes.append(Change("offload_reference", "true", "false"))
     # (Not hf_max_batch_size: the hf engine halves its rows itself before it gives up.)
     if phase in (Phase.GENERATION, Phase.EVALUATION) and r.max_completion_length > 256:
         length = r.max_completion_length
         changes.append(Change("max_completion_length", str(length // 2), str(length)))
-    if colocated_vllm and phase is not Phase.WEIGHT_SYNC:
-        share = r.vllm_memory_fraction
-        if phase in (Phase.GENERATION, Phase.EVALUATION):
-            # vLLM's share holds its weights and KV cache: generation needs more of it.
-            changes.append(
-                Change("vllm_memory_fraction", f"{min(0.9, share + 0.1):g}", f"{share:g}")
-            )
-        elif share > 0.1:
-            # The trainer has what vLLM's share leaves: a smaller share leaves it more.
-            changes.append(Change("vllm_memory_fraction", f"{share - 0.1:g}", f"{share:g}"))
+    share = r.vllm_memory_fraction
+    generating = phase in (Phase.GENERATION, Phase.EVALUATION)
+    if colocated_vllm and generating and share < 0.85:
+        # vLLM's share holds its weights and KV cache: generation needs more of it.
+        changes.append(Change("vllm_memory_fraction", f"{share + 0.1:g}", f"{share:g}"))
+    trainer_side = phase in (Phase.UPDATE, Phase.LOADING, Phase.UNKNOWN)
+    if colocated_vllm and trainer_side and share > 0.15:
+        # The trainer has what vLLM's share leaves: a smaller share leaves it more.
+        changes.append(Change("vllm_memory_fraction", f"{share - 0.1:g}", f"{share:g}"))
     if phase is Phase.WEIGHT_SYNC and r.vllm_sync_bucket_mb > 32:
         bucket = r.vllm_sync_bucket_mb
         changes.append(Change("vllm_sync_bucket_mb", f"{bucket / 4:g}", f"{bucket:g}"))
-    if phase in (Phase.UPDATE, Phase.LOADING, Phase.UNKNOWN) and p.lora_r == 0:
+    # LoRA trains a few adapters: no gradients or optimizer state for the model's weights, and
+    # no reference copy; loading it saves only the reference copy.
+    if p.lora_r == 0 and (phase in (Phase.UPDATE, Phase.UNKNOWN) or reference_copy):
         changes.append(Change("lora_r", "16", "0", new_run=True))
     if phase is Phase.LOADING and p.dtype == "float32":
         changes.append(Change("dtype", "bfloat16", "float32", new_run=True))

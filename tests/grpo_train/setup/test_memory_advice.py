@@ -79,6 +79,10 @@ def test_the_update_proposes_what_lowers_its_memory_and_not_what_is_already_low(
     ) == ["--vllm_sleep_mode true (now false)", "--vllm_memory_fraction 0.2 (now 0.3)"]
     # Full fine-tuning with a KL reference: the reference copy can wait in host RAM.
     assert "--offload_reference true (now false)" in _changes(Phase.UPDATE, engine="hf", beta=0.04)
+    # Sleep mode cannot overlap generation with the update (async_generation): not proposed.
+    assert "--vllm_sleep_mode true (now false)" not in _changes(
+        Phase.UPDATE, engine="vllm", async_generation=True
+    )
     assert "--offload_reference true (now false)" not in _changes(
         Phase.UPDATE, engine="hf", beta=0.04, lora_r=16
     )
@@ -89,10 +93,29 @@ def test_generation_proposes_shorter_completions_or_a_larger_vllm_share() -> Non
     assert _changes(Phase.EVALUATION, engine="vllm", max_completion_length=200) == [
         "--vllm_memory_fraction 0.4 (now 0.3)"
     ]
+    # A share already near all of the device is not raised further.
+    assert _changes(Phase.GENERATION, engine="vllm", vllm_memory_fraction=0.9) == [
+        "--max_completion_length 512 (now 1024)"
+    ]
     assert _changes(Phase.WEIGHT_SYNC, engine="vllm") == ["--vllm_sync_bucket_mb 64 (now 256)"]
+    assert _changes(Phase.WEIGHT_SYNC, engine="vllm", vllm_memory_fraction=0.9) == [
+        "--vllm_sync_bucket_mb 64 (now 256)"
+    ]
+
+
+def test_loading_proposes_what_lowers_the_weights_held() -> None:
+    # The policy alone: only a 16-bit dtype; LoRA would load the same weights.
     assert _changes(Phase.LOADING, engine="hf", dtype="float32") == [
+        "--dtype bfloat16 (now float32)"
+    ]
+    # With a KL term full fine-tuning also holds a reference copy: offloaded, or none with LoRA.
+    assert _changes(Phase.LOADING, engine="hf", beta=0.04) == [
+        "--offload_reference true (now false)",
         "--lora_r 16 (now 0)",
-        "--dtype bfloat16 (now float32)",
+    ]
+    # Beside colocated vLLM the trainer has what vLLM's share leaves.
+    assert _changes(Phase.LOADING, engine="vllm", lora_r=16) == [
+        "--vllm_memory_fraction 0.2 (now 0.3)"
     ]
 
 
