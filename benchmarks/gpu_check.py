@@ -47,7 +47,7 @@ network) in a subprocess of its own with a timeout, and checks a result, not onl
   raises no ``OutOfMemoryError``, the hook raises torch's error itself when the rows would not
   fit): 16 sequences come back from chunks halved to 4 with the engine still usable (its CUDA
   context survived the failure); then a single sequence that does not fit gives ``grpo
-  train``'s one line (``setup.memory_advice``), which keeps torch's failed allocation and
+  train``'s one line (``run.memory_advice``), which keeps torch's failed allocation and
   drops its accounting and allocator advice (on CUDA the real message's format).
 
 A missing optional package or device feature gives SKIP; an exception, a crash or a timeout of a
@@ -901,7 +901,8 @@ def check_hf_out_of_memory(model_dir: Path, device: str) -> str:
     from grpo_train.config import TrainConfig
     from grpo_train.rollout.base import SamplingConfig
     from grpo_train.rollout.hf import HFEngine
-    from grpo_train.setup.memory_advice import out_of_memory_line
+    from grpo_train.run.memory_advice import out_of_memory_line
+    from grpo_train.setup.settings import memory_settings
 
     model = _load(model_dir, device).eval()
     engine = HFEngine(model, AutoTokenizer.from_pretrained(model_dir), max_batch_size=16)
@@ -933,7 +934,8 @@ def check_hf_out_of_memory(model_dir: Path, device: str) -> str:
         try:
             engine.generate([[5, 6, 7, 8]], SamplingConfig(n=1, max_new_tokens=4))
         except torch.OutOfMemoryError as err:
-            line = out_of_memory_line(err, TrainConfig.from_flat({"engine": "hf"}))
+            settings = memory_settings(TrainConfig.from_flat({"engine": "hf"}))
+            line = out_of_memory_line(err, settings)
         else:
             raise AssertionError("a sequence larger than the device was decoded")
     finally:

@@ -610,8 +610,8 @@ def _generate(
     from grpo_train.eval.runner import EvalStopped, evaluate
     from grpo_train.rollout import make_engine
     from grpo_train.rollout.base import EngineDied
+    from grpo_train.run.memory_advice import failed_allocation
     from grpo_train.run.stop import pause_point
-    from grpo_train.setup.memory_advice import failed_allocation
 
     again = shlex.join(["grpo", "eval", *args.argv])
     pause_point("eval engine start")

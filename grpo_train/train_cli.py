@@ -247,8 +247,9 @@ def _train(config: TrainConfig, stop: StopRequest, chosen: Sequence[DefaultChoic
     from grpo_train.models.loading import ModelNotAvailableError
     from grpo_train.rollout.base import EngineDied
     from grpo_train.run.checkpoint import CheckpointError, latest_checkpoint
+    from grpo_train.run.memory_advice import out_of_memory_line
     from grpo_train.run.stop import SecondSignal, TrainingAborted
-    from grpo_train.setup.memory_advice import out_of_memory_line
+    from grpo_train.setup.settings import memory_settings
     from grpo_train.trainer import Trainer
 
     envs = ", ".join(e.id for e in config.data.env)
@@ -278,7 +279,7 @@ def _train(config: TrainConfig, stop: StopRequest, chosen: Sequence[DefaultChoic
         print(f"grpo train: {_io_message(err)}", file=sys.stderr)
         return 2
     except torch.OutOfMemoryError as err:
-        print(f"grpo train: {out_of_memory_line(err, config)}", file=sys.stderr)
+        print(f"grpo train: {out_of_memory_line(err, memory_settings(config))}", file=sys.stderr)
         return 1
     from grpo_train.episodes.driver import TemplateBreakError
 
@@ -307,7 +308,10 @@ def _train(config: TrainConfig, stop: StopRequest, chosen: Sequence[DefaultChoic
     except torch.OutOfMemoryError as err:
         last = latest_checkpoint(trainer.setup.run_dir)
         saved = f"last checkpoint {last}; resume with {resume}" if last else "no checkpoint yet"
-        print(f"grpo train: aborted: {out_of_memory_line(err, config)}; {saved}", file=sys.stderr)
+        print(
+            f"grpo train: aborted: {out_of_memory_line(err, memory_settings(config))}; {saved}",
+            file=sys.stderr,
+        )
         return 1
     except RuntimeError as err:
         if not (trainer.setup.distributed and _is_timeout(err)):

@@ -1,7 +1,8 @@
 """Each component's settings, built once from the run's ``TrainConfig``.
 
 The configuration stops here: the collector, the prompt draw, the automatic choices, the update,
-the log-prob head, LoRA, the run folder and log, and the training-time suites each take a small
+the log-prob head, LoRA, the run folder and log, the training-time suites and the out-of-memory
+advice each take a small
 frozen settings dataclass of their own (defined in their module), and these functions are the one
 place that reads it from the whole configuration.
 """
@@ -24,6 +25,7 @@ from grpo_train.episodes.prompts import PromptFormat
 from grpo_train.learner.logprobs import HeadChoice
 from grpo_train.learner.lora import LoraSettings
 from grpo_train.learner.update import UpdateSettings
+from grpo_train.run.memory_advice import MemorySettings
 from grpo_train.run.run_dir import RunFolder
 from grpo_train.run.run_log import RunLogSettings, StartNotes, WandbSettings
 
@@ -194,3 +196,24 @@ def start_notes(cfg: TrainConfig) -> StartNotes:
             "(see 'Why is the loss 0?' in grpo_train/README.md); watch reward/mean",
         )
     return StartNotes(info=info, warnings=tuple(algorithm_notes(cfg)))
+
+
+def memory_settings(cfg: TrainConfig) -> MemorySettings:
+    """Return the settings that decide a run's GPU memory (``run.memory_advice``)."""
+    from grpo_train.rollout import resolve_engine_name
+
+    p, r = cfg.policy, cfg.rollout
+    return MemorySettings(
+        micro_batch_tokens=cfg.optim.micro_batch_tokens,
+        gradient_checkpointing=p.gradient_checkpointing,
+        lora_r=p.lora_r,
+        dtype=p.dtype,
+        max_completion_length=r.max_completion_length,
+        colocated_vllm=resolve_engine_name(r.engine) == "vllm" and r.vllm_mode == "colocate",
+        vllm_memory_fraction=r.vllm_memory_fraction,
+        vllm_sleep_mode=r.vllm_sleep_mode,
+        vllm_sync_bucket_mb=r.vllm_sync_bucket_mb,
+        asynchronous=r.async_generation and r.max_staleness > 0,
+        reference_copy=cfg.algorithm.beta > 0 and p.lora_r == 0,
+        offload_reference=p.offload_reference,
+    )

@@ -14,9 +14,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from grpo_train import rollout
-from grpo_train.config import TrainConfig
-
 
 class Phase(StrEnum):
     """Where in a run the memory ran out."""
@@ -75,53 +72,67 @@ class Change:
         return f"--{self.name} {self.value} (now {self.now})"
 
 
-def memory_changes(phase: Phase, config: TrainConfig) -> list[Change]:
-    """List the settings of ``config`` that lower ``phase``'s memory, each with a value to try.
+@dataclass(frozen=True)
+class MemorySettings:
+    """The settings of a run that decide its GPU memory (``setup.settings.memory_settings``)."""
 
-    >>> [str(c) for c in memory_changes(Phase.UPDATE, TrainConfig.from_flat({"engine": "hf"}))]
-    ['--micro_batch_tokens 1024 (now 2048)', '--gradient_checkpointing true (now false)', \
-'--lora_r 16 (now 0)']
+    micro_batch_tokens: int
+    gradient_checkpointing: bool
+    lora_r: int
+    dtype: str
+    max_completion_length: int
+    colocated_vllm: bool
+    """The rollout engine is vLLM beside the trainer, on its GPU."""
+    vllm_memory_fraction: float
+    vllm_sleep_mode: bool
+    vllm_sync_bucket_mb: float
+    asynchronous: bool
+    """Generation overlaps the update (``async_generation`` with ``max_staleness`` > 0)."""
+    reference_copy: bool
+    """Full fine-tuning with a KL term: a reference copy of the model is kept (LoRA has none)."""
+    offload_reference: bool
+
+
+def memory_changes(phase: Phase, settings: MemorySettings) -> list[Change]:
+    """List the settings that lower ``phase``'s memory, each with a value to try.
+
+    Only settings that are not already at their lowest; those a resume takes first.
     """
-    p, r, o = config.policy, config.rollout, config.optim
-    engine = rollout.resolve_engine_name(r.engine)
-    colocated_vllm = engine == "vllm" and r.vllm_mode == "colocate"
-    # Full fine-tuning with a KL term keeps a reference copy of the model (LoRA has none).
-    reference_copy = config.algorithm.beta > 0 and p.lora_r == 0
+    s = settings
     changes: list[Change] = []
     if phase in (Phase.UPDATE, Phase.UNKNOWN):
-        if o.micro_batch_tokens > 128:
-            tokens = o.micro_batch_tokens
+        if s.micro_batch_tokens > 128:
+            tokens = s.micro_batch_tokens
             changes.append(Change("micro_batch_tokens", str(tokens // 2), str(tokens)))
-        if not p.gradient_checkpointing:
+        if not s.gradient_checkpointing:
             changes.append(Change("gradient_checkpointing", "true", "false"))
         # (Sleep mode cannot overlap generation with the update: not with async_generation.)
-        asynchronous = r.async_generation and r.max_staleness > 0
-        if colocated_vllm and not r.vllm_sleep_mode and not asynchronous:
+        if s.colocated_vllm and not s.vllm_sleep_mode and not s.asynchronous:
             changes.append(Change("vllm_sleep_mode", "true", "false"))
-    offloadable = reference_copy and not p.offload_reference
+    offloadable = s.reference_copy and not s.offload_reference
     if phase in (Phase.UPDATE, Phase.LOADING, Phase.UNKNOWN) and offloadable:
         changes.append(Change("offload_reference", "true", "false"))
     # (Not hf_max_batch_size: the hf engine halves its rows itself before it gives up.)
-    if phase in (Phase.GENERATION, Phase.EVALUATION) and r.max_completion_length > 256:
-        length = r.max_completion_length
+    if phase in (Phase.GENERATION, Phase.EVALUATION) and s.max_completion_length > 256:
+        length = s.max_completion_length
         changes.append(Change("max_completion_length", str(length // 2), str(length)))
-    share = r.vllm_memory_fraction
+    share = s.vllm_memory_fraction
     generating = phase in (Phase.GENERATION, Phase.EVALUATION)
-    if colocated_vllm and generating and share < 0.85:
+    if s.colocated_vllm and generating and share < 0.85:
         # vLLM's share holds its weights and KV cache: generation needs more of it.
         changes.append(Change("vllm_memory_fraction", f"{share + 0.1:g}", f"{share:g}"))
     trainer_side = phase in (Phase.UPDATE, Phase.LOADING, Phase.UNKNOWN)
-    if colocated_vllm and trainer_side and share > 0.15:
+    if s.colocated_vllm and trainer_side and share > 0.15:
         # The trainer has what vLLM's share leaves: a smaller share leaves it more.
         changes.append(Change("vllm_memory_fraction", f"{share - 0.1:g}", f"{share:g}"))
-    if phase is Phase.WEIGHT_SYNC and r.vllm_sync_bucket_mb > 32:
-        bucket = r.vllm_sync_bucket_mb
+    if phase is Phase.WEIGHT_SYNC and s.vllm_sync_bucket_mb > 32:
+        bucket = s.vllm_sync_bucket_mb
         changes.append(Change("vllm_sync_bucket_mb", f"{bucket / 4:g}", f"{bucket:g}"))
     # LoRA trains a few adapters: no gradients or optimizer state for the model's weights, and
     # no reference copy; loading it saves only the reference copy.
-    if p.lora_r == 0 and (phase in (Phase.UPDATE, Phase.UNKNOWN) or reference_copy):
+    if s.lora_r == 0 and (phase in (Phase.UPDATE, Phase.UNKNOWN) or s.reference_copy):
         changes.append(Change("lora_r", "16", "0", new_run=True))
-    if phase is Phase.LOADING and p.dtype == "float32":
+    if phase is Phase.LOADING and s.dtype == "float32":
         changes.append(Change("dtype", "bfloat16", "float32", new_run=True))
     return changes
 
@@ -147,18 +158,10 @@ which 2.12 MiB is free'
     return said[: min(cuts)].rstrip(" .") if cuts else said
 
 
-def out_of_memory_line(err: BaseException, config: TrainConfig) -> str:
-    """Say in one line where a run ran out of accelerator memory, in torch's words, what to try.
-
-    >>> try:
-    ...     raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-    ... except RuntimeError as err:
-    ...     line = out_of_memory_line(err, TrainConfig.from_flat({"engine": "hf"}))
-    >>> line.split(";")[0]
-    'out of GPU memory during the run (CUDA out of memory. Tried to allocate 2.00 GiB)'
-    """
+def out_of_memory_line(err: BaseException, settings: MemorySettings) -> str:
+    """Say in one line where a run ran out of accelerator memory, in torch's words, what to try."""
     phase = phase_of(err)
-    changes = memory_changes(phase, config)
+    changes = memory_changes(phase, settings)
     resumable = [str(c) for c in changes if not c.new_run]
     new_run = [str(c) for c in changes if c.new_run]
     parts = [f"out of GPU memory during {phase.value} ({failed_allocation(err)})"]

@@ -10,7 +10,8 @@ import torch
 
 import grpo_train
 from grpo_train.config import TrainConfig
-from grpo_train.setup.memory_advice import Phase, memory_changes, out_of_memory_line, phase_of
+from grpo_train.run.memory_advice import Phase, memory_changes, out_of_memory_line, phase_of
+from grpo_train.setup.settings import memory_settings
 
 PACKAGE = Path(grpo_train.__file__).resolve().parent
 #: torch 2.x's CUDA out-of-memory text, as the caching allocator words it.
@@ -50,6 +51,7 @@ def _raised_through(*files: Path) -> torch.OutOfMemoryError:
         (["trainer.py", "eval/runner.py", "rollout/vllm_engine.py"], Phase.GENERATION),
         (["trainer.py", "eval/runner.py"], Phase.EVALUATION),
         (["train_cli.py", "setup/run.py", "models/loading.py"], Phase.LOADING),
+        (["train_cli.py", "setup/run.py"], Phase.LOADING),
         (["train_cli.py", "trainer.py"], Phase.UNKNOWN),
     ],
 )
@@ -64,7 +66,7 @@ def test_frames_outside_the_package_do_not_count(tmp_path: Path) -> None:
 
 
 def _changes(phase: Phase, **flat: object) -> list[str]:
-    return [str(c) for c in memory_changes(phase, TrainConfig.from_flat(flat))]
+    return [str(c) for c in memory_changes(phase, memory_settings(TrainConfig.from_flat(flat)))]
 
 
 def test_the_update_proposes_what_lowers_its_memory_and_not_what_is_already_low() -> None:
@@ -121,11 +123,13 @@ def test_loading_proposes_what_lowers_the_weights_held() -> None:
 
 def test_the_line_keeps_torchs_allocation_and_drops_its_allocator_advice() -> None:
     err = _raised_through(PACKAGE / "trainer.py", PACKAGE / "learner" / "update.py")
-    line = out_of_memory_line(err, TrainConfig.from_flat({"engine": "hf", "lora_r": 16}))
+    line = out_of_memory_line(
+        err, memory_settings(TrainConfig.from_flat({"engine": "hf", "lora_r": 16}))
+    )
     assert line == (
         "out of GPU memory during the update (CUDA out of memory. Tried to allocate 2.00 GiB. GPU "
         "0 has a total capacity of 79.15 GiB of which 1.06 GiB is free); settings that lower "
         "it: --micro_batch_tokens 1024 (now 2048), --gradient_checkpointing true (now false)"
     )
-    full = out_of_memory_line(err, TrainConfig.from_flat({"engine": "hf"}))
+    full = out_of_memory_line(err, memory_settings(TrainConfig.from_flat({"engine": "hf"})))
     assert full.endswith("; for a new run: --lora_r 16 (now 0)")
