@@ -47,12 +47,12 @@ CPU_TOKENS_PER_S = 150.0
 """vLLM's CPU build decoding SmolLM2-135M, all sequences together: 147-168 tokens/s in
 benchmarks/README.md; a larger model is slower."""
 CPU_TOKEN_WARNING = 1_000_000
+"""Above this many tokens at most, a run on a CPU says what it may cost before starting."""
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 """vLLM's GPU share in ``grpo eval`` (vLLM's own default, as ``grpo serve``): the evaluation has
 the GPU to itself, unlike a training run's colocated engine (``vllm_memory_fraction``, 0.3 by
 default, leaves the rest to the trainer). At 0.3 a 7B model in bfloat16 (15 GB of weights) left
 no KV cache on a 24 or 40 GB GPU, and vLLM refused to start."""
-"""Above this many tokens at most, a run on a CPU says what it may cost before starting."""
 
 
 def _has_cuda() -> bool:
@@ -610,7 +610,7 @@ def _generate(
     from grpo_train.eval.runner import EvalStopped, evaluate
     from grpo_train.rollout import make_engine
     from grpo_train.rollout.base import EngineDied
-    from grpo_train.run.memory_advice import failed_allocation
+    from grpo_train.run.memory_advice import Change, failed_allocation
     from grpo_train.run.stop import pause_point
 
     again = shlex.join(["grpo", "eval", *args.argv])
@@ -672,13 +672,14 @@ def _generate(
     except torch.OutOfMemoryError as err:
         # The hf engine already halved its rows down to one sequence: a completion this long
         # does not fit beside the model.
-        lower = [f"--max_tokens {max(1, args.max_tokens // 2)} (now {args.max_tokens})"]
+        tokens = args.max_tokens
+        lower = [Change("max_tokens", str(max(1, tokens // 2)), str(tokens))]
         if args.dtype == "float32":
-            lower.append("--dtype bfloat16 (now float32)")
+            lower.append(Change("dtype", "bfloat16", "float32"))
         print(
             f"grpo eval: error: out of GPU memory during generation ({failed_allocation(err)}); "
-            f"settings that lower it: {', '.join(lower)}; finished samples are kept; rerun "
-            f"`{again}` with them",
+            f"settings that lower it: {', '.join(map(str, lower))}; finished samples are kept; "
+            f"rerun `{again}` with them",
             file=sys.stderr,
         )
         return 1

@@ -99,6 +99,8 @@ def memory_changes(phase: Phase, settings: MemorySettings) -> list[Change]:
     Only settings that are not already at their lowest; those a resume takes first.
     """
     s = settings
+    generating = phase in (Phase.GENERATION, Phase.EVALUATION)
+    trainer_side = phase in (Phase.UPDATE, Phase.LOADING, Phase.UNKNOWN)
     changes: list[Change] = []
     if phase in (Phase.UPDATE, Phase.UNKNOWN):
         if s.micro_batch_tokens > 128:
@@ -110,18 +112,16 @@ def memory_changes(phase: Phase, settings: MemorySettings) -> list[Change]:
         if s.colocated_vllm and not s.vllm_sleep_mode and not s.asynchronous:
             changes.append(Change("vllm_sleep_mode", "true", "false"))
     offloadable = s.reference_copy and not s.offload_reference
-    if phase in (Phase.UPDATE, Phase.LOADING, Phase.UNKNOWN) and offloadable:
+    if trainer_side and offloadable:
         changes.append(Change("offload_reference", "true", "false"))
     # (Not hf_max_batch_size: the hf engine halves its rows itself before it gives up.)
-    if phase in (Phase.GENERATION, Phase.EVALUATION) and s.max_completion_length > 256:
+    if generating and s.max_completion_length > 256:
         length = s.max_completion_length
         changes.append(Change("max_completion_length", str(length // 2), str(length)))
     share = s.vllm_memory_fraction
-    generating = phase in (Phase.GENERATION, Phase.EVALUATION)
     if s.colocated_vllm and generating and share < 0.85:
         # vLLM's share holds its weights and KV cache: generation needs more of it.
         changes.append(Change("vllm_memory_fraction", f"{share + 0.1:g}", f"{share:g}"))
-    trainer_side = phase in (Phase.UPDATE, Phase.LOADING, Phase.UNKNOWN)
     if s.colocated_vllm and trainer_side and share > 0.15:
         # The trainer has what vLLM's share leaves: a smaller share leaves it more.
         changes.append(Change("vllm_memory_fraction", f"{share - 0.1:g}", f"{share:g}"))
@@ -154,7 +154,7 @@ def failed_allocation(err: BaseException) -> str:
 which 2.12 MiB is free'
     """
     said = " ".join(str(err).split())
-    cuts = [said.find(tail) for tail in _TORCH_TAILS if said.find(tail) > 0]
+    cuts = [at for tail in _TORCH_TAILS if (at := said.find(tail)) > 0]
     return said[: min(cuts)].rstrip(" .") if cuts else said
 
 

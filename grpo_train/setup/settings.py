@@ -2,9 +2,8 @@
 
 The configuration stops here: the collector, the prompt draw, the automatic choices, the update,
 the log-prob head, LoRA, the run folder and log, the training-time suites and the out-of-memory
-advice each take a small
-frozen settings dataclass of their own (defined in their module), and these functions are the one
-place that reads it from the whole configuration.
+advice each take a small frozen settings dataclass of their own (defined in their module), and
+these functions are the one place that reads it from the whole configuration.
 """
 
 from __future__ import annotations
